@@ -1,0 +1,237 @@
+"""Open a snapshot, through a cache of memory-mapped columns.
+
+The first open streams the pickle into column files inside a fresh directory of
+the user cache (`$VRAMSCOPE_CACHE_DIR`, else the platform's user cache dir), then
+renames it into place: a reader sees a complete entry or none. A reopen maps the
+columns read-only, so it costs almost nothing and shares pages with the OS cache.
+The key is the file's identity (size, mtime and a hash of its head and tail) and
+the parser's version; a changed file gets a new key, and a corrupt, half-written
+or unreadable entry is thrown away and rebuilt. When no cache directory can be
+written (read-only disk), we parse into memory and say nothing: caching is an
+optimisation, never a reason to fail.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+
+import numpy as np
+import orjson
+
+from .errors import CorruptError, NotASnapshotError, SnapshotError
+from .progress import Progress
+from .reader import read_pickle_stream
+from .snapshot import BLOCK_COLUMNS, SEGMENT_COLUMNS, DeviceTrace, Snapshot, build_tables, interned_arrays
+from .tables import ALL_COLUMNS, map_column
+
+CACHE_VERSION = 3
+_HASH_SPAN = 1 << 16
+
+
+def cache_root() -> str | None:
+    root = os.environ.get("VRAMSCOPE_CACHE_DIR")
+    if root == "":
+        return None
+    if root is None:
+        try:
+            import platformdirs
+            root = platformdirs.user_cache_dir("vramscope", appauthor=False)
+        except Exception:  # platformdirs missing or no home: no cache
+            return None
+    return os.path.join(root, f"snapshots-v{CACHE_VERSION}")
+
+
+def file_key(path: str, st: os.stat_result) -> str:
+    h = hashlib.sha256()
+    h.update(f"{CACHE_VERSION}:{st.st_size}:{st.st_mtime_ns}".encode())
+    with open(path, "rb") as fh:
+        h.update(fh.read(_HASH_SPAN))
+        if st.st_size > _HASH_SPAN:
+            fh.seek(max(_HASH_SPAN, st.st_size - _HASH_SPAN))
+            h.update(fh.read(_HASH_SPAN))
+    return h.hexdigest()[:32]
+
+
+def open_snapshot(path: str, progress: Progress | None = None, use_cache: bool = True) -> Snapshot:
+    """Read a snapshot file (or its cached columns). Raises `SnapshotError` for bad input."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise SnapshotError("no such file", path) from None
+    except OSError as e:
+        raise SnapshotError(f"cannot read: {e.strerror or e}", path) from None
+    if os.path.isdir(path):
+        raise SnapshotError("is a directory, not a snapshot file", path)
+    root = cache_root() if use_cache else None
+    entry = None
+    if root is not None:
+        try:
+            key = file_key(path, st)
+        except OSError as e:
+            raise SnapshotError(f"cannot read: {e.strerror or e}", path) from None
+        entry = os.path.join(root, key)
+        snap = _load_cached(entry, path)
+        if snap is not None:
+            return snap
+    try:
+        return _parse(path, st, root, entry, progress)
+    except SnapshotError as e:
+        if e.path is None:
+            e.path = path
+        raise
+
+
+def _parse(path, st, root, entry, progress):
+    workdir = None
+    if entry is not None:
+        try:
+            os.makedirs(root, exist_ok=True)
+            workdir = tempfile.mkdtemp(prefix=".tmp-", dir=root)
+        except OSError:
+            workdir = None
+    if progress is not None:
+        progress.start("Reading", st.st_size)
+    try:
+        with open(path, "rb") as fh:
+            top, sink, reader = read_pickle_stream(fh, st.st_size, workdir, progress)
+        columns = sink.finish()
+        seg, blk, settings, annotations, extra, layout, ntrace = build_tables(top, sink, reader)
+        ff, fl, fn, so, sf = interned_arrays(sink.interner)
+        traces = {d: DeviceTrace(d, cols, extras) for d, (cols, extras) in columns.items() if len(cols["action"])}
+        if "category" in set().union(*[set(t.columns) for t in traces.values()]) if traces else False:
+            layout = "profiler"
+        snap = Snapshot(path=path, strings=sink.interner.strings, frame_file=ff, frame_line=fl, frame_name=fn,
+                        stack_offsets=so, stack_frames=sf, traces=traces, segments=seg, blocks=blk,
+                        action_names=sink.action_names, category_names=sink.category_names,
+                        allocator_settings=settings, annotations=annotations, extra=extra, layout=layout,
+                        trace_device_count=ntrace)
+        if progress is not None:
+            progress.finish()
+    except BaseException:
+        if workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    if workdir:
+        try:
+            _write_meta(workdir, snap, columns)
+            try:
+                os.rename(workdir, entry)
+            except OSError:
+                # somebody else cached it meanwhile (or the rename is not allowed):
+                # keep using our own columns, which stay valid while mapped.
+                _schedule_cleanup(workdir)
+                return snap
+            # the mapped columns moved with the directory; remap from the new place
+            cached = _load_cached(entry, path)
+            if cached is not None:
+                cached.from_cache = False
+                return cached
+        except OSError:
+            _schedule_cleanup(workdir)
+    return snap
+
+
+def _schedule_cleanup(workdir):
+    # Files stay readable through our maps after unlinking on POSIX.
+    if os.name == "posix":
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _write_meta(workdir, snap: Snapshot, columns):
+    tables = {
+        "frame_file": snap.frame_file, "frame_line": snap.frame_line, "frame_name": snap.frame_name,
+        "stack_offsets": snap.stack_offsets, "stack_frames": snap.stack_frames,
+    }
+    tables.update({f"seg_{k}": v for k, v in snap.segments.items()})
+    tables.update({f"blk_{k}": v for k, v in snap.blocks.items()})
+    with open(os.path.join(workdir, "tables.npz"), "wb") as fh:
+        np.savez(fh, **tables)
+        fh.flush()
+        os.fsync(fh.fileno())
+    meta = {
+        "version": CACHE_VERSION,
+        "devices": {str(d): {"n": len(t), "columns": sorted(t.columns),
+                             "extras": {str(i): v for i, v in t.extras.items()}}
+                    for d, t in snap.traces.items()},
+        "strings": snap.strings,
+        "action_names": snap.action_names,
+        "category_names": snap.category_names,
+        "allocator_settings": snap.allocator_settings,
+        "annotations": snap.annotations,
+        "extra": snap.extra,
+        "layout": snap.layout,
+        "trace_device_count": snap.trace_device_count,
+    }
+    # Devices whose traces were empty left column files behind: drop them.
+    for d, (cols, _) in columns.items():
+        if d not in snap.traces:
+            for k in cols:
+                p = os.path.join(workdir, f"d{d}_{k}.bin")
+                if os.path.exists(p):
+                    os.remove(p)
+    tmp = os.path.join(workdir, "meta.json.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(orjson.dumps(meta, option=orjson.OPT_NON_STR_KEYS))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.rename(tmp, os.path.join(workdir, "meta.json"))   # written last: marks the entry complete
+
+
+def _load_cached(entry: str, path: str) -> Snapshot | None:
+    meta_path = os.path.join(entry, "meta.json")
+    if not os.path.exists(meta_path):
+        if os.path.isdir(entry):
+            shutil.rmtree(entry, ignore_errors=True)
+        return None
+    try:
+        with open(meta_path, "rb") as fh:
+            meta = orjson.loads(fh.read())
+        if meta.get("version") != CACHE_VERSION:
+            raise CorruptError("cache version")
+        with np.load(os.path.join(entry, "tables.npz")) as z:
+            tables = {k: z[k] for k in z.files}
+        traces = {}
+        for d, info in meta["devices"].items():
+            n = int(info["n"])
+            cols = {}
+            for k in info["columns"]:
+                p = os.path.join(entry, f"d{d}_{k}.bin")
+                dt = np.dtype(ALL_COLUMNS[k])
+                if os.path.getsize(p) != n * dt.itemsize:
+                    raise CorruptError("column size")
+                cols[k] = map_column(p, dt, n)
+            traces[int(d)] = DeviceTrace(int(d), cols, {int(i): v for i, v in info["extras"].items()})
+        snap = Snapshot(
+            path=path, strings=meta["strings"], frame_file=tables["frame_file"], frame_line=tables["frame_line"],
+            frame_name=tables["frame_name"], stack_offsets=tables["stack_offsets"],
+            stack_frames=tables["stack_frames"], traces=traces,
+            segments={k: tables[f"seg_{k}"] for k in SEGMENT_COLUMNS},
+            blocks={k: tables[f"blk_{k}"] for k in BLOCK_COLUMNS},
+            action_names=meta["action_names"], category_names=meta["category_names"],
+            allocator_settings=meta["allocator_settings"], annotations=meta["annotations"],
+            extra=meta["extra"], layout=meta["layout"], trace_device_count=meta["trace_device_count"],
+            from_cache=True)
+        _validate(snap)
+        return snap
+    except (OSError, ValueError, KeyError, TypeError, CorruptError, orjson.JSONDecodeError, NotASnapshotError):
+        shutil.rmtree(entry, ignore_errors=True)
+        return None
+
+
+def _validate(snap: Snapshot) -> None:
+    """Cheap consistency checks, so that a damaged cache is rebuilt rather than trusted."""
+    ns = snap.n_stacks
+    nf = len(snap.frame_file)
+    if len(snap.stack_frames) != int(snap.stack_offsets[-1]):
+        raise CorruptError("stack table")
+    if len(snap.stack_frames) and (snap.stack_frames.max() >= nf or snap.stack_frames.min() < 0):
+        raise CorruptError("stack frames")
+    nstr = len(snap.strings)
+    if nf and (max(snap.frame_file.max(), snap.frame_name.max()) >= nstr):
+        raise CorruptError("frame strings")
+    for t in snap.traces.values():
+        st = t.columns["stack"]
+        if len(st) and (int(st.max()) >= ns or int(st.min()) < -1):
+            raise CorruptError("trace stacks")

@@ -1,0 +1,150 @@
+"""Live memory over time, allocation lifetimes and reserved memory, vectorized.
+
+Definitions (DESIGN.md §2): an `alloc` adds its size, a `free_completed` (or the
+legacy `free`) subtracts it. The state at the end of the trace is the snapshot's
+blocks (`active_allocated` and `active_pending_free`, by `requested_size`, which
+is what trace sizes are); replaying the trace backwards from there gives the
+memory live before the trace began. Reserved memory does the same with segments
+and `segment_*` events.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .snapshot import Snapshot
+from .tables import (A_ALLOC, A_FREE, A_FREE_COMPLETED, A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP,
+                     A_SEGMENT_UNMAP, LIVE_BLOCK_STATES)
+
+
+@dataclass
+class LiveModel:
+    device: int
+    n_events: int
+    start_bytes: int
+    end_bytes: int
+    live_after: np.ndarray          # int64[n]: live bytes right after entry i
+    peak_bytes: int
+    peak_index: int                 # entry that reached the peak; -1 if the start is the peak
+    reserved_start: int
+    reserved_end: int
+    reserved_after: np.ndarray      # int64[n]
+    reserved_peak: int
+
+    def live_before(self, i: int) -> int:
+        return self.start_bytes if i <= 0 else int(self.live_after[i - 1])
+
+
+def live_model(snap: Snapshot, device: int) -> LiveModel:
+    t = snap.trace(device)
+    action = np.asarray(t.columns["action"])
+    size = np.asarray(t.columns["size"])
+    n = len(action)
+    blk = snap.device_blocks(device)
+    live_blocks = np.isin(blk["state"], LIVE_BLOCK_STATES)
+    end_bytes = int(blk["requested_size"][live_blocks].sum())
+
+    delta = np.zeros(n, dtype=np.int64)
+    is_alloc = action == A_ALLOC
+    is_free = (action == A_FREE_COMPLETED) | (action == A_FREE)
+    delta[is_alloc] = size[is_alloc]
+    delta[is_free] = -size[is_free]
+    live_after = np.cumsum(delta) if n else np.zeros(0, dtype=np.int64)
+    total = int(live_after[-1]) if n else 0
+    start_bytes = end_bytes - total
+    live_after += start_bytes
+    if n and int(live_after.max()) > start_bytes:
+        peak_index = int(np.argmax(live_after))
+        peak = int(live_after[peak_index])
+    else:
+        peak_index, peak = -1, start_bytes
+
+    seg = snap.device_segments(device)
+    reserved_end = int(seg["total_size"].sum())
+    rdelta = np.zeros(n, dtype=np.int64)
+    up = (action == A_SEGMENT_ALLOC) | (action == A_SEGMENT_MAP)
+    down = (action == A_SEGMENT_FREE) | (action == A_SEGMENT_UNMAP)
+    rdelta[up] = size[up]
+    rdelta[down] = -size[down]
+    reserved_after = np.cumsum(rdelta) if n else np.zeros(0, dtype=np.int64)
+    rtotal = int(reserved_after[-1]) if n else 0
+    reserved_start = reserved_end - rtotal
+    reserved_after += reserved_start
+    reserved_peak = max(reserved_start, int(reserved_after.max()) if n else reserved_start)
+    return LiveModel(device, n, start_bytes, end_bytes, live_after, peak, peak_index,
+                     reserved_start, reserved_end, reserved_after, reserved_peak)
+
+
+@dataclass
+class Allocations:
+    """One row per allocation: `alloc_index` -1 for blocks live before the trace began,
+    `free_index` -1 for blocks still live at the end."""
+    device: int
+    alloc_index: np.ndarray   # int64
+    free_index: np.ndarray    # int64
+    addr: np.ndarray
+    size: np.ndarray
+    stack: np.ndarray         # int32
+    alloc_us: np.ndarray      # -1 when unknown
+    free_us: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.addr)
+
+
+def allocations(snap: Snapshot, device: int) -> Allocations:
+    t = snap.trace(device)
+    action = np.asarray(t.columns["action"])
+    addr = np.asarray(t.columns["addr"])
+    size = np.asarray(t.columns["size"])
+    tus = np.asarray(t.columns["time_us"])
+    stack = np.asarray(t.columns["stack"])
+    ev = np.flatnonzero((action == A_ALLOC) | (action == A_FREE_COMPLETED) | (action == A_FREE))
+    is_alloc_ev = action[ev] == A_ALLOC
+    order = np.lexsort((ev, addr[ev]))          # by address, then time
+    e_sorted = ev[order]
+    a_sorted = is_alloc_ev[order]
+    addr_sorted = addr[e_sorted]
+    same_next = np.zeros(len(e_sorted), dtype=bool)
+    if len(e_sorted) > 1:
+        same_next[:-1] = addr_sorted[:-1] == addr_sorted[1:]
+    # an alloc followed (at the same address) by a free: a closed interval
+    paired = a_sorted & same_next & np.r_[~a_sorted[1:], False]
+    alloc_pos = np.flatnonzero(a_sorted)
+    free_of_alloc = np.full(len(alloc_pos), -1, dtype=np.int64)
+    paired_at = paired[alloc_pos]
+    free_of_alloc[paired_at] = e_sorted[alloc_pos[paired_at] + 1]
+    alloc_idx = e_sorted[alloc_pos]
+    # a free with no alloc before it at that address: the block predates the trace
+    prev_is_alloc = np.zeros(len(e_sorted), dtype=bool)
+    prev_is_alloc[1:] = a_sorted[:-1] & same_next[:-1]
+    pre_free = e_sorted[~a_sorted & ~prev_is_alloc]
+
+    # blocks live at the end with no alloc in the trace that is still live: predate it too
+    blk = snap.device_blocks(device)
+    live_blk = np.isin(blk["state"], (1, 2))
+    still_live_allocs = alloc_idx[free_of_alloc < 0]
+    end_addrs = blk["address"][live_blk]
+    untraced = ~np.isin(end_addrs, addr[still_live_allocs])
+    pre_live_addr = end_addrs[untraced]
+    pre_live_size = blk["requested_size"][live_blk][untraced]
+    pre_live_stack = blk["stack"][live_blk][untraced]
+
+    n_a, n_pf, n_pl = len(alloc_idx), len(pre_free), len(pre_live_addr)
+    order_a = np.argsort(alloc_idx, kind="stable")
+    alloc_idx = alloc_idx[order_a]
+    free_of_alloc = free_of_alloc[order_a]
+
+    def cat(*xs):
+        return np.concatenate([np.asarray(x, dtype=np.int64) for x in xs])
+
+    a_index = cat(np.full(n_pl, -1), np.full(n_pf, -1), alloc_idx)
+    f_index = cat(np.full(n_pl, -1), pre_free, free_of_alloc)
+    out_addr = cat(pre_live_addr, addr[pre_free], addr[alloc_idx])
+    out_size = cat(pre_live_size, size[pre_free], size[alloc_idx])
+    out_stack = np.concatenate([pre_live_stack.astype(np.int32), stack[pre_free].astype(np.int32),
+                                stack[alloc_idx].astype(np.int32)])
+    a_us = cat(np.full(n_pl + n_pf, -1), tus[alloc_idx])
+    f_us = np.where(f_index >= 0, tus[np.maximum(f_index, 0)] if len(tus) else -1, -1)
+    return Allocations(device, a_index, f_index, out_addr, out_size, out_stack, a_us, f_us.astype(np.int64))

@@ -1,0 +1,203 @@
+"""The parsed snapshot: numpy columns per device plus interned frames and stacks."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import NotASnapshotError
+from .tables import ACTIONS, BLOCK_STATES, PROFILER_CATEGORIES
+
+SEGMENT_COLUMNS = {
+    "device": np.int32, "address": np.int64, "total_size": np.int64, "allocated_size": np.int64,
+    "active_size": np.int64, "requested_size": np.int64, "stream": np.int64, "segment_type": np.uint8,
+    "pool_a": np.int64, "pool_b": np.int64, "is_expandable": np.uint8, "stack": np.int32,
+}
+BLOCK_COLUMNS = {
+    "device": np.int32, "segment": np.int32, "address": np.int64, "size": np.int64,
+    "requested_size": np.int64, "state": np.uint8, "stack": np.int32,
+}
+SEGMENT_TYPES = ("small", "large", "other")
+
+
+@dataclass
+class DeviceTrace:
+    """One device's trace: `columns[name][i]` is entry i of `device_traces[device]`."""
+    device: int
+    columns: dict
+    extras: dict = field(default_factory=dict)   # entry index -> rare fields (oom device_free, ...)
+
+    def __len__(self) -> int:
+        return len(self.columns["action"])
+
+    def __getattr__(self, name):
+        cols = self.__dict__.get("columns")
+        if cols is not None and name in cols:
+            return cols[name]
+        raise AttributeError(name)
+
+
+@dataclass
+class Snapshot:
+    path: str
+    strings: list
+    frame_file: np.ndarray
+    frame_line: np.ndarray
+    frame_name: np.ndarray
+    stack_offsets: np.ndarray
+    stack_frames: np.ndarray
+    traces: dict                       # device -> DeviceTrace (only devices with entries)
+    segments: dict                     # column -> array
+    blocks: dict
+    action_names: list = field(default_factory=lambda: list(ACTIONS))
+    category_names: list = field(default_factory=lambda: list(PROFILER_CATEGORIES))
+    allocator_settings: dict | None = None
+    annotations: list = field(default_factory=list)
+    extra: dict = field(default_factory=dict)      # unknown top-level keys, kept
+    layout: str = ""                   # e.g. "dict", "segment-list", "profiler"
+    trace_device_count: int = 0        # len(device_traces)
+    from_cache: bool = False
+
+    # -- devices --------------------------------------------------------------
+    @property
+    def devices(self) -> list[int]:
+        devs = set(self.traces)
+        devs.update(int(d) for d in np.unique(self.segments["device"]))
+        return sorted(devs)
+
+    def trace(self, device: int) -> DeviceTrace:
+        t = self.traces.get(device)
+        if t is None:
+            from .tables import ALL_COLUMNS
+            t = DeviceTrace(device, {k: np.zeros(0, dtype=v) for k, v in
+                                     ALL_COLUMNS.items() if k in ("action", "addr", "size", "stream", "time_us", "stack")})
+        return t
+
+    def device_blocks(self, device: int) -> dict:
+        sel = self.blocks["device"] == device
+        return {k: v[sel] for k, v in self.blocks.items()}
+
+    def device_segments(self, device: int) -> dict:
+        sel = self.segments["device"] == device
+        return {k: v[sel] for k, v in self.segments.items()}
+
+    # -- frames and stacks ---------------------------------------------------------
+    def stack(self, sid: int) -> np.ndarray:
+        """Frame ids of a stack, innermost first (empty for -1 or the empty stack)."""
+        if sid < 0:
+            return self.stack_frames[:0]
+        return self.stack_frames[self.stack_offsets[sid]:self.stack_offsets[sid + 1]]
+
+    def frame(self, fid: int) -> tuple[str, int, str]:
+        return (self.strings[self.frame_file[fid]], int(self.frame_line[fid]), self.strings[self.frame_name[fid]])
+
+    def stack_frames_list(self, sid: int) -> list[tuple[str, int, str]]:
+        return [self.frame(int(f)) for f in self.stack(sid)]
+
+    @property
+    def n_stacks(self) -> int:
+        return len(self.stack_offsets) - 1
+
+    @property
+    def n_events(self) -> int:
+        return sum(len(t) for t in self.traces.values())
+
+
+def build_tables(top, sink, reader):
+    """Turn the small Python parts of the parsed pickle into tables."""
+    if isinstance(top, dict):
+        if "segments" not in top and "device_traces" not in top:
+            raise NotASnapshotError("a pickled dict without 'segments' or 'device_traces': not a memory snapshot")
+        segments = top.get("segments", [])
+        layout = "dict"
+    elif isinstance(top, list):
+        if not all(isinstance(s, dict) and "blocks" in s for s in top):
+            raise NotASnapshotError("a pickled list that is not a list of allocator segments")
+        segments = top
+        layout = "segment-list"
+    else:
+        raise NotASnapshotError(f"a pickled {type(top).__name__}, not a memory snapshot")
+    if not isinstance(segments, list):
+        raise NotASnapshotError("'segments' is not a list")
+    seg_rows = {k: [] for k in SEGMENT_COLUMNS}
+    blk_rows = {k: [] for k in BLOCK_COLUMNS}
+    state_codes = {s: i for i, s in enumerate(BLOCK_STATES)}
+    state_codes["active_awaiting_free"] = 2   # the name in torch's docstring
+    for si, s in enumerate(segments):
+        if not isinstance(s, dict):
+            raise NotASnapshotError("a segment is not a dict")
+        dev = _int(s.get("device"), 0)
+        addr = s.get("address")
+        addr = _int(addr, 0)
+        pool = s.get("segment_pool_id")
+        pa, pb = (pool if isinstance(pool, tuple) and len(pool) == 2 else (-1, -1))
+        stype = s.get("segment_type")
+        seg_rows["device"].append(dev)
+        seg_rows["address"].append(addr)
+        seg_rows["total_size"].append(_int(s.get("total_size"), 0))
+        seg_rows["allocated_size"].append(_int(s.get("allocated_size"), -1))
+        seg_rows["active_size"].append(_int(s.get("active_size"), -1))
+        seg_rows["requested_size"].append(_int(s.get("requested_size"), -1))
+        seg_rows["stream"].append(_int(s.get("stream"), 0))
+        seg_rows["segment_type"].append(SEGMENT_TYPES.index(stype) if stype in SEGMENT_TYPES else 2)
+        seg_rows["pool_a"].append(_int(pa, -1))
+        seg_rows["pool_b"].append(_int(pb, -1))
+        seg_rows["is_expandable"].append(1 if s.get("is_expandable") else 0)
+        seg_rows["stack"].append(sink.stack_of(s.get("frames")) if "frames" in s else -1)
+        blocks = s.get("blocks", [])
+        if not isinstance(blocks, list):
+            raise NotASnapshotError("a segment's blocks are not a list")
+        cursor = addr
+        for b in blocks:
+            if not isinstance(b, dict):
+                raise NotASnapshotError("a block is not a dict")
+            size = _int(b.get("size"), 0)
+            baddr = _int(b.get("address"), cursor) if "address" in b else cursor
+            cursor = baddr + size
+            frames = b.get("frames")
+            hist = b.get("history")
+            if frames is None and isinstance(hist, list) and hist and isinstance(hist[-1], dict):
+                frames = hist[-1].get("frames")      # torch 2.0: frames live in history
+            blk_rows["device"].append(dev)
+            blk_rows["segment"].append(si)
+            blk_rows["address"].append(baddr)
+            blk_rows["size"].append(size)
+            blk_rows["requested_size"].append(_int(b.get("requested_size"), size))
+            blk_rows["state"].append(state_codes.get(b.get("state"), 3))
+            blk_rows["stack"].append(sink.stack_of(frames) if frames is not None else -1)
+    seg_tab = {k: np.asarray(v, dtype=dt) for (k, dt), v in zip(SEGMENT_COLUMNS.items(), seg_rows.values())}
+    blk_tab = {k: np.asarray(v, dtype=dt) for (k, dt), v in zip(BLOCK_COLUMNS.items(), blk_rows.values())}
+
+    settings = annotations = None
+    extra = {}
+    trace_device_count = 0
+    if isinstance(top, dict):
+        from .reader import _jsonable
+        settings = top.get("allocator_settings")
+        settings = _jsonable(settings, sink) if isinstance(settings, dict) else None
+        ann = top.get("external_annotations")
+        annotations = _jsonable(ann, sink) if isinstance(ann, list) else []
+        dt = top.get("device_traces")
+        if dt is not None and not isinstance(dt, list):
+            raise NotASnapshotError("'device_traces' is not a list")
+        trace_device_count = len(dt) if dt is not None else 0
+        for k, v in top.items():
+            if k not in ("segments", "device_traces", "allocator_settings", "external_annotations"):
+                extra[str(k)] = _jsonable(v, sink)
+    return seg_tab, blk_tab, settings, annotations or [], extra, layout, trace_device_count
+
+
+def interned_arrays(interner):
+    offsets = np.zeros(len(interner.stacks) + 1, dtype=np.int64)
+    np.cumsum([len(s) for s in interner.stacks], out=offsets[1:])
+    frames = np.fromiter((f for s in interner.stacks for f in s), dtype=np.int32, count=int(offsets[-1]))
+    return (np.asarray(interner.frame_file, dtype=np.int32), np.asarray(interner.frame_line, dtype=np.int32),
+            np.asarray(interner.frame_name, dtype=np.int32), offsets, frames)
+
+
+def _int(v, default):
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int) and -(1 << 63) <= v < (1 << 63):
+        return v
+    return default

@@ -1,0 +1,149 @@
+"""Interned tables and column sinks shared by the reader and the cache.
+
+Nothing here holds a Python object per trace event: events live in numpy columns,
+frames and stacks are interned once (a frame is `(filename_id, line, name_id)`, a
+stack a tuple of frame ids, innermost first).
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterable
+
+import numpy as np
+
+# Action codes. Unknown future actions are interned after these (kept, not fatal).
+ACTIONS = (
+    "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
+    "segment_map", "segment_unmap", "snapshot", "oom", "free",
+)
+A_ALLOC, A_FREE_REQUESTED, A_FREE_COMPLETED, A_SEGMENT_ALLOC, A_SEGMENT_FREE, \
+    A_SEGMENT_MAP, A_SEGMENT_UNMAP, A_SNAPSHOT, A_OOM, A_FREE = range(len(ACTIONS))
+A_UNKNOWN = 255  # more distinct unknown actions than a uint8 can name
+
+# torch's memory-profiler categories, as found on profiler-converted snapshots.
+PROFILER_CATEGORIES = (
+    "", "parameter", "optimizer_state", "gradient", "activation", "autograd_detail",
+    "temporary", "input", "unknown",
+)
+
+# Block states in segments.
+BLOCK_STATES = ("inactive", "active_allocated", "active_pending_free", "other")
+LIVE_BLOCK_STATES = (1, 2)  # what counts as allocated (torch's allocated_size does the same)
+
+# The base columns of every device trace, and optional ones created on first use.
+TRACE_COLUMNS = {
+    "action": np.uint8, "addr": np.int64, "size": np.int64, "stream": np.int64,
+    "time_us": np.int64, "stack": np.int32,
+}
+OPTIONAL_COLUMNS = {
+    "category": (np.uint8, 0),          # profiler-converted snapshots: torch's own category
+    "compile_context": (np.int32, -1),  # string ids
+    "user_metadata": (np.int32, -1),
+    "forward_stack": (np.int32, -1),    # 2.13 forward_frames
+    "pool_a": (np.int64, -1),           # 2.12 pool_id
+    "pool_b": (np.int64, -1),
+}
+ALL_COLUMNS = {**TRACE_COLUMNS, **{k: v[0] for k, v in OPTIONAL_COLUMNS.items()}}
+
+
+class Interner:
+    """Strings, frames and stacks, each stored once."""
+
+    def __init__(self):
+        self.strings: list[str] = []
+        self._string_ids: dict[str, int] = {}
+        self.frame_file: list[int] = []
+        self.frame_line: list[int] = []
+        self.frame_name: list[int] = []
+        self._frame_ids: dict[tuple, int] = {}
+        self.stacks: list[tuple] = [()]   # stack 0 is the empty stack
+        self._stack_ids: dict[tuple, int] = {(): 0}
+
+    def string(self, s: str) -> int:
+        i = self._string_ids.get(s)
+        if i is None:
+            i = self._string_ids[s] = len(self.strings)
+            self.strings.append(s)
+        return i
+
+    def frame(self, filename, line, name) -> int:
+        fid_key = (self.string(str(filename)), _as_int(line), self.string(str(name)))
+        i = self._frame_ids.get(fid_key)
+        if i is None:
+            i = self._frame_ids[fid_key] = len(self.frame_file)
+            self.frame_file.append(fid_key[0])
+            self.frame_line.append(fid_key[1])
+            self.frame_name.append(fid_key[2])
+        return i
+
+    def frame_of_dict(self, d) -> int:
+        if not isinstance(d, dict):
+            return self.frame("??", 0, repr(type(d).__name__))
+        return self.frame(d.get("filename", "??"), d.get("line", 0), d.get("name", "??"))
+
+    def stack(self, frame_ids: Iterable[int]) -> int:
+        key = tuple(frame_ids)
+        i = self._stack_ids.get(key)
+        if i is None:
+            i = self._stack_ids[key] = len(self.stacks)
+            self.stacks.append(key)
+        return i
+
+
+def _as_int(v) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return 0
+
+
+class ColumnFile:
+    """An append-only column: to a file when we have a directory, else in memory."""
+
+    def __init__(self, dtype, path: str | None):
+        self.dtype = np.dtype(dtype)
+        self.path = path
+        self.n = 0
+        self._chunks: list[np.ndarray] = []
+        self._fh = open(path, "wb") if path else None
+
+    def append(self, arr: np.ndarray) -> None:
+        arr = np.ascontiguousarray(arr, dtype=self.dtype)
+        if not len(arr):
+            return
+        self.n += len(arr)
+        if self._fh is not None:
+            self._fh.write(arr.data)
+        else:
+            self._chunks.append(arr)
+
+    def fill(self, value, count: int) -> None:
+        while count > 0:
+            k = min(count, 1 << 20)
+            self.append(np.full(k, value, dtype=self.dtype))
+            count -= k
+
+    def finish(self) -> np.ndarray:
+        if self._fh is not None:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            self._fh.close()
+            self._fh = None
+            return map_column(self.path, self.dtype, self.n)
+        if not self._chunks:
+            return np.zeros(0, dtype=self.dtype)
+        out = np.concatenate(self._chunks) if len(self._chunks) > 1 else self._chunks[0]
+        self._chunks = []
+        return out
+
+    def discard(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def map_column(path: str, dtype, n: int) -> np.ndarray:
+    """Memory-map a raw column file read-only (an empty file cannot be mapped)."""
+    if n == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r", shape=(n,))
