@@ -71,11 +71,13 @@ class TerminalProgress(Progress):
         self._t0 = time.monotonic()
         self._delay = delay
         self._drawn = False
+        try:
+            self._tty = self._stream.isatty()
+        except (AttributeError, ValueError):
+            self._tty = False
 
     def _draw(self, label: str, done: float, total: float) -> None:
-        if time.monotonic() - self._t0 < self._delay and done < total:
-            return
-        if not self._stream.isatty() and done < total:
+        if not self._tty or (time.monotonic() - self._t0 < self._delay and not self._drawn):
             return
         frac = 0.0 if total <= 0 else min(1.0, done / total)
         width = 30

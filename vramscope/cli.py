@@ -1,0 +1,203 @@
+"""`vramscope` command line (DESIGN.md §6; scripts depend on it).
+
+Verbs are thin: they parse arguments, call the one query API
+(`vramscope.parsers.open_snapshot` then `vramscope.classifiers.analyze`) and
+format. Exit codes: 0 success, 2 usage error, 3 bad input, 130 interrupted.
+Every error is one line on stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+EXIT_OK, EXIT_USAGE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 2, 3, 130
+VERBS = ("summary", "allocations", "report", "view", "export")
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse would print the usage too)
+        raise UsageError(message)
+
+
+def fmt_bytes(n) -> str:
+    """Readable units: 1.50 GiB, 12.0 MiB, 512 B."""
+    if n is None:
+        return "-"
+    n = float(n)
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            v = n / scale
+            return f"{sign}{v:.2f} {unit}" if v < 100 else f"{sign}{v:.1f} {unit}"
+    return f"{sign}{int(n)} B"
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="vramscope", description="PyTorch CUDA memory snapshots: categories, peaks, leaks, OOMs.")
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = p.add_subparsers(dest="verb", parser_class=_Parser)
+
+    s = sub.add_parser("summary", help="per-device summary: peak, categories, iterations, leaks, OOMs")
+    s.add_argument("file")
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.add_argument("--device", type=int, help="only this device")
+    s.add_argument("--no-cache", action="store_true", help="do not read or write the column cache")
+
+    a = sub.add_parser("allocations", help="one row per allocation")
+    a.add_argument("file")
+    a.add_argument("--csv", action="store_true", help="CSV on stdout (the default and only format)")
+    a.add_argument("--device", type=int)
+    a.add_argument("--no-cache", action="store_true")
+
+    r = sub.add_parser("report", help="Markdown + PNG + JSON report for a bug report")
+    r.add_argument("file")
+    r.add_argument("-o", "--output", required=True, help="output directory")
+    r.add_argument("--device", type=int)
+    r.add_argument("--redact-paths", action="store_true", help="keep only file basenames in stacks")
+    r.add_argument("--no-cache", action="store_true")
+
+    v = sub.add_parser("view", help="open the desktop viewer")
+    v.add_argument("file", nargs="?")
+    v.add_argument("--screenshot", metavar="OUT.png", help="render the window offscreen to a PNG and exit")
+    v.add_argument("--device", type=int)
+    v.add_argument("--no-cache", action="store_true")
+    return p
+
+
+def _open(path, no_cache=False):
+    from .parsers import TerminalProgress, open_snapshot
+    progress = TerminalProgress()
+    try:
+        return open_snapshot(path, progress=progress, use_cache=not no_cache)
+    finally:
+        progress.close()
+
+
+def _analyze(path, no_cache=False):
+    from .classifiers import analyze
+    return analyze(_open(path, no_cache))
+
+
+def _check_device(an, device):
+    if device is not None and device not in an.devices:
+        devs = ", ".join(str(d) for d in an.devices) or "none"
+        raise UsageError(f"no device {device} in {an.snapshot.path} (devices with data: {devs})")
+
+
+def cmd_summary(args) -> int:
+    import orjson
+    from .classifiers import summary_dict
+    an = _analyze(args.file, args.no_cache)
+    _check_device(an, args.device)
+    summary = summary_dict(an, args.device)
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+        sys.stdout.buffer.write(b"\n")
+        return EXIT_OK
+    out = [f"{os.path.basename(args.file)}"]
+    if not summary["devices"]:
+        out.append("  no allocations recorded (empty snapshot)")
+    for d in summary["devices"]:
+        pk = d["peak"]
+        out.append(f"device {d['device']}: {d['entries']:,} trace entries, {d['allocations']:,} allocations")
+        when = "at the start of the trace" if pk["index"] < 0 else f"at entry {pk['index']:,}"
+        out.append(f"  peak live      {fmt_bytes(pk['bytes'])} ({pk['bytes']:,} B) {when}, type {pk['type']}")
+        for cat, b in sorted(pk["by_category"].items(), key=lambda kv: -kv[1]):
+            out.append(f"    {cat:<13} {fmt_bytes(b):>11}")
+        out.append(f"  live at start  {fmt_bytes(d['start_live_bytes'])}, at end {fmt_bytes(d['end_live_bytes'])}")
+        out.append(f"  reserved peak  {fmt_bytes(d['reserved_peak_bytes'])}")
+        out.append(f"  iterations     {len(d['iterations'])}")
+        if d["leaks"]:
+            for lk in d["leaks"]:
+                out.append(f"  LEAK           {fmt_bytes(lk.get('bytes_per_iteration'))}/iteration  {lk.get('where', '')}")
+        else:
+            out.append("  leaks          none found")
+        for o in d["ooms"]:
+            out.append(f"  OOM            requested {fmt_bytes(o['requested'])}, device free {fmt_bytes(o['device_free'])}")
+            if o.get("suggestion"):
+                out.append(f"                 next step: {o['suggestion']}")
+    print("\n".join(out))
+    return EXIT_OK
+
+
+def cmd_allocations(args) -> int:
+    import numpy as np
+    from .classifiers import CATEGORIES
+    an = _analyze(args.file, args.no_cache)
+    _check_device(an, args.device)
+    w = sys.stdout.write
+    w("device,index,addr,size,alloc_us,free_us,category,rule\n")
+    for dev, da in an.devices.items():
+        if args.device is not None and dev != args.device:
+            continue
+        a = da.allocs
+        cats = np.asarray(CATEGORIES, dtype=object)[da.category]
+        rules = np.asarray(an.rule_names, dtype=object)[da.rule]
+        step = 65536
+        for s in range(0, len(a), step):
+            e = min(len(a), s + step)
+            rows = zip(a.alloc_index[s:e].tolist(), a.addr[s:e].tolist(), a.size[s:e].tolist(),
+                       a.alloc_us[s:e].tolist(), a.free_us[s:e].tolist(), cats[s:e], rules[s:e])
+            w("".join(f"{dev},{i},{ad},{sz},{au},{fu},{c},{r}\n" for i, ad, sz, au, fu, c, r in rows))
+    return EXIT_OK
+
+
+def cmd_report(args) -> int:
+    from .report import write_report
+    an = _analyze(args.file, args.no_cache)
+    _check_device(an, args.device)
+    paths = write_report(an, args.output, device=args.device, redact_paths=args.redact_paths)
+    for p in paths:
+        print(p)
+    return EXIT_OK
+
+
+def cmd_view(args) -> int:
+    try:
+        from .viewer.app import run_viewer
+    except ImportError as e:
+        raise UsageError(f"the viewer needs PySide6 and pyqtgraph ({e})") from None
+    return run_viewer(args.file, screenshot=args.screenshot, device=args.device, use_cache=not args.no_cache)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `vramscope FILE` opens the viewer.
+    if argv and not argv[0].startswith("-") and argv[0] not in VERBS:
+        argv = ["view"] + argv
+    from .parsers import Cancelled, SnapshotError
+    try:
+        args = _build_parser().parse_args(argv)
+        if args.version:
+            from . import __version__
+            print(f"vramscope {__version__}")
+            return EXIT_OK
+        if args.verb is None:
+            args = _build_parser().parse_args(["view"])
+        handler = {"summary": cmd_summary, "allocations": cmd_allocations, "report": cmd_report,
+                   "view": cmd_view}[args.verb]
+        return handler(args)
+    except UsageError as e:
+        print(f"vramscope: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except SnapshotError as e:
+        print(f"vramscope: {e.one_line()}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (KeyboardInterrupt, Cancelled):
+        print("vramscope: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        try:
+            sys.stdout = None
+        finally:
+            return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
