@@ -26,7 +26,7 @@ from .reader import read_pickle_stream
 from .snapshot import BLOCK_COLUMNS, SEGMENT_COLUMNS, DeviceTrace, Snapshot, build_tables, interned_arrays
 from .tables import ALL_COLUMNS, map_column
 
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 _HASH_SPAN = 1 << 16
 
 
@@ -97,10 +97,13 @@ def _parse(path, st, root, entry, progress):
         with open(path, "rb") as fh:
             top, sink, reader = read_pickle_stream(fh, st.st_size, workdir, progress)
         columns = sink.finish()
-        seg, blk, settings, annotations, extra, layout, ntrace = build_tables(top, sink, reader)
+        try:
+            seg, blk, settings, annotations, extra, layout, ntrace = build_tables(top, sink, reader)
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as e:
+            raise NotASnapshotError(f"segments are malformed ({type(e).__name__})") from None
         ff, fl, fn, so, sf = interned_arrays(sink.interner)
         traces = {d: DeviceTrace(d, cols, extras) for d, (cols, extras) in columns.items() if len(cols["action"])}
-        if "category" in set().union(*[set(t.columns) for t in traces.values()]) if traces else False:
+        if any("category" in t.columns for t in traces.values()):
             layout = "profiler"
         snap = Snapshot(path=path, strings=sink.interner.strings, frame_file=ff, frame_line=fl, frame_name=fn,
                         stack_offsets=so, stack_frames=sf, traces=traces, segments=seg, blocks=blk,

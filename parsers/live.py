@@ -27,10 +27,10 @@ class LiveModel:
     live_after: np.ndarray          # int64[n]: live bytes right after entry i
     peak_bytes: int
     peak_index: int                 # entry that reached the peak; -1 if the start is the peak
-    reserved_start: int
-    reserved_end: int
-    reserved_after: np.ndarray      # int64[n]
-    reserved_peak: int
+    reserved_start: int | None      # None: the snapshot has no allocator segments (profiler-converted)
+    reserved_end: int | None
+    reserved_after: np.ndarray | None   # int64[n]
+    reserved_peak: int | None
 
     def live_before(self, i: int) -> int:
         return self.start_bytes if i <= 0 else int(self.live_after[i - 1])
@@ -45,12 +45,15 @@ def live_model(snap: Snapshot, device: int) -> LiveModel:
     live_blocks = np.isin(blk["state"], LIVE_BLOCK_STATES)
     end_bytes = int(blk["requested_size"][live_blocks].sum())
 
-    delta = np.zeros(n, dtype=np.int64)
-    is_alloc = action == A_ALLOC
-    is_free = (action == A_FREE_COMPLETED) | (action == A_FREE)
-    delta[is_alloc] = size[is_alloc]
-    delta[is_free] = -size[is_free]
-    live_after = np.cumsum(delta) if n else np.zeros(0, dtype=np.int64)
+    # live_after is built in place: one int64 array, no temporaries of that size
+    live_after = np.zeros(n, dtype=np.int64)
+    sel = action == A_ALLOC
+    np.copyto(live_after, size, where=sel)
+    np.equal(action, A_FREE_COMPLETED, out=sel)
+    sel |= action == A_FREE
+    np.negative(size, out=live_after, where=sel)
+    del sel
+    np.cumsum(live_after, out=live_after)
     total = int(live_after[-1]) if n else 0
     start_bytes = end_bytes - total
     live_after += start_bytes
@@ -62,16 +65,19 @@ def live_model(snap: Snapshot, device: int) -> LiveModel:
 
     seg = snap.device_segments(device)
     reserved_end = int(seg["total_size"].sum())
-    rdelta = np.zeros(n, dtype=np.int64)
+    reserved_after = np.zeros(n, dtype=np.int64)
     up = (action == A_SEGMENT_ALLOC) | (action == A_SEGMENT_MAP)
-    down = (action == A_SEGMENT_FREE) | (action == A_SEGMENT_UNMAP)
-    rdelta[up] = size[up]
-    rdelta[down] = -size[down]
-    reserved_after = np.cumsum(rdelta) if n else np.zeros(0, dtype=np.int64)
+    np.copyto(reserved_after, size, where=up)
+    up = (action == A_SEGMENT_FREE) | (action == A_SEGMENT_UNMAP)
+    np.negative(size, out=reserved_after, where=up)
+    del up
+    np.cumsum(reserved_after, out=reserved_after)
     rtotal = int(reserved_after[-1]) if n else 0
     reserved_start = reserved_end - rtotal
     reserved_after += reserved_start
     reserved_peak = max(reserved_start, int(reserved_after.max()) if n else reserved_start)
+    if snap.layout == "profiler":
+        reserved_start = reserved_end = reserved_peak = reserved_after = None
     return LiveModel(device, n, start_bytes, end_bytes, live_after, peak, peak_index,
                      reserved_start, reserved_end, reserved_after, reserved_peak)
 
@@ -94,36 +100,45 @@ class Allocations:
 
 
 def allocations(snap: Snapshot, device: int) -> Allocations:
+    """Pair each `alloc` with the `free_completed` that ends it (same address, next
+    event there), vectorized: sort alloc/free events by (address, time)."""
     t = snap.trace(device)
     action = np.asarray(t.columns["action"])
     addr = np.asarray(t.columns["addr"])
     size = np.asarray(t.columns["size"])
     tus = np.asarray(t.columns["time_us"])
     stack = np.asarray(t.columns["stack"])
-    ev = np.flatnonzero((action == A_ALLOC) | (action == A_FREE_COMPLETED) | (action == A_FREE))
-    is_alloc_ev = action[ev] == A_ALLOC
-    order = np.lexsort((ev, addr[ev]))          # by address, then time
+    idx_t = np.int32 if len(action) < (1 << 31) else np.int64
+    ev = np.flatnonzero((action == A_ALLOC) | (action == A_FREE_COMPLETED) | (action == A_FREE)).astype(idx_t)
+    ev_addr = addr[ev]
+    order = np.lexsort((ev, ev_addr))           # by address, then time
     e_sorted = ev[order]
-    a_sorted = is_alloc_ev[order]
-    addr_sorted = addr[e_sorted]
+    addr_sorted = ev_addr[order]
+    del order, ev_addr, ev
+    a_sorted = action[e_sorted] == A_ALLOC
     same_next = np.zeros(len(e_sorted), dtype=bool)
     if len(e_sorted) > 1:
-        same_next[:-1] = addr_sorted[:-1] == addr_sorted[1:]
+        np.equal(addr_sorted[:-1], addr_sorted[1:], out=same_next[:-1])
+    del addr_sorted
     # an alloc followed (at the same address) by a free: a closed interval
-    paired = a_sorted & same_next & np.r_[~a_sorted[1:], False]
+    paired = a_sorted & same_next
+    paired[:-1] &= ~a_sorted[1:]
+    paired[-1:] = False
     alloc_pos = np.flatnonzero(a_sorted)
     free_of_alloc = np.full(len(alloc_pos), -1, dtype=np.int64)
     paired_at = paired[alloc_pos]
     free_of_alloc[paired_at] = e_sorted[alloc_pos[paired_at] + 1]
     alloc_idx = e_sorted[alloc_pos]
+    del paired, paired_at, alloc_pos
     # a free with no alloc before it at that address: the block predates the trace
     prev_is_alloc = np.zeros(len(e_sorted), dtype=bool)
     prev_is_alloc[1:] = a_sorted[:-1] & same_next[:-1]
-    pre_free = e_sorted[~a_sorted & ~prev_is_alloc]
+    pre_free = np.sort(e_sorted[~a_sorted & ~prev_is_alloc])
+    del prev_is_alloc, a_sorted, same_next, e_sorted
 
     # blocks live at the end with no alloc in the trace that is still live: predate it too
     blk = snap.device_blocks(device)
-    live_blk = np.isin(blk["state"], (1, 2))
+    live_blk = np.isin(blk["state"], LIVE_BLOCK_STATES)
     still_live_allocs = alloc_idx[free_of_alloc < 0]
     end_addrs = blk["address"][live_blk]
     untraced = ~np.isin(end_addrs, addr[still_live_allocs])
@@ -131,10 +146,11 @@ def allocations(snap: Snapshot, device: int) -> Allocations:
     pre_live_size = blk["requested_size"][live_blk][untraced]
     pre_live_stack = blk["stack"][live_blk][untraced]
 
-    n_a, n_pf, n_pl = len(alloc_idx), len(pre_free), len(pre_live_addr)
+    n_pf, n_pl = len(pre_free), len(pre_live_addr)
     order_a = np.argsort(alloc_idx, kind="stable")
     alloc_idx = alloc_idx[order_a]
     free_of_alloc = free_of_alloc[order_a]
+    del order_a
 
     def cat(*xs):
         return np.concatenate([np.asarray(x, dtype=np.int64) for x in xs])
@@ -146,5 +162,7 @@ def allocations(snap: Snapshot, device: int) -> Allocations:
     out_stack = np.concatenate([pre_live_stack.astype(np.int32), stack[pre_free].astype(np.int32),
                                 stack[alloc_idx].astype(np.int32)])
     a_us = cat(np.full(n_pl + n_pf, -1), tus[alloc_idx])
-    f_us = np.where(f_index >= 0, tus[np.maximum(f_index, 0)] if len(tus) else -1, -1)
-    return Allocations(device, a_index, f_index, out_addr, out_size, out_stack, a_us, f_us.astype(np.int64))
+    f_us = np.full(len(f_index), -1, dtype=np.int64)
+    has_free = f_index >= 0
+    f_us[has_free] = tus[f_index[has_free]]
+    return Allocations(device, a_index, f_index, out_addr, out_size, out_stack, a_us, f_us)

@@ -40,7 +40,7 @@ MAX_STRING = 16 << 20        # one string
 MAX_STACK = 200_000          # items on one level of the pickle stack (torch batches 1000)
 MAX_MARK_DEPTH = 512         # nesting of MARKs (real files: < 10)
 MAX_LONG_BYTES = 1024
-CHUNK = 8 << 20              # bytes read at a time
+CHUNK = 4 << 20              # bytes read at a time
 PAD = 16                     # zero bytes after the data so vector reads never run off
 _MARGIN = 1100               # bytes kept ahead of the interpreter: covers every fixed-size opcode
 
@@ -368,7 +368,7 @@ class _FastPath:
         else:
             self._penalty = 1
             if n == len(c):
-                self._batch = min(self._batch * 4, 65536)
+                self._batch = min(self._batch * 4, 16384)
         return end_pos if n else p0
 
     def _decode(self, c: np.ndarray, device: int):
@@ -633,7 +633,7 @@ class _Reader:
         self.win8 = None
         self.memo: dict[int, object] = {}
         self.memo_count = 0
-        self.memo_fast = np.full(1024, -1, dtype=np.int64)
+        self.memo_fast = np.full(1024, -1, dtype=np.int32)
         self.key_memo: dict[str, int] = {}
         self.stack_by_bytes: dict[bytes, int] = {}
         self._frame_of_memo: dict[int, int] = {}
@@ -665,7 +665,7 @@ class _Reader:
 
     def grow_memo_fast(self, count: int) -> None:
         if count > len(self.memo_fast):
-            new = np.full(max(count, 2 * len(self.memo_fast)), -1, dtype=np.int64)
+            new = np.full(max(count, 2 * len(self.memo_fast)), -1, dtype=np.int32)
             new[:len(self.memo_fast)] = self.memo_fast
             self.memo_fast = new
 
@@ -1051,6 +1051,10 @@ def read_pickle_stream(fh: BinaryIO, size: int, directory: str | None, progress:
     except MemoryError:
         sink.discard()
         raise LimitError("the file asks for more memory than this machine has") from None
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, UnicodeError) as e:
+        # Untrusted bytes that slipped past the structural checks: still bad input.
+        sink.discard()
+        raise CorruptError(f"malformed pickle ({type(e).__name__})") from None
     except BaseException:
         sink.discard()
         raise

@@ -165,6 +165,11 @@ def build_tables(top, sink, reader):
             blk_rows["requested_size"].append(_int(b.get("requested_size"), size))
             blk_rows["state"].append(state_codes.get(b.get("state"), 3))
             blk_rows["stack"].append(sink.stack_of(frames) if frames is not None else -1)
+    if segments and all(isinstance(s, dict) and "segment_type" not in s and "allocated_size" not in s
+                        for s in segments):
+        # torch.cuda._memory_viz._profile_to_snapshot writes one pseudo-segment per
+        # device spanning the addresses it saw: no allocator state to speak of.
+        layout = "profiler"
     seg_tab = {k: np.asarray(v, dtype=dt) for (k, dt), v in zip(SEGMENT_COLUMNS.items(), seg_rows.values())}
     blk_tab = {k: np.asarray(v, dtype=dt) for (k, dt), v in zip(BLOCK_COLUMNS.items(), blk_rows.values())}
 

@@ -111,7 +111,10 @@ def cmd_summary(args) -> int:
         for cat, b in sorted(pk["by_category"].items(), key=lambda kv: -kv[1]):
             out.append(f"    {cat:<13} {fmt_bytes(b):>11}")
         out.append(f"  live at start  {fmt_bytes(d['start_live_bytes'])}, at end {fmt_bytes(d['end_live_bytes'])}")
-        out.append(f"  reserved peak  {fmt_bytes(d['reserved_peak_bytes'])}")
+        if d["reserved_peak_bytes"] is None:
+            out.append("  reserved peak  unknown (profiler-converted snapshot: no allocator segments)")
+        else:
+            out.append(f"  reserved peak  {fmt_bytes(d['reserved_peak_bytes'])}")
         out.append(f"  iterations     {len(d['iterations'])}")
         if d["leaks"]:
             for lk in d["leaks"]:

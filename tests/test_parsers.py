@@ -1,0 +1,259 @@
+"""The parser on real snapshots, re-pickled variants and the column cache."""
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from vramscope.parsers import Cancelled, Progress, SnapshotError, live_model, open_snapshot, allocations
+from vramscope.parsers.cache import cache_root
+
+from helpers import (GROUNDTRUTH, NOT_A_SNAPSHOT, REAL_PEAKS, REPO, SHARED, env_without_cache, load_trusted,
+                     needs_shared, reference_peaks, shared)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("VRAMSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _peaks(snap) -> dict:
+    return {d: live_model(snap, d).peak_bytes for d in snap.devices}
+
+
+@needs_shared
+@pytest.mark.parametrize("name", sorted(REAL_PEAKS))
+def test_real_snapshot_peaks_match_readme(name):
+    snap = open_snapshot(shared(name))
+    assert _peaks(snap) == REAL_PEAKS[name]
+
+
+def _assert_same_as_pickle(snap, obj):
+    """Every trace column and every stack equals what pickle.load gives."""
+    traces = obj.get("device_traces", []) if isinstance(obj, dict) else []
+    for dev, trace in enumerate(traces):
+        t = snap.trace(dev)
+        assert len(t) == len(trace)
+        if not trace:
+            continue
+        assert [snap.action_names[a] for a in t.action] == [e["action"] for e in trace]
+        assert t.addr.tolist() == [e.get("addr", 0) for e in trace]
+        assert t.size.tolist() == [e["size"] for e in trace]
+        assert t.stream.tolist() == [e.get("stream", 0) for e in trace]
+        assert t.time_us.tolist() == [e.get("time_us", -1) for e in trace]
+        for i, e in enumerate(trace):
+            if "frames" in e:
+                want = [(f["filename"], f["line"], f["name"]) for f in e["frames"]]
+                assert snap.stack_frames_list(int(t.stack[i])) == want, i
+            else:
+                assert t.stack[i] == -1
+
+
+@needs_shared
+@pytest.mark.parametrize("name", sorted(REAL_PEAKS))
+def test_real_snapshot_columns_equal_pickle_load(name):
+    _assert_same_as_pickle(open_snapshot(shared(name)), load_trusted(shared(name)))
+
+
+@pytest.mark.parametrize("path", sorted(GROUNDTRUTH.glob("*.pickle")) + [REPO / "assets" / "example.pickle"],
+                         ids=lambda p: p.name)
+def test_profiler_converted_snapshots_equal_pickle_load(path):
+    snap = open_snapshot(str(path))
+    obj = load_trusted(path)
+    _assert_same_as_pickle(snap, obj)
+    assert _peaks(snap) == reference_peaks(obj)
+    assert snap.layout == "profiler"
+    assert live_model(snap, snap.devices[0]).reserved_peak is None  # torch's pseudo-segment is not reserved memory
+
+
+def test_profiler_categories_are_kept():
+    path = GROUNDTRUTH / "transformer_adamw.with_category.pickle"
+    snap = open_snapshot(str(path))
+    obj = load_trusted(path)
+    t = snap.trace(0)
+    got = [snap.category_names[c] if c else None for c in t.category]
+    assert got == [e.get("category") for e in obj["device_traces"][0]]
+    assert {"parameter", "optimizer_state", "gradient", "activation"} <= set(got)
+
+
+@needs_shared
+@pytest.mark.parametrize("protocol", [2, 3, 5])
+def test_repickled_protocols_give_the_same_figures(tmp_path, protocol):
+    name = "kkaitlyn111+cs336-a2-systems__memory_files_memory_ctx128_fullstep.pickle"
+    obj = load_trusted(shared(name))
+    path = tmp_path / f"p{protocol}.pickle"
+    path.write_bytes(pickle.dumps(obj, protocol=protocol))
+    snap = open_snapshot(str(path))
+    assert _peaks(snap) == REAL_PEAKS[name]
+    _assert_same_as_pickle(snap, obj)
+
+
+@needs_shared
+def test_not_a_snapshot_is_refused_with_exit_3():
+    r = subprocess.run([sys.executable, "-m", "vramscope", "summary", shared(NOT_A_SNAPSHOT)],
+                       capture_output=True, text=True, env=env_without_cache())
+    assert r.returncode == 3
+    assert r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not a memory snapshot" in lines[0]
+
+
+@needs_shared
+def test_summary_json_contract():
+    name = "JasperSolt+EoR_NN__snapshot.pickle"
+    r = subprocess.run([sys.executable, "-m", "vramscope", "summary", shared(name), "--json"],
+                       capture_output=True, env=env_without_cache())
+    assert r.returncode == 0, r.stderr
+    doc = orjson.loads(r.stdout)
+    assert doc["file"].endswith(name)
+    (dev,) = doc["devices"]
+    assert dev["device"] == 0
+    assert dev["entries"] == 5803 and dev["allocations"] == 1935
+    assert dev["peak"]["bytes"] == 108258676
+    assert dev["peak"]["index"] >= 0
+    # `index` is the position in device_traces[0] of the alloc that reached the peak
+    obj = load_trusted(shared(name))
+    assert obj["device_traces"][0][dev["peak"]["index"]]["action"] == "alloc"
+    assert dev["peak"]["time_us"] == obj["device_traces"][0][dev["peak"]["index"]]["time_us"]
+    for key in ("type", "by_category"):
+        assert key in dev["peak"]
+    for key in ("start_live_bytes", "end_live_bytes", "reserved_peak_bytes", "iterations", "leaks", "ooms"):
+        assert key in dev
+    assert sum(dev["peak"]["by_category"].values()) == dev["peak"]["bytes"]
+
+
+@needs_shared
+def test_summary_device_option():
+    name = "Muduard+LayoutEditing__memory_snapshot.pkl"
+    ok = subprocess.run([sys.executable, "-m", "vramscope", "summary", shared(name), "--json", "--device", "1"],
+                        capture_output=True, env=env_without_cache())
+    assert ok.returncode == 0
+    assert [d["device"] for d in orjson.loads(ok.stdout)["devices"]] == [1]
+    bad = subprocess.run([sys.executable, "-m", "vramscope", "summary", shared(name), "--device", "0"],
+                         capture_output=True, text=True, env=env_without_cache())
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_usage_errors_exit_2():
+    r = subprocess.run([sys.executable, "-m", "vramscope", "summary"], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+@needs_shared
+def test_allocation_intervals_account_for_every_byte():
+    """Live bytes from the allocation table equal the live-memory curve at every event."""
+    name = "kkaitlyn111+cs336-a2-systems__memory_files_memory_ctx128_fullstep.pickle"
+    snap = open_snapshot(shared(name))
+    m = live_model(snap, 0)
+    a = allocations(snap, 0)
+    n = m.n_events
+    delta = np.zeros(n + 1, dtype=np.int64)
+    start = a.alloc_index < 0
+    np.add.at(delta, np.where(start, 0, a.alloc_index + 1), a.size)
+    freed = a.free_index >= 0
+    np.add.at(delta, a.free_index[freed] + 1, -a.size[freed])
+    curve = np.cumsum(delta)
+    assert curve[0] == m.start_bytes
+    assert np.array_equal(curve[1:], m.live_after)
+
+
+# --------------------------------------------------------------------------- cache
+
+def test_cache_reopen_is_from_cache_and_identical():
+    path = str(GROUNDTRUTH / "mlp_adamw.pickle")
+    first = open_snapshot(path)
+    second = open_snapshot(path)
+    assert not first.from_cache and second.from_cache
+    for col in ("action", "addr", "size", "time_us", "stack"):
+        assert np.array_equal(first.trace(0).columns[col], second.trace(0).columns[col])
+    assert first.strings == second.strings
+    assert _peaks(first) == _peaks(second)
+
+
+def _only_entry():
+    root = cache_root()
+    entries = [p for p in Path(root).iterdir() if not p.name.startswith(".")]
+    assert len(entries) == 1
+    return entries[0]
+
+
+def test_changed_file_is_reparsed(tmp_path):
+    src = load_trusted(GROUNDTRUTH / "sgd_accum.pickle")
+    path = tmp_path / "s.pickle"
+    path.write_bytes(pickle.dumps(src))
+    a = open_snapshot(str(path))
+    src["device_traces"][0] = src["device_traces"][0][: len(src["device_traces"][0]) // 2]
+    path.write_bytes(pickle.dumps(src))
+    os.utime(path, ns=(1, 1))   # even with an old mtime, size and content differ
+    b = open_snapshot(str(path))
+    assert not b.from_cache
+    assert len(b.trace(0)) == len(a.trace(0)) // 2
+
+
+@pytest.mark.parametrize("damage", ["truncate_column", "drop_meta", "garbage_meta", "bad_stack_ids"])
+def test_damaged_cache_is_rebuilt(damage):
+    path = str(GROUNDTRUTH / "mlp_adamw.pickle")
+    good = _peaks(open_snapshot(path))
+    entry = _only_entry()
+    if damage == "truncate_column":
+        col = entry / "d0_size.bin"
+        col.write_bytes(col.read_bytes()[:-8])
+    elif damage == "drop_meta":   # what a crash half-way through writing looks like
+        (entry / "meta.json").unlink()
+    elif damage == "garbage_meta":
+        (entry / "meta.json").write_bytes(b"{not json")
+    else:
+        col = entry / "d0_stack.bin"
+        col.write_bytes(np.full(len(col.read_bytes()) // 4, 10**8, dtype=np.int32).tobytes())
+    again = open_snapshot(path)
+    assert not again.from_cache
+    assert _peaks(again) == good
+    assert open_snapshot(path).from_cache   # and the rebuilt entry is good
+
+
+def test_unwritable_cache_dir_still_opens(tmp_path, monkeypatch):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("VRAMSCOPE_CACHE_DIR", str(blocker / "cache"))
+    snap = open_snapshot(str(GROUNDTRUTH / "mlp_adamw.pickle"))
+    assert len(snap.trace(0)) > 0
+
+
+def test_cancel_leaves_no_cache_behind():
+    p = Progress()
+    p.cancel()
+    with pytest.raises(Cancelled):
+        open_snapshot(str(GROUNDTRUTH / "transformer_adamw.pickle"), progress=p)
+    root = Path(cache_root())
+    assert not root.exists() or not any(root.iterdir())
+
+
+def test_progress_reports_bytes():
+    seen = []
+    p = Progress(lambda label, done, total: seen.append((done, total)), min_interval=0)
+    path = GROUNDTRUTH / "transformer_adamw.pickle"
+    open_snapshot(str(path), progress=p)
+    assert seen and seen[-1][0] == seen[-1][1] == path.stat().st_size
+
+
+# --------------------------------------------------------------------------- layering
+
+def test_parsers_and_classifiers_import_no_qt():
+    code = ("import sys, vramscope.parsers, vramscope.classifiers, vramscope.cli\n"
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('PySide6', 'pyqtgraph', 'PyQt5', 'PyQt6', 'shiboken6')]\n"
+            "print(bad)\n"
+            "sys.exit(1 if bad else 0)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for folder in ("parsers", "classifiers"):
+        for src in (REPO / folder).rglob("*.py"):
+            text = src.read_text()
+            for qt in ("PySide6", "pyqtgraph", "PyQt"):
+                assert f"import {qt}" not in text and f"from {qt}" not in text, src
