@@ -57,10 +57,11 @@ _KNOWN_ENTRY_KEYS = ("action", "addr", "size", "stream", "time_us", "frames",
 _FAST_KINDS = {
     "action": "str", "addr": "int", "size": "int", "stream": "int", "time_us": "int",
     "frames": "list", "forward_frames": "list", "compile_context": "str",
-    "user_metadata": "str", "category": "str",
+    "user_metadata": "str", "category": "str", "pool_id": "tuple2",
 }
 
 _MARK = object()
+_POOL_BASE = -(1 << 30)   # memo_fast codes at or below this name a pool tuple
 
 
 class _StackRef:
@@ -300,12 +301,56 @@ def _memo_ref_bytes(idx: int) -> bytes:
     return bytes((_OP_H, idx)) if idx < 256 else bytes((_OP_JJ,)) + struct.pack("<I", idx)
 
 
+def _merge_shapes(old: tuple | None, new: tuple) -> tuple:
+    """One key order covering both shapes (every key after the first is optional),
+    or just `new` when the two disagree on order or on the first key."""
+    if not old or old[0] != new[0]:
+        return new
+    merged = list(old)
+    prev = 0
+    for key in new:
+        if key in merged:
+            prev = merged.index(key)
+        else:
+            prev += 1
+            merged.insert(prev, key)
+    order = [merged.index(k) for k in new]
+    if order != sorted(order):
+        return new
+    return tuple(merged)
+
+
+def _decode_ints(arr, win8, pos):
+    """Decode the int opcode at each of `pos` (BININT1/BININT2/BININT/LONG1 up to 8
+    bytes): returns (values int64, widths in bytes, which ones were ints)."""
+    op = arr[pos]
+    u1 = win8[pos + 1]
+    n = arr[pos + 1].astype(np.int64)
+    is_k = op == _OP_K
+    is_m = op == _OP_M
+    is_j = op == _OP_J
+    is_l = (op == _OP_LONG1) & (n <= 8)
+    val = np.zeros(len(pos), dtype=np.int64)
+    val = np.where(is_k, (u1 & np.uint64(0xFF)).astype(np.int64), val)
+    val = np.where(is_m, (u1 & np.uint64(0xFFFF)).astype(np.int64), val)
+    val = np.where(is_j, (u1 & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32).astype(np.int64), val)
+    if is_l.any():
+        u2 = win8[pos + 2]
+        shift = (64 - 8 * np.clip(n, 1, 8)).astype(np.uint64)
+        lv = (u2 << shift).view(np.int64) >> shift.astype(np.int64)
+        lv = np.where(n == 0, 0, lv)
+        val = np.where(is_l, lv, val)
+    width = np.where(is_k, 2, np.where(is_m, 3, np.where(is_j, 5, 2 + n)))
+    return val, width, is_k | is_m | is_j | is_l
+
+
 class _FastPath:
     """Decodes runs of same-shape trace entries with numpy, thousands at a time."""
 
     def __init__(self, reader: "_Reader"):
         self.r = reader
         self.shape: tuple | None = None
+        self.key_map: dict[str, bytes] = {}
         self.key_bytes: list[bytes] = []
         self.prefix = b""
         self._cands: dict[bytes, np.ndarray] = {}
@@ -316,19 +361,31 @@ class _FastPath:
         self.entries = 0
 
     def learn(self, keys: tuple) -> None:
-        if keys == self.shape:
-            return
-        if not keys or any(k not in _FAST_KINDS for k in keys):
-            return
-        refs = []
+        """Take the key order and key reference bytes from a trace entry the
+        interpreter just built (`keys` are the dict's own key objects)."""
+        r = self.r
+        refs = {}
         for k in keys:
-            idx = self.r.key_memo.get(k)
+            if type(k) is not str or k not in _FAST_KINDS:
+                return
+            idx = r.key_memo_by_id.get(id(k))
             if idx is None:
                 return
-            refs.append(_memo_ref_bytes(idx))
-        self.shape = keys
-        self.key_bytes = refs
-        self.prefix = b"}\x94(" + refs[0]
+            refs[k] = _memo_ref_bytes(idx)
+        names = tuple(keys)
+        if not names:
+            return
+        if names == self.shape and all(self.key_map[k] == refs[k] for k in names):
+            return
+        if self.shape and all(self.key_map.get(k, v) == v for k, v in refs.items()):
+            merged = _merge_shapes(self.shape, names)
+            key_map = {**self.key_map, **refs}
+        else:
+            merged, key_map = names, refs
+        self.shape = merged
+        self.key_map = key_map
+        self.key_bytes = [key_map[k] for k in merged]
+        self.prefix = b"}\x94(" + self.key_bytes[0]
 
     def _candidates(self):
         r = self.r
@@ -381,98 +438,96 @@ class _FastPath:
         ok = np.ones(k, dtype=bool)
         memo_inc = np.ones(k, dtype=np.int64)   # the entry dict itself
         fields = {}
-        for key, kb in zip(self.shape, self.key_bytes):
-            # the key reference
-            for j, b in enumerate(kb):
-                ok &= arr[pos + j] == b
-            pos = pos + len(kb)
-            pos = np.where(ok, pos, c)   # keep failed entries' positions in range
-            op = arr[pos]
+        for fi, (key, kb) in enumerate(zip(self.shape, self.key_bytes)):
+            # The key reference. Every key but the first may be absent from an
+            # entry (torch leaves out frames on `snapshot` entries, forward_frames
+            # off the backward pass...): present where its bytes match.
+            present = np.ones(k, dtype=bool)
+            for j, byte in enumerate(kb):
+                present &= arr[pos + j] == byte
+            if fi == 0:
+                ok &= present
+            vpos = np.where(present, pos + len(kb), c)   # absent: any in-range position
+            op = arr[vpos]
             kind = _FAST_KINDS[key]
             if kind == "int":
-                u1 = win8[pos + 1]
-                n = arr[pos + 1].astype(np.int64)
-                u2 = win8[pos + 2]
-                val = np.zeros(k, dtype=np.int64)
-                is_k = op == _OP_K
-                is_m = op == _OP_M
-                is_j = op == _OP_J
-                is_l = (op == _OP_LONG1) & (n <= 8)
-                val = np.where(is_k, (u1 & np.uint64(0xFF)).astype(np.int64), val)
-                val = np.where(is_m, (u1 & np.uint64(0xFFFF)).astype(np.int64), val)
-                val = np.where(is_j, (u1 & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32).astype(np.int64), val)
-                if is_l.any():
-                    shift = (64 - 8 * np.clip(n, 1, 8)).astype(np.uint64)
-                    lv = ((u2 << shift).view(np.int64) >> shift.astype(np.int64))
-                    lv = np.where(n == 0, 0, lv)
-                    val = np.where(is_l, lv, val)
-                width = np.where(is_k, 2, np.where(is_m, 3, np.where(is_j, 5, 2 + n)))
-                ok &= is_k | is_m | is_j | is_l
-                fields[key] = val
-                pos = pos + width
+                val, width, good = _decode_ints(arr, win8, vpos)
+                after = vpos + width
+                fields[key] = (val, present)
+            elif kind == "tuple2":
+                # inline `int int TUPLE2 MEMOIZE` (a fresh tuple per entry), or a memo ref
+                is_h = op == _OP_H
+                is_jj = op == _OP_JJ
+                u1 = win8[vpos + 1]
+                ref = np.where(is_h, (u1 & np.uint64(0xFF)).astype(np.int64),
+                               (u1 & np.uint64(0xFFFFFFFF)).astype(np.int64))
+                a_val, a_w, a_ok = _decode_ints(arr, win8, vpos)
+                p2 = np.minimum(vpos + a_w, data_end)
+                b_val, b_w, b_ok = _decode_ints(arr, win8, p2)
+                p3 = np.minimum(p2 + b_w, data_end)
+                is_inline = a_ok & b_ok & (arr[p3] == 0x86) & (arr[p3 + 1] == _OP_MEMOIZE) & present
+                good = is_h | is_jj | is_inline
+                fields[key] = (ref, is_inline, a_val, b_val, memo_inc.copy(), present)
+                memo_inc = memo_inc + is_inline
+                after = np.where(is_inline, p3 + 2, np.where(is_h, vpos + 2, vpos + 5))
             elif kind == "str":
                 is_h = op == _OP_H
                 is_jj = op == _OP_JJ
-                is_s = (op == _OP_SHORTSTR)
-                u1 = win8[pos + 1]
+                u1 = win8[vpos + 1]
                 ref = np.where(is_h, (u1 & np.uint64(0xFF)).astype(np.int64),
                                (u1 & np.uint64(0xFFFFFFFF)).astype(np.int64))
-                slen = arr[pos + 1].astype(np.int64)
-                is_s &= arr[np.minimum(pos + 2 + slen, len(arr) - 1)] == _OP_MEMOIZE
-                width = np.where(is_h, 2, np.where(is_jj, 5, 3 + slen))
-                ok &= is_h | is_jj | is_s
-                fields[key] = (ref, is_s, pos + 2, slen, memo_inc.copy())
+                slen = arr[vpos + 1].astype(np.int64)
+                is_s = (op == _OP_SHORTSTR) & present
+                is_s &= arr[np.minimum(vpos + 2 + slen, len(arr) - 1)] == _OP_MEMOIZE
+                good = is_h | is_jj | is_s
+                fields[key] = (ref, is_s, vpos + 2, slen, memo_inc.copy(), present)
                 memo_inc = memo_inc + is_s
-                pos = pos + width
+                after = np.where(is_h, vpos + 2, np.where(is_jj, vpos + 5, vpos + 3 + slen))
             else:  # list of frames: a memo ref, or an inline list of memo refs
                 is_h = op == _OP_H
                 is_jj = op == _OP_JJ
-                u1 = win8[pos + 1]
+                u1 = win8[vpos + 1]
                 ref = np.where(is_h, (u1 & np.uint64(0xFF)).astype(np.int64),
                                (u1 & np.uint64(0xFFFFFFFF)).astype(np.int64))
-                is_inline = (op == _OP_EMPTY_LIST) & (arr[pos + 1] == _OP_MEMOIZE)
-                start = pos + 2
+                is_inline = (op == _OP_EMPTY_LIST) & (arr[vpos + 1] == _OP_MEMOIZE) & present
+                start = vpos + 2
                 stop = start.copy()
-                after = np.where(is_h, pos + 2, np.where(is_jj, pos + 5, pos))
+                after = np.where(is_h, vpos + 2, np.where(is_jj, vpos + 5, vpos))
+                lst_ok = np.ones(k, dtype=bool)
                 if is_inline.any():
                     nxt = arr[start]
                     multi = is_inline & (nxt == _OP_MARK)
                     single = is_inline & ((nxt == _OP_H) | (nxt == _OP_JJ))
                     single_w = np.where(nxt == _OP_H, 2, 5)
                     single_ok = single & (arr[start + single_w] == _OP_APPEND)
-                    # empty inline list: nothing after MEMOIZE belongs to it
-                    empty = is_inline & ~multi & ~single
+                    empty = is_inline & ~multi & ~single    # `]\x94`: nothing more belongs to it
                     # walk the refs of multi-element lists, all lists at once
                     p = np.where(multi, start + 1, 0)
                     active = np.flatnonzero(multi)
                     lst_end = np.zeros(k, dtype=np.int64)
-                    steps = 0
                     while len(active):
                         pa = p[active]
                         o = arr[pa]
                         done = o == _OP_APPENDS
-                        good = (o == _OP_H) | (o == _OP_JJ)
-                        bad = ~done & ~good
+                        step = (o == _OP_H) | (o == _OP_JJ)
+                        bad = ~done & ~step
                         if bad.any():
-                            ok[active[bad]] = False
+                            lst_ok[active[bad]] = False
                         lst_end[active[done]] = pa[done]
-                        p[active[good]] = pa[good] + np.where(o[good] == _OP_H, 2, 5)
-                        active = active[good]
+                        p[active[step]] = pa[step] + np.where(o[step] == _OP_H, 2, 5)
+                        active = active[step]
                         active = active[p[active] < data_end]
-                        steps += 1
-                        if steps > 100_000:
-                            break
-                    unfinished = multi & (lst_end == 0)
-                    ok &= ~unfinished
+                    lst_ok &= ~(multi & (lst_end == 0))
+                    lst_ok &= ~single | single_ok
                     start = np.where(multi, start + 1, start)
                     stop = np.where(multi, lst_end, np.where(single, start + single_w, start))
                     after = np.where(multi, lst_end + 1,
                                      np.where(single, start + single_w + 1, np.where(empty, start, after)))
-                    ok &= ~single | single_ok
-                ok &= is_h | is_jj | is_inline
-                fields[key] = (ref, is_inline, start, stop, memo_inc.copy())
+                good = (is_h | is_jj | is_inline) & lst_ok
+                fields[key] = (ref, is_inline, start, stop, memo_inc.copy(), present)
                 memo_inc = memo_inc + is_inline
-                pos = after
+            ok &= ~present | good
+            pos = np.where(present, after, pos)
             over = pos > data_end
             ok &= ~over
             pos = np.minimum(pos, data_end)
@@ -484,16 +539,18 @@ class _FastPath:
         if k > 1:
             link = (end[:-1] == c[1:]) | ((end[:-1] + 2 == c[1:]) & (arr[end[:-1]] == _OP_APPENDS)
                                           & (arr[end[:-1] + 1] == _OP_MARK))
-            good = ok.copy()
-            good[1:] &= link
+            good_chain = ok.copy()
+            good_chain[1:] &= link
         else:
-            good = ok
-        bad = np.flatnonzero(~good)
+            good_chain = ok
+        bad = np.flatnonzero(~good_chain)
         n = int(bad[0]) if len(bad) else k
         if n == 0:
             return 0, c[0]
         self._emit(device, n, fields, memo_inc, c)
         return n, int(end[n - 1])
+
+    _DEFAULTS = {"addr": 0, "size": 0, "stream": 0, "time_us": -1}
 
     def _emit(self, device, n, fields, memo_inc, c):
         r = self.r
@@ -503,25 +560,39 @@ class _FastPath:
         r.memo_count = base + int(memo_inc[:n].sum())
         r.grow_memo_fast(r.memo_count)
         out = {}
-        # Inline strings and lists first, for every field: a later entry of this
-        # same batch may refer to them by memo.
+        # Inline strings, lists and tuples first, for every field: a later entry
+        # of this same batch may refer to them by memo.
         inline_ids = {}
         for key in self.shape:
             kind = _FAST_KINDS[key]
             if kind == "str":
-                ref, is_s, sstart, slen, off = (x[:n] for x in fields[key])
+                ref, is_s, sstart, slen, off, _ = (x[:n] for x in fields[key])
                 inline_ids[key] = self._inline_strings(is_s, sstart, slen, dict_idx + off)
             elif kind == "list":
-                ref, inline, start, stop, off = (x[:n] for x in fields[key])
+                ref, inline, start, stop, off, _ = (x[:n] for x in fields[key])
                 inline_ids[key] = self._inline_stacks(inline, start, stop, dict_idx + off)
+            elif kind == "tuple2":
+                ref, inline, a_val, b_val, off, _ = (x[:n] for x in fields[key])
+                self._inline_tuples(inline, a_val, b_val, dict_idx + off)
         for key in self.shape:
             kind = _FAST_KINDS[key]
             v = fields[key]
+            present = v[-1][:n]
             if kind == "int":
-                out[key] = v[:n]
+                out[key] = np.where(present, v[0][:n], self._DEFAULTS.get(key, 0))
+            elif kind == "tuple2":
+                ref, inline, a_val, b_val = (x[:n] for x in v[:4])
+                a_val = np.where(present, a_val, -1)
+                b_val = np.where(present, b_val, -1)
+                for i in np.flatnonzero(present & ~inline).tolist():
+                    t = r.memo_get(int(ref[i]))
+                    ok_t = isinstance(t, tuple) and len(t) == 2 and all(isinstance(x, int) for x in t)
+                    a_val[i], b_val[i] = (_int_or(t[0], -1), _int_or(t[1], -1)) if ok_t else (-1, -1)
+                out["pool_a"], out["pool_b"] = a_val, b_val
             elif kind == "str":
                 ref, is_s = v[0][:n], v[1][:n]
-                ids = self._ref_strings(ref, is_s, inline_ids[key])
+                ids = self._ref_strings(ref, is_s | ~present, inline_ids[key])
+                ids[~present] = -1
                 if key == "action":
                     out["action"] = self._action_codes(ids)
                 elif key == "category":
@@ -531,7 +602,8 @@ class _FastPath:
                     out[key] = ids.astype(np.int32)
             else:
                 ref, inline = v[0][:n], v[1][:n]
-                sids = self._ref_stacks(ref, inline, inline_ids[key])
+                sids = self._ref_stacks(ref, inline | ~present, inline_ids[key])
+                sids[~present] = -1
                 out["stack" if key == "frames" else "forward_stack"] = sids
         if "time_us" not in out:
             out["time_us"] = np.full(n, -1, dtype=np.int64)
@@ -542,6 +614,17 @@ class _FastPath:
                 out[k2] = np.zeros(n, dtype=np.int64)
         sink.device(device).add_arrays(out, n)
         self.entries += n
+
+    def _inline_tuples(self, inline, a_val, b_val, memo_idx) -> None:
+        """Record inline pool tuples by memo without a Python object per entry:
+        the distinct tuples are few; memo_fast holds a code into `pool_tuples`."""
+        if not inline.any():
+            return
+        r = self.r
+        pairs = np.stack([a_val[inline], b_val[inline]], axis=1)
+        uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
+        codes = np.asarray([r.pool_code((int(x), int(y))) for x, y in uniq], dtype=np.int64)
+        r.memo_fast[memo_idx[inline]] = (_POOL_BASE - codes[inv.reshape(-1)]).astype(np.int32)
 
     def _inline_strings(self, is_inline, sstart, slen, memo_idx) -> np.ndarray:
         r = self.r
@@ -634,8 +717,11 @@ class _Reader:
         self.memo: dict[int, object] = {}
         self.memo_count = 0
         self.memo_fast = np.full(1024, -1, dtype=np.int32)
-        self.key_memo: dict[str, int] = {}
+        # memo index of each key string object (entry keys are referenced by memo)
+        self.key_memo_by_id: dict[int, int] = {}
         self.stack_by_bytes: dict[bytes, int] = {}
+        self.pool_tuples: list[tuple] = []        # distinct pool_id tuples the fast path decoded
+        self._pool_codes: dict[tuple, int] = {}
         self._frame_of_memo: dict[int, int] = {}
         self.fast = _FastPath(self)
         self.top = None
@@ -678,9 +764,18 @@ class _Reader:
             v = int(self.memo_fast[idx])
             if v >= 0:
                 return _StackRef(v)
+            if v <= _POOL_BASE:
+                return self.pool_tuples[_POOL_BASE - v]
             if v <= -2:
                 return self.sink.interner.strings[-2 - v]
         raise CorruptError(f"memo reference {idx} to an object never stored")
+
+    def pool_code(self, t: tuple) -> int:
+        code = self._pool_codes.get(t)
+        if code is None:
+            code = self._pool_codes[t] = len(self.pool_tuples)
+            self.pool_tuples.append(t)
+        return code
 
     def string_id_of_memo(self, idx: int) -> int:
         obj = self.memo_get(idx)
@@ -745,8 +840,8 @@ class _Reader:
                     raise CorruptError("MEMOIZE on an empty stack")
                 obj = stack[-1]
                 memo[self.memo_count] = obj
-                if type(obj) is str and obj in _KNOWN_ENTRY_KEYS and obj not in self.key_memo:
-                    self.key_memo[obj] = self.memo_count
+                if type(obj) is str and obj in _KNOWN_ENTRY_KEYS:
+                    self.key_memo_by_id[id(obj)] = self.memo_count
                 self.memo_count += 1
             elif op == 0x68 or op == 0x6A:                   # BINGET, LONG_BINGET
                 if op == 0x68:
@@ -867,8 +962,8 @@ class _Reader:
                     self.memo_count += 1
                 obj = stack[-1]
                 memo[idx] = obj
-                if type(obj) is str and obj in _KNOWN_ENTRY_KEYS and obj not in self.key_memo:
-                    self.key_memo[obj] = idx
+                if type(obj) is str and obj in _KNOWN_ENTRY_KEYS:
+                    self.key_memo_by_id[id(obj)] = idx
             elif op == 0x86:                                 # TUPLE2
                 if len(stack) < 2:
                     raise CorruptError("TUPLE2 on a short stack")
@@ -1022,8 +1117,7 @@ class _Win8:
 
 def fast_learn(reader: _Reader, d: dict) -> None:
     """After the interpreter completes a trace entry, teach the fast path its shape."""
-    if reader.fast.shape != tuple(d):
-        reader.fast.learn(tuple(d))
+    reader.fast.learn(tuple(d))
 
 
 def _decode(buf: bytes, pos: int, n: int) -> str:

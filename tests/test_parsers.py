@@ -257,3 +257,35 @@ def test_parsers_and_classifiers_import_no_qt():
             text = src.read_text()
             for qt in ("PySide6", "pyqtgraph", "PyQt"):
                 assert f"import {qt}" not in text and f"from {qt}" not in text, src
+
+
+@needs_shared
+@pytest.mark.parametrize("fresh_strings", [False, True])
+def test_torch_212_213_entry_fields(tmp_path, fresh_strings):
+    """pool_id tuples (2.12), forward_frames on some entries (2.13), compile_context and
+    user_metadata (2.10), as shared or as fresh string objects, and key strings that are
+    other objects than the segments' keys: all decoded, by the fast path too."""
+    name = "kkaitlyn111+cs336-a2-systems__memory_files_memory_ctx128_fullstep.pickle"
+    obj = load_trusted(shared(name))
+    for i, e in enumerate(obj["device_traces"][0]):
+        frames = e.pop("frames")
+        e["compile_context"] = "".join(["N", "/A"]) if fresh_strings else "N/A"
+        e["user_metadata"] = f"step{i // 5000}"
+        e["frames"] = frames
+        e["pool_id"] = (0, i % 3)
+        if i % 5 == 0:
+            e["forward_frames"] = frames
+    path = tmp_path / "v213.pickle"
+    path.write_bytes(pickle.dumps(obj))
+    snap = open_snapshot(str(path))
+    t = snap.trace(0)
+    entries = obj["device_traces"][0]
+    assert t.pool_a.tolist() == [0] * len(entries)
+    assert t.pool_b.tolist() == [e["pool_id"][1] for e in entries]
+    assert [snap.strings[i] for i in t.compile_context] == ["N/A"] * len(entries)
+    assert [snap.strings[i] for i in t.user_metadata] == [e["user_metadata"] for e in entries]
+    fw = [snap.stack_frames_list(int(x)) if x >= 0 else None for x in t.forward_stack]
+    assert fw == [[(f["filename"], f["line"], f["name"]) for f in e["forward_frames"]] if "forward_frames" in e
+                  else None for e in entries]
+    _assert_same_as_pickle(snap, obj)
+    assert _peaks(snap) == REAL_PEAKS[name]
