@@ -28,6 +28,7 @@ from .tables import ALL_COLUMNS, map_column
 
 CACHE_VERSION = 4
 _HASH_SPAN = 1 << 16
+MAX_ENTRIES = 24          # keep the most recently used snapshots' columns
 
 
 def cache_root() -> str | None:
@@ -126,6 +127,7 @@ def _parse(path, st, root, entry, progress):
                 # keep using our own columns, which stay valid while mapped.
                 _schedule_cleanup(workdir)
                 return snap
+            _prune(root, keep=entry)
             # the mapped columns moved with the directory; remap from the new place
             cached = _load_cached(entry, path)
             if cached is not None:
@@ -134,6 +136,27 @@ def _parse(path, st, root, entry, progress):
         except OSError:
             _schedule_cleanup(workdir)
     return snap
+
+
+def _prune(root: str, keep: str) -> None:
+    """Drop the least recently used entries beyond MAX_ENTRIES (and stale temp dirs)."""
+    try:
+        entries = []
+        for name in os.listdir(root):
+            p = os.path.join(root, name)
+            if p == keep:
+                continue
+            st = os.stat(p)
+            if name.startswith(".tmp-"):
+                if st.st_mtime < os.path.getmtime(keep) - 24 * 3600:   # abandoned by a crash
+                    shutil.rmtree(p, ignore_errors=True)
+                continue
+            entries.append((st.st_mtime, p))
+        entries.sort(reverse=True)
+        for _, p in entries[MAX_ENTRIES - 1:]:
+            shutil.rmtree(p, ignore_errors=True)
+    except OSError:
+        pass
 
 
 def _schedule_cleanup(workdir):
@@ -217,6 +240,10 @@ def _load_cached(entry: str, path: str) -> Snapshot | None:
             extra=meta["extra"], layout=meta["layout"], trace_device_count=meta["trace_device_count"],
             from_cache=True)
         _validate(snap)
+        try:
+            os.utime(entry)   # most recently used
+        except OSError:
+            pass
         return snap
     except (OSError, ValueError, KeyError, TypeError, CorruptError, orjson.JSONDecodeError, NotASnapshotError):
         shutil.rmtree(entry, ignore_errors=True)

@@ -289,3 +289,16 @@ def test_torch_212_213_entry_fields(tmp_path, fresh_strings):
                   else None for e in entries]
     _assert_same_as_pickle(snap, obj)
     assert _peaks(snap) == REAL_PEAKS[name]
+
+
+def test_cache_keeps_only_recent_entries(tmp_path, monkeypatch):
+    from vramscope.parsers import cache as cache_mod
+    monkeypatch.setattr(cache_mod, "MAX_ENTRIES", 3)
+    src = (GROUNDTRUTH / "sgd_accum.pickle").read_bytes()
+    for i in range(5):
+        p = tmp_path / f"s{i}.pickle"
+        p.write_bytes(src)
+        os.utime(p, ns=(i * 10**9, i * 10**9))
+        open_snapshot(str(p))
+    entries = [e for e in Path(cache_root()).iterdir() if not e.name.startswith(".")]
+    assert len(entries) == 3
