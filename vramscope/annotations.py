@@ -1,0 +1,464 @@
+"""Annotations on a snapshot: a Qt-free model with undo/redo and an atomic sidecar.
+
+A user marks a time range, a peak or one allocation and writes a note. The notes
+live in a sidecar next to the snapshot, ``FILE.vramscope.json`` (orjson), saved
+after every change so nothing is lost when the viewer crashes.
+
+Why the care when saving: a sidecar that is half-written when the process dies
+(power cut, SIGKILL, OOM killer) would lose every note the user wrote. So a save
+writes a temporary file in the same directory, flushes and fsyncs it, renames it
+over the sidecar with `os.replace` (atomic on POSIX and on Windows within one
+volume) and fsyncs the directory so the rename itself survives a crash. A reader
+therefore sees the old sidecar or the new one, never a mix.
+
+When the snapshot's folder cannot be written (a read-only mount, a shared
+dataset), the sidecar goes to the user data directory instead
+(``$VRAMSCOPE_DATA_DIR`` or ``platformdirs.user_data_dir('vramscope')``, then
+``annotations/<sha256 of the snapshot's absolute path>.json``) and
+`AnnotationStore.location_note` says where, so the viewer can tell the user.
+
+A sidecar that does not parse is moved aside (``FILE.vramscope.json.corrupt-<time>``)
+and reported in `AnnotationStore.warnings`, never silently dropped or overwritten.
+
+The model knows nothing of Qt (DESIGN.md; napari's rule): the viewer subscribes
+with `subscribe(callback)` and gets ``callback(event, annotation)`` for
+``"added"``, ``"removed"``, ``"changed"`` and ``"reset"`` (annotation None).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+
+import orjson
+
+SIDECAR_SUFFIX = ".vramscope.json"
+FORMAT = "vramscope-annotations"
+FORMAT_VERSION = 1
+KINDS = ("range", "peak", "allocation")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class Annotation:
+    """One note. `kind` says which of the location fields matter:
+
+    - ``range``: `start_index`..`end_index` (trace entries, inclusive) and/or `start_us`..`end_us`;
+    - ``peak``: `index` (the entry that reached the peak; -1 = the start state) and `time_us`;
+    - ``allocation``: `alloc_index` (-1 = live before the trace began) and `addr`.
+    """
+    kind: str
+    note: str = ""
+    device: int | None = None
+    start_index: int | None = None
+    end_index: int | None = None
+    start_us: int | None = None
+    end_us: int | None = None
+    index: int | None = None
+    time_us: int | None = None
+    alloc_index: int | None = None
+    addr: int | None = None
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    created: str = field(default_factory=_now)
+    modified: str = ""
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"annotation kind must be one of {KINDS}, not {self.kind!r}")
+        if not self.modified:
+            self.modified = self.created
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Annotation":
+        if not isinstance(d, dict) or "kind" not in d:
+            raise ValueError("an annotation must be an object with a 'kind'")
+        names = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names}
+        kw["note"] = str(kw.get("note", ""))
+        return cls(**kw)
+
+    def where(self) -> str:
+        """A short human description of what the note is attached to."""
+        dev = f"device {self.device}: " if self.device is not None else ""
+        if self.kind == "range":
+            if self.start_index is not None and self.end_index is not None:
+                return f"{dev}entries {self.start_index:,}-{self.end_index:,}"
+            if self.start_us is not None and self.end_us is not None:
+                return f"{dev}{(self.end_us - self.start_us) / 1e3:,.1f} ms from t={self.start_us:,} us"
+            return f"{dev}range"
+        if self.kind == "peak":
+            return f"{dev}peak" + (f" at entry {self.index:,}" if self.index is not None else "")
+        where = f"{dev}allocation"
+        if self.alloc_index is not None:
+            where += " live before the trace" if self.alloc_index < 0 else f" at entry {self.alloc_index:,}"
+        if self.addr is not None:
+            where += f" (addr 0x{self.addr:x})"
+        return where
+
+
+# -- undo/redo: commands ---------------------------------------------------------
+
+class _Add:
+    def __init__(self, ann: Annotation, pos: int | None = None):
+        self.ann, self.pos = ann, pos
+
+    def do(self, store):
+        store._insert(self.ann, self.pos)
+
+    def undo(self, store):
+        self.pos = store._remove(self.ann.id)
+
+
+class _Remove:
+    def __init__(self, ann_id: str):
+        self.ann_id, self.ann, self.pos = ann_id, None, None
+
+    def do(self, store):
+        self.ann = store.get(self.ann_id)
+        self.pos = store._remove(self.ann_id)
+
+    def undo(self, store):
+        store._insert(self.ann, self.pos)
+
+
+class _Edit:
+    def __init__(self, ann_id: str, changes: dict):
+        self.ann_id, self.changes, self.before = ann_id, changes, None
+
+    def do(self, store):
+        ann = store.get(self.ann_id)
+        self.before = {k: getattr(ann, k) for k in self.changes}
+        self.before["modified"] = ann.modified
+        store._set(self.ann_id, {**self.changes, "modified": _now()})
+
+    def undo(self, store):
+        store._set(self.ann_id, self.before)
+
+
+# -- where the sidecar lives -------------------------------------------------------
+
+def data_dir() -> str:
+    d = os.environ.get("VRAMSCOPE_DATA_DIR")
+    if d:
+        return d
+    import platformdirs
+    return platformdirs.user_data_dir("vramscope", appauthor=False)
+
+
+def fallback_path(snapshot_path: str) -> str:
+    key = hashlib.sha256(os.path.abspath(snapshot_path).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return os.path.join(data_dir(), "annotations", key + ".json")
+
+
+def dir_writable(directory: str) -> bool:
+    """os.access can lie (root, ACLs, read-only mounts seen as writable): also try."""
+    if not os.path.isdir(directory) or not os.access(directory, os.W_OK | os.X_OK):
+        return False
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".vramscope-probe-")
+    except OSError:
+        return False
+    os.close(fd)
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
+    return True
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Temp file in the same directory, flush, fsync, os.replace, fsync the directory."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:
+        dfd = os.open(directory, os.O_RDONLY)
+    except OSError:      # Windows cannot open a directory; the rename is still atomic
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+
+
+def _parse_sidecar(data: bytes) -> list[Annotation]:
+    doc = orjson.loads(data)
+    if isinstance(doc, list):          # tolerate a bare list of annotations
+        items = doc
+    elif isinstance(doc, dict) and isinstance(doc.get("annotations"), list):
+        items = doc["annotations"]
+    else:
+        raise ValueError("not a vramscope annotations file")
+    return [Annotation.from_dict(d) for d in items]
+
+
+class AnnotationStore:
+    """The annotations of one snapshot, with undo/redo, change callbacks and autosave."""
+
+    def __init__(self, snapshot_path: str, autosave: bool = True, sidecar_path: str | None = None):
+        self.snapshot_path = os.path.abspath(snapshot_path)
+        self.autosave = autosave
+        self.annotations: list[Annotation] = []
+        self.warnings: list[str] = []
+        self.location_note: str | None = None
+        self._undo: list = []
+        self._redo: list = []
+        self._callbacks: list = []
+        self.next_to_snapshot = self.snapshot_path + SIDECAR_SUFFIX
+        if sidecar_path is not None:
+            self.path = sidecar_path
+        elif dir_writable(os.path.dirname(self.snapshot_path)):
+            self.path = self.next_to_snapshot
+        else:
+            self._use_fallback("the snapshot's folder is not writable")
+        self.load()
+
+    # -- location ------------------------------------------------------------------
+    def _use_fallback(self, why: str) -> None:
+        self.path = fallback_path(self.snapshot_path)
+        self.location_note = f"annotations are saved in {self.path} ({why})"
+
+    # -- loading -------------------------------------------------------------------
+    def _candidates(self) -> list[str]:
+        # A note saved to the fallback earlier is newer than a read-only sidecar next to the snapshot.
+        cands = [self.path]
+        if self.path != self.next_to_snapshot:
+            cands.append(self.next_to_snapshot)
+        return cands
+
+    def load(self) -> None:
+        """(Re)read the sidecar; a corrupt one is moved aside and reported."""
+        self.annotations = []
+        self._undo.clear()
+        self._redo.clear()
+        for p in self._candidates():
+            try:
+                with open(p, "rb") as fh:
+                    data = fh.read()
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                self.warnings.append(f"cannot read {p}: {e.strerror or e}")
+                continue
+            try:
+                self.annotations = _parse_sidecar(data)
+            except (ValueError, TypeError, orjson.JSONDecodeError) as e:
+                self._move_aside(p, e)
+                continue
+            break
+        self._clean_temp_files()
+        self._notify("reset", None)
+
+    def _move_aside(self, p: str, err) -> None:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        dest = f"{p}.corrupt-{stamp}"
+        n = 1
+        while os.path.exists(dest):
+            n += 1
+            dest = f"{p}.corrupt-{stamp}-{n}"
+        try:
+            os.replace(p, dest)
+            self.warnings.append(f"the annotations file {p} could not be read ({err}); it was moved to {dest}")
+        except OSError as e:
+            self.warnings.append(f"the annotations file {p} could not be read ({err}) nor moved aside "
+                                 f"({e.strerror or e}); saving elsewhere")
+            if p == self.path:
+                self._use_fallback("the sidecar next to the snapshot is unreadable")
+
+    def _clean_temp_files(self) -> None:
+        """Temporary files left by a writer that was killed mid-save."""
+        d = os.path.dirname(self.path)
+        prefix = "." + os.path.basename(self.path) + "."
+        try:
+            names = os.listdir(d)
+        except OSError:
+            return
+        for name in names:
+            if name.startswith(prefix) and name.endswith(".tmp"):
+                full = os.path.join(d, name)
+                try:
+                    if time.time() - os.path.getmtime(full) > 60:   # never race a live writer
+                        os.unlink(full)
+                except OSError:
+                    pass
+
+    # -- saving ----------------------------------------------------------------------
+    def to_json(self) -> bytes:
+        doc = {"format": FORMAT, "version": FORMAT_VERSION,
+               "snapshot": os.path.basename(self.snapshot_path),
+               "annotations": [a.to_dict() for a in self.annotations]}
+        return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+
+    def save(self) -> str:
+        data = self.to_json()
+        try:
+            atomic_write(self.path, data)
+        except OSError as e:
+            if self.path == self.next_to_snapshot:
+                self._use_fallback(f"saving next to the snapshot failed: {e.strerror or e}")
+                atomic_write(self.path, data)
+            else:
+                raise
+        return self.path
+
+    # -- queries -------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.annotations)
+
+    def __iter__(self):
+        return iter(list(self.annotations))
+
+    def get(self, ann_id: str) -> Annotation:
+        for a in self.annotations:
+            if a.id == ann_id:
+                return a
+        raise KeyError(ann_id)
+
+    # -- notifications -------------------------------------------------------------------
+    def subscribe(self, callback):
+        """`callback(event, annotation)`; returns a function that unsubscribes."""
+        self._callbacks.append(callback)
+
+        def unsubscribe():
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+        return unsubscribe
+
+    def _notify(self, event: str, ann) -> None:
+        for cb in list(self._callbacks):
+            cb(event, ann)
+
+    # -- edits (all through commands so they can be undone) ------------------------------
+    def _run(self, cmd) -> None:
+        cmd.do(self)
+        self._undo.append(cmd)
+        self._redo.clear()
+        self._changed()
+
+    def _changed(self) -> None:
+        if self.autosave:
+            self.save()
+
+    def add(self, ann: Annotation | None = None, **kw) -> Annotation:
+        """`add(Annotation(...))` or `add(kind="range", start_index=.., end_index=.., note=..)`."""
+        if ann is None:
+            ann = Annotation(**kw)
+        if any(a.id == ann.id for a in self.annotations):
+            raise ValueError(f"duplicate annotation id {ann.id}")
+        self._run(_Add(ann))
+        return ann
+
+    def remove(self, ann_id: str) -> None:
+        self.get(ann_id)
+        self._run(_Remove(ann_id))
+
+    def edit(self, ann_id: str, **changes) -> Annotation:
+        ann = self.get(ann_id)
+        bad = set(changes) - ({f.name for f in fields(Annotation)} - {"id", "created", "modified", "kind"})
+        if bad:
+            raise ValueError(f"cannot edit {sorted(bad)}")
+        self._run(_Edit(ann_id, changes))
+        return ann
+
+    def set_note(self, ann_id: str, note: str) -> Annotation:
+        return self.edit(ann_id, note=note)
+
+    @property
+    def can_undo(self) -> bool:
+        return bool(self._undo)
+
+    @property
+    def can_redo(self) -> bool:
+        return bool(self._redo)
+
+    def undo(self) -> bool:
+        if not self._undo:
+            return False
+        cmd = self._undo.pop()
+        cmd.undo(self)
+        self._redo.append(cmd)
+        self._changed()
+        return True
+
+    def redo(self) -> bool:
+        if not self._redo:
+            return False
+        cmd = self._redo.pop()
+        cmd.do(self)
+        self._undo.append(cmd)
+        self._changed()
+        return True
+
+    # -- primitive mutations (commands call these; they notify) -----------------------------
+    def _insert(self, ann: Annotation, pos: int | None) -> None:
+        if pos is None or pos > len(self.annotations):
+            self.annotations.append(ann)
+        else:
+            self.annotations.insert(pos, ann)
+        self._notify("added", ann)
+
+    def _remove(self, ann_id: str) -> int:
+        for i, a in enumerate(self.annotations):
+            if a.id == ann_id:
+                del self.annotations[i]
+                self._notify("removed", a)
+                return i
+        raise KeyError(ann_id)
+
+    def _set(self, ann_id: str, values: dict) -> None:
+        ann = self.get(ann_id)
+        for k, v in values.items():
+            setattr(ann, k, v)
+        self._notify("changed", ann)
+
+
+def load_annotations(snapshot_path: str) -> tuple[list[Annotation], str | None, list[str]]:
+    """Read-only: the annotations of a snapshot, where they came from, and warnings.
+
+    Unlike `AnnotationStore` this never moves or writes anything (reports use it)."""
+    next_to = os.path.abspath(snapshot_path) + SIDECAR_SUFFIX
+    try:
+        fb = fallback_path(snapshot_path)
+    except Exception:      # no home directory: only the sidecar next to the snapshot
+        fb = None
+    # the same preference as AnnotationStore: where it would save now comes first
+    if dir_writable(os.path.dirname(next_to)) or fb is None:
+        cands = [next_to] + ([fb] if fb else [])
+    else:
+        cands = [fb, next_to]
+    warnings = []
+    for p in cands:
+        try:
+            with open(p, "rb") as fh:
+                data = fh.read()
+        except OSError:
+            continue
+        try:
+            return _parse_sidecar(data), p, warnings
+        except (ValueError, TypeError, orjson.JSONDecodeError) as e:
+            warnings.append(f"the annotations file {p} could not be read ({e})")
+    return [], None, warnings
