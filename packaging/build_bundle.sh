@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Build the one-folder PyInstaller bundle: dist/vramscope/vramscope
+#   packaging/build_bundle.sh
+# Steps: build the wheel, install it (not the editable checkout) into
+# build/bundle-venv (created with --system-site-packages so already-installed
+# numpy/PySide6/pyqtgraph are reused; pip fetches whatever is missing), install
+# PyInstaller there if needed, run packaging/vramscope.spec, smoke-test.
+# PYTHON selects the interpreter (default python3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+VENV=build/bundle-venv
+
+rm -rf build/bundle-wheel
+"$PY" -m pip wheel -q --no-deps --no-build-isolation -w build/bundle-wheel . \
+  || "$PY" -m pip wheel -q --no-deps -w build/bundle-wheel .
+WHEEL=$(ls build/bundle-wheel/vramscope-*.whl)
+
+[[ -x "$VENV/bin/python" ]] || "$PY" -m venv --system-site-packages "$VENV"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check "$WHEEL"   # missing dependencies only
+"$VENV/bin/python" -c "import PyInstaller" 2>/dev/null \
+  || "$VENV/bin/python" -m pip install -q --disable-pip-version-check pyinstaller
+
+# run from outside the checkout so `import vramscope` resolves to the wheel's copy
+ROOT="$PWD"
+mkdir -p build/pyinstaller
+cd build/pyinstaller
+"$ROOT/$VENV/bin/python" - <<'PYCHECK'
+import os, sys, vramscope
+here = os.path.realpath(vramscope.__file__)
+if not here.startswith(os.path.realpath(sys.prefix)):
+    sys.exit(f"build_bundle: vramscope resolves to {here}, not the build venv")
+PYCHECK
+
+"$ROOT/$VENV/bin/python" -m PyInstaller --noconfirm --clean --log-level WARN \
+  --distpath "$ROOT/dist" --workpath "$ROOT/build/pyinstaller" "$ROOT/packaging/vramscope.spec"
+cd "$ROOT"
+
+# smoke test: the CLI answers and the bundled example opens
+dist/vramscope/vramscope --version
+dist/vramscope/vramscope summary "$(find dist/vramscope -name example.pickle | head -1)" --no-cache >/dev/null
+echo "bundle: dist/vramscope/ ($(du -sh dist/vramscope | cut -f1))"
