@@ -62,6 +62,18 @@ def _build_parser() -> argparse.ArgumentParser:
     r.add_argument("--redact-paths", action="store_true", help="keep only file basenames in stacks")
     r.add_argument("--no-cache", action="store_true")
 
+    x = sub.add_parser("export", help="trimmed snapshot pickle, or Perfetto/Chrome trace JSON")
+    x.add_argument("file")
+    what = x.add_mutually_exclusive_group()
+    what.add_argument("--trim", metavar="START:END", help="entries START..END (inclusive) of one device's trace")
+    what.add_argument("--around-peak", action="store_true", help="a window of --window entries centred on the peak")
+    what.add_argument("--perfetto", action="store_true", help="live bytes per category as Perfetto counter tracks")
+    x.add_argument("--window", type=int, default=2000, help="entries in the --around-peak window (default 2000)")
+    x.add_argument("--device", type=int)
+    x.add_argument("--redact-paths", action="store_true", help="keep only file basenames in frames")
+    x.add_argument("-o", "--output", required=True, help="OUT.pickle (trimmed) or OUT.json (--perfetto)")
+    x.add_argument("--no-cache", action="store_true")
+
     v = sub.add_parser("view", help="open the desktop viewer")
     v.add_argument("file", nargs="?")
     v.add_argument("--screenshot", metavar="OUT.png", help="render the window offscreen to a PNG and exit")
@@ -161,6 +173,50 @@ def cmd_report(args) -> int:
     return EXIT_OK
 
 
+def _parse_trim(text: str) -> tuple[int, int]:
+    try:
+        a, b = text.split(":")
+        return int(a), int(b)
+    except ValueError:
+        raise UsageError(f"--trim wants START:END (entry numbers), not {text!r}") from None
+
+
+def cmd_export(args) -> int:
+    from . import export
+    if not (args.trim or args.around_peak or args.perfetto):
+        raise UsageError("export needs one of --trim START:END, --around-peak or --perfetto")
+    if args.perfetto:
+        an = _analyze(args.file, args.no_cache)
+        _check_device(an, args.device)
+        info = export.export_perfetto(an, args.output, device=args.device)
+        print(f"{info['path']}: {info['counter_events']:,} counter events, {fmt_bytes(info['bytes'])}")
+        return EXIT_OK
+    snap = _open(args.file, args.no_cache)
+    devices = [d for d in snap.devices if len(snap.trace(d))]
+    if args.device is not None and args.device not in devices:
+        raise UsageError(f"no trace for device {args.device} in {args.file} "
+                         f"(devices with a trace: {', '.join(map(str, devices)) or 'none'})")
+    if not devices:
+        raise UsageError(f"{args.file} has no trace entries to trim")
+    device = args.device if args.device is not None else devices[0]
+    n = len(snap.trace(device))
+    try:
+        if args.trim:
+            start, end = _parse_trim(args.trim)
+            info = export.export_trimmed(snap, args.output, device=device, start=start, end=end,
+                                         redact_paths=args.redact_paths)
+        else:
+            if args.window < 1:
+                raise UsageError("--window must be at least 1")
+            info = export.export_trimmed(snap, args.output, device=device, around_peak=args.window,
+                                         redact_paths=args.redact_paths)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    print(f"{info['path']}: device {device}, entries {info['start']:,}-{info['end']:,} of {n:,}, "
+          f"{fmt_bytes(info['bytes'])}")
+    return EXIT_OK
+
+
 def cmd_view(args) -> int:
     try:
         from .viewer.app import run_viewer
@@ -184,7 +240,7 @@ def main(argv=None) -> int:
         if args.verb is None:
             args = _build_parser().parse_args(["view"])
         handler = {"summary": cmd_summary, "allocations": cmd_allocations, "report": cmd_report,
-                   "view": cmd_view}[args.verb]
+                   "export": cmd_export, "view": cmd_view}[args.verb]
         return handler(args)
     except UsageError as e:
         print(f"vramscope: error: {e}", file=sys.stderr)

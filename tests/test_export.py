@@ -1,0 +1,188 @@
+"""Trimmed snapshots and Perfetto counter tracks."""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+from vramscope.classifiers import CATEGORIES, analyze
+from vramscope.cli import main
+from vramscope.export import (category_live_at, category_series, export_perfetto, export_trimmed,
+                              perfetto_trace, window_around)
+from vramscope.parsers import live_model, open_snapshot
+
+from helpers import DATA, REPO, reference_peaks
+
+EXAMPLE = str(REPO / "assets" / "example.pickle")
+OOM = DATA / "oom.pickle"
+EXPANDABLE = DATA / "expandable.pickle"
+
+
+def _files():
+    out = [EXAMPLE]
+    out += [str(p) for p in (OOM, EXPANDABLE, DATA / "leak.pickle", DATA / "multi_device.pickle",
+                             DATA / "torch20_history.pickle") if p.exists()]
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _no_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("VRAMSCOPE_CACHE_DIR", "")
+
+
+def _windows(n):
+    return [(0, n - 1), (n // 4, n // 2), (n // 3, n // 3), (max(0, n - 5), n - 1), (0, min(n - 1, 7))]
+
+
+@pytest.mark.parametrize("path", _files(), ids=os.path.basename)
+def test_trimmed_export_replays_the_window_exactly(path, tmp_path):
+    snap = open_snapshot(path, use_cache=False)
+    for dev in snap.devices:
+        n = len(snap.trace(dev))
+        if not n:
+            continue
+        lm = live_model(snap, dev)
+        for a, b in _windows(n):
+            out = str(tmp_path / f"w{dev}_{a}_{b}.pickle")
+            info = export_trimmed(snap, out, device=dev, start=a, end=b)
+            assert info["entries"] == b - a + 1
+            trimmed = open_snapshot(out, use_cache=False)
+            assert trimmed.layout == snap.layout
+            assert len(trimmed.trace(dev)) == b - a + 1
+            lm2 = live_model(trimmed, dev)
+            assert lm2.start_bytes == lm.live_before(a)
+            np.testing.assert_array_equal(lm2.live_after, lm.live_after[a:b + 1])
+            if lm.reserved_after is not None:
+                np.testing.assert_array_equal(lm2.reserved_after, lm.reserved_after[a:b + 1])
+            # an independent reader (pickle.load + the reference replay) agrees on the window's peak
+            with open(out, "rb") as fh:
+                ref = reference_peaks(pickle.load(fh))
+            assert ref[dev] == max(lm.live_before(a), int(lm.live_after[a:b + 1].max()))
+
+
+@pytest.mark.parametrize("path", _files(), ids=os.path.basename)
+def test_trimmed_export_keeps_categories_and_is_smaller(path, tmp_path):
+    snap = open_snapshot(path, use_cache=False)
+    an = analyze(snap)
+    dev = next(d for d in snap.devices if len(snap.trace(d)))
+    n = len(snap.trace(dev))
+    a, b = n // 4, (3 * n) // 4
+    out = str(tmp_path / "w.pickle")
+    export_trimmed(snap, out, device=dev, start=a, end=b)
+    assert os.path.getsize(out) < os.path.getsize(path)
+    an2 = analyze(open_snapshot(out, use_cache=False))
+    k = len(CATEGORIES)
+    idx = np.arange(a, b + 1)
+    orig = category_live_at(category_series(an.devices[dev], k), idx)
+    trim = category_live_at(category_series(an2.devices[dev], k), idx - a)
+    np.testing.assert_array_equal(orig.sum(axis=1), trim.sum(axis=1))
+    # categories: exact for the allocations born inside the window (same stack, same start);
+    # blocks live before the window lost their history, so a lifetime rule may see them apart
+    def born_inside(da, lo):
+        keep = da.allocs.alloc_index >= lo
+        sub = type("D", (), {})()
+        sub.allocs = type(da.allocs)(da.device, *(np.asarray(getattr(da.allocs, f))[keep] for f in
+                                                  ("alloc_index", "free_index", "addr", "size", "stack",
+                                                   "alloc_us", "free_us")))
+        sub.category = np.asarray(da.category)[keep]
+        return sub
+    orig_in = category_live_at(category_series(born_inside(an.devices[dev], a), k), idx)
+    trim_in = category_live_at(category_series(born_inside(an2.devices[dev], 0), k), idx - a)
+    agree = (orig_in == trim_in).all(axis=1).mean()
+    assert agree >= 0.95, f"per-category live bytes agree at only {agree:.0%} of the window's events"
+
+
+def test_profiler_categories_survive(tmp_path):
+    # the example is profiler-converted: torch's own category rides on each alloc entry
+    snap = open_snapshot(EXAMPLE, use_cache=False)
+    out = str(tmp_path / "w.pickle")
+    export_trimmed(snap, out, device=0, start=100, end=900)
+    t2 = open_snapshot(out, use_cache=False).trace(0)
+    t1 = snap.trace(0)
+    names1 = np.asarray(snap.category_names, dtype=object)[t1.columns["category"][100:901]]
+    trimmed = open_snapshot(out, use_cache=False)
+    names2 = np.asarray(trimmed.category_names, dtype=object)[t2.columns["category"]]
+    assert list(names1) == list(names2)
+
+
+def test_trimmed_export_opens_in_torch_tools(tmp_path):
+    mv = pytest.importorskip("torch.cuda._memory_viz")
+    for path in _files()[:2]:
+        snap = open_snapshot(path, use_cache=False)
+        out = str(tmp_path / "w.pickle")
+        export_trimmed(snap, out, device=0, around_peak=200)
+        with open(out, "rb") as fh:
+            doc = pickle.load(fh)
+        assert mv.segsum(doc) and mv.trace_plot(doc)
+        if snap.layout != "profiler":     # torch's text trace needs allocator segments (fails on the original too)
+            assert mv.trace(doc)
+
+
+def test_around_peak_window():
+    assert window_around(100, 50, 10) == (45, 54)
+    assert window_around(100, 2, 10) == (0, 9)
+    assert window_around(100, 99, 10) == (90, 99)
+    assert window_around(5, 2, 10) == (0, 4)
+    snap = open_snapshot(EXAMPLE, use_cache=False)
+    lm = live_model(snap, 0)
+    s, e = window_around(len(snap.trace(0)), lm.peak_index, 300)
+    assert s <= lm.peak_index <= e and e - s + 1 == 300
+
+
+def test_bad_window_refused(tmp_path):
+    snap = open_snapshot(EXAMPLE, use_cache=False)
+    with pytest.raises(ValueError):
+        export_trimmed(snap, str(tmp_path / "x.pickle"), device=0, start=10, end=5)
+    with pytest.raises(ValueError):
+        export_trimmed(snap, str(tmp_path / "x.pickle"), device=0, start=0, end=10 ** 9)
+
+
+@pytest.mark.parametrize("max_points", [20000, 50])
+def test_perfetto_counter_tracks(tmp_path, max_points):
+    snap = open_snapshot(EXAMPLE, use_cache=False)
+    an = analyze(snap)
+    out = str(tmp_path / "trace.json")
+    export_perfetto(an, out, max_points=max_points)
+    with open(out) as fh:
+        doc = json.load(fh)
+    counters = [e for e in doc["traceEvents"] if e["ph"] == "C"]
+    tracks = {(e["pid"], e["name"]) for e in counters}
+    assert tracks == {(0, c) for c in CATEGORIES}
+    for e in counters:
+        assert isinstance(e["ts"], int) and e["args"]["bytes"] >= 0
+    da = an.devices[0]
+    # the sum of every track's maximum is at least the peak (and each track's max is exact)
+    series = category_series(da, len(CATEGORIES))
+    for c, name in enumerate(CATEGORIES):
+        vals = [e["args"]["bytes"] for e in counters if e["name"] == name]
+        start, ev, v = series[c]
+        assert max(vals) == max([start] + v.tolist())
+    if max_points == 50:
+        assert len(counters) <= len(CATEGORIES) * (2 * 50 + 1)
+
+
+def test_perfetto_uses_time_when_present():
+    if not OOM.exists():
+        pytest.skip("tests/data/oom.pickle not generated yet")
+    an = analyze(open_snapshot(str(OOM), use_cache=False))
+    doc = perfetto_trace(an)
+    ts = [e["ts"] for e in doc["traceEvents"] if e["ph"] == "C"]
+    assert min(ts) > 10 ** 12          # µs since the epoch, not entry numbers
+
+
+def test_cli_export(tmp_path, capsys):
+    out = str(tmp_path / "t.pickle")
+    assert main(["export", EXAMPLE, "--trim", "10:500", "-o", out]) == 0
+    assert len(open_snapshot(out, use_cache=False).trace(0)) == 491
+    assert main(["export", EXAMPLE, "--around-peak", "--window", "100", "-o", out]) == 0
+    assert len(open_snapshot(out, use_cache=False).trace(0)) == 100
+    pj = str(tmp_path / "t.json")
+    assert main(["export", EXAMPLE, "--perfetto", "-o", pj]) == 0
+    assert json.load(open(pj))["traceEvents"]
+    assert main(["export", EXAMPLE, "-o", out]) == 2              # nothing asked for
+    assert main(["export", EXAMPLE, "--trim", "x:y", "-o", out]) == 2
+    assert main(["export", EXAMPLE, "--trim", "10:5", "-o", out]) == 2
+    assert main(["export", EXAMPLE, "--trim", "1:5", "--device", "7", "-o", out]) == 2
