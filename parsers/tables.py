@@ -77,6 +77,9 @@ class Interner:
         return i
 
     def frame_of_dict(self, d) -> int:
+        if isinstance(d, str):
+            # forward_frames (2.13) are traceback lines, not frame dicts
+            return self.frame("", 0, d)
         if not isinstance(d, dict):
             return self.frame("??", 0, repr(type(d).__name__))
         return self.frame(d.get("filename", "??"), d.get("line", 0), d.get("name", "??"))
