@@ -1,0 +1,275 @@
+"""Apply the rules: markers per stack, lifetimes per allocation, first matching rule wins.
+
+Costs: regexes run once per unique file/function string, marker tests once per stack
+(a cumsum over the CSR stack array), and each rule a handful of numpy operations over
+the allocations that no earlier rule took. No Python loop touches an event or an
+allocation.
+
+Version bumps: torch's profiler writes an in-place update (optimizer step, gradient
+accumulation) as free + alloc of the same address and size, and the bump carries the
+frames of the tensor's first allocation. In profiler-converted files such an alloc
+continues the allocation it replaces (same address, size and stack, right after its
+free); the chain is classified once, from its first allocation's stack and phase and
+its last version's free, and every version gets the chain's category.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..parsers.tables import A_ALLOC
+from .rules import CATEGORIES, RuleSet
+from .stacks import KIND_PYTHON, StackFacts
+from .timeline import (P_BACKWARD, P_FORWARD, P_NEVER, P_NONE, P_OPTIMIZER, P_PRE, PHASE_CODE, Timeline,
+                       build_timeline)
+
+F_SAME, F_LATER_PHASE, F_LATER_ITER, F_NEVER = range(4)
+FREED_CODE = {"same_phase": F_SAME, "later_phase": F_LATER_PHASE, "later_iteration": F_LATER_ITER,
+              "never": F_NEVER}
+UNKNOWN = CATEGORIES.index("unknown")
+
+
+@dataclass
+class SnapshotFacts:
+    """Per-snapshot (all devices) results of the stack pass."""
+    stacks: StackFacts
+    marker_names: list
+    has_marker: dict            # marker name -> bool per stack
+    marker_pos: dict            # marker name -> innermost position per stack (-1 none)
+    stack_marker: np.ndarray    # int16 per stack: index into phase_markers of its phase marker, -1 none
+    stack_timeline: np.ndarray  # int8 per stack: timeline phase of that marker, -1 none
+    phase_markers: list
+    rule_stack_ok: list         # per rule: bool per stack (its stack-only conditions)
+    profiler_like: bool
+    dequant: np.ndarray         # bool per stack: a dequantization (sizes feed the size matcher)
+
+
+def stack_pass(snap, rules: RuleSet) -> SnapshotFacts:
+    sf = StackFacts(snap)
+    profiler_like = snap.layout == "profiler" or (sf.table.profiler_frames > 0 and
+                                                  sf.table.profiler_frames * 2 >= len(sf.table.kind))
+    has, pos = {}, {}
+    for name, matchers in rules.markers.items():
+        fm = np.zeros(len(sf.table.kind), dtype=bool)
+        for m in matchers:
+            fm |= sf.frame_mask(m)
+        has[name] = sf.any(fm)
+        pos[name] = sf.first_pos(fm)
+    phase_markers = rules.phase_markers
+    n = sf.n_stacks
+    stack_marker = np.full(n, -1, dtype=np.int16)
+    decided = np.zeros(n, dtype=bool)
+    for level in rules.levels:
+        best_pos = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+        best = np.full(n, -1, dtype=np.int16)
+        for name in level:            # innermost frame wins inside a level; ties: listed first
+            p = pos[name]
+            better = (p >= 0) & (p < best_pos) & ~decided
+            best_pos[better] = p[better]
+            best[better] = phase_markers.index(name)
+        got = best >= 0
+        stack_marker[got] = best[got]
+        decided |= got
+    tl_codes = np.array([PHASE_CODE[rules.timeline[m]] for m in phase_markers] + [-1], dtype=np.int8)
+    stack_timeline = tl_codes[stack_marker]          # -1 index -> the trailing -1
+    stack_timeline[stack_marker < 0] = -1
+
+    rule_ok = []
+    for r in rules.rules:
+        ok = np.ones(n, dtype=bool)
+        for m in r.markers:
+            ok &= has[m]
+        for m in r.not_markers:
+            ok &= ~has[m]
+        if r.stack_phase is not None:
+            allowed = [phase_markers.index(m) if m != "none" else -1 for m in r.stack_phase]
+            ok &= np.isin(stack_marker, allowed)
+        if r.top is not None:
+            tm = np.zeros(len(sf.table.kind), dtype=bool)
+            for m in r.top:
+                tm |= sf.frame_mask(m)
+            ok &= sf.top_mask(tm)
+        if r.op is not None:
+            ok &= sf.op_mask(r.op)
+        if r.innermost is not None:
+            im = np.zeros(len(sf.table.kind), dtype=bool)
+            for m in r.innermost:
+                im |= sf.frame_mask(m)
+            ok &= sf.first_pos(im) == 0
+        if r.profiler_converted is not None and r.profiler_converted != profiler_like:
+            ok[:] = False
+        if r.frames == "empty":
+            ok &= sf.lengths == 0
+        elif r.frames == "present":
+            ok &= sf.lengths > 0
+        rule_ok.append(ok)
+    dq_names = sf.name_mask(r"(?i)dequant")
+    dq_frames = dq_names[sf.table.name_ids] & (sf.table.kind == KIND_PYTHON)
+    dequant = sf.any(dq_frames)
+    return SnapshotFacts(sf, list(rules.markers), has, pos, stack_marker, stack_timeline, phase_markers,
+                         rule_ok, profiler_like, dequant)
+
+
+def version_chains(allocs, enabled: bool):
+    """(root, last) per allocation row: the first and last version of its chain."""
+    n = len(allocs)
+    ar = np.arange(n, dtype=np.int64)
+    if not enabled or n == 0:
+        return ar, ar
+    fi = allocs.free_index
+    ai = allocs.alloc_index
+    order = np.argsort(fi, kind="stable")
+    sfi = fi[order]
+    target = ai - 1
+    pos = np.searchsorted(sfi, target)
+    pos = np.minimum(pos, n - 1)
+    cand = order[pos]
+    ok = (ai > 0) & (sfi[pos] == target) & (fi[cand] >= 0)
+    ok &= allocs.addr[cand] == allocs.addr
+    ok &= allocs.size[cand] == allocs.size
+    ok &= allocs.stack[cand] == allocs.stack
+    ok &= cand != ar
+    parent = np.where(ok, cand, ar)
+    while True:
+        nxt = parent[parent]
+        if np.array_equal(nxt, parent):
+            break
+        parent = nxt
+    root = parent
+    last = ar.copy()
+    np.maximum.at(last, root, ar)
+    return root, last[root]
+
+
+def quantized_sizes(allocs, sfacts: SnapshotFacts, frameless_pre: np.ndarray) -> set:
+    """Sizes of frameless pre-trace blocks explained as packed weights / absmax buffers of
+    the dequantizations seen in the trace (bitsandbytes-style blockwise 4/8-bit).
+
+    For a dequantized weight of D bytes (itemsize 2 or 4, so n = D/itemsize elements) the
+    packed weight has n*bits/8 bytes and the absmax n/blocksize*4 bytes (fp32) or
+    n/blocksize (nested, uint8). One (itemsize, bits, blocksize) hypothesis is chosen for
+    the whole file: the one that explains the most dequantization sizes with BOTH a packed
+    weight and an absmax buffer among the frameless blocks."""
+    traced = allocs.alloc_index >= 0
+    st = np.maximum(allocs.stack, 0)
+    dq = traced & sfacts.dequant[st] & (allocs.size >= 4096)
+    if not dq.any() or not frameless_pre.any():
+        return set()
+    dsizes = np.unique(allocs.size[dq]).tolist()
+    pre_sizes = set(np.unique(allocs.size[frameless_pre]).tolist())
+    best, best_score = None, 0
+    for itemsize in (2, 4):
+        for bits in (4, 8):
+            for bs in (64, 128, 256, 512, 1024, 2048, 4096):
+                score, hits = 0, set()
+                for d in dsizes:
+                    if d % itemsize:
+                        continue
+                    ne = d // itemsize
+                    packed = ne * bits // 8
+                    absmax = [ne // bs * 4, ne // bs] if ne % bs == 0 else []
+                    am = [a for a in absmax if a in pre_sizes]
+                    if packed in pre_sizes and am:
+                        score += 1
+                        hits.add(packed)
+                        hits.update(am)
+                if score > best_score:
+                    best, best_score = hits, score
+    return best or set()
+
+
+@dataclass
+class Classified:
+    category: np.ndarray      # uint8 per allocation row
+    rule: np.ndarray          # int16 per allocation row (index into rule_names; 0 = none)
+    root: np.ndarray          # int64 per row: first version of its chain
+    last: np.ndarray          # int64 per row: last version of its chain
+    row_phase: np.ndarray     # uint8 per row: phase at its chain's allocation (P_*; P_PRE)
+    free_phase: np.ndarray    # uint8 per row: phase where its chain is freed (P_NEVER)
+    alloc_iter: np.ndarray    # int32 per row: iteration of the chain's allocation (-1)
+    free_iter: np.ndarray     # int32 per row: iteration of the chain's free (-1; never freed: -1)
+
+
+def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: RuleSet, device: int):
+    """-> (Timeline, Classified)."""
+    marker_idx = {m: i for i, m in enumerate(sfacts.phase_markers)}
+    blocking = [marker_idx[m] for m in ("model_load", "construct") if m in marker_idx]
+    tl = build_timeline(snap, device, trace, allocs, sfacts.stack_timeline, sfacts.stack_marker,
+                        np.asarray(blocking, dtype=np.int16), rules, sfacts.profiler_like)
+    n = len(allocs)
+    root, last = version_chains(allocs, sfacts.profiler_like)
+    ai = allocs.alloc_index[root]
+    fi = allocs.free_index[last]
+    stk = allocs.stack[root]
+    st0 = np.maximum(stk, 0)
+    pre = ai < 0
+    phase_e = tl.phase
+    n_ent = len(phase_e)
+    aic = np.clip(ai, 0, max(n_ent - 1, 0))
+    fic = np.clip(fi, 0, max(n_ent - 1, 0))
+    if n_ent:
+        row_phase = np.where(pre, -1, phase_e[aic]).astype(np.int16)
+        free_phase = np.where(fi < 0, P_NEVER, phase_e[fic]).astype(np.uint8)
+        seg_a = tl.segment[aic]
+        seg_f = tl.segment[fic]
+        it_a = np.where(pre, -1, tl.iteration[aic]).astype(np.int32)
+        it_f = np.where(fi < 0, -1, tl.iteration[fic]).astype(np.int32)
+    else:
+        row_phase = np.full(n, -1, dtype=np.int16)
+        free_phase = np.full(n, P_NEVER, dtype=np.uint8)
+        seg_a = seg_f = np.zeros(n, dtype=np.int64)
+        it_a = it_f = np.full(n, -1, dtype=np.int32)
+    # blocks from before the trace: the phase their stack names, else "pre"
+    stl = sfacts.stack_timeline[st0]
+    row_phase = np.where(pre, np.where(stl >= 0, stl, P_PRE), row_phase).astype(np.uint8)
+    freed = np.full(n, F_LATER_PHASE, dtype=np.uint8)
+    freed[fi < 0] = F_NEVER
+    traced_freed = (~pre) & (fi >= 0)
+    freed[traced_freed & (seg_a == seg_f)] = F_SAME
+    freed[traced_freed & (seg_a != seg_f) & (it_f > it_a) & (it_a >= 0)] = F_LATER_ITER
+    first = tl.first_start
+    before_training = pre | (ai < first) if first >= 0 else np.ones(n, dtype=bool)
+    frameless_pre = pre & (sfacts.stacks.lengths[st0] == 0)
+    qsizes = quantized_sizes(allocs, sfacts, frameless_pre)
+    size_q = np.isin(allocs.size[root], list(qsizes)) if qsizes else np.zeros(n, dtype=bool)
+
+    # how many other allocations were made while it lived (never freed: a lot)
+    if n_ent:
+        cum = np.cumsum(np.asarray(trace.columns["action"]) == A_ALLOC)
+        alive_allocs = np.where((fi >= 0) & ~pre, cum[fic] - cum[aic], np.iinfo(np.int64).max)
+    else:
+        alive_allocs = np.full(n, np.iinfo(np.int64).max)
+    category = np.full(n, UNKNOWN, dtype=np.uint8)
+    rule = np.zeros(n, dtype=np.int16)
+    # classify chain roots, then copy to the other versions
+    todo = np.flatnonzero(root == np.arange(n))
+    for ri, r in enumerate(rules.rules):
+        if not len(todo):
+            break
+        ok = sfacts.rule_stack_ok[ri][st0[todo]]
+        if r.phase is not None:
+            ok &= np.isin(row_phase[todo], [PHASE_CODE[p] for p in r.phase])
+        if r.free_phase is not None:
+            ok &= np.isin(free_phase[todo], [PHASE_CODE[p] for p in r.free_phase])
+        if r.freed is not None:
+            ok &= np.isin(freed[todo], [FREED_CODE[f] for f in r.freed])
+        if r.preexisting is not None:
+            ok &= pre[todo] == r.preexisting
+        if r.before_training is not None:
+            ok &= before_training[todo] == r.before_training
+        if r.max_allocs_alive is not None:
+            ok &= alive_allocs[todo] <= r.max_allocs_alive
+        if r.size_match == "quantized":
+            ok &= size_q[todo]
+        hit = todo[ok]
+        category[hit] = CATEGORIES.index(r.category)
+        rule[hit] = ri + 1
+        todo = todo[~ok]
+    category = category[root]
+    rule = rule[root]
+    return tl, Classified(category, rule, root, last, row_phase, free_phase, it_a, it_f)
+
+
+__all__ = ["stack_pass", "classify_device", "SnapshotFacts", "Classified", "version_chains", "quantized_sizes",
+           "P_NONE", "P_FORWARD", "P_BACKWARD", "P_OPTIMIZER"]

@@ -1,0 +1,215 @@
+"""Facts about interned frames and stacks, computed once per frame and once per stack.
+
+Nothing here loops over trace events. A frame is normalized once (profiler-style
+names are split into file and function, Windows paths get forward slashes), a
+frame matcher is a pair of regexes evaluated over the *unique* file and function
+strings, and a per-stack answer ("does any frame of stack s match?", "which is its
+innermost Python frame?") is one `cumsum` over the CSR array `snap.stack_frames`.
+
+Frame kinds:
+  python   a Python frame (`*.py`, `<frozen ...>`, profiler 'path/file.py(12): fn')
+  cpp      a C/C++ frame (stacks='all'; CPython's own ceval.c frames count here)
+  builtin  profiler '<built-in method zeros_like of ...>' (a torch op called from Python)
+  module   profiler 'nn.Module: Linear_0' (a module's forward)
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+KIND_PYTHON, KIND_CPP, KIND_BUILTIN, KIND_MODULE = 0, 1, 2, 3
+KIND_CODES = {"python": KIND_PYTHON, "cpp": KIND_CPP, "builtin": KIND_BUILTIN, "module": KIND_MODULE}
+
+_PROF_PY = re.compile(r"^(.*)\((\d+)\): (.*)$")
+_PROF_MODULE = re.compile(r"^nn\.Module: (.*?)(?:_\d+)?$")
+_PROF_BUILTIN = re.compile(r"^<built-in (?:method|function) ([\w.]+)")
+# The torch op a C++ stack was called for: torch::autograd::THPVariable_linear(...) -> linear
+_CPP_OP = re.compile(r"torch::autograd::THPVariable_(\w+)\(")
+
+
+@dataclass
+class FrameTable:
+    """Normalized frames: `file_ids[f]` / `name_ids[f]` index the unique strings."""
+    files: list            # unique normalized file strings
+    names: list            # unique normalized function names
+    file_ids: np.ndarray   # int32 per frame
+    name_ids: np.ndarray   # int32 per frame
+    kind: np.ndarray       # uint8 per frame
+    op_ids: np.ndarray     # int32 per frame: index into `names` of the op it names, -1 if none
+    profiler_frames: int   # how many frames are profiler-style ('none' file)
+    line: np.ndarray       # int32 per frame (profiler frames: the number in 'file.py(N)')
+
+
+def build_frame_table(snap) -> FrameTable:
+    strings = snap.strings
+    n = len(snap.frame_file)
+    file_index: dict = {}
+    name_index: dict = {}
+    files: list = []
+    names: list = []
+
+    def fid(s):
+        i = file_index.get(s)
+        if i is None:
+            i = file_index[s] = len(files)
+            files.append(s)
+        return i
+
+    def nid(s):
+        i = name_index.get(s)
+        if i is None:
+            i = name_index[s] = len(names)
+            names.append(s)
+        return i
+
+    file_ids = np.empty(n, dtype=np.int32)
+    name_ids = np.empty(n, dtype=np.int32)
+    op_ids = np.full(n, -1, dtype=np.int32)
+    kind = np.empty(n, dtype=np.uint8)
+    line = np.asarray(snap.frame_line, dtype=np.int32).copy()
+    prof = 0
+    ff = snap.frame_file.tolist()
+    fn = snap.frame_name.tolist()
+    # one pass per unique frame (not per event): a few thousand at most in real files
+    for f in range(n):
+        file = strings[ff[f]]
+        name = strings[fn[f]]
+        op = None
+        if file == "none":                      # torch.cuda._memory_viz._profile_to_snapshot
+            prof += 1
+            m = _PROF_PY.match(name)
+            if m:
+                file, name, k = m.group(1), m.group(3), KIND_PYTHON
+                line[f] = int(m.group(2)) if len(m.group(2)) < 10 else 0
+            elif name.startswith("nn.Module: "):
+                m = _PROF_MODULE.match(name)
+                file, name, k = "", (m.group(1) if m else name[11:]), KIND_MODULE
+            else:
+                m = _PROF_BUILTIN.match(name)
+                if m:
+                    file, name, k = "", m.group(1), KIND_BUILTIN
+                    op = name
+                else:
+                    file, k = "", KIND_CPP
+        else:
+            if "\\" in file:
+                file = file.replace("\\", "/")
+            if file.endswith(".py") or file.startswith("<"):
+                k = KIND_PYTHON
+            else:
+                k = KIND_CPP
+                m = _CPP_OP.search(name)
+                if m:
+                    op = m.group(1)
+        file_ids[f] = fid(file)
+        name_ids[f] = nid(name)
+        kind[f] = k
+        if op is not None:
+            op_ids[f] = nid(op)
+    return FrameTable(files, names, file_ids, name_ids, kind, op_ids, prof, line)
+
+
+class StackFacts:
+    """Per-stack queries over a snapshot's interned stacks (CSR: offsets + frame ids)."""
+
+    def __init__(self, snap, table: FrameTable | None = None):
+        self.snap = snap
+        self.table = table or build_frame_table(snap)
+        self.offsets = np.asarray(snap.stack_offsets, dtype=np.int64)
+        self.frames = np.asarray(snap.stack_frames, dtype=np.int64)
+        self.n_stacks = len(self.offsets) - 1
+        lengths = np.diff(self.offsets)
+        self.lengths = lengths
+        # stack id of every slot of the CSR array
+        self.slot_stack = np.repeat(np.arange(self.n_stacks, dtype=np.int64), lengths)
+        self.slot_pos = np.arange(len(self.frames), dtype=np.int64) - self.offsets[self.slot_stack] \
+            if len(self.frames) else np.zeros(0, dtype=np.int64)
+        self._file_cache: dict = {}
+        self._name_cache: dict = {}
+        self.top_python = self.first_frame(self.table.kind == KIND_PYTHON)
+        op_frame = self.first_frame(self.table.op_ids >= 0)
+        self.op_name_id = np.where(op_frame >= 0, self.table.op_ids[np.maximum(op_frame, 0)], -1) \
+            if self.n_stacks else np.zeros(0, dtype=np.int32)
+
+    # -- frame level -------------------------------------------------------------
+    def _match_strings(self, pattern: str | None, strings: list, cache: dict) -> np.ndarray | None:
+        if pattern is None:
+            return None
+        hit = cache.get(pattern)
+        if hit is None:
+            rx = re.compile(pattern)
+            hit = np.fromiter((rx.search(s) is not None for s in strings), dtype=bool, count=len(strings))
+            cache[pattern] = hit
+        return hit
+
+    def frame_mask(self, matcher) -> np.ndarray:
+        """bool per frame: the frame matches `matcher` (file / name regexes, kind)."""
+        t = self.table
+        m = np.ones(len(t.kind), dtype=bool)
+        fh = self._match_strings(matcher.file, t.files, self._file_cache)
+        if fh is not None:
+            m &= fh[t.file_ids]
+        nh = self._match_strings(matcher.name, t.names, self._name_cache)
+        if nh is not None:
+            m &= nh[t.name_ids]
+        if matcher.kind is not None:
+            m &= np.isin(t.kind, matcher.kind)
+        return m
+
+    def name_mask(self, pattern: str) -> np.ndarray:
+        """bool per unique name string (for op matching)."""
+        return self._match_strings(pattern, self.table.names, self._name_cache)
+
+    # -- stack level -------------------------------------------------------------
+    def any(self, frame_mask: np.ndarray) -> np.ndarray:
+        """bool per stack: some frame of the stack is in `frame_mask`."""
+        if not len(self.frames):
+            return np.zeros(self.n_stacks, dtype=bool)
+        cs = np.zeros(len(self.frames) + 1, dtype=np.int64)
+        np.cumsum(frame_mask[self.frames], out=cs[1:])
+        return cs[self.offsets[1:]] > cs[self.offsets[:-1]]
+
+    def first_pos(self, frame_mask: np.ndarray) -> np.ndarray:
+        """int per stack: position (0 = innermost) of the first frame in `frame_mask`, -1 if none."""
+        out = np.full(self.n_stacks, -1, dtype=np.int64)
+        if not len(self.frames):
+            return out
+        idx = np.flatnonzero(frame_mask[self.frames])
+        if len(idx):
+            st = self.slot_stack[idx]
+            first = np.r_[True, st[1:] != st[:-1]]
+            out[st[first]] = self.slot_pos[idx[first]]
+        return out
+
+    def first_frame(self, frame_mask: np.ndarray) -> np.ndarray:
+        """int per stack: frame id of the innermost frame in `frame_mask`, -1 if none."""
+        pos = self.first_pos(frame_mask)
+        out = np.full(self.n_stacks, -1, dtype=np.int64)
+        ok = pos >= 0
+        out[ok] = self.frames[self.offsets[:-1][ok] + pos[ok]]
+        return out
+
+    def top_mask(self, frame_mask: np.ndarray) -> np.ndarray:
+        """bool per stack: its innermost Python frame is in `frame_mask`."""
+        tp = self.top_python
+        return (tp >= 0) & frame_mask[np.maximum(tp, 0)]
+
+    def op_mask(self, pattern: str) -> np.ndarray:
+        """bool per stack: the torch op it was called for matches `pattern` (C++ or profiler stacks)."""
+        nh = self.name_mask(pattern)
+        op = self.op_name_id
+        return (op >= 0) & nh[np.maximum(op, 0)]
+
+    # -- presentation --------------------------------------------------------------
+    def frame_text(self, f: int) -> str:
+        t = self.table
+        file, name = t.files[t.file_ids[f]], t.names[t.name_ids[f]]
+        k = t.kind[f]
+        if k == KIND_MODULE:
+            return f"nn.Module: {name}"
+        if k == KIND_BUILTIN:
+            return f"<{name}>"
+        line = int(t.line[f])
+        return f"{file}:{line}:{name}" if line > 0 else (f"{file}:{name}" if file else name)

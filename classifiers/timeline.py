@@ -1,0 +1,224 @@
+"""Phases (forward / backward / optimizer) of every trace entry, and training iterations.
+
+Evidence, all vectorized over entries:
+  * the entry's stack: its phase marker (rules.toml [phases]) maps to a timeline phase.
+    `alloc` entries always count; `free_requested` entries count too unless the file
+    gives frees the allocation's frames (profiler-converted files, context='alloc'), which
+    we detect by comparing the stacks of paired allocs and frees;
+  * external_annotations (record_function regions with time_us), mapped by name;
+  * allocations with empty frames in a file that otherwise records Python frames: the
+    autograd engine's device thread (stacks='python' gives it no frames). Right after
+    forward or backward evidence they are backward evidence.
+Entries without evidence take the phase of the last evidence before them, except that a
+stretch leading into a forward is outside the phases (the next batch being prepared).
+
+Iterations: with optimizer steps, an iteration is everything from a forward that follows
+an optimizer step (or the first forward) to the end of the next optimizer step; several
+forward/backward pairs before one step are micro-batches. Without optimizer steps,
+backward ends an iteration; without either, each forward run separated by non-training
+work is one. Allocations before the first iteration are "before training".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..parsers.tables import A_ALLOC, A_FREE, A_FREE_REQUESTED
+
+P_NONE, P_INPUTS, P_FORWARD, P_BACKWARD, P_OPTIMIZER, P_PRE = range(6)
+P_NEVER = 6
+PHASE_NAMES = ("none", "inputs", "forward", "backward", "optimizer", "pre", "never")
+PHASE_CODE = {n: i for i, n in enumerate(PHASE_NAMES)}
+
+
+@dataclass
+class Timeline:
+    phase: np.ndarray          # uint8 per entry (P_*)
+    segment: np.ndarray        # int64 per entry: id of the run of equal phase it belongs to
+    iteration: np.ndarray      # int32 per entry: iteration index, -1 outside iterations
+    iterations: list = field(default_factory=list)   # dicts (index, start_index, end_index, phases, ...)
+    first_start: int = -1      # entry where the first iteration starts (-1: no iterations)
+    frees_carry_alloc_frames: bool = False
+    evidence: np.ndarray | None = None   # int8 per entry: the phase evidence (-1 none)
+
+
+def _pair_annotations(annotations, device):
+    """[(name, start_us, end_us)] from START/END annotations of `device`, innermost last."""
+    open_: dict = {}
+    out = []
+    for a in annotations:
+        if not isinstance(a, dict):
+            continue
+        dev = a.get("device")
+        if dev is not None and dev != device:
+            continue
+        name, stage, t = a.get("name"), a.get("stage"), a.get("time_us")
+        if not isinstance(name, str) or not isinstance(t, int):
+            continue
+        if stage == "START":
+            open_.setdefault(name, []).append(t)
+        elif stage == "END" and open_.get(name):
+            out.append((name, open_[name].pop(), t))
+    return out
+
+
+def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, blocking_markers,
+                   rules, profiler_like: bool) -> Timeline:
+    """`stack_timeline`: int8 per stack, the timeline phase of its phase marker (-1 none);
+    `stack_marker`: int16 per stack, index of its phase marker (-1 none);
+    `blocking_markers`: marker indices that stop an iteration's start from reaching back
+    (model loading)."""
+    action = np.asarray(trace.columns["action"])
+    sid = np.asarray(trace.columns["stack"])
+    n = len(action)
+    ev = np.full(n, -1, dtype=np.int8)
+    evm = np.full(n, -1, dtype=np.int16)
+    if n == 0:
+        return Timeline(np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros(0, np.int32), evidence=ev)
+
+    # do frees carry their own (free-site) frames?
+    paired = allocs.free_index >= 0
+    paired &= allocs.alloc_index >= 0
+    same = 1.0
+    if paired.any():
+        ai = allocs.alloc_index[paired]
+        fi = allocs.free_index[paired]
+        same = float(np.mean(sid[ai] == sid[fi]))
+    frees_carry_alloc = profiler_like or same > 0.5
+    use = action == A_ALLOC
+    if not frees_carry_alloc:
+        use |= (action == A_FREE_REQUESTED) | (action == A_FREE)
+    s = np.where(use & (sid > 0), sid, 0)
+    ev[:] = np.where(use & (sid > 0), stack_timeline[s], -1)
+    evm[:] = np.where(use & (sid > 0), stack_marker[s], -1)
+
+    # annotations (time ranges)
+    tus = np.asarray(trace.columns["time_us"])
+    if rules.annotations and snap.annotations and n and tus[0] >= 0:
+        valid = tus >= 0
+        mono = bool(np.all(np.diff(tus[valid]) >= 0)) if valid.sum() > 1 else True
+        if mono:
+            for name, t0, t1 in _pair_annotations(snap.annotations, device):
+                for rx, ph in rules.annotations:
+                    if rx.search(name):
+                        lo = int(np.searchsorted(tus, t0, side="left"))
+                        hi = int(np.searchsorted(tus, t1, side="right"))
+                        if hi > lo:
+                            ev[lo:hi] = PHASE_CODE[ph]
+                        break
+
+    idx = np.arange(n, dtype=np.int64)
+
+    def prev_anchor(mask):
+        return np.maximum.accumulate(np.where(mask, idx, -1))
+
+    # the autograd engine's thread: empty frames right after forward/backward evidence
+    has_frames = bool((sid > 0).any())
+    if not profiler_like and has_frames:
+        empty = (action == A_ALLOC) & (sid == 0)
+        if not frees_carry_alloc:
+            empty |= ((action == A_FREE_REQUESTED) | (action == A_FREE)) & (sid == 0)
+        empty &= ev < 0
+        if empty.any():
+            pa = prev_anchor(ev >= 0)
+            a_ph = np.where(pa >= 0, ev[np.maximum(pa, 0)], -1)
+            ev[empty & ((a_ph == P_FORWARD) | (a_ph == P_BACKWARD))] = P_BACKWARD
+
+    anchor = ev >= 0
+    pa = prev_anchor(anchor)
+    na = np.minimum.accumulate(np.where(anchor, idx, n)[::-1])[::-1]
+    A = np.where(pa >= 0, ev[np.maximum(pa, 0)], -1).astype(np.int8)
+    B = np.where(na < n, ev[np.minimum(na, n - 1)], -1).astype(np.int8)
+    # a stretch leading into a forward is the next batch being prepared, from its first
+    # allocation on; the frees before that still close the previous phase
+    n_alloc = np.cumsum((action == A_ALLOC) & (sid > 0))
+    after_first_alloc = n_alloc > np.where(pa >= 0, n_alloc[np.maximum(pa, 0)], 0)
+    lead_in = (B == P_FORWARD) & (A != P_FORWARD) & (after_first_alloc | (A < 0))
+    fill = np.where(A == B, A, np.where(lead_in, P_NONE, A))
+    fill = np.where(fill < 0, P_NONE, fill)
+    phase = np.where(anchor, ev, fill).astype(np.uint8)
+
+    # runs of equal phase
+    change = np.flatnonzero(phase[1:] != phase[:-1]) + 1
+    seg_start = np.r_[0, change].astype(np.int64)
+    seg_end = np.r_[change - 1, n - 1].astype(np.int64)
+    seg_phase = phase[seg_start].astype(np.int16)
+    nseg = len(seg_start)
+    segment = np.zeros(n, dtype=np.int64)
+    if len(change):
+        segment[change] = 1
+    np.cumsum(segment, out=segment)
+
+    iteration = np.full(n, -1, dtype=np.int32)
+    tl = Timeline(phase, segment, iteration, frees_carry_alloc_frames=frees_carry_alloc, evidence=ev)
+    has = {p: bool((seg_phase == p).any()) for p in (P_FORWARD, P_BACKWARD, P_OPTIMIZER)}
+    if not any(has.values()):
+        return tl
+    start_ph = P_FORWARD if has[P_FORWARD] else (P_BACKWARD if has[P_BACKWARD] else P_OPTIMIZER)
+    delim = P_OPTIMIZER if has[P_OPTIMIZER] else (P_BACKWARD if has[P_BACKWARD] else P_NONE)
+    sidx = np.arange(nseg)
+    nn = seg_phase != P_NONE
+    # previous non-NONE segment of each segment
+    last_nn = np.maximum.accumulate(np.where(nn, sidx, -1))
+    prev_nn = np.r_[-1, last_nn[:-1]]
+    prev_ph = np.where(prev_nn >= 0, seg_phase[np.maximum(prev_nn, 0)], -1)
+    is_start = seg_phase == start_ph
+    if delim == P_NONE:
+        prev_imm = np.r_[-1, seg_phase[:-1]]
+        is_start &= (prev_imm == P_NONE) | (prev_ph < 0)
+    else:
+        is_start &= (prev_ph == delim) | (prev_ph < 0)
+    first = int(np.flatnonzero(seg_phase == start_ph)[0])
+    is_start[first] = True
+    starts = np.flatnonzero(is_start)
+
+    # entry ranges: an iteration also owns the non-training stretch just before it
+    # (the batch being prepared), except for model loading before the first one
+    ent_start = seg_start[starts].copy()
+    for k, sg in enumerate(starts):
+        if sg > 0 and seg_phase[sg - 1] == P_NONE:
+            lo, hi = int(seg_start[sg - 1]), int(seg_end[sg - 1])
+            if k == 0:
+                blk = np.flatnonzero(np.isin(evm[lo:hi + 1], blocking_markers)) if len(blocking_markers) else []
+                ent_start[k] = lo + (int(blk[-1]) + 1 if len(blk) else 0)
+            else:
+                ent_start[k] = lo
+    last_train = int(np.flatnonzero(seg_phase != P_NONE)[-1])
+    ent_end = np.r_[ent_start[1:] - 1, seg_end[last_train]]
+    tus = np.asarray(trace.columns["time_us"])
+    its = []
+    for k in range(len(starts)):
+        s0, e0 = int(ent_start[k]), int(ent_end[k])
+        if e0 < s0:
+            continue
+        iteration[s0:e0 + 1] = len(its)
+        # segments of this iteration
+        g0, g1 = int(segment[s0]), int(segment[e0])
+        sp = seg_phase[g0:g1 + 1].astype(np.int16)
+        ss = np.maximum(seg_start[g0:g1 + 1], s0)
+        se = np.minimum(seg_end[g0:g1 + 1], e0)
+        # NONE runs that lead into a forward inside the iteration: preparing inputs
+        nxt = np.r_[sp[1:], -1]
+        inp = (sp == P_NONE) & (nxt == P_FORWARD)
+        for a, b in zip(ss[inp], se[inp]):
+            phase[a:b + 1] = P_INPUTS
+        phases = {}
+        for name, p in (("inputs", P_INPUTS), ("forward", P_FORWARD), ("backward", P_BACKWARD),
+                        ("optimizer", P_OPTIMIZER)):
+            sel = (sp == p) | ((sp == P_NONE) & inp) if p == P_INPUTS else sp == p
+            if sel.any():
+                phases[name] = [int(ss[sel].min()), int(se[sel].max())]
+        # micro-batches: forward runs whose previous training run (in this iteration) is not forward
+        tr = (sp == P_FORWARD) | (sp == P_BACKWARD) | (sp == P_OPTIMIZER)
+        tr_ph = sp[tr]
+        micro = int(np.count_nonzero((tr_ph == P_FORWARD) & (np.r_[-1, tr_ph[:-1]] != P_FORWARD)))
+        its.append({
+            "index": len(its), "start_index": s0, "end_index": e0,
+            "start_us": int(tus[s0]) if tus[s0] >= 0 else None,
+            "end_us": int(tus[e0]) if tus[e0] >= 0 else None,
+            "phases": phases, "micro_batches": max(1, micro) if "forward" in phases else 0,
+        })
+    tl.iterations = its
+    tl.first_start = its[0]["start_index"] if its else -1
+    return tl
