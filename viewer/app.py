@@ -1,0 +1,115 @@
+"""Entry point for `vramscope FILE`, `vramscope view FILE [--screenshot OUT.png]`."""
+from __future__ import annotations
+
+import os
+import sys
+
+SCREENSHOT_SIZE = (1400, 900)
+
+
+def make_app():
+    """The QApplication (created once), with pyqtgraph configured and a dark palette
+    when the system asks for dark but the style's palette is light."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QGuiApplication, QPalette
+    from PySide6.QtWidgets import QApplication
+    import pyqtgraph as pg
+
+    app = QApplication.instance()
+    if app is None:
+        app = QApplication([sys.argv[0] if sys.argv else "vramscope"])
+        app.setApplicationName("vramscope")
+        app.setOrganizationName("vramscope")
+        app.setApplicationDisplayName("vramscope")
+    hints = QGuiApplication.styleHints()
+    scheme = getattr(hints, "colorScheme", None)
+    if scheme is not None and hints.colorScheme() == Qt.ColorScheme.Dark:
+        if app.palette().color(QPalette.ColorRole.Window).lightness() > 128:
+            app.setStyle("Fusion")      # Fusion's standard palette follows the colour scheme
+            app.setPalette(app.style().standardPalette())
+    pal = app.palette()
+    pg.setConfigOptions(antialias=False, useOpenGL=False,
+                        background=pal.color(QPalette.ColorRole.Base),
+                        foreground=pal.color(QPalette.ColorRole.Text))
+    return app
+
+
+# Said by Qt's offscreen platform plugin on every window shown; not our business.
+PLATFORM_NOISE = ("This plugin does not support propagateSizeHints()",)
+
+
+def quiet_platform_noise():
+    """Drop the offscreen plugin's chatter; pass every other Qt message to stderr."""
+    from PySide6.QtCore import qInstallMessageHandler
+
+    def handler(mode, context, message):
+        if message not in PLATFORM_NOISE:
+            print(message, file=sys.stderr)
+
+    qInstallMessageHandler(handler)
+
+
+def process_events(app, rounds: int = 4):
+    for _ in range(rounds):
+        app.processEvents()
+        app.sendPostedEvents()
+
+
+def render_screenshot(window, out: str) -> bool:
+    """Lay the window out at a fixed size offscreen, draw it and save a PNG."""
+    from PySide6.QtWidgets import QApplication
+    app = QApplication.instance()
+    window.resize(*SCREENSHOT_SIZE)
+    window.show()
+    process_events(app)
+    window.preview()
+    process_events(app)
+    window.timeline.refresh_now()
+    process_events(app)
+    return window.grab().save(out, "PNG")
+
+
+def run_viewer(path: str | None, screenshot: str | None = None, device: int | None = None,
+               use_cache: bool = True) -> int:
+    """Open the viewer; with `screenshot`, load synchronously, save a PNG and return.
+
+    Exit codes as the command line's: 0 ok, 2 usage, 3 bad input, 130 interrupted.
+    """
+    if screenshot:
+        if not path:
+            print("vramscope: error: --screenshot needs a snapshot FILE", file=sys.stderr)
+            return 2
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+        quiet_platform_noise()
+    from ..parsers import Cancelled, SnapshotError
+    app = make_app()
+    from .loader import load
+    from .window import MainWindow
+
+    if screenshot:
+        try:
+            result = load(path, device, use_cache)
+        except SnapshotError as e:
+            print(f"vramscope: {e.one_line()}", file=sys.stderr)
+            return 3
+        except (Cancelled, KeyboardInterrupt):
+            print("vramscope: interrupted", file=sys.stderr)
+            return 130
+        win = MainWindow(persist=False, use_cache=use_cache)
+        try:
+            win.apply_result(result)
+            ok = render_screenshot(win, screenshot)
+        finally:
+            win.close()
+            win.deleteLater()
+            process_events(app)
+        if not ok:
+            print(f"vramscope: error: cannot write {screenshot}", file=sys.stderr)
+            return 2
+        return 0
+
+    win = MainWindow(use_cache=use_cache)
+    win.show()
+    if path:
+        win.open_path(path, device)
+    return int(app.exec())

@@ -1,0 +1,82 @@
+"""Readable numbers for the viewer: bytes, durations, sizes typed by a user (no Qt here)."""
+from __future__ import annotations
+
+import math
+import re
+
+KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
+
+
+def fmt_bytes(n, precision: int = 2) -> str:
+    """1.50 GiB, 12.0 MiB, 512 B (binary units, as nvidia-smi and torch report)."""
+    if n is None:
+        return "-"
+    n = float(n)
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    for unit, scale in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= scale:
+            v = n / scale
+            p = precision if v < 100 else max(0, precision - 1)
+            return f"{sign}{v:.{p}f} {unit}"
+    return f"{sign}{int(n)} B"
+
+
+def byte_unit(span: float) -> tuple[str, int]:
+    """The unit to label an axis whose largest value is `span` bytes."""
+    span = abs(span)
+    for unit, scale in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if span >= scale:
+            return unit, scale
+    return "B", 1
+
+
+def fmt_duration_us(us) -> str:
+    """A duration given in microseconds: 850 µs, 12.3 ms, 4.56 s, 2 min 3 s."""
+    if us is None or us < 0:
+        return "-"
+    us = float(us)
+    if us < 1_000:
+        return f"{us:.0f} µs"
+    if us < 1_000_000:
+        return f"{us / 1e3:.3g} ms"
+    s = us / 1e6
+    if s < 120:
+        return f"{s:.3g} s"
+    m, s = divmod(s, 60)
+    if m < 120:
+        return f"{int(m)} min {s:.0f} s"
+    h, m = divmod(m, 60)
+    return f"{int(h)} h {int(m)} min"
+
+
+def fmt_seconds(x: float, spacing: float | None = None) -> str:
+    """A time on the axis (seconds since the first event), precise enough for `spacing`."""
+    spacing = abs(spacing) if spacing else abs(x) or 1.0
+    if spacing < 1e-3:
+        digits = max(0, -int(math.floor(math.log10(spacing * 1e6))))
+        return f"{x * 1e6:.{digits}f} µs" if abs(x) < 1e-3 else f"{x * 1e3:.{digits + 3}f} ms"
+    if spacing < 1.0:
+        digits = max(0, -int(math.floor(math.log10(spacing * 1e3))))
+        return f"{x * 1e3:.{digits}f} ms" if abs(x) < 1.0 else f"{x:.{digits + 3}f} s"
+    if spacing < 60 or abs(x) < 60:
+        digits = max(0, -int(math.floor(math.log10(spacing))))
+        return f"{x:.{digits}f} s"
+    m, s = divmod(x, 60)
+    return f"{int(m)}:{s:02.0f}"
+
+
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]?)(i?)(b?)\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int | None:
+    """'1.5 GiB', '512k', '100MB', '4096' -> bytes (K/M/G/T are binary either way:
+    allocator sizes are). Empty -> 0; unreadable -> None."""
+    if not text.strip():
+        return 0
+    m = _SIZE_RE.match(text)
+    if not m:
+        return None
+    value = float(m.group(1))
+    scale = {"": 1, "k": KiB, "m": MiB, "g": GiB, "t": TiB}[m.group(2).lower()]
+    return int(value * scale)

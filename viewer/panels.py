@@ -1,0 +1,356 @@
+"""Side panels: the selected allocation's stack, the moment under the cursor, the findings."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from PySide6.QtCore import QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QPainter, QPalette, QPen
+from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QHeaderView, QLabel, QSizePolicy, QTextBrowser, QTreeWidget,
+                               QTreeWidgetItem, QVBoxLayout, QWidget)
+
+from .fmt import fmt_bytes, fmt_duration_us, fmt_seconds
+from .model import DeviceData, Segments, is_allocator_frame, short_cpp, split_frame
+from .theme import CATEGORY_COLORS, category_color
+
+
+def _esc(s: str) -> str:
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def short_path(path: str, keep: int = 3) -> str:
+    """The last few components of a long path: '…/cs336_basics/optimizers.py'."""
+    parts = path.replace("\\", "/").split("/")
+    return path if len(parts) <= keep + 1 else "…/" + "/".join(parts[-keep:])
+
+
+def when_text(d: DeviceData, i: int) -> str:
+    if i < 0:
+        return "before the trace"
+    if d.has_time:
+        return f"{fmt_seconds(float(d.x_of_index(i)), 1e-4)} (entry {i:,})"
+    return f"entry {i:,}"
+
+
+# -- the selected allocation ----------------------------------------------------------------
+class StackPanel(QWidget):
+    """The selected allocation: category, rule, size, lifetime and its full stack."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.data: DeviceData | None = None
+        self.row = -1
+        self.header = QLabel("Click the timeline or a table row to select an allocation.", self)
+        self.header.setWordWrap(True)
+        self.header.setTextFormat(Qt.TextFormat.RichText)
+        self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.python_only = QCheckBox("Python frames only", self)
+        self.python_only.setChecked(True)
+        self.python_only.setToolTip("Hide C++ frames (stacks recorded with stacks='all' interleave them)")
+        self.python_only.toggled.connect(lambda _: self._render())
+        self.frames = QTextBrowser(self)
+        self.frames.setOpenLinks(False)
+        self.frames.setLineWrapMode(QTextBrowser.LineWrapMode.NoWrap)
+        self.frames.setToolTip("The allocation's stack, innermost frame first")
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(6, 6, 6, 6)
+        lay.addWidget(self.header)
+        lay.addWidget(self.python_only)
+        lay.addWidget(self.frames, 1)
+
+    def set_data(self, data: DeviceData | None):
+        self.data = data
+        self.set_row(-1)
+
+    def set_row(self, row: int):
+        self.row = row
+        self._render()
+
+    def _render(self):
+        d, row = self.data, self.row
+        if d is None or row < 0:
+            self.header.setText("<i>Click the timeline or a table row to select an allocation.</i>")
+            self.frames.clear()
+            return
+        a = d.allocs
+        c = int(d.category[row])
+        name = d.category_name(c)
+        col = category_color(name).name()
+        ai, fi = int(d.alloc_index[row]), int(d.free_index[row])
+        life = ""
+        if d.has_time and ai >= 0 and fi >= 0:
+            life = f" · lived {fmt_duration_us(int(d.tkey[fi]) - int(d.tkey[ai]))}"
+        self.header.setText(
+            f"<span style='color:{col}; font-size:14pt'>■</span> <b>{name}</b> · <b>{fmt_bytes(int(a.size[row]))}</b>"
+            f" ({int(a.size[row]):,} B)<br>rule: <code>{_esc(d.rule_name(row))}</code><br>"
+            f"allocated {when_text(d, ai) if ai >= 0 else 'before the trace began'}<br>"
+            f"freed {when_text(d, fi) if fi >= 0 else 'never (live at the end)'}{life}<br>"
+            f"address <code>0x{int(a.addr[row]):x}</code>")
+        sid = int(a.stack[row])
+        frames = d.snap.stack_frames_list(sid) if sid >= 0 else []
+        shown = frames
+        hidden, what = 0, ""
+        if self.python_only.isChecked():
+            py = [f for f in frames if split_frame(*f)[3]]
+            if py:
+                hidden, what = len(frames) - len(py), "C++"
+                shown = py
+            else:   # autograd threads record no Python frames: drop the allocator's own
+                keep = [f for f in frames if not is_allocator_frame(f[2])]
+                if keep:
+                    hidden, what = len(frames) - len(keep), "allocator"
+                    shown = keep
+        pal = self.palette()
+        muted = pal.color(QPalette.ColorRole.PlaceholderText).name()
+        lines = []
+        for fr in shown:
+            f, ln, fn, py = split_frame(*fr)
+            if py:
+                lines.append(f"<b>{_esc(fn)}</b><br>&nbsp;&nbsp;<span style='color:{muted}'>"
+                             f"{_esc(short_path(f))}:{ln}</span>")
+            else:
+                where = f"  <span style='color:{muted}'>{_esc(fr[0])}</span>" if fr[0] not in ("", "??", "none") else ""
+                text = _esc(short_cpp(fn) if self.python_only.isChecked() else fn)
+                if "::generated::" in fn or "at::_ops::" in fn:
+                    text = f"<b>{text}</b>"
+                lines.append(f"{text}{where}")
+        if not lines:
+            lines = ["<i>no stack recorded for this allocation</i>"]
+        if hidden:
+            lines.append(f"<i style='color:{muted}'>{hidden} {what} frames hidden</i>")
+        self.frames.setHtml("<div style='font-family:monospace; white-space:pre'>" + "<br>".join(lines) + "</div>")
+
+    def stack_text(self) -> str:
+        return self.frames.toPlainText()
+
+
+# -- segments strip --------------------------------------------------------------------------
+class SegmentsStrip(QWidget):
+    """Each allocator segment as a box as wide as its size; the filled part is allocated."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.segs: Segments | None = None
+        self.setMinimumHeight(36)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setToolTip("Allocator segments at this moment, by address: box width ~ reserved size, "
+                        "filled part ~ allocated. Gaps inside boxes are fragmentation.")
+
+    def sizeHint(self):
+        return QSize(300, 40)
+
+    def set_segments(self, segs: Segments | None):
+        self.segs = segs
+        self.update()
+
+    def paintEvent(self, ev):
+        p = QPainter(self)
+        pal = self.palette()
+        r = self.rect().adjusted(1, 1, -1, -1)
+        p.fillRect(r, pal.color(QPalette.ColorRole.Base))
+        s = self.segs
+        if s is None or not len(s.size):
+            p.setPen(pal.color(QPalette.ColorRole.PlaceholderText))
+            p.drawText(r, Qt.AlignmentFlag.AlignCenter, "no segments" if s is None or s.known else
+                       "no allocator segments in this snapshot")
+            p.end()
+            return
+        total = float(s.size.sum())
+        gap = 1.0 if len(s.size) < r.width() / 3 else 0.0
+        usable = r.width() - gap * (len(s.size) - 1)
+        x = float(r.left())
+        fill = QColor(CATEGORY_COLORS["weights"])
+        empty = QColor(pal.color(QPalette.ColorRole.Text))
+        empty.setAlpha(40)
+        edge = QPen(pal.color(QPalette.ColorRole.Mid))
+        edge.setWidthF(0.5)
+        for size, alloc in zip(s.size.tolist(), s.allocated.tolist()):
+            w = usable * size / total
+            box = QRectF(x, r.top(), max(w, 0.5), r.height())
+            p.fillRect(box, empty)
+            frac = min(1.0, alloc / size) if size else 0.0
+            p.fillRect(QRectF(x, r.top() + r.height() * (1 - frac), max(w, 0.5), r.height() * frac), fill)
+            if w > 3:
+                p.setPen(edge)
+                p.setBrush(Qt.BrushStyle.NoBrush)
+                p.drawRect(box)
+            x += w + gap
+        p.end()
+
+
+# -- the moment under the cursor -----------------------------------------------------------------
+class MomentPanel(QWidget):
+    """Bytes by category at one entry, the largest live allocations, the segments."""
+
+    rowClicked = Signal(int)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.data: DeviceData | None = None
+        self.index = None
+        self.title = QLabel("<i>Move over the timeline.</i>", self)
+        self.title.setTextFormat(Qt.TextFormat.RichText)
+        self.title.setWordWrap(True)
+        self.cats = QTreeWidget(self)
+        self.cats.setHeaderLabels(["Category", "Live", "Share"])
+        self.cats.setRootIsDecorated(False)
+        self.cats.setToolTip("Live bytes by category at this moment")
+        self.cats.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.largest = QTreeWidget(self)
+        self.largest.setHeaderLabels(["Size", "Category", "Where"])
+        self.largest.setRootIsDecorated(False)
+        self.largest.setToolTip("The largest allocations live at this moment; click one to select it")
+        self.largest.header().setStretchLastSection(True)
+        self.largest.itemClicked.connect(self._on_item)
+        self.seg_label = QLabel(self)
+        self.seg_label.setWordWrap(True)
+        self.seg_label.setToolTip("Reserved: memory the caching allocator holds from the driver. "
+                                  "Fragmentation: reserved but not allocated.")
+        self.strip = SegmentsStrip(self)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(6, 6, 6, 6)
+        lay.addWidget(self.title)
+        lay.addWidget(self.cats, 3)
+        lay.addWidget(QLabel("<b>Largest live allocations</b>", self))
+        lay.addWidget(self.largest, 4)
+        lay.addWidget(QLabel("<b>Allocator segments</b>", self))
+        lay.addWidget(self.seg_label)
+        lay.addWidget(self.strip)
+
+    def set_data(self, data: DeviceData | None):
+        self.data = data
+        self.index = None
+        self.cats.clear()
+        self.largest.clear()
+        self.strip.set_segments(None)
+        self.seg_label.setText("")
+        self.title.setText("<i>Move over the timeline.</i>")
+
+    def show_index(self, i: int):
+        d = self.data
+        if d is None or i == self.index:
+            return
+        self.index = i
+        comp = d.composition([i])[0]
+        live = d.live_at(i)
+        res = d.reserved_at(i)
+        self.title.setText(f"<b>{when_text(d, i)}</b><br>live <b>{fmt_bytes(live)}</b>"
+                           + (f" · reserved {fmt_bytes(res)}" if res is not None else ""))
+        self.cats.clear()
+        order = np.argsort(-comp)
+        for c in order:
+            v = comp[c]
+            if v <= 0:
+                continue
+            name = d.category_name(int(c))
+            it = QTreeWidgetItem([name, fmt_bytes(v), f"{100.0 * v / live:.1f}%" if live > 0 else "-"])
+            it.setData(0, Qt.ItemDataRole.DecorationRole, category_color(name))
+            it.setTextAlignment(1, Qt.AlignmentFlag.AlignRight)
+            it.setTextAlignment(2, Qt.AlignmentFlag.AlignRight)
+            self.cats.addTopLevelItem(it)
+        self.largest.clear()
+        for row in d.largest_live(i, 12):
+            row = int(row)
+            name = d.category_name(int(d.category[row]))
+            it = QTreeWidgetItem([fmt_bytes(int(d.allocs.size[row])), name, d.stack_label(int(d.allocs.stack[row]))])
+            it.setData(0, Qt.ItemDataRole.UserRole, row)
+            it.setData(1, Qt.ItemDataRole.DecorationRole, category_color(name))
+            it.setTextAlignment(0, Qt.AlignmentFlag.AlignRight)
+            self.largest.addTopLevelItem(it)
+        self.largest.resizeColumnToContents(0)
+        self.largest.resizeColumnToContents(1)
+        segs = d.segments_at(i)
+        self.strip.set_segments(segs)
+        if not segs.known:
+            self.seg_label.setText("<i>This snapshot has no allocator segments (profiler-converted).</i>")
+        else:
+            big = int(segs.size.max()) if len(segs.size) else 0
+            self.seg_label.setText(
+                f"{len(segs.size):,} segments · reserved {fmt_bytes(segs.reserved_bytes)} · "
+                f"allocated {fmt_bytes(segs.allocated_bytes)} · fragmentation "
+                f"<b>{100 * segs.fragmentation:.1f}%</b> ({fmt_bytes(segs.reserved_bytes - segs.allocated_bytes)} "
+                f"cached) · largest segment {fmt_bytes(big)}")
+
+    def _on_item(self, item, _col):
+        row = item.data(0, Qt.ItemDataRole.UserRole)
+        if row is not None:
+            self.rowClicked.emit(int(row))
+
+
+# -- findings ------------------------------------------------------------------------------
+class FindingsPanel(QWidget):
+    """Peaks, leaks and OOMs from the analysis; activating one navigates there."""
+
+    activated = Signal(int)        # index into DeviceData.findings
+
+    GROUPS = (("peak", "Peak"), ("iteration_peak", "Iteration peaks"), ("leak", "Leaks"), ("oom", "Out of memory"))
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.data: DeviceData | None = None
+        self.tree = QTreeWidget(self)
+        self.tree.setHeaderHidden(True)
+        self.tree.setToolTip("Click a finding to go there (N / Shift+N: next / previous)")
+        self.tree.itemClicked.connect(self._on_item)
+        self.tree.itemActivated.connect(self._on_item)
+        self.summary = QLabel(self)
+        self.summary.setWordWrap(True)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(6, 6, 6, 6)
+        lay.addWidget(self.summary)
+        lay.addWidget(self.tree, 1)
+        self.items: list[QTreeWidgetItem] = []
+
+    def set_data(self, data: DeviceData | None):
+        self.data = data
+        self.tree.clear()
+        self.items = []
+        if data is None:
+            self.summary.setText("")
+            return
+        found = {k: [] for k, _ in self.GROUPS}
+        for k, f in enumerate(data.findings):
+            found.setdefault(f.kind, []).append((k, f))
+        for kind, label in self.GROUPS:
+            fs = found.get(kind, [])
+            if kind in ("leak", "oom") and not fs:
+                none = QTreeWidgetItem([f"{label}: none found"])
+                none.setDisabled(True)
+                self.tree.addTopLevelItem(none)
+                continue
+            if not fs:
+                continue
+            group = QTreeWidgetItem([f"{label} ({len(fs)})" if len(fs) > 1 else label])
+            f0 = group.font(0)
+            f0.setBold(True)
+            group.setFont(0, f0)
+            self.tree.addTopLevelItem(group)
+            for k, f in fs:
+                it = QTreeWidgetItem([f.title])
+                it.setToolTip(0, f.detail or f.title)
+                it.setData(0, Qt.ItemDataRole.UserRole, k)
+                if f.detail:
+                    sub = QTreeWidgetItem([f.detail])
+                    sub.setData(0, Qt.ItemDataRole.UserRole, k)
+                    sub.setToolTip(0, f.detail)
+                    it.addChild(sub)
+                group.addChild(it)
+                self.items.append(it)
+            group.setExpanded(True)
+            if kind == "peak":
+                for i in range(group.childCount()):
+                    group.child(i).setExpanded(True)
+        n_it = len(data.iterations)
+        self.summary.setText(f"{n_it} iteration{'s' if n_it != 1 else ''} found" if n_it else
+                             "<i>No iterations found.</i>")
+
+    def select(self, k: int):
+        for it in self.items:
+            if it.data(0, Qt.ItemDataRole.UserRole) == k:
+                self.tree.setCurrentItem(it)
+                return
+
+    def _on_item(self, item, _col=0):
+        k = item.data(0, Qt.ItemDataRole.UserRole)
+        if k is not None:
+            self.activated.emit(int(k))

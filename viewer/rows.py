@@ -1,0 +1,140 @@
+"""The allocations table's rows: filter and sort as index arrays (no Qt, no object per row)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .model import DeviceData
+
+COLUMNS = ("Category", "Size", "Allocated", "Freed", "Lifetime", "Address", "Rule", "Where")
+(COL_CATEGORY, COL_SIZE, COL_ALLOC, COL_FREE, COL_LIFETIME, COL_ADDR, COL_RULE, COL_WHERE) = range(len(COLUMNS))
+
+
+class RowView:
+    """`rows`: the allocation rows shown, in display order.
+
+    Sorting keeps one permutation of all rows (stable argsort of the column's key);
+    filtering is one boolean mask; the view is `perm[mask[perm]]`.
+    """
+
+    def __init__(self, data: DeviceData):
+        self.data = data
+        self.n = data.n_rows
+        self.sort_column = COL_SIZE
+        self.descending = True
+        self.categories: set[int] | None = None
+        self.min_size = 0
+        self.text = ""
+        self._perm = None
+        self._mask = None
+        self._lower_strings = None
+        self._where_rank = None
+        self.rows = np.arange(self.n)
+        self._apply_sort()
+        self._apply()
+
+    # -- sorting -----------------------------------------------------------------------
+    def sort_key(self, column: int) -> np.ndarray:
+        d = self.data
+        a = d.allocs
+        if column == COL_CATEGORY:
+            return d.category
+        if column == COL_SIZE:
+            return a.size
+        if column == COL_ALLOC:
+            return d.alloc_index
+        if column == COL_FREE:
+            return np.where(d.free_index < 0, np.int64(d.n + 1), d.free_index)
+        if column == COL_LIFETIME:
+            return self.lifetime_key()
+        if column == COL_ADDR:
+            return a.addr
+        if column == COL_RULE:
+            return d.rule
+        if column == COL_WHERE:
+            return np.where(a.stack >= 0, self.where_rank()[np.maximum(a.stack, 0)], -1)
+        raise IndexError(column)
+
+    def lifetime_key(self) -> np.ndarray:
+        """Lifetime in µs when the trace has times, else in entries; the trace's ends
+        stand in for a missing alloc or free."""
+        d = self.data
+        if d.has_time and d.n:
+            first, last = int(d.tkey[0]), int(d.tkey[-1])
+            a = np.where(d.alloc_index < 0, first, d.tkey[np.maximum(d.alloc_index, 0)])
+            f = np.where(d.free_index < 0, last, d.tkey[np.maximum(d.free_index, 0)])
+            return f - a
+        a = np.maximum(d.alloc_index, 0)
+        f = np.where(d.free_index < 0, d.n, d.free_index)
+        return f - a
+
+    def where_rank(self) -> np.ndarray:
+        """Rank of each stack's label in alphabetical order (labels are per stack, not per row)."""
+        if self._where_rank is None:
+            snap = self.data.snap
+            labels = [self.data.stack_label(s).lower() for s in range(snap.n_stacks)]
+            order = sorted(range(len(labels)), key=labels.__getitem__)
+            rank = np.empty(max(len(labels), 1), dtype=np.int64)
+            rank[order] = np.arange(len(order))
+            self._where_rank = rank
+        return self._where_rank
+
+    def sort(self, column: int, descending: bool):
+        self.sort_column, self.descending = column, descending
+        self._apply_sort()
+        self._apply()
+
+    def _apply_sort(self):
+        key = np.asarray(self.sort_key(self.sort_column)).astype(np.int64, copy=False)
+        # descending stays stable (ties in row order): sort the negated key
+        perm = np.argsort(-key if self.descending else key, kind="stable")
+        self._perm = perm.astype(np.int32 if self.n < (1 << 31) else np.int64)
+
+    # -- filtering -------------------------------------------------------------------------
+    def set_filter(self, categories: set[int] | None = None, min_size: int = 0, text: str = ""):
+        self.categories = None if categories is None else set(categories)
+        self.min_size = int(min_size or 0)
+        self.text = text or ""
+        self._apply()
+
+    def stack_match(self, text: str) -> np.ndarray:
+        """Stacks with a frame whose file or function contains `text` (case-insensitive):
+        strings -> frames -> stacks through the CSR arrays, vectorised."""
+        snap = self.data.snap
+        if self._lower_strings is None:
+            self._lower_strings = [s.lower() for s in snap.strings]
+        q = text.lower()
+        hit = np.fromiter((q in s for s in self._lower_strings), dtype=bool, count=len(self._lower_strings))
+        fm = hit[snap.frame_file] | hit[snap.frame_name] if len(snap.frame_file) else np.zeros(0, dtype=bool)
+        offsets = np.asarray(snap.stack_offsets)
+        n_stacks = len(offsets) - 1
+        out = np.zeros(max(n_stacks, 0), dtype=bool)
+        if n_stacks and len(snap.stack_frames):
+            lens = np.diff(offsets)
+            ne = np.flatnonzero(lens > 0)
+            if len(ne):
+                out[ne] = np.logical_or.reduceat(fm[snap.stack_frames], offsets[ne])
+        return out
+
+    def _apply(self):
+        d = self.data
+        mask = np.ones(self.n, dtype=bool)
+        if self.categories is not None:
+            allowed = np.zeros(256, dtype=bool)
+            allowed[list(self.categories)] = True
+            mask &= allowed[d.category]
+        if self.min_size > 0:
+            mask &= d.allocs.size >= self.min_size
+        if self.text.strip():
+            sm = self.stack_match(self.text.strip())
+            st = np.asarray(d.allocs.stack)
+            ok = st >= 0
+            m2 = np.zeros(self.n, dtype=bool)
+            m2[ok] = sm[st[ok]] if len(sm) else False
+            mask &= m2
+        self._mask = mask
+        self.rows = self._perm[mask[self._perm]]
+
+    def position_of(self, row: int) -> int:
+        """Where a row is shown (-1 if filtered out)."""
+        hit = np.flatnonzero(self.rows == row)
+        return int(hit[0]) if len(hit) else -1

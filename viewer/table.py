@@ -1,0 +1,286 @@
+"""The allocations table: a virtual Qt model over numpy columns (rows are computed when painted)."""
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSignalBlocker, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QColor
+from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QMenu, QTableView,
+                               QToolButton, QVBoxLayout, QWidget)
+
+from .fmt import fmt_bytes, fmt_duration_us, fmt_seconds, parse_size
+from .model import DeviceData, frame_label, split_frame
+from .rows import (COL_ADDR, COL_ALLOC, COL_CATEGORY, COL_FREE, COL_LIFETIME, COL_RULE, COL_SIZE, COL_WHERE, COLUMNS,
+                   RowView)
+from .theme import category_color
+
+_RIGHT = int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+_TIPS = {
+    COL_CATEGORY: "What the allocation is, as classified (see the Selection panel for the rule)",
+    COL_SIZE: "Requested size",
+    COL_ALLOC: "When it was allocated (before the trace: it was already live when recording began)",
+    COL_FREE: "When it was freed ('never': still live when the snapshot was taken)",
+    COL_LIFETIME: "How long it lived (to the trace's end when never freed)",
+    COL_ADDR: "Device address",
+    COL_RULE: "The classifier rule that chose the category",
+    COL_WHERE: "The innermost Python frame outside torch that allocated it",
+}
+
+
+class AllocationsModel(QAbstractTableModel):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.view: RowView | None = None
+        self.data_: DeviceData | None = None
+
+    def set_data(self, data: DeviceData | None):
+        self.beginResetModel()
+        self.data_ = data
+        self.view = RowView(data) if data is not None else None
+        self.endResetModel()
+
+    def rowCount(self, parent=QModelIndex()):
+        return 0 if parent.isValid() or self.view is None else len(self.view.rows)
+
+    def columnCount(self, parent=QModelIndex()):
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
+        if orientation == Qt.Orientation.Horizontal:
+            if role == Qt.ItemDataRole.DisplayRole:
+                return COLUMNS[section]
+            if role == Qt.ItemDataRole.ToolTipRole:
+                return _TIPS.get(section)
+        return None
+
+    def row_id(self, r: int) -> int:
+        return int(self.view.rows[r])
+
+    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
+        if not index.isValid() or self.view is None:
+            return None
+        row = int(self.view.rows[index.row()])
+        col = index.column()
+        d = self.data_
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self._text(d, row, col)
+        if role == Qt.ItemDataRole.DecorationRole and col == COL_CATEGORY:
+            return category_color(d.category_name(int(d.category[row])))
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in (COL_SIZE, COL_ALLOC, COL_FREE, COL_LIFETIME):
+            return _RIGHT
+        if role == Qt.ItemDataRole.ToolTipRole and col == COL_WHERE:
+            sid = int(d.allocs.stack[row])
+            frames = d.snap.stack_frames_list(sid) if sid >= 0 else []
+            py = [f for f in frames if split_frame(*f)[3]] or frames
+            return "\n".join(frame_label(*f)[:160] for f in py[:10]) or "no stack recorded"
+        if role == Qt.ItemDataRole.UserRole:
+            return row
+        return None
+
+    def _when(self, d: DeviceData, i: int, missing: str) -> str:
+        if i < 0:
+            return missing
+        if d.has_time:
+            return fmt_seconds(float(d.x_of_index(i)), 1e-6)
+        return f"#{i:,}"
+
+    def _text(self, d: DeviceData, row: int, col: int):
+        a = d.allocs
+        if col == COL_CATEGORY:
+            return d.category_name(int(d.category[row]))
+        if col == COL_SIZE:
+            return fmt_bytes(int(a.size[row]))
+        if col == COL_ALLOC:
+            return self._when(d, int(d.alloc_index[row]), "before trace")
+        if col == COL_FREE:
+            return self._when(d, int(d.free_index[row]), "never")
+        if col == COL_LIFETIME:
+            ai, fi = int(d.alloc_index[row]), int(d.free_index[row])
+            if d.has_time and d.n:
+                ta = int(d.tkey[ai]) if ai >= 0 else int(d.tkey[0])
+                tf = int(d.tkey[fi]) if fi >= 0 else int(d.tkey[-1])
+                s = fmt_duration_us(tf - ta)
+            else:
+                s = f"{(fi if fi >= 0 else d.n) - max(ai, 0):,} entries"
+            return ("≥ " + s) if (ai < 0 or fi < 0) else s
+        if col == COL_ADDR:
+            return f"0x{int(a.addr[row]):x}"
+        if col == COL_RULE:
+            return d.rule_name(row)
+        if col == COL_WHERE:
+            return d.stack_label(int(a.stack[row]))
+        return None
+
+    def sort(self, column, order=Qt.SortOrder.AscendingOrder):
+        if self.view is None:
+            return
+        self.layoutAboutToBeChanged.emit()
+        self.view.sort(column, order == Qt.SortOrder.DescendingOrder)
+        self.layoutChanged.emit()
+
+    def set_filter(self, categories, min_size, text):
+        if self.view is None:
+            return
+        self.beginResetModel()
+        self.view.set_filter(categories, min_size, text)
+        self.endResetModel()
+
+
+class AllocationsPanel(QWidget):
+    """Filter bar + table. Emits `rowSelected(row)` when the user picks a row."""
+
+    rowSelected = Signal(int)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.data: DeviceData | None = None
+        self.model = AllocationsModel(self)
+
+        self.cat_button = QToolButton(self)
+        self.cat_button.setText("Categories: all")
+        self.cat_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.cat_button.setToolTip("Show only some categories")
+        self.cat_menu = QMenu(self.cat_button)
+        self.cat_button.setMenu(self.cat_menu)
+        self.cat_actions: list[QAction] = []
+
+        self.min_size = QLineEdit(self)
+        self.min_size.setPlaceholderText("min size, e.g. 1 MiB")
+        self.min_size.setToolTip("Hide allocations smaller than this (B, KiB, MiB, GiB; K/M/G work too)")
+        self.min_size.setClearButtonEnabled(True)
+        self.min_size.setMaximumWidth(170)
+        self.text = QLineEdit(self)
+        self.text.setPlaceholderText("Search frames: file or function (Ctrl+F)")
+        self.text.setToolTip("Keep allocations with a frame whose file or function contains this text")
+        self.text.setClearButtonEnabled(True)
+        self.count = QLabel(self)
+        self.count.setToolTip("Allocations shown / all allocations on this device")
+
+        bar = QHBoxLayout()
+        bar.setContentsMargins(0, 0, 0, 0)
+        bar.addWidget(self.cat_button)
+        bar.addWidget(self.min_size)
+        bar.addWidget(self.text, 1)
+        bar.addWidget(self.count)
+
+        self.table = QTableView(self)
+        self.table.setModel(self.model)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setAlternatingRowColors(True)
+        self.table.setWordWrap(False)
+        self.table.verticalHeader().hide()
+        vh = self.table.verticalHeader()
+        vh.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+        vh.setDefaultSectionSize(self.fontMetrics().height() + 6)
+        hh = self.table.horizontalHeader()
+        hh.setStretchLastSection(True)
+        hh.setSortIndicator(COL_SIZE, Qt.SortOrder.DescendingOrder)
+        widths = {COL_CATEGORY: 110, COL_SIZE: 90, COL_ALLOC: 100, COL_FREE: 100, COL_LIFETIME: 90,
+                  COL_ADDR: 130, COL_RULE: 190}
+        for c, w in widths.items():
+            self.table.setColumnWidth(c, w)
+        self.table.setSortingEnabled(True)
+        self.table.selectionModel().currentRowChanged.connect(self._on_current)
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.addLayout(bar)
+        lay.addWidget(self.table, 1)
+
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(250)
+        self._timer.timeout.connect(self.apply_filter)
+        self.text.textChanged.connect(lambda _: self._timer.start())
+        self.min_size.textChanged.connect(lambda _: self._timer.start())
+        self.text.returnPressed.connect(self.apply_filter)
+        self.min_size.returnPressed.connect(self.apply_filter)
+
+    def set_data(self, data: DeviceData | None):
+        self.data = data
+        self.model.set_data(data)
+        self.cat_menu.clear()
+        self.cat_actions = []
+        if data is not None:
+            hh = self.table.horizontalHeader()
+            self.model.sort(hh.sortIndicatorSection(), hh.sortIndicatorOrder())
+            for c, name in enumerate(data.categories):
+                act = QAction(name, self.cat_menu)
+                act.setCheckable(True)
+                act.setChecked(True)
+                act.setEnabled(bool(data.cat_present[c]))
+                act.setData(c)
+                act.toggled.connect(lambda _=False: self.apply_filter())
+                self.cat_menu.addAction(act)
+                self.cat_actions.append(act)
+            self.cat_menu.addSeparator()
+            self.cat_menu.addAction("All", lambda: self._set_all(True))
+            self.cat_menu.addAction("None", lambda: self._set_all(False))
+            self.apply_filter()
+        self._update_count()
+
+    def _set_all(self, on: bool):
+        for a in self.cat_actions:
+            with QSignalBlocker(a):
+                a.setChecked(on)
+        self.apply_filter()
+
+    def set_categories(self, cats: set[int] | None):
+        """Filter to these categories (None: all)."""
+        for a in self.cat_actions:
+            with QSignalBlocker(a):
+                a.setChecked(cats is None or int(a.data()) in cats)
+        self.apply_filter()
+
+    def checked_categories(self) -> set[int] | None:
+        checked = {int(a.data()) for a in self.cat_actions if a.isChecked()}
+        if all(a.isChecked() for a in self.cat_actions):
+            return None
+        return checked
+
+    def apply_filter(self):
+        self._timer.stop()
+        if self.data is None:
+            return
+        size = parse_size(self.min_size.text())
+        self.min_size.setStyleSheet("" if size is not None else "color: #D62728")
+        cats = self.checked_categories()
+        self.cat_button.setText("Categories: all" if cats is None else f"Categories: {len(cats)}")
+        current = self.current_row()
+        self.model.set_filter(cats, size or 0, self.text.text())
+        self._update_count()
+        if current >= 0:
+            self.select_row(current, emit=False)
+
+    def _update_count(self):
+        if self.model.view is None:
+            self.count.setText("")
+            return
+        self.count.setText(f"{len(self.model.view.rows):,} of {self.model.view.n:,}")
+
+    def current_row(self) -> int:
+        idx = self.table.currentIndex()
+        if not idx.isValid() or self.model.view is None:
+            return -1
+        return self.model.row_id(idx.row())
+
+    def select_row(self, row: int, emit: bool = False):
+        """Show a row (if it passes the filter) without re-emitting the selection."""
+        if self.model.view is None:
+            return
+        pos = self.model.view.position_of(row) if row >= 0 else -1
+        with QSignalBlocker(self.table.selectionModel()):
+            if pos < 0:
+                self.table.clearSelection()
+                self.table.setCurrentIndex(QModelIndex())
+            else:
+                idx = self.model.index(pos, 0)
+                self.table.setCurrentIndex(idx)
+                self.table.selectRow(pos)
+                self.table.scrollTo(idx, QAbstractItemView.ScrollHint.PositionAtCenter)
+        if emit and pos >= 0:
+            self.rowSelected.emit(row)
+
+    def _on_current(self, current, _previous):
+        if current.isValid() and self.model.view is not None:
+            self.rowSelected.emit(self.model.row_id(current.row()))

@@ -1,0 +1,65 @@
+"""Colours: one per category (readable on light and dark), the rest from the system palette."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtGui import QColor, QGuiApplication, QPalette
+
+# Chosen to stay apart for the common colour-vision deficiencies (after Okabe-Ito
+# and Tableau 10), ordered like STACK_ORDER so neighbouring bands differ.
+CATEGORY_COLORS = {
+    "weights": "#4E79A7",        # blue: the model itself
+    "quantization": "#9C755F",   # brown
+    "optimizer": "#B07AA1",      # purple
+    "gradients": "#F28E2B",      # orange
+    "inputs": "#EDC948",         # yellow
+    "activations": "#59A14F",    # green
+    "autograd": "#76B7B2",       # teal
+    "temporary": "#FF9DA7",      # pink
+    "unknown": "#A0A0A0",        # grey
+}
+PHASE_COLORS = {"forward": "#59A14F", "backward": "#F28E2B", "optimizer": "#B07AA1", "inputs": "#EDC948"}
+PEAK_COLOR = "#D62728"
+OOM_COLOR = "#D62728"
+LEAK_COLOR = "#E15759"
+ANNOTATION_COLOR = "#4E79A7"
+
+
+def category_color(name: str) -> QColor:
+    return QColor(CATEGORY_COLORS.get(name, "#A0A0A0"))
+
+
+@dataclass
+class Theme:
+    dark: bool
+    background: QColor
+    foreground: QColor
+    muted: QColor
+    grid: QColor
+    accent: QColor
+    live_line: QColor
+    reserved_line: QColor
+    hover_bg: QColor
+
+    @classmethod
+    def from_palette(cls, palette: QPalette | None = None) -> "Theme":
+        if palette is None:
+            palette = QGuiApplication.palette()
+        bg = palette.color(QPalette.ColorRole.Base)
+        fg = palette.color(QPalette.ColorRole.Text)
+        dark = bg.lightness() < 128
+        muted = QColor(fg)
+        muted.setAlpha(150)
+        grid = QColor(fg)
+        grid.setAlpha(40)
+        accent = palette.color(QPalette.ColorRole.Highlight)
+        live = QColor("#F0F0F0") if dark else QColor("#202020")
+        reserved = QColor("#9AA0A6") if dark else QColor("#5F6368")
+        hover_bg = QColor(palette.color(QPalette.ColorRole.ToolTipBase))
+        hover_bg.setAlpha(235)
+        return cls(dark, bg, fg, muted, grid, accent, live, reserved, hover_bg)
+
+    def band_color(self, name: str) -> QColor:
+        c = category_color(name)
+        # opaque bands, a little lighter on light backgrounds so the lines stay readable
+        return c.lighter(112) if not self.dark else c.darker(105)

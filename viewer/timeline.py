@@ -1,0 +1,769 @@
+"""The timeline: live memory stacked by category, over a whole run, at any zoom.
+
+Every view change recomputes a per-pixel envelope (`DeviceData.envelope`) and
+draws a few thousand vertices: pyqtgraph never sees the millions of events.
+Range changes are coalesced: several in one event-loop turn (a wheel burst, a
+drag) cost one recompute.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtGui import QBrush, QColor, QPainter, QPainterPath, QPen
+from PySide6.QtWidgets import QVBoxLayout, QWidget
+
+from .fmt import byte_unit, fmt_bytes, fmt_duration_us, fmt_seconds
+from .model import DeviceData, Envelope
+from .theme import (ANNOTATION_COLOR, LEAK_COLOR, OOM_COLOR, PEAK_COLOR, PHASE_COLORS, Theme,
+                    category_color)
+
+
+# -- axes ----------------------------------------------------------------------------
+class BytesAxis(pg.AxisItem):
+    """Bytes in GiB/MiB/KiB with round steps in that unit."""
+
+    def tickSpacing(self, minVal, maxVal, size):
+        _, scale = byte_unit(max(abs(minVal), abs(maxVal)))
+        levels = super().tickSpacing(minVal / scale, maxVal / scale, size)
+        return [(sp * scale, off * scale) for sp, off in levels]
+
+    def tickStrings(self, values, scale, spacing):
+        if not values:
+            return []
+        unit, s = byte_unit(max(abs(v) for v in values) or 1)
+        step = spacing / s
+        digits = 0 if step >= 1 else min(3, int(math.ceil(-math.log10(step))))
+        return [f"{v / s:.{digits}f} {unit}" if v else "0" for v in values]
+
+
+class TimeAxis(pg.AxisItem):
+    """Seconds since the first event (ms/µs when zoomed in), or trace entries."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.has_time = True
+
+    def tickStrings(self, values, scale, spacing):
+        if not self.has_time:
+            return [f"{int(round(v)):,}" for v in values]
+        return [fmt_seconds(v, spacing) for v in values]
+
+
+# -- items -----------------------------------------------------------------------------
+class StackedBands(pg.GraphicsObject):
+    """Filled bands between consecutive cumulative curves, one path per band.
+
+    Each band is filled only between its lower and upper curve (not down to
+    zero), so the painter touches each pixel once whatever the number of bands.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._paths: list[tuple[QPainterPath, QBrush]] = []
+        self._rect = QRectF()
+
+    def set_bands(self, x: np.ndarray, cum: np.ndarray, brushes: list[QBrush]):
+        self.prepareGeometryChange()
+        self._paths = []
+        if len(x) and cum.shape[1]:
+            lower = np.zeros(len(x))
+            xx = np.concatenate([x, x[::-1]])
+            for j in range(cum.shape[1]):
+                upper = cum[:, j]
+                if np.any(upper > lower):
+                    yy = np.concatenate([upper, lower[::-1]])
+                    path = pg.arrayToQPath(xx, yy, connect="all")
+                    path.closeSubpath()
+                    self._paths.append((path, brushes[j]))
+                lower = upper
+            top = float(cum[:, -1].max()) if cum.size else 0.0
+            self._rect = QRectF(float(x[0]), 0.0, float(x[-1] - x[0]) or 1e-9, top or 1.0)
+        else:
+            self._rect = QRectF()
+        self.update()
+
+    def boundingRect(self):
+        return self._rect
+
+    def paint(self, p: QPainter, *args):
+        p.setPen(Qt.PenStyle.NoPen)
+        for path, brush in self._paths:
+            p.fillPath(path, brush)
+
+
+class SpansItem(pg.GraphicsObject):
+    """Shaded x spans over the full height (phases, annotations) and boundary lines.
+
+    Only the spans inside the view are painted (binary search on the starts), so
+    thousands of iterations cost nothing when zoomed in.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.starts = np.zeros(0)
+        self.ends = np.zeros(0)
+        self.brushes: list[QBrush] = []
+        self.labels: list[str] = []
+        self.lines = np.zeros(0)
+        self.line_pen = QPen()
+        self.text_color = QColor("#666666")
+        self.setZValue(-100)
+
+    def set_spans(self, starts, ends, brushes, lines, line_pen: QPen, labels=None, text_color=None):
+        self.prepareGeometryChange()
+        order = np.argsort(starts) if len(starts) else np.zeros(0, dtype=int)
+        self.starts = np.asarray(starts, dtype=float)[order]
+        self.ends = np.asarray(ends, dtype=float)[order]
+        self.brushes = [brushes[i] for i in order]
+        labels = labels or [""] * len(order)
+        self.labels = [labels[i] for i in order]
+        if text_color is not None:
+            self.text_color = QColor(text_color)
+        self.lines = np.sort(np.asarray(lines, dtype=float))
+        self.line_pen = line_pen
+        self.update()
+
+    def viewRangeChanged(self):
+        self.prepareGeometryChange()
+        self.update()
+
+    def boundingRect(self):
+        vr = self.viewRect()
+        return QRectF() if vr is None else vr
+
+    def paint(self, p: QPainter, *args):
+        vr = self.viewRect()
+        if vr is None:
+            return
+        x0, x1, y0, y1 = vr.left(), vr.right(), vr.top(), vr.bottom()
+        p.setPen(Qt.PenStyle.NoPen)
+        shown = []
+        if len(self.starts):
+            hi = int(np.searchsorted(self.starts, x1, side="right"))
+            shown = np.flatnonzero(self.ends[:hi] >= x0)
+            for k in shown:
+                p.fillRect(QRectF(QPointF(self.starts[k], y0), QPointF(self.ends[k], y1)), self.brushes[k])
+        if len(self.lines):
+            lo = int(np.searchsorted(self.lines, x0))
+            hi = int(np.searchsorted(self.lines, x1, side="right"))
+            pen = QPen(self.line_pen)
+            pen.setCosmetic(True)
+            p.setPen(pen)
+            for x in self.lines[lo:hi]:
+                p.drawLine(QPointF(x, y0), QPointF(x, y1))
+        if len(shown) and any(self.labels):
+            # labels in device pixels (the item's own coordinates are data units)
+            tr = p.transform()
+            p.save()
+            p.resetTransform()
+            p.setPen(self.text_color)
+            fm = p.fontMetrics()
+            top = min(tr.map(QPointF(x0, y0)).y(), tr.map(QPointF(x0, y1)).y())
+            for k in shown[:200]:
+                text = self.labels[k]
+                if not text:
+                    continue
+                a = tr.map(QPointF(max(self.starts[k], x0), y0)).x()
+                b = tr.map(QPointF(min(self.ends[k], x1), y0)).x()
+                if b - a > fm.horizontalAdvance(text) + 8:
+                    p.drawText(QPointF(a + 4, top + fm.ascent() + 3), text)
+            p.restore()
+
+
+class TimelineViewBox(pg.ViewBox):
+    """Wheel zooms time, left-drag draws a zoom box, middle- or shift-drag pans, click selects."""
+
+    sigClicked = Signal(float, float)
+    sigBoxZoom = Signal()
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.setMouseMode(pg.ViewBox.RectMode)
+        self.setMouseEnabled(x=True, y=False)
+        self.setMenuEnabled(False)
+
+    def mouseDragEvent(self, ev, axis=None):
+        pan = ev.button() == Qt.MouseButton.MiddleButton or (
+            ev.button() == Qt.MouseButton.LeftButton and ev.modifiers() & Qt.KeyboardModifier.ShiftModifier)
+        if pan:
+            self.state["mouseMode"] = pg.ViewBox.PanMode
+            try:
+                super().mouseDragEvent(ev, axis)
+            finally:
+                self.state["mouseMode"] = pg.ViewBox.RectMode
+        elif ev.button() == Qt.MouseButton.LeftButton:
+            super().mouseDragEvent(ev, axis)
+        else:
+            ev.ignore()
+
+    def showAxRect(self, ax, **kw):
+        ax = ax.normalized()
+        self.setRange(xRange=(ax.left(), ax.right()), yRange=(max(0.0, ax.top()), ax.bottom()), padding=0)
+        self.sigBoxZoom.emit()
+
+    def mouseClickEvent(self, ev):
+        if ev.button() == Qt.MouseButton.LeftButton:
+            ev.accept()
+            pt = self.mapSceneToView(ev.scenePos())
+            self.sigClicked.emit(pt.x(), pt.y())
+        else:
+            ev.ignore()
+
+
+class TimelineWidget(QWidget):
+    """Main plot plus an overview strip of the whole run."""
+
+    hovered = Signal(int, int, float)          # row under the cursor (-1 none), entry index, x
+    clicked = Signal(int, int, float)          # row clicked (-1 none), entry index, x
+    viewChanged = Signal(float, float)
+    hoverLeft = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.data: DeviceData | None = None
+        self.theme = Theme.from_palette()
+        self.visible_categories: list[int] = []
+        self._auto_y = True
+        self._refresh_pending = False
+        self._last_env: Envelope | None = None
+        self._hover_pos = None
+        self._selected_row = -1
+        self.refresh_count = 0
+
+        self.axis_x = TimeAxis("bottom")
+        self.axis_y = BytesAxis("left")
+        self.axis_x.enableAutoSIPrefix(False)
+        self.axis_y.enableAutoSIPrefix(False)
+        self.vb = TimelineViewBox()
+        self.plot = pg.PlotWidget(viewBox=self.vb, axisItems={"bottom": self.axis_x, "left": self.axis_y})
+        self.plot.setToolTip("")
+        pi = self.plot.getPlotItem()
+        pi.hideButtons()
+        pi.setMenuEnabled(False)
+        pi.showGrid(x=True, y=True, alpha=0.15)
+        pi.getAxis("left").setWidth(72)
+
+        self.spans = SpansItem()
+        self.bands = StackedBands()
+        self.bands.setZValue(0)
+        self.reserved_curve = pg.PlotCurveItem(connect="all", skipFiniteCheck=True)
+        self.reserved_curve.setZValue(5)
+        self.live_curve = pg.PlotCurveItem(connect="all", skipFiniteCheck=True)
+        self.live_curve.setZValue(6)
+        for it in (self.spans, self.bands, self.reserved_curve, self.live_curve):
+            self.vb.addItem(it, ignoreBounds=True)
+
+        self.selection = pg.LinearRegionItem(movable=False)
+        self.selection.setZValue(3)
+        self.selection.hide()
+        self.vb.addItem(self.selection, ignoreBounds=True)
+        self.sel_bar = pg.PlotCurveItem(connect="all", skipFiniteCheck=True)
+        self.sel_bar.setZValue(7)
+        self.vb.addItem(self.sel_bar, ignoreBounds=True)
+
+        self.cursor_line = pg.InfiniteLine(angle=90, movable=False)
+        self.cursor_line.setZValue(8)
+        self.cursor_line.hide()
+        self.vb.addItem(self.cursor_line, ignoreBounds=True)
+        self.hover_line = pg.InfiniteLine(angle=90, movable=False)
+        self.hover_line.setZValue(8)
+        self.hover_line.hide()
+        self.vb.addItem(self.hover_line, ignoreBounds=True)
+
+        self.peak_marker = pg.ScatterPlotItem(size=11, symbol="t1")
+        self.peak_marker.setZValue(10)
+        self.vb.addItem(self.peak_marker, ignoreBounds=True)
+        self.peak_label = pg.TextItem(anchor=(0, 1))
+        self.peak_label.setZValue(11)
+        self.vb.addItem(self.peak_label, ignoreBounds=True)
+        self.iter_peaks = pg.ScatterPlotItem(size=7, symbol="t1")
+        self.iter_peaks.setZValue(9)
+        self.vb.addItem(self.iter_peaks, ignoreBounds=True)
+        self.marker_lines: list[pg.InfiniteLine] = []
+        self.leak_marks = pg.ScatterPlotItem(size=8, symbol="d")
+        self.leak_marks.setZValue(9)
+        self.leak_marks.setToolTip("Leaked allocations: made every iteration, never freed")
+        self.vb.addItem(self.leak_marks, ignoreBounds=True)
+
+        self.hover_label = pg.TextItem(anchor=(0, 0))
+        self.hover_label.setZValue(20)
+        self.hover_label.hide()
+        self.vb.addItem(self.hover_label, ignoreBounds=True)
+
+        # the overview strip: the whole run, with the main view as a draggable region
+        self.overview = pg.PlotWidget()
+        self.overview.setFixedHeight(70)
+        opi = self.overview.getPlotItem()
+        opi.hideButtons()
+        opi.setMenuEnabled(False)
+        opi.hideAxis("bottom")
+        # an empty left axis as wide as the main plot's keeps the two x scales aligned
+        oax = opi.getAxis("left")
+        oax.setStyle(showValues=False, tickLength=0)
+        oax.setWidth(72)
+        oax.setPen(pg.mkPen(None))
+        ovb = opi.getViewBox()
+        ovb.setMouseEnabled(x=False, y=False)
+        ovb.setMenuEnabled(False)
+        self.ov_curve = pg.PlotCurveItem(connect="all", skipFiniteCheck=True)
+        self.ov_reserved = pg.PlotCurveItem(connect="all", skipFiniteCheck=True)
+        ovb.addItem(self.ov_reserved)
+        ovb.addItem(self.ov_curve)
+        self.ov_region = pg.LinearRegionItem()
+        self.ov_region.setZValue(10)
+        ovb.addItem(self.ov_region, ignoreBounds=True)
+        self.ov_region.sigRegionChanged.connect(self._on_region)
+        self.overview.setToolTip("The whole run. Drag the highlighted region to move the view, "
+                                 "drag its edges to zoom.")
+        self.plot.setToolTip("")
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(2)
+        lay.addWidget(self.plot, 1)
+        lay.addWidget(self.overview)
+
+        self.vb.sigXRangeChanged.connect(self._schedule_refresh)
+        self.vb.sigResized.connect(self._schedule_refresh)
+        self.vb.sigClicked.connect(self._on_click)
+        self.vb.sigBoxZoom.connect(self._on_box_zoom)
+        self.plot.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        self._hover_timer = QTimer(self)
+        self._hover_timer.setSingleShot(True)
+        self._hover_timer.setInterval(25)
+        self._hover_timer.timeout.connect(self._do_hover)
+        self.apply_theme(self.theme)
+        self._syncing_region = False
+
+    # -- theme ---------------------------------------------------------------------------
+    def apply_theme(self, theme: Theme):
+        self.theme = theme
+        for w in (self.plot, self.overview):
+            w.setBackground(theme.background)
+        for name in ("left", "bottom"):
+            ax = self.plot.getPlotItem().getAxis(name)
+            ax.setPen(theme.muted)
+            ax.setTextPen(theme.foreground)
+        self.live_curve.setPen(pg.mkPen(theme.live_line, width=1))
+        dash = pg.mkPen(theme.reserved_line, width=1, style=Qt.PenStyle.DashLine)
+        self.reserved_curve.setPen(dash)
+        acc = QColor(theme.accent)
+        self.cursor_line.setPen(pg.mkPen(acc, width=1.5))
+        h = QColor(theme.foreground)
+        h.setAlpha(90)
+        self.hover_line.setPen(pg.mkPen(h, width=1, style=Qt.PenStyle.DotLine))
+        sel = QColor(theme.accent)
+        sel.setAlpha(45)
+        self.selection.setBrush(QBrush(sel))
+        for ln in self.selection.lines:
+            ln.setPen(pg.mkPen(theme.accent, width=1))
+        self.sel_bar.setPen(pg.mkPen(theme.accent, width=3))
+        self.peak_marker.setBrush(QBrush(QColor(PEAK_COLOR)))
+        self.peak_marker.setPen(pg.mkPen(theme.background, width=1))
+        self.peak_label.setColor(QColor(PEAK_COLOR))
+        self.leak_marks.setBrush(QBrush(QColor(LEAK_COLOR)))
+        self.leak_marks.setPen(pg.mkPen(theme.background, width=1))
+        ip = QColor(PEAK_COLOR)
+        ip.setAlpha(150)
+        self.iter_peaks.setBrush(QBrush(ip))
+        self.iter_peaks.setPen(pg.mkPen(None))
+        self.hover_label.fill = pg.mkBrush(theme.hover_bg)
+        self.hover_label.border = pg.mkPen(theme.muted)
+        self.hover_label.setColor(theme.foreground)
+        ov = QColor(theme.foreground)
+        ov.setAlpha(70)
+        self.ov_curve.setPen(pg.mkPen(theme.live_line, width=1))
+        self.ov_curve.setFillLevel(0)
+        self.ov_curve.setBrush(QBrush(ov))
+        self.ov_reserved.setPen(pg.mkPen(theme.reserved_line, width=1, style=Qt.PenStyle.DashLine))
+        reg = QColor(theme.accent)
+        reg.setAlpha(60)
+        self.ov_region.setBrush(QBrush(reg))
+        if self.data is not None:
+            self._build_static()
+            self._refresh()
+
+    # -- data -------------------------------------------------------------------------------
+    def set_data(self, data: DeviceData | None, visible_categories: list[int]):
+        self.data = data
+        self.visible_categories = list(visible_categories)
+        self._selected_row = -1
+        self.selection.hide()
+        self.sel_bar.setData([], [])
+        self.cursor_line.hide()
+        self.hover_label.hide()
+        self.hover_line.hide()
+        if data is None:
+            self.bands.set_bands(np.zeros(0), np.zeros((0, 0)), [])
+            self.live_curve.setData([], [])
+            self.reserved_curve.setData([], [])
+            self.ov_curve.setData([], [])
+            self.ov_reserved.setData([], [])
+            self.peak_marker.setData([], [])
+            self.iter_peaks.setData([], [])
+            self.leak_marks.setData([], [])
+            self.peak_label.hide()
+            self.spans.set_spans([], [], [], [], QPen())
+            self._clear_markers()
+            return
+        self.axis_x.has_time = data.has_time
+        self.axis_x.setLabel("time since the first event" if data.has_time else "trace entry")
+        self._build_static()
+        self.reset_view()
+
+    def set_visible_categories(self, cats: list[int]):
+        self.visible_categories = list(cats)
+        self._refresh()
+
+    def _clear_markers(self):
+        for ln in self.marker_lines:
+            self.vb.removeItem(ln)
+        self.marker_lines = []
+
+    def _build_static(self):
+        """Everything that does not depend on the view: markers, spans, the overview."""
+        d = self.data
+        self._clear_markers()
+        # peak
+        peak = next((f for f in d.findings if f.kind == "peak"), None)
+        if peak is not None:
+            px = float(d.x_of_index(max(peak.index, 0)))
+            self.peak_marker.setData([px], [peak.data["bytes"]])
+            self.peak_label.setText(f"peak {fmt_bytes(peak.data['bytes'])} · {peak.data['type']}")
+            self.peak_label.setPos(px, peak.data["bytes"])
+            self.peak_label.show()
+        else:
+            self.peak_marker.setData([], [])
+            self.peak_label.hide()
+        ips = [f for f in d.findings if f.kind == "iteration_peak"]
+        if ips:
+            self.iter_peaks.setData([float(d.x_of_index(max(f.index, 0))) for f in ips],
+                                    [f.data["bytes"] for f in ips])
+        else:
+            self.iter_peaks.setData([], [])
+        leak_x, leak_y = [], []
+        for f in d.findings:
+            if f.kind == "oom":
+                self._marker(f.index, OOM_COLOR, "OOM", Qt.PenStyle.SolidLine)
+            elif f.kind == "leak":
+                rows = f.data.get("_rows")
+                if rows is not None and len(rows):
+                    idx = d.alloc_index[rows[-500:]]
+                    leak_x.extend(d.x_of_index(idx).tolist())
+                    leak_y.extend(d.live[idx].astype(float).tolist())
+                elif f.index >= 0:
+                    self._marker(f.index, LEAK_COLOR, "leak", Qt.PenStyle.DashLine)
+        self.leak_marks.setData(leak_x, leak_y)
+        # iterations and phases
+        starts, ends, brushes, lines, labels = [], [], [], [], []
+        alpha = 34 if not self.theme.dark else 44
+        for k, (s, e, it) in enumerate(d.iterations):
+            lines.append(float(d.x_of_index(s)))
+            for name, ps, pe in it["_phases"]:
+                col = QColor(PHASE_COLORS.get(name, "#888888"))
+                col.setAlpha(alpha)
+                starts.append(float(d.x_of_index(ps)))
+                ends.append(float(d.x_of_index(pe)))
+                brushes.append(QBrush(col))
+                labels.append(name)
+        if not d.iterations and d.has_time:
+            # no iterations found: show the snapshot's record_function annotations instead
+            for name, t0, t1 in _annotation_spans(d):
+                col = QColor(PHASE_COLORS.get(_phase_of(name), ANNOTATION_COLOR))
+                col.setAlpha(alpha)
+                starts.append(t0)
+                ends.append(t1)
+                brushes.append(QBrush(col))
+                labels.append(name.split("#")[-1])
+        lc = QColor(self.theme.foreground)
+        lc.setAlpha(80)
+        self.spans.set_spans(starts, ends, brushes, lines, QPen(lc, 1, Qt.PenStyle.DashLine), labels,
+                             self.theme.muted)
+        # overview: the whole run at the strip's width
+        x0, x1 = d.x_range
+        w = max(200, int(self.overview.width() * self.overview.devicePixelRatioF()))
+        env = d.envelope(x0, x1, w)
+        self.ov_curve.setData(env.line_x, env.live_y)
+        if env.reserved_y is not None:
+            self.ov_reserved.setData(env.line_x, env.reserved_y)
+        else:
+            self.ov_reserved.setData([], [])
+        ovb = self.overview.getPlotItem().getViewBox()
+        ovb.setXRange(x0, x1, padding=0.01)
+        ovb.setYRange(0, max(1.0, env.visible_max) * 1.05, padding=0)
+
+    def _marker(self, index: int, color: str, text: str, style):
+        x = float(self.data.x_of_index(max(index, 0)))
+        ln = pg.InfiniteLine(pos=x, angle=90, movable=False, pen=pg.mkPen(color, width=1.5, style=style),
+                             label=text, labelOpts={"position": 0.96, "color": color, "movable": False})
+        ln.setZValue(9)
+        self.vb.addItem(ln, ignoreBounds=True)
+        self.marker_lines.append(ln)
+
+    # -- view -------------------------------------------------------------------------------
+    def reset_view(self):
+        if self.data is None:
+            return
+        x0, x1 = self.data.x_range
+        self._auto_y = True
+        self.vb.setXRange(x0, x1, padding=0.01)
+        self._refresh()
+
+    def x_span(self) -> tuple[float, float]:
+        (x0, x1), _ = self.vb.viewRange()
+        return x0, x1
+
+    def set_x_range(self, x0: float, x1: float):
+        self.vb.setXRange(x0, x1, padding=0)
+
+    def zoom(self, factor: float, center: float | None = None):
+        """factor < 1 zooms in."""
+        x0, x1 = self.x_span()
+        c = (x0 + x1) / 2 if center is None else center
+        self.set_x_range(c - (c - x0) * factor, c + (x1 - c) * factor)
+
+    def pan(self, frac: float):
+        x0, x1 = self.x_span()
+        d = (x1 - x0) * frac
+        self.set_x_range(x0 + d, x1 + d)
+
+    def zoom_to_indices(self, first: int, last: int):
+        d = self.data
+        if d is None:
+            return
+        xa = float(d.x_of_index(first))
+        xb = float(d.x_of_index(last))
+        if xb <= xa:
+            w = (d.x_range[1] - d.x_range[0]) / 200 or 1.0
+            xa, xb = xa - w, xb + w
+        pad = (xb - xa) * 0.05
+        self._auto_y = True
+        self.set_x_range(xa - pad, xb + pad)
+        self._refresh()
+
+    def _on_box_zoom(self):
+        self._auto_y = False
+
+    def _schedule_refresh(self, *args):
+        if not self._refresh_pending:
+            self._refresh_pending = True
+            QTimer.singleShot(0, self._refresh)
+
+    def buckets(self) -> int:
+        return max(16, int(self.vb.width() * self.devicePixelRatioF()))
+
+    def refresh_now(self):
+        self._refresh()
+
+    def _refresh(self):
+        """Recompute the envelope for the current view and hand it to the items."""
+        self._refresh_pending = False
+        d = self.data
+        if d is None:
+            return
+        x0, x1 = self.x_span()
+        env = d.envelope(x0, x1, self.buckets())
+        self._last_env = env
+        self.refresh_count += 1
+        vis = self.visible_categories
+        order = [c for c in vis]
+        cum = np.cumsum(np.maximum(env.band_comp[:, order], 0.0), axis=1) if order else np.zeros((len(env.band_x), 0))
+        brushes = [QBrush(self.theme.band_color(d.categories[c])) for c in order]
+        self.bands.set_bands(env.band_x, cum, brushes)
+        self.live_curve.setData(env.line_x, env.live_y)
+        if env.reserved_y is not None:
+            self.reserved_curve.setData(env.line_x, env.reserved_y)
+        else:
+            self.reserved_curve.setData([], [])
+        if self._auto_y:
+            top = env.visible_max
+            if self.peak_label.isVisible():
+                px = self.peak_marker.data["x"][0] if len(self.peak_marker.data) else None
+                if px is not None and x0 <= px <= x1:
+                    top = max(top, float(self.peak_marker.data["y"][0]))
+            self.vb.setYRange(0, max(top, 1.0) * 1.12, padding=0)
+        self._syncing_region = True
+        try:
+            self.ov_region.setRegion((x0, x1))
+        finally:
+            self._syncing_region = False
+        if self.peak_label.isVisible() and len(self.peak_marker.data):
+            px = float(self.peak_marker.data["x"][0])
+            self.peak_label.setAnchor((1, 1) if px > x0 + 0.6 * (x1 - x0) else (0, 1))
+        self._update_selection_bar()
+        self.viewChanged.emit(x0, x1)
+
+    def _on_region(self):
+        if self._syncing_region or self.data is None:
+            return
+        a, b = self.ov_region.getRegion()
+        if b > a:
+            self.set_x_range(a, b)
+
+    # -- hover, click, selection ------------------------------------------------------------------
+    def _on_mouse_moved(self, pos):
+        if self.data is None or not self.vb.sceneBoundingRect().contains(pos):
+            self.hide_hover()
+            return
+        self._hover_pos = self.vb.mapSceneToView(pos)
+        self._hover_timer.start()
+
+    def _do_hover(self):
+        if self._hover_pos is None or self.data is None:
+            return
+        x, y = self._hover_pos.x(), self._hover_pos.y()
+        self.hover_at(x, y)
+
+    def hover_at(self, x: float, y: float) -> int:
+        """Show what is under (x, y); returns the allocation row or -1."""
+        d = self.data
+        row, cat = d.allocation_at(x, y, self.visible_categories)
+        i = d.index_before_x(x)
+        self.hover_line.setPos(x)
+        self.hover_line.show()
+        self.hover_label.setHtml(self._hover_html(row, cat, i))
+        (vx0, vx1), (vy0, vy1) = self.vb.viewRange()
+        # keep the label inside the view: flip to the left/bottom near the edges
+        ax = 1.0 if x > vx0 + (vx1 - vx0) * 0.6 else 0.0
+        ay = 0.0 if y > vy0 + (vy1 - vy0) * 0.45 else 1.0
+        self.hover_label.setAnchor((ax, ay))
+        dx = (vx1 - vx0) * 0.008 * (-1 if ax else 1)
+        self.hover_label.setPos(x + dx, y)
+        self.hover_label.show()
+        self.hovered.emit(row, i, x)
+        return row
+
+    def _hover_html(self, row: int, cat: int, i: int) -> str:
+        d = self.data
+        when = self._when(i)
+        live = fmt_bytes(d.live_at(i))
+        head = f"<span style='opacity:0.75'>{when} · live {live}</span>"
+        if row < 0:
+            return f"<div style='font-size:9pt'>{head}</div>"
+        a = d.allocs
+        name = d.category_name(cat)
+        col = category_color(name).name()
+        size = fmt_bytes(int(a.size[row]))
+        life = self.lifetime_text(row)
+        frames = d.snap.stack_frames_list(int(a.stack[row])) if int(a.stack[row]) >= 0 else []
+        from .model import frame_label, split_frame
+        py = [fr for fr in frames if split_frame(*fr)[3]]
+        shown = (py or frames)[:4]
+        lines = "<br>".join(_esc(frame_label(*fr))[:110] for fr in shown) or "(no stack recorded)"
+        return (f"<div style='font-size:9pt'>{head}<br>"
+                f"<b><span style='color:{col}'>■</span> {name}</b> · {size} · {life}<br>"
+                f"<span style='font-family:monospace; font-size:8pt'>{lines}</span><br>"
+                f"<i style='opacity:0.7'>click to select</i></div>")
+
+    def _when(self, i: int) -> str:
+        d = self.data
+        if i < 0:
+            return "before the trace"
+        if d.has_time:
+            return f"{fmt_seconds(float(d.x_of_index(i)), 1e-4)} · entry {i:,}"
+        return f"entry {i:,}"
+
+    def lifetime_text(self, row: int) -> str:
+        d = self.data
+        a, f = int(d.alloc_index[row]), int(d.free_index[row])
+        if d.has_time and a >= 0 and f >= 0:
+            return f"lived {fmt_duration_us(int(d.tkey[f]) - int(d.tkey[a]))}"
+        if a < 0 and f < 0:
+            return "live for the whole trace"
+        if a < 0:
+            return f"from before the trace to entry {f:,}"
+        if f < 0:
+            return f"from entry {a:,}, never freed"
+        return f"entries {a:,}–{f:,}"
+
+    def _on_click(self, x: float, y: float):
+        if self.data is None:
+            return
+        row, _ = self.data.allocation_at(x, y, self.visible_categories)
+        i = self.data.index_before_x(x)
+        self.set_cursor_x(x)
+        self.clicked.emit(row, i, x)
+
+    def set_cursor_x(self, x: float):
+        self.cursor_line.setPos(x)
+        self.cursor_line.show()
+
+    def set_cursor_index(self, i: int):
+        if self.data is not None:
+            self.set_cursor_x(float(self.data.x_of_index(max(i, 0))))
+
+    def select_row(self, row: int):
+        """Highlight a row's lifetime (or clear with -1)."""
+        self._selected_row = row
+        d = self.data
+        if d is None or row < 0:
+            self.selection.hide()
+            self.sel_bar.setData([], [])
+            return
+        first, last = d.row_span(row)
+        xa = float(d.x_of_index(first)) if d.alloc_index[row] >= 0 else d.x_range[0]
+        xb = float(d.x_of_index(last)) if d.free_index[row] >= 0 else d.x_range[1]
+        self.selection.setRegion((xa, xb))
+        self.selection.show()
+        self._update_selection_bar()
+
+    def _update_selection_bar(self):
+        """A bar at the bottom of the plot as tall as the selected allocation, over its lifetime."""
+        row, d = self._selected_row, self.data
+        if d is None or row < 0:
+            return
+        xa, xb = self.selection.getRegion()
+        h = float(d.allocs.size[row])
+        self.sel_bar.setData([xa, xa, xb, xb], [0.0, h, h, 0.0])
+
+    def hide_hover(self):
+        self._hover_timer.stop()
+        self._hover_pos = None
+        if self.hover_label.isVisible():
+            self.hover_label.hide()
+            self.hover_line.hide()
+            self.hoverLeft.emit()
+
+    def leaveEvent(self, ev):
+        self.hide_hover()
+        super().leaveEvent(ev)
+
+
+def _esc(s: str) -> str:
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _phase_of(name: str) -> str:
+    n = name.lower()
+    if "optimizer" in n or "step" in n or "zero_grad" in n:
+        return "optimizer"
+    if "backward" in n:
+        return "backward"
+    if "forward" in n:
+        return "forward"
+    return ""
+
+
+def _annotation_spans(d: DeviceData):
+    """(name, x0, x1) for the START/END pairs of the snapshot's annotations on this device."""
+    out = []
+    open_: dict[str, list[float]] = {}
+    for a in d.snap.annotations or []:
+        if not isinstance(a, dict):
+            continue
+        dev = a.get("device")
+        if dev is not None and dev != d.device:
+            continue
+        t = a.get("time_us")
+        name = str(a.get("name", ""))
+        if not isinstance(t, int):
+            continue
+        x = (t - d.t0) / 1e6
+        if a.get("stage") == "START":
+            open_.setdefault(name, []).append(x)
+        elif a.get("stage") == "END" and open_.get(name):
+            out.append((name, open_[name].pop(), x))
+    return out

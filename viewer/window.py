@@ -1,0 +1,615 @@
+"""The main window: timeline in the middle, panels around it, loading in the background."""
+from __future__ import annotations
+
+import os
+
+from PySide6.QtCore import QEvent, QSettings, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QActionGroup, QColor, QIcon, QKeySequence, QPixmap, QShortcut
+from PySide6.QtWidgets import (QComboBox, QDockWidget, QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMessageBox,
+                               QProgressDialog, QPushButton, QStackedWidget, QToolBar, QToolButton, QVBoxLayout,
+                               QWidget)
+
+from .fmt import fmt_bytes
+from .loader import LoadResult, Loader, load, switch_device
+from .model import STACK_ORDER, DeviceData
+from .panels import FindingsPanel, MomentPanel, StackPanel
+from .table import AllocationsPanel
+from .theme import PHASE_COLORS, Theme, category_color
+from .timeline import TimelineWidget
+
+MAX_RECENT = 10
+FILE_FILTER = "Memory snapshots (*.pickle *.pkl *.pck *.p);;All files (*)"
+
+
+def swatch(color: QColor, w: int = 12, h: int = 12) -> QIcon:
+    pm = QPixmap(w, h)
+    pm.fill(color)
+    return QIcon(pm)
+
+
+class LegendBar(QWidget):
+    """One toggle button per category present (the stacked bands), then the line styles."""
+
+    toggled = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.lay = QHBoxLayout(self)
+        self.lay.setContentsMargins(6, 2, 6, 2)
+        self.lay.setSpacing(4)
+        self.buttons: dict[int, QToolButton] = {}
+
+    def set_data(self, data: DeviceData | None):
+        while self.lay.count():
+            it = self.lay.takeAt(0)
+            w = it.widget()
+            if w is not None:
+                w.deleteLater()
+        self.buttons = {}
+        if data is None:
+            return
+        peak_comp = data.composition([data.peak_index])[0]
+        for name in STACK_ORDER + tuple(c for c in data.categories if c not in STACK_ORDER):
+            if name not in data.categories:
+                continue
+            c = data.categories.index(name)
+            if not data.cat_present[c]:
+                continue
+            b = QToolButton(self)
+            b.setText(name)
+            b.setIcon(swatch(category_color(name)))
+            b.setCheckable(True)
+            b.setChecked(True)
+            b.setAutoRaise(True)
+            b.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+            b.setToolTip(f"Show or hide {name} in the stacked timeline "
+                         f"({fmt_bytes(peak_comp[c])} of it live at the peak)")
+            b.toggled.connect(lambda _=False: self.toggled.emit())
+            self.lay.addWidget(b)
+            self.buttons[c] = b
+        self.lay.addStretch(1)
+        fg = self.palette().color(self.foregroundRole()).name()
+        lines = QLabel(f"<span style='color:{fg}'>━ allocated</span>"
+                       + ("&nbsp;&nbsp;<span style='color:#777'>┅ reserved</span>" if data.reserved is not None else "")
+                       + "&nbsp;&nbsp;<span style='color:#D62728'>▲ peak</span>", self)
+        lines.setToolTip("Lines: live allocated bytes (exact at every zoom) and the allocator's reserved bytes")
+        self.lay.addWidget(lines)
+        if data.iterations:
+            phases = "phases: " + "&nbsp;".join(f"<span style='color:{PHASE_COLORS[p]}'>▒</span>{p}"
+                                                for p in ("forward", "backward", "optimizer"))
+            pl = QLabel(phases, self)
+            pl.setToolTip("Shaded phases of each iteration; dashed lines are iteration starts")
+            self.lay.addWidget(pl)
+
+    def visible(self) -> list[int]:
+        """Checked categories, bottom to top."""
+        return [c for c, b in self.buttons.items() if b.isChecked()]
+
+    def set_checked(self, c: int, on: bool):
+        b = self.buttons.get(c)
+        if b is not None:
+            b.setChecked(on)
+
+
+class MainWindow(QMainWindow):
+    """Pass persist=False to leave the user's settings alone (screenshots, tests)."""
+
+    loaded = Signal()
+
+    def __init__(self, persist: bool = True, use_cache: bool = True, settings: QSettings | None = None):
+        super().__init__()
+        self.persist = persist
+        self.use_cache = use_cache
+        self.settings = settings if settings is not None else (QSettings("vramscope", "vramscope") if persist else None)
+        self.result: LoadResult | None = None
+        self.data: DeviceData | None = None
+        self.path: str | None = None
+        self.selected_row = -1
+        self.pinned_index: int | None = None
+        self.finding_pos = -1
+        self.error_box: QMessageBox | None = None
+        self.progress_dialog: QProgressDialog | None = None
+        self._pending_device: int | None = None
+        self.setWindowTitle("vramscope")
+        self.setAcceptDrops(True)
+        self.setDockNestingEnabled(True)
+
+        self.loader = Loader(self)
+        self.loader.progressed.connect(self._on_progress)
+        self.loader.finished.connect(self._on_loaded)
+        self.loader.failed.connect(self._on_failed)
+        self.loader.cancelled.connect(self._on_cancelled)
+
+        # central: a placeholder until something is loaded, then legend + timeline
+        self.timeline = TimelineWidget(self)
+        self.legend = LegendBar(self)
+        self.legend.toggled.connect(self._on_legend)
+        page = QWidget(self)
+        pl = QVBoxLayout(page)
+        pl.setContentsMargins(0, 0, 0, 0)
+        pl.setSpacing(0)
+        pl.addWidget(self.legend)
+        pl.addWidget(self.timeline, 1)
+        self.placeholder = QWidget(self)
+        ph = QVBoxLayout(self.placeholder)
+        msg = QLabel("<h2>vramscope</h2><p>Open a PyTorch CUDA memory snapshot "
+                     "(<code>torch.cuda.memory._dump_snapshot</code>) with <b>Ctrl+O</b>, "
+                     "or drop the file here.</p>", self.placeholder)
+        msg.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        msg.setWordWrap(True)
+        open_btn = QPushButton("Open snapshot…", self.placeholder)
+        open_btn.clicked.connect(self.open_dialog)
+        ph.addStretch(1)
+        ph.addWidget(msg)
+        ph.addWidget(open_btn, 0, Qt.AlignmentFlag.AlignHCenter)
+        ph.addStretch(2)
+        self.stack = QStackedWidget(self)
+        self.stack.addWidget(self.placeholder)
+        self.stack.addWidget(page)
+        self.setCentralWidget(self.stack)
+
+        # panels
+        self.stack_panel = StackPanel(self)
+        self.moment_panel = MomentPanel(self)
+        self.findings_panel = FindingsPanel(self)
+        self.table_panel = AllocationsPanel(self)
+        self.docks = {}
+        for key, title, widget, area in (
+                ("selection", "Selection", self.stack_panel, Qt.DockWidgetArea.RightDockWidgetArea),
+                ("moment", "At this moment", self.moment_panel, Qt.DockWidgetArea.RightDockWidgetArea),
+                ("findings", "Findings", self.findings_panel, Qt.DockWidgetArea.RightDockWidgetArea),
+                ("allocations", "Allocations", self.table_panel, Qt.DockWidgetArea.BottomDockWidgetArea)):
+            dock = QDockWidget(title, self)
+            dock.setObjectName(f"dock_{key}")
+            dock.setWidget(widget)
+            self.addDockWidget(area, dock)
+            self.docks[key] = dock
+        # right column: findings above the selection / moment tabs; the table below everything
+        self.splitDockWidget(self.docks["findings"], self.docks["selection"], Qt.Orientation.Vertical)
+        self.tabifyDockWidget(self.docks["selection"], self.docks["moment"])
+        self.docks["selection"].raise_()
+        self.resizeDocks([self.docks["findings"]], [400], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.docks["findings"], self.docks["selection"]], [170, 400], Qt.Orientation.Vertical)
+        self.resizeDocks([self.docks["allocations"]], [240], Qt.Orientation.Vertical)
+
+        self.timeline.hovered.connect(self._on_hover)
+        self.timeline.clicked.connect(self._on_timeline_click)
+        self.timeline.hoverLeft.connect(self._on_hover_left)
+        self.table_panel.rowSelected.connect(lambda r: self.select_row(r, source="table"))
+        self.moment_panel.rowClicked.connect(lambda r: self.select_row(r, source="moment"))
+        self.findings_panel.activated.connect(self.navigate)
+
+        self._build_actions()
+        self._build_status()
+        self.apply_theme()
+        self.resize(1400, 900)
+        if self.settings is not None:
+            geo = self.settings.value("window/geometry")
+            state = self.settings.value("window/state")
+            if geo is not None:
+                self.restoreGeometry(geo)
+            if state is not None:
+                self.restoreState(state)
+
+    # -- actions ----------------------------------------------------------------------------
+    def _act(self, menu, text, slot, keys=(), tip="", checkable=False):
+        a = QAction(text, self)
+        if keys:
+            a.setShortcuts([QKeySequence(k) for k in keys])
+        tip = tip or text.replace("&", "").rstrip("…")
+        if keys:
+            tip += f" ({', '.join(QKeySequence(k).toString(QKeySequence.SequenceFormat.NativeText) for k in keys)})"
+        a.setToolTip(tip)
+        a.setStatusTip(tip)
+        a.setCheckable(checkable)
+        a.triggered.connect(slot)
+        if menu is not None:
+            menu.addAction(a)
+        self.addAction(a)
+        return a
+
+    def _build_actions(self):
+        mb = self.menuBar()
+        fm = mb.addMenu("&File")
+        self.act_open = self._act(fm, "&Open…", self.open_dialog, [QKeySequence.StandardKey.Open],
+                                  "Open a memory snapshot")
+        self.recent_menu = fm.addMenu("Open &Recent")
+        self.recent_menu.aboutToShow.connect(self._fill_recent)
+        self.act_reload = self._act(fm, "&Reload", self.reload, ["F5"], "Reload the file from disk")
+        fm.addSeparator()
+        self.act_export = self._act(fm, "Save &Image…", self.export_image, ["Ctrl+E"],
+                                    "Save the window as a PNG")
+        fm.addSeparator()
+        self._act(fm, "&Quit", self.close, [QKeySequence.StandardKey.Quit])
+
+        vm = mb.addMenu("&View")
+        self.act_zoom_in = self._act(vm, "Zoom &In", lambda: self.timeline.zoom(0.5), ["+", "=", "Ctrl++"])
+        self.act_zoom_out = self._act(vm, "Zoom &Out", lambda: self.timeline.zoom(2.0), ["-", "Ctrl+-"])
+        self.act_reset = self._act(vm, "&Reset Zoom", self.timeline.reset_view, ["Home", "Ctrl+0"],
+                                   "Show the whole run")
+        vm.addSeparator()
+        self.act_peak = self._act(vm, "Jump to &Peak", self.jump_to_peak, ["P"], "Go to the highest live memory")
+        self.act_next = self._act(vm, "&Next Finding", lambda: self.step_finding(1), ["N"])
+        self.act_prev = self._act(vm, "&Previous Finding", lambda: self.step_finding(-1), ["Shift+N"])
+        self.act_clear = self._act(vm, "&Clear Selection", lambda: self.select_row(-1), ["Esc"])
+        self.act_filter = self._act(vm, "&Find in Stacks", self.focus_filter, ["Ctrl+F"],
+                                    "Filter the allocations table by text in the frames")
+        vm.addSeparator()
+        for n, key in enumerate(("selection", "moment", "findings", "allocations"), 1):
+            a = self.docks[key].toggleViewAction()
+            a.setShortcut(QKeySequence(f"Ctrl+{n}"))
+            a.setToolTip(f"Show or hide the {self.docks[key].windowTitle()} panel (Ctrl+{n})")
+            vm.addAction(a)
+        # panning with the arrow keys belongs to the timeline (the table keeps its own)
+        for key, frac in (("Left", -0.25), ("Right", 0.25)):
+            sc = QShortcut(QKeySequence(key), self.timeline, lambda f=frac: self.timeline.pan(f))
+            sc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+
+        hm = mb.addMenu("&Help")
+        self._act(hm, "&Keyboard Shortcuts", self.show_shortcuts, ["F1"])
+        self._act(hm, "&About vramscope", self.show_about)
+
+        tb = QToolBar("Main", self)
+        tb.setObjectName("toolbar_main")
+        tb.setMovable(False)
+        tb.setIconSize(QSize(16, 16))
+        tb.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        tb.addAction(self.act_open)
+        tb.addAction(self.act_reload)
+        tb.addSeparator()
+        dl = QLabel(" Device ", tb)
+        tb.addWidget(dl)
+        self.device_combo = QComboBox(tb)
+        self.device_combo.setToolTip("Which GPU's trace to show")
+        self.device_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.device_combo.activated.connect(self._on_device_chosen)
+        tb.addWidget(self.device_combo)
+        tb.addSeparator()
+        for a in (self.act_zoom_in, self.act_zoom_out, self.act_reset):
+            tb.addAction(a)
+        tb.addSeparator()
+        tb.addAction(self.act_peak)
+        tb.addAction(self.act_prev)
+        tb.addAction(self.act_next)
+        self.addToolBar(tb)
+        self.toolbar = tb
+        self._set_loaded_actions(False)
+
+    def _set_loaded_actions(self, on: bool):
+        for a in (self.act_reload, self.act_zoom_in, self.act_zoom_out, self.act_reset, self.act_peak,
+                  self.act_next, self.act_prev, self.act_export):
+            a.setEnabled(on)
+        self.device_combo.setEnabled(on and self.device_combo.count() > 1)
+
+    def _build_status(self):
+        sb = self.statusBar()
+        self.status_file = QLabel(self)
+        self.status_device = QLabel(self)
+        self.status_entries = QLabel(self)
+        self.status_peak = QLabel(self)
+        for w, tip in ((self.status_file, "The open file"), (self.status_device, "The device shown"),
+                       (self.status_entries, "Trace entries and allocations on this device"),
+                       (self.status_peak, "Highest live allocated memory and its type")):
+            w.setToolTip(tip)
+            sb.addPermanentWidget(w)
+
+    def _update_status(self):
+        d = self.data
+        if self.path is None:
+            for w in (self.status_file, self.status_device, self.status_entries, self.status_peak):
+                w.setText("")
+            return
+        self.status_file.setText(os.path.basename(self.path))
+        if d is None:
+            self.status_device.setText("no device with data")
+            self.status_entries.setText("")
+            self.status_peak.setText("")
+            return
+        self.status_device.setText(f"cuda:{d.device}")
+        self.status_entries.setText(f"{d.n:,} entries · {d.n_rows:,} allocations")
+        pk = d.findings[0].data if d.findings else {"bytes": d.peak_bytes, "type": "other"}
+        self.status_peak.setText(f"peak {fmt_bytes(pk['bytes'])} ({pk['type']})")
+
+    # -- theme -------------------------------------------------------------------------------
+    def apply_theme(self):
+        self.theme = Theme.from_palette(self.palette())
+        self.timeline.apply_theme(self.theme)
+
+    def changeEvent(self, ev):
+        if ev.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+            QTimer.singleShot(0, self.apply_theme)
+        super().changeEvent(ev)
+
+    # -- opening ---------------------------------------------------------------------------------
+    def open_dialog(self):
+        start = self.settings.value("last_dir", "") if self.settings is not None else ""
+        path, _ = QFileDialog.getOpenFileName(self, "Open memory snapshot", start or "", FILE_FILTER)
+        if path:
+            self.open_path(path)
+
+    def open_path(self, path: str, device: int | None = None):
+        """Load in the background (a newer request replaces an older one)."""
+        path = os.path.abspath(path)
+        use_cache = self.use_cache
+        self._close_error()
+        self.loader.submit(lambda progress: load(path, device, use_cache, progress))
+        self._show_progress(f"Opening {os.path.basename(path)}…")
+        self.statusBar().showMessage(f"Opening {path}…")
+
+    def reload(self):
+        if self.path:
+            self.open_path(self.path, self.data.device if self.data is not None else None)
+
+    def apply_result(self, result: LoadResult):
+        """Show a loaded snapshot (GUI thread)."""
+        self.result = result
+        self.path = result.path
+        self.data = result.data
+        self.selected_row = -1
+        self.pinned_index = None
+        self.finding_pos = -1
+        d = self.data
+        self.device_combo.clear()
+        for dev in result.analysis.devices:
+            self.device_combo.addItem(f"cuda:{dev}  ({len(result.snapshot.trace(dev)):,} entries)", dev)
+        if result.device is not None:
+            self.device_combo.setCurrentIndex(self.device_combo.findData(result.device))
+        self.legend.set_data(d)
+        self.timeline.set_data(d, self.legend.visible() if d is not None else [])
+        self.stack_panel.set_data(d)
+        self.moment_panel.set_data(d)
+        self.findings_panel.set_data(d)
+        self.table_panel.set_data(d)
+        self.stack.setCurrentIndex(1 if d is not None else 0)
+        self._set_loaded_actions(d is not None)
+        self.act_reload.setEnabled(True)
+        self.setWindowTitle(f"{os.path.basename(result.path)} — vramscope")
+        self._update_status()
+        if d is not None:
+            self.moment_panel.show_index(max(d.peak_index, -1))
+            self.statusBar().showMessage(
+                "Wheel: zoom · drag: box zoom · Shift+drag: pan · click: select · F1: keys", 8000)
+        else:
+            self.statusBar().showMessage("This snapshot records no memory on any device.", 8000)
+        self._add_recent(result.path)
+        self.loaded.emit()
+
+    def _show_progress(self, label: str):
+        self._hide_progress()
+        self._progress_title = label
+        dlg = QProgressDialog(label, "Cancel", 0, 1000, self)
+        dlg.setWindowTitle("vramscope")
+        dlg.setWindowModality(Qt.WindowModality.WindowModal)
+        dlg.setMinimumDuration(400)
+        dlg.setAutoClose(False)
+        dlg.setAutoReset(False)
+        dlg.canceled.connect(self.loader.cancel)
+        dlg.setValue(0)
+        self.progress_dialog = dlg
+
+    def _hide_progress(self):
+        dlg = self.progress_dialog
+        if dlg is not None:
+            self.progress_dialog = None
+            dlg.canceled.disconnect(self.loader.cancel)
+            dlg.reset()
+            dlg.hide()
+            dlg.deleteLater()
+
+    def _on_progress(self, label: str, done: float, total: float):
+        dlg = self.progress_dialog
+        if dlg is None:
+            return
+        frac = 0.0 if total <= 0 else min(1.0, done / total)
+        dlg.setLabelText(f"{self._progress_title}\n{label.capitalize()}…")
+        dlg.setValue(int(frac * 999))
+
+    def _on_loaded(self, result: LoadResult):
+        self._hide_progress()
+        self.statusBar().clearMessage()
+        self.apply_result(result)
+
+    def _on_failed(self, msg: str):
+        self._hide_progress()
+        self.statusBar().showMessage("Could not open the snapshot", 5000)
+        self._close_error()
+        box = QMessageBox(QMessageBox.Icon.Warning, "Cannot open snapshot", msg, QMessageBox.StandardButton.Ok, self)
+        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        box.open()
+        self.error_box = box
+
+    def _close_error(self):
+        if self.error_box is not None:
+            self.error_box.close()
+            self.error_box.deleteLater()
+            self.error_box = None
+
+    def _on_cancelled(self):
+        self._hide_progress()
+        self.statusBar().showMessage("Loading cancelled", 5000)
+
+    def _on_device_chosen(self, idx: int):
+        dev = self.device_combo.itemData(idx)
+        if self.result is None or dev is None or (self.data is not None and dev == self.data.device):
+            return
+        result = self.result
+        self.loader.submit(lambda progress: switch_device(result, dev, progress))
+        self._show_progress(f"Preparing cuda:{dev}…")
+
+    # -- recent files ---------------------------------------------------------------------------
+    def recent_files(self) -> list[str]:
+        if self.settings is None:
+            return []
+        v = self.settings.value("recent", [])
+        if isinstance(v, str):
+            v = [v]
+        return [p for p in (v or []) if isinstance(p, str)]
+
+    def _add_recent(self, path: str):
+        if self.settings is None:
+            return
+        rec = [path] + [p for p in self.recent_files() if p != path]
+        self.settings.setValue("recent", rec[:MAX_RECENT])
+        self.settings.setValue("last_dir", os.path.dirname(path))
+
+    def _fill_recent(self):
+        self.recent_menu.clear()
+        rec = self.recent_files()
+        if not rec:
+            a = self.recent_menu.addAction("(none)")
+            a.setEnabled(False)
+            return
+        for p in rec:
+            a = self.recent_menu.addAction(os.path.basename(p), lambda p=p: self.open_path(p))
+            a.setToolTip(p)
+            a.setEnabled(os.path.exists(p))
+        self.recent_menu.addSeparator()
+        self.recent_menu.addAction("Clear", lambda: self.settings.setValue("recent", []))
+
+    # -- drag and drop -------------------------------------------------------------------------------
+    def dragEnterEvent(self, ev):
+        if ev.mimeData().hasUrls() and any(u.isLocalFile() for u in ev.mimeData().urls()):
+            ev.acceptProposedAction()
+
+    def dropEvent(self, ev):
+        for u in ev.mimeData().urls():
+            if u.isLocalFile():
+                self.open_path(u.toLocalFile())
+                ev.acceptProposedAction()
+                return
+
+    # -- interaction ------------------------------------------------------------------------------------
+    def _on_legend(self):
+        if self.data is not None:
+            self.timeline.set_visible_categories(self.legend.visible())
+
+    def _on_hover(self, row: int, i: int, x: float):
+        if self.docks["moment"].isVisible() or not self.docks["moment"].isHidden():
+            self.moment_panel.show_index(i)
+
+    def _on_hover_left(self):
+        if self.pinned_index is not None:
+            self.moment_panel.show_index(self.pinned_index)
+
+    def _on_timeline_click(self, row: int, i: int, x: float):
+        self.pinned_index = i
+        self.moment_panel.show_index(i)
+        self.select_row(row, source="timeline")
+
+    def select_row(self, row: int, source: str = "api"):
+        """Select an allocation everywhere: stack panel, timeline highlight, table."""
+        if self.data is None:
+            return
+        self.selected_row = row
+        self.stack_panel.set_row(row)
+        self.timeline.select_row(row)
+        if source != "table":
+            self.table_panel.select_row(row)
+        if row >= 0:
+            if source in ("table", "moment"):
+                self._show_row(row)
+            if source != "timeline":
+                self.docks["selection"].raise_()
+
+    def _show_row(self, row: int):
+        """Move the timeline to an allocation's lifetime, with context around it."""
+        d = self.data
+        first, last = d.row_span(row)
+        xa = float(d.x_of_index(first)) if d.alloc_index[row] >= 0 else d.x_range[0]
+        xb = float(d.x_of_index(last)) if d.free_index[row] >= 0 else d.x_range[1]
+        full = d.x_range[1] - d.x_range[0]
+        width = max(3 * (xb - xa), full / 400 if full > 0 else 1.0)
+        c = (xa + xb) / 2
+        self.timeline._auto_y = True
+        self.timeline.set_x_range(c - width / 2, c + width / 2)
+        self.timeline.set_cursor_index(max(int(d.alloc_index[row]), 0))
+        self.pinned_index = int(d.alloc_index[row])
+        self.moment_panel.show_index(self.pinned_index)
+
+    def navigate(self, k: int):
+        """Go to finding k: zoom there, put the cursor on it, select its allocation."""
+        d = self.data
+        if d is None or not (0 <= k < len(d.findings)):
+            return
+        f = d.findings[k]
+        self.finding_pos = k
+        self.timeline.zoom_to_indices(*f.zoom)
+        self.timeline.set_cursor_index(f.index)
+        self.pinned_index = f.index
+        self.moment_panel.show_index(f.index)
+        self.findings_panel.select(k)
+        if f.row >= 0:
+            self.select_row(f.row, source="finding")
+        self.statusBar().showMessage(f"{f.title} — {f.detail}", 10000)
+
+    def preview(self):
+        """The whole run with the peak under the cursor and its allocation selected
+        (what a screenshot shows)."""
+        d = self.data
+        if d is None:
+            return
+        self.timeline.reset_view()
+        peak = next((f for f in d.findings if f.kind == "peak"), None)
+        if peak is not None:
+            self.timeline.set_cursor_index(peak.index)
+            self.pinned_index = peak.index
+            self.moment_panel.show_index(peak.index)
+            if peak.row >= 0:
+                self.select_row(peak.row, source="timeline")
+
+    def jump_to_peak(self):
+        if self.data is not None:
+            k = next((i for i, f in enumerate(self.data.findings) if f.kind == "peak"), -1)
+            self.navigate(k)
+
+    def step_finding(self, step: int):
+        if self.data is None or not self.data.findings:
+            return
+        n = len(self.data.findings)
+        k = (self.finding_pos + step) % n if self.finding_pos >= 0 else (0 if step > 0 else n - 1)
+        self.navigate(k)
+
+    def focus_filter(self):
+        self.docks["allocations"].show()
+        self.docks["allocations"].raise_()
+        self.table_panel.text.setFocus()
+        self.table_panel.text.selectAll()
+
+    # -- misc ----------------------------------------------------------------------------------------------
+    def export_image(self):
+        start = self.settings.value("last_dir", "") if self.settings is not None else ""
+        base = os.path.splitext(os.path.basename(self.path or "vramscope"))[0]
+        path, _ = QFileDialog.getSaveFileName(self, "Save image", os.path.join(start or "", base + ".png"),
+                                              "PNG images (*.png)")
+        if path:
+            self.grab().save(path, "PNG")
+
+    def show_shortcuts(self):
+        rows = [("Ctrl+O", "open a snapshot"), ("F5", "reload"), ("Ctrl+E", "save the window as PNG"),
+                ("+ / -", "zoom in / out"), ("Home, Ctrl+0", "show the whole run"),
+                ("← / →", "pan (timeline focused)"), ("wheel", "zoom time around the cursor"),
+                ("drag", "zoom into a box"), ("Shift+drag, middle-drag", "pan"),
+                ("click", "select the allocation under the cursor"), ("P", "jump to the peak"),
+                ("N / Shift+N", "next / previous finding"), ("Esc", "clear the selection"),
+                ("Ctrl+F", "search the stacks"), ("Ctrl+1…4", "show / hide panels")]
+        html = "<table>" + "".join(f"<tr><td><b>{k}</b>&nbsp;&nbsp;</td><td>{v}</td></tr>" for k, v in rows) + "</table>"
+        box = QMessageBox(QMessageBox.Icon.NoIcon, "Keyboard shortcuts", html, QMessageBox.StandardButton.Ok, self)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.open()
+
+    def show_about(self):
+        from .. import __version__
+        box = QMessageBox(QMessageBox.Icon.NoIcon, "About vramscope",
+                          f"<b>vramscope {__version__}</b><br>PyTorch CUDA memory snapshots: categories, "
+                          "peaks, leaks and OOMs, on little RAM.", QMessageBox.StandardButton.Ok, self)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.open()
+
+    def closeEvent(self, ev):
+        self.loader.shutdown()
+        self._hide_progress()
+        self._close_error()
+        if self.settings is not None:
+            self.settings.setValue("window/geometry", self.saveGeometry())
+            self.settings.setValue("window/state", self.saveState())
+        super().closeEvent(ev)
