@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..parsers.tables import A_ALLOC
+from ..parsers.tables import A_ALLOC, A_OOM
 from .rules import CATEGORIES, RuleSet
 from .stacks import KIND_PYTHON, StackFacts
 from .timeline import (P_BACKWARD, P_FORWARD, P_NEVER, P_NONE, P_OPTIMIZER, P_PRE, PHASE_CODE, Timeline,
@@ -236,7 +236,8 @@ def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: Rul
 
     # how many other allocations were made while it lived (never freed: a lot)
     if n_ent:
-        cum = np.cumsum(np.asarray(trace.columns["action"]) == A_ALLOC)
+        act = np.asarray(trace.columns["action"])
+        cum = np.cumsum((act == A_ALLOC) | (act == A_OOM))      # a failed allocation counts too
         alive_allocs = np.where((fi >= 0) & ~pre, cum[fic] - cum[aic], np.iinfo(np.int64).max)
     else:
         alive_allocs = np.full(n, np.iinfo(np.int64).max)

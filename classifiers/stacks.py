@@ -130,8 +130,10 @@ class StackFacts:
         self._name_cache: dict = {}
         self.top_python = self.first_frame(self.table.kind == KIND_PYTHON)
         op_frame = self.first_frame(self.table.op_ids >= 0)
-        self.op_name_id = np.where(op_frame >= 0, self.table.op_ids[np.maximum(op_frame, 0)], -1) \
-            if self.n_stacks else np.zeros(0, dtype=np.int32)
+        if len(self.table.op_ids):
+            self.op_name_id = np.where(op_frame >= 0, self.table.op_ids[np.maximum(op_frame, 0)], -1)
+        else:
+            self.op_name_id = np.full(self.n_stacks, -1, dtype=np.int64)
 
     # -- frame level -------------------------------------------------------------
     def _match_strings(self, pattern: str | None, strings: list, cache: dict) -> np.ndarray | None:
@@ -194,12 +196,16 @@ class StackFacts:
     def top_mask(self, frame_mask: np.ndarray) -> np.ndarray:
         """bool per stack: its innermost Python frame is in `frame_mask`."""
         tp = self.top_python
+        if not len(frame_mask):
+            return np.zeros(self.n_stacks, dtype=bool)
         return (tp >= 0) & frame_mask[np.maximum(tp, 0)]
 
     def op_mask(self, pattern: str) -> np.ndarray:
         """bool per stack: the torch op it was called for matches `pattern` (C++ or profiler stacks)."""
         nh = self.name_mask(pattern)
         op = self.op_name_id
+        if not len(nh):
+            return np.zeros(self.n_stacks, dtype=bool)
         return (op >= 0) & nh[np.maximum(op, 0)]
 
     # -- presentation --------------------------------------------------------------

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..parsers.tables import A_ALLOC, A_FREE, A_FREE_REQUESTED
+from ..parsers.tables import A_ALLOC, A_FREE, A_FREE_REQUESTED, A_OOM
 
 P_NONE, P_INPUTS, P_FORWARD, P_BACKWARD, P_OPTIMIZER, P_PRE = range(6)
 P_NEVER = 6
@@ -169,6 +169,15 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
         is_start &= (prev_imm == P_NONE) | (prev_ph < 0)
     else:
         is_start &= (prev_ph == delim) | (prev_ph < 0)
+    if start_ph == P_FORWARD and has[P_BACKWARD]:
+        # a forward that no backward follows (evaluation, no_grad) does not start an iteration
+        last_tr = np.minimum.accumulate(np.where(nn & (seg_phase != P_FORWARD), sidx, nseg)[::-1])[::-1]
+        next_tr = np.r_[last_tr[1:], nseg]
+        next_ph = np.where(next_tr < nseg, seg_phase[np.minimum(next_tr, nseg - 1)], -1)
+        # ... unless the trace ends in it with an OOM (the step that failed)
+        ooms = np.flatnonzero(action == A_OOM)
+        oom_tail = (next_ph < 0) & (len(ooms) > 0) & (seg_end >= (ooms[-1] if len(ooms) else n))
+        is_start &= (next_ph == P_BACKWARD) | oom_tail
     first = int(np.flatnonzero(seg_phase == start_ph)[0])
     is_start[first] = True
     starts = np.flatnonzero(is_start)
