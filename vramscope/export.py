@@ -334,14 +334,29 @@ def trimmed_snapshot(snap, device: int, start: int, end: int, redact_paths: bool
     tus = cols["time_us"][sl]
     known = tus[tus >= 0]
     if len(known) and snap.annotations:
-        t0, t1 = int(known.min()), int(known.max())
-        out["external_annotations"] = [
-            a for a in snap.annotations
-            if isinstance(a, dict) and a.get("device", device) == device
-            and isinstance(a.get("time_us"), int) and t0 <= a["time_us"] <= t1]
+        out["external_annotations"] = _annotations_in(snap.annotations, device, int(known.min()),
+                                                      int(known.max()))
     elif "external_annotations" in snap.extra or snap.annotations:
         out["external_annotations"] = []
     return out
+
+
+def _annotations_in(annotations, device: int, t0: int, t1: int) -> list:
+    """External annotations inside [t0, t1], plus the START of every region that is still
+    open when the window begins (an optimizer step that began before it), so phases stay known."""
+    mine = sorted((a for a in annotations if isinstance(a, dict) and a.get("device", device) == device
+                   and isinstance(a.get("time_us"), int)), key=lambda a: a["time_us"])
+    open_regions = {}
+    for a in mine:
+        if a["time_us"] >= t0:
+            break
+        key = a.get("name")
+        if a.get("stage") == "START":
+            open_regions.setdefault(key, []).append(a)
+        elif a.get("stage") == "END" and open_regions.get(key):
+            open_regions[key].pop()
+    carried = sorted((a for v in open_regions.values() for a in v), key=lambda a: a["time_us"])
+    return carried + [a for a in mine if t0 <= a["time_us"] <= t1]
 
 
 def _inactive(addr: int, size: int, profiler: bool) -> dict:
