@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build the one-folder PyInstaller bundle: dist/vramscope/vramscope
-#   packaging/build_bundle.sh
+#   packaging/build_bundle.sh            build
+#   packaging/build_bundle.sh --check    build, then check that the bundle's
+#       `view --screenshot` is pixel-identical to the installed wheel's
 # Steps: build the wheel, install it (not the editable checkout) into
 # build/bundle-venv (created with --system-site-packages so already-installed
 # numpy/PySide6/pyqtgraph are reused; pip fetches whatever is missing), install
@@ -41,3 +43,13 @@ cd "$ROOT"
 dist/vramscope/vramscope --version
 dist/vramscope/vramscope summary "$(find dist/vramscope -name example.pickle | head -1)" --no-cache >/dev/null
 echo "bundle: dist/vramscope/ ($(du -sh dist/vramscope | cut -f1))"
+
+if [[ "${1:-}" == "--check" ]]; then
+    export QT_QPA_PLATFORM="${QT_QPA_PLATFORM:-offscreen}" VRAMSCOPE_CACHE_DIR=""
+    SHOTS=build/bundle-check
+    mkdir -p "$SHOTS"
+    # the installed app is the same wheel the bundle was built from (build venv)
+    (cd "$SHOTS" && "$ROOT/$VENV/bin/vramscope" view "$ROOT/assets/example.pickle" --screenshot installed.png)
+    dist/vramscope/vramscope view assets/example.pickle --screenshot "$SHOTS/bundle.png"
+    "$VENV/bin/python" packaging/compare_png.py "$SHOTS/installed.png" "$SHOTS/bundle.png"
+fi
