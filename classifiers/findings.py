@@ -139,11 +139,16 @@ def _backward_kind(da, index: int) -> str:
     s0 = int(np.searchsorted(t.segment, seg, side="left"))
     s1 = int(np.searchsorted(t.segment, seg, side="right")) - 1
     a = da.allocs
-    fi = a.free_index
-    consumed = (fi >= s0) & (fi <= s1) & (da.category == I_ACT) & (a.alloc_index >= 0) & (a.alloc_index < s0)
-    total = float(a.size[consumed].sum())
+    order, sorted_fi = _free_order(da)
+    lo, hi = np.searchsorted(sorted_fi, [s0, s1 + 1])
+    rows = order[lo:hi]                      # rows freed inside this backward run
+    fi = a.free_index[rows]
+    ai = a.alloc_index[rows]
+    consumed = (da.category[rows] == I_ACT) & (ai >= 0) & (ai < s0)
+    sz = a.size[rows]
+    total = float(sz[consumed].sum())
     if total > 0:
-        f = float(a.size[consumed & (fi <= index)].sum()) / total
+        f = float(sz[consumed & (fi <= index)].sum()) / total
     else:
         f = (index - s0) / max(1, s1 - s0)
     if f < 0.02:
@@ -151,6 +156,17 @@ def _backward_kind(da, index: int) -> str:
     if f >= 0.98:
         return "backward_end"
     return "backward_top" if f < 0.5 else "backward_bottom"
+
+
+def _free_order(da):
+    """Rows sorted by free index (cached on the DeviceAnalysis)."""
+    cached = getattr(da, "_free_order_cache", None)
+    if cached is None:
+        fi = da.allocs.free_index
+        order = np.argsort(fi, kind="stable")
+        cached = (order, fi[order])
+        da._free_order_cache = cached
+    return cached
 
 
 def iteration_peaks(da, facts) -> None:
