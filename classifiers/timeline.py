@@ -177,7 +177,10 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
         # ... unless the trace ends in it with an OOM (the step that failed)
         ooms = np.flatnonzero(action == A_OOM)
         oom_tail = (next_ph < 0) & (len(ooms) > 0) & (seg_end >= (ooms[-1] if len(ooms) else n))
-        is_start &= (next_ph == P_BACKWARD) | oom_tail
+        train_fwd = (seg_phase == P_FORWARD) & ((next_ph == P_BACKWARD) | oom_tail)
+        is_start &= train_fwd
+    else:
+        train_fwd = seg_phase == P_FORWARD
     first = int(np.flatnonzero(seg_phase == start_ph)[0])
     is_start[first] = True
     starts = np.flatnonzero(is_start)
@@ -208,25 +211,23 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
         ss = np.maximum(seg_start[g0:g1 + 1], s0)
         se = np.minimum(seg_end[g0:g1 + 1], e0)
         # NONE runs that lead into a forward inside the iteration: preparing inputs
-        nxt = np.r_[sp[1:], -1]
-        inp = (sp == P_NONE) & (nxt == P_FORWARD)
+        nxt_train = np.r_[train_fwd[g0 + 1:g1 + 1], False]
+        inp = (sp == P_NONE) & nxt_train
         for a, b in zip(ss[inp], se[inp]):
             phase[a:b + 1] = P_INPUTS
+        tf = train_fwd[g0:g1 + 1]
         phases = {}
-        for name, p in (("inputs", P_INPUTS), ("forward", P_FORWARD), ("backward", P_BACKWARD),
-                        ("optimizer", P_OPTIMIZER)):
-            sel = (sp == p) | ((sp == P_NONE) & inp) if p == P_INPUTS else sp == p
+        for name, sel in (("inputs", inp), ("forward", (sp == P_FORWARD) & tf), ("backward", sp == P_BACKWARD),
+                          ("optimizer", sp == P_OPTIMIZER), ("eval", (sp == P_FORWARD) & ~tf)):
             if sel.any():
                 phases[name] = [int(ss[sel].min()), int(se[sel].max())]
-        # micro-batches: forward runs whose previous training run (in this iteration) is not forward
-        tr = (sp == P_FORWARD) | (sp == P_BACKWARD) | (sp == P_OPTIMIZER)
-        tr_ph = sp[tr]
-        micro = int(np.count_nonzero((tr_ph == P_FORWARD) & (np.r_[-1, tr_ph[:-1]] != P_FORWARD)))
+        # micro-batches: training forward runs (each one follows a backward or opens the iteration)
+        micro = int(np.count_nonzero((sp == P_FORWARD) & tf))
         its.append({
             "index": len(its), "start_index": s0, "end_index": e0,
             "start_us": int(tus[s0]) if tus[s0] >= 0 else None,
             "end_us": int(tus[e0]) if tus[e0] >= 0 else None,
-            "phases": phases, "micro_batches": max(1, micro) if "forward" in phases else 0,
+            "phases": phases, "micro_batches": micro,
         })
     tl.iterations = its
     tl.first_start = its[0]["start_index"] if its else -1
