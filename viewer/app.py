@@ -80,8 +80,10 @@ def run_viewer(path: str | None, screenshot: str | None = None, device: int | No
             print("vramscope: error: --screenshot needs a snapshot FILE", file=sys.stderr)
             return 2
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-        quiet_platform_noise()
     from ..parsers import Cancelled, SnapshotError
+    from PySide6.QtWidgets import QApplication
+    if screenshot and QApplication.instance() is None:
+        quiet_platform_noise()     # our own process: keep stderr for what matters
     app = make_app()
     from .loader import load
     from .window import MainWindow

@@ -50,20 +50,23 @@ def fmt_duration_us(us) -> str:
     return f"{int(h)} h {int(m)} min"
 
 
-def fmt_seconds(x: float, spacing: float | None = None) -> str:
-    """A time on the axis (seconds since the first event), precise enough for `spacing`."""
-    spacing = abs(spacing) if spacing else abs(x) or 1.0
-    if spacing < 1e-3:
-        digits = max(0, -int(math.floor(math.log10(spacing * 1e6))))
-        return f"{x * 1e6:.{digits}f} µs" if abs(x) < 1e-3 else f"{x * 1e3:.{digits + 3}f} ms"
-    if spacing < 1.0:
-        digits = max(0, -int(math.floor(math.log10(spacing * 1e3))))
-        return f"{x * 1e3:.{digits}f} ms" if abs(x) < 1.0 else f"{x:.{digits + 3}f} s"
-    if spacing < 60 or abs(x) < 60:
-        digits = max(0, -int(math.floor(math.log10(spacing))))
-        return f"{x:.{digits}f} s"
-    m, s = divmod(x, 60)
-    return f"{int(m)}:{s:02.0f}"
+def fmt_seconds(x: float, spacing: float | None = None, span: float | None = None) -> str:
+    """A time on the axis (seconds since the first event) in the unit that suits
+    `span` (the largest value shown; default x), precise enough for `spacing`."""
+    span = abs(span if span is not None else x)
+    spacing = abs(spacing) if spacing else (span or 1.0)
+    if span < 1e-3:
+        unit, scale = "µs", 1e6
+    elif span < 1.0:
+        unit, scale = "ms", 1e3
+    elif span < 600:
+        unit, scale = "s", 1.0
+    else:
+        m, s = divmod(x, 60)
+        digits = max(0, -int(math.floor(math.log10(spacing)))) if spacing < 1 else 0
+        return f"{int(m)}:{s:0{3 + digits if digits else 2}.{digits}f}"
+    digits = max(0, -int(math.floor(math.log10(spacing * scale) + 1e-9)))
+    return f"{x * scale:.{digits}f} {unit}"
 
 
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]?)(i?)(b?)\s*$", re.IGNORECASE)

@@ -80,7 +80,7 @@ class AllocationsModel(QAbstractTableModel):
         if i < 0:
             return missing
         if d.has_time:
-            return fmt_seconds(float(d.x_of_index(i)), 1e-6)
+            return fmt_seconds(float(d.x_of_index(i)), 1e-6, d.x_range[1])
         return f"#{i:,}"
 
     def _text(self, d: DeviceData, row: int, col: int):

@@ -49,7 +49,8 @@ class TimeAxis(pg.AxisItem):
     def tickStrings(self, values, scale, spacing):
         if not self.has_time:
             return [f"{int(round(v)):,}" for v in values]
-        return [fmt_seconds(v, spacing) for v in values]
+        span = max((abs(v) for v in values), default=0.0)
+        return [fmt_seconds(v, spacing, span) for v in values]
 
 
 # -- items -----------------------------------------------------------------------------
@@ -232,12 +233,13 @@ class TimelineWidget(QWidget):
         self._hover_pos = None
         self._selected_row = -1
         self.refresh_count = 0
+        self._released = False
 
         self.axis_x = TimeAxis("bottom")
         self.axis_y = BytesAxis("left")
         self.axis_x.enableAutoSIPrefix(False)
         self.axis_y.enableAutoSIPrefix(False)
-        self.vb = TimelineViewBox()
+        self.vb = TimelineViewBox(enableMenu=False)
         self.plot = pg.PlotWidget(viewBox=self.vb, axisItems={"bottom": self.axis_x, "left": self.axis_y})
         self.plot.setToolTip("")
         pi = self.plot.getPlotItem()
@@ -562,7 +564,7 @@ class TimelineWidget(QWidget):
         """Recompute the envelope for the current view and hand it to the items."""
         self._refresh_pending = False
         d = self.data
-        if d is None:
+        if d is None or self._released:
             return
         x0, x1 = self.x_span()
         env = d.envelope(x0, x1, self.buckets())
@@ -718,6 +720,16 @@ class TimelineWidget(QWidget):
         xa, xb = self.selection.getRegion()
         h = float(d.allocs.size[row])
         self.sel_bar.setData([xa, xa, xb, xb], [0.0, h, h, 0.0])
+
+    def release(self):
+        """Let pyqtgraph drop its context menus (parentless top-level QMenus that
+        would otherwise outlive the window)."""
+        self._hover_timer.stop()
+        self.data = None
+        self._released = True
+        for w in (self.plot, self.overview):
+            w.close()          # pyqtgraph's close() also unparents the widget...
+            w.deleteLater()    # ...so it must go explicitly
 
     def hide_hover(self):
         self._hover_timer.stop()

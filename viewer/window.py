@@ -613,3 +613,5 @@ class MainWindow(QMainWindow):
             self.settings.setValue("window/geometry", self.saveGeometry())
             self.settings.setValue("window/state", self.saveState())
         super().closeEvent(ev)
+        if ev.isAccepted():
+            self.timeline.release()

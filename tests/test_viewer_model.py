@@ -1,0 +1,211 @@
+"""The viewer's numeric core, without Qt: envelopes, compositions, rows, segments."""
+from __future__ import annotations
+
+import pickle
+import random
+
+import numpy as np
+import pytest
+
+from vramscope.classifiers import analyze
+from vramscope.parsers import open_snapshot
+from vramscope.viewer.fmt import fmt_bytes, fmt_seconds, parse_size
+from vramscope.viewer.lod import MinMaxPyramid, ragged
+from vramscope.viewer.model import DeviceData
+from vramscope.viewer.rows import COL_ALLOC, COL_CATEGORY, COL_LIFETIME, COL_SIZE, COL_WHERE, RowView
+
+
+def write_snapshot(path, n_allocs: int = 3000, seed: int = 0, with_time: bool = True) -> str:
+    """A small torch-shaped snapshot: one segment, alloc/free churn over a few
+    'iterations', shared frame dicts, one block that predates the trace."""
+    rng = random.Random(seed)
+    frames = [{"filename": f"/home/u/proj/model_{i % 3}.py", "line": 10 + i, "name": f"layer_{i}"}
+              for i in range(24)]
+    frames += [{"filename": "??", "line": 0, "name": "c10::cuda::CUDACachingAllocator::malloc()"}]
+    stacks = [[frames[-1]] + rng.sample(frames[:-1], 4) for _ in range(40)]
+    base, seg_size = 0x7F0000000000, 1 << 38
+    trace = [{"action": "segment_alloc", "addr": base, "size": seg_size, "stream": 0,
+              "time_us": 1_700_000_000_000_000, "frames": stacks[0]}]
+    t = 1_700_000_000_000_000
+    live: dict[int, tuple[int, list]] = {}
+    cursor = base + (1 << 30)
+    for k in range(n_allocs):
+        t += rng.choice((1, 1, 2, 5, 40)) if with_time else 0
+        size = rng.choice((512, 4096, 1 << 20, 3 << 20, 16 << 20))
+        if (k // 500) % 2 == 0 or not live or rng.random() < 0.3:
+            st = rng.choice(stacks)
+            cursor += 1 << 25
+            trace.append({"action": "alloc", "addr": cursor, "size": size, "stream": 0, "time_us": t, "frames": st})
+            live[cursor] = (size, st)
+        else:
+            a = rng.choice(list(live))
+            size, st = live.pop(a)
+            trace.append({"action": "free_requested", "addr": a, "size": size, "stream": 0, "time_us": t,
+                          "frames": st})
+            trace.append({"action": "free_completed", "addr": a, "size": size, "stream": 0, "time_us": t,
+                          "frames": st})
+    if not with_time:
+        for e in trace:
+            del e["time_us"]
+    blocks = [{"address": base, "size": 1 << 29, "requested_size": 1 << 29, "state": "active_allocated",
+               "frames": []}]      # live before the trace began (weights loaded earlier)
+    for a, (size, st) in sorted(live.items()):
+        blocks.append({"address": a, "size": size, "requested_size": size, "state": "active_allocated",
+                       "frames": st})
+    allocated = sum(b["size"] for b in blocks)
+    seg = {"device": 0, "address": base, "total_size": seg_size, "allocated_size": allocated,
+           "active_size": allocated, "requested_size": allocated, "stream": 0, "segment_type": "large",
+           "segment_pool_id": (0, 0), "is_expandable": False, "frames": [], "blocks": blocks}
+    with open(path, "wb") as fh:
+        pickle.dump({"segments": [seg], "device_traces": [trace], "allocator_settings": {},
+                     "external_annotations": []}, fh, protocol=4)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory):
+    p = write_snapshot(tmp_path_factory.mktemp("snap") / "synth.pickle", 4000)
+    snap = open_snapshot(p, use_cache=False)
+    an = analyze(snap)
+    # spread rows over categories so that stacking is exercised whatever the classifier says
+    da = an.devices[0]
+    da.category = (np.arange(len(da.allocs)) % 5 * 2).astype(np.uint8)
+    return DeviceData(snap, an, 0)
+
+
+def brute_composition(d: DeviceData, i: int) -> np.ndarray:
+    a = d.allocs
+    live = (a.alloc_index <= i) & ((a.free_index < 0) | (a.free_index > i))
+    return np.bincount(d.category[live], weights=a.size[live], minlength=d.n_categories)
+
+
+def test_ragged():
+    pos, owner = ragged(np.array([5, 0, 9]), np.array([2, 0, 3]))
+    assert pos.tolist() == [5, 6, 9, 10, 11]
+    assert owner.tolist() == [0, 0, 2, 2, 2]
+
+
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 100, 5000])
+def test_pyramid_matches_brute_force(n):
+    rng = np.random.default_rng(n)
+    c0 = np.cumsum(rng.integers(-100, 101, n))
+    c1 = np.cumsum(rng.integers(-5, 6, n))
+    p = MinMaxPyramid([c0, c1])
+    a = rng.integers(0, n, 300)
+    b = np.minimum(n, a + 1 + rng.integers(0, n, 300))
+    mx, mn, arg = p.query(a, b)
+    for k in range(len(a)):
+        s = slice(a[k], b[k])
+        assert mx[k].tolist() == [c0[s].max(), c1[s].max()]
+        assert mn[k].tolist() == [c0[s].min(), c1[s].min()]
+        assert a[k] <= arg[k] < b[k] and c0[arg[k]] == c0[s].max()
+
+
+def test_composition_adds_up_and_matches(synth):
+    d = synth
+    for i in [-1, 0, 1, 63, 64, 65, d.n // 2, d.n - 2, d.n - 1]:
+        comp = d.composition([i])[0]
+        assert comp.sum() == pytest.approx(d.live_at(i))
+        np.testing.assert_allclose(comp, brute_composition(d, i))
+
+
+def test_envelope_never_hides_a_peak(synth):
+    d = synth
+    x0, x1 = d.x_range
+    rng = np.random.default_rng(1)
+    for _ in range(40):
+        a, b = sorted(rng.uniform(x0, x1, 2))
+        env = d.envelope(a, b, int(rng.integers(50, 2000)))
+        ia, ib = int(d.index_at_x(a)), int(d.index_at_x(b))
+        inside = d.live[ia:ib]
+        before = d.live_at(ia - 1)
+        assert env.live_y.max() == max(inside.max() if len(inside) else before, before)
+        assert env.live_y.min() == min(inside.min() if len(inside) else before, before)
+        # the stacked bands' top never goes above the line, and reaches it at the max
+        top = env.band_comp.sum(axis=1)
+        assert top.max() == pytest.approx(env.live_y.max())
+        assert env.line_x[0] == a and env.line_x[-1] == b
+    env = d.envelope(x0, x1, 800)
+    assert env.live_y.max() == d.peak_bytes
+
+
+def test_envelope_index_axis(tmp_path):
+    p = write_snapshot(tmp_path / "notime.pickle", 500, with_time=False)
+    snap = open_snapshot(p, use_cache=False)
+    d = DeviceData(snap, analyze(snap), 0)
+    assert not d.has_time
+    assert d.x_range == (0.0, float(d.n))
+    env = d.envelope(0, d.n, 100)
+    assert env.live_y.max() == d.peak_bytes
+    assert d.index_before_x(10.5) == 10
+
+
+def test_largest_live_and_allocation_at(synth):
+    d = synth
+    i = d.peak_index
+    rows = d.largest_live(i, 5)
+    live = d.live_rows(i)
+    want = np.sort(d.allocs.size[live])[::-1][:5]
+    assert d.allocs.size[rows].tolist() == want.tolist()
+    comp = d.composition([i])[0]
+    visible = [c for c in range(d.n_categories) if comp[c] > 0]
+    y = comp[visible[0]] / 2          # inside the bottom band
+    row, cat = d.allocation_at(float(d.x_of_index(i)), y, visible)
+    assert cat == visible[0] and row >= 0 and d.category[row] == cat
+    assert d.is_live(np.array([row]), d.index_before_x(float(d.x_of_index(i))))[0]
+
+
+def test_segments_at(synth):
+    d = synth
+    segs = d.segments_at(d.n - 1)
+    assert segs.known and len(segs.size) == 1
+    assert segs.allocated_bytes == d.live_at(d.n - 1)
+    assert 0 < segs.fragmentation < 1
+    assert len(d.segments_at(-1).size) == 0     # the trace's first entry allocates it
+    assert d.segments_at(0).reserved_bytes == 1 << 38
+
+
+def test_rows_sort_and_filter(synth):
+    d = synth
+    v = RowView(d)
+    assert len(v.rows) == d.n_rows
+    sizes = d.allocs.size[v.rows]
+    assert np.all(sizes[:-1] >= sizes[1:])          # default: largest first
+    v.sort(COL_ALLOC, False)
+    assert np.all(np.diff(d.alloc_index[v.rows]) >= 0)
+    for col in (COL_CATEGORY, COL_LIFETIME, COL_WHERE):
+        v.sort(col, True)
+        assert sorted(v.rows.tolist()) == list(range(d.n_rows))
+    v.sort(COL_SIZE, True)
+    v.set_filter({0}, 1 << 20, "")
+    assert len(v.rows) and np.all(d.category[v.rows] == 0) and np.all(d.allocs.size[v.rows] >= 1 << 20)
+    v.set_filter(None, 0, "LAYER_3")               # case-insensitive, in function names
+    assert len(v.rows)
+    for r in v.rows[:50]:
+        names = [f[2] for f in d.snap.stack_frames_list(int(d.allocs.stack[r]))]
+        assert any("layer_3" in n for n in names)
+    v.set_filter(None, 0, "no frame has this text")
+    assert len(v.rows) == 0
+
+
+def test_findings_and_state_only(tmp_path):
+    p = write_snapshot(tmp_path / "s.pickle", 300)
+    snap = open_snapshot(p, use_cache=False)
+    d = DeviceData(snap, analyze(snap), 0)
+    peak = d.findings[0]
+    assert peak.kind == "peak" and peak.data["bytes"] == d.peak_bytes
+    assert peak.row == d.row_of_alloc_event(peak.index)
+
+
+def test_fmt():
+    assert fmt_bytes(1536 * 1024 * 1024) == "1.50 GiB"
+    assert fmt_bytes(512) == "512 B"
+    assert parse_size("1.5 GiB") == 3 << 29
+    assert parse_size("512k") == 512 * 1024
+    assert parse_size("100MB") == 100 << 20
+    assert parse_size("") == 0
+    assert parse_size("lots") is None
+    assert fmt_seconds(0.25, 0.05) == "250 ms"
+    assert fmt_seconds(2.5, 0.5) == "2.5 s"
+    assert fmt_seconds(0.5, 0.5, span=2.0) == "0.5 s"      # one unit along an axis
+    assert fmt_seconds(0.0001234, 1e-6) == "123 µs"
