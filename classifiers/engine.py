@@ -196,7 +196,7 @@ def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: Rul
     marker_idx = {m: i for i, m in enumerate(sfacts.phase_markers)}
     blocking = [marker_idx[m] for m in ("model_load", "construct") if m in marker_idx]
     tl = build_timeline(snap, device, trace, allocs, sfacts.stack_timeline, sfacts.stack_marker,
-                        np.asarray(blocking, dtype=np.int16), rules, sfacts.profiler_like)
+                        np.asarray(blocking, dtype=np.int16), rules, sfacts.profiler_like, live.live_after)
     n = len(allocs)
     root, last = version_chains(allocs, sfacts.profiler_like)
     ai = allocs.alloc_index[root]

@@ -209,6 +209,8 @@ def find_leaks(da, facts, rule_names, min_bytes: int = 1) -> list:
     fi = a.free_index[last]
     it_a = np.where(ai >= 0, da.timeline.iteration[np.clip(ai, 0, max(len(live) - 1, 0))], -1)
     cand = is_root & (ai >= 0) & (it_a >= 0)
+    # model weights made step by step (loading inside the first iterations) are not a leak
+    cand &= (da.category != CATEGORIES.index("weights")) & (da.category != CATEGORIES.index("quantization"))
     nxt_end = np.where(it_a + 1 < K, ends[np.minimum(it_a + 1, K - 1)], np.iinfo(np.int64).max)
     stays = cand & ((fi < 0) | (fi > nxt_end))
     stays &= ~((it_a == K - 1) & (fi >= 0))

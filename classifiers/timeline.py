@@ -63,8 +63,48 @@ def _pair_annotations(annotations, device):
     return out
 
 
+def periodic_boundaries(live_after: np.ndarray, min_periods: int = 3) -> list:
+    """Iteration ends found from the periodicity of live memory alone (for traces whose
+    stacks say nothing about phases, e.g. recorded without frames): the lag of the highest
+    autocorrelation peak of the detrended live-bytes curve (FFT, on at most 2^16 points)
+    is the period; each iteration ends at the lowest live memory near a multiple of it."""
+    n = len(live_after)
+    if n < 64:
+        return []
+    stride = max(1, n // 65536)
+    x = live_after[::stride].astype(np.float64)
+    m = len(x)
+    t = np.arange(m, dtype=np.float64)
+    slope, icpt = np.polyfit(t, x, 1)
+    x = x - (slope * t + icpt)
+    if not np.any(x):
+        return []
+    f = np.fft.rfft(x, 2 * m)
+    ac = np.fft.irfft(f * np.conj(f))[:m]
+    if ac[0] <= 0:
+        return []
+    ac = ac / ac[0] * (m / np.maximum(m - np.arange(m), 1))     # unbiased: no taper with the lag
+    neg = np.flatnonzero(ac < 0)
+    hi = m // min_periods
+    if not len(neg) or neg[0] >= hi:
+        return []
+    z = int(neg[0])
+    lag = z + int(np.argmax(ac[z:hi]))
+    if ac[lag] < 0.3:
+        return []
+    period = lag * stride
+    ends = [int(np.argmin(live_after[:period]))]
+    while True:
+        lo = ends[-1] + period // 2
+        hi_ = min(n, ends[-1] + period + period // 2)
+        if lo >= n or hi_ - lo < period // 2:
+            break
+        ends.append(lo + int(np.argmin(live_after[lo:hi_])))
+    return ends
+
+
 def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, blocking_markers,
-                   rules, profiler_like: bool) -> Timeline:
+                   rules, profiler_like: bool, live_after: np.ndarray | None = None) -> Timeline:
     """`stack_timeline`: int8 per stack, the timeline phase of its phase marker (-1 none);
     `stack_marker`: int16 per stack, index of its phase marker (-1 none);
     `blocking_markers`: marker indices that stop an iteration's start from reaching back
@@ -154,6 +194,21 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
     tl = Timeline(phase, segment, iteration, frees_carry_alloc_frames=frees_carry_alloc, evidence=ev)
     has = {p: bool((seg_phase == p).any()) for p in (P_FORWARD, P_BACKWARD, P_OPTIMIZER)}
     if not any(has.values()):
+        # no phase evidence at all and (almost) no frames to tell: iterations from the
+        # periodicity of live memory, without phases
+        allocs_with_frames = np.count_nonzero((action == A_ALLOC) & (sid > 0))
+        frameless = allocs_with_frames < 0.1 * max(1, np.count_nonzero(action == A_ALLOC))
+        ends = periodic_boundaries(live_after) if live_after is not None and frameless else []
+        its = []
+        for k in range(1, len(ends)):
+            s0, e0 = ends[k - 1] + 1, ends[k]
+            iteration[s0:e0 + 1] = len(its)
+            its.append({"index": len(its), "start_index": s0, "end_index": e0,
+                        "start_us": int(tus[s0]) if tus[s0] >= 0 else None,
+                        "end_us": int(tus[e0]) if tus[e0] >= 0 else None,
+                        "phases": {}, "micro_batches": 0, "from": "periodicity"})
+        tl.iterations = its
+        tl.first_start = its[0]["start_index"] if its else -1
         return tl
     start_ph = P_FORWARD if has[P_FORWARD] else (P_BACKWARD if has[P_BACKWARD] else P_OPTIMIZER)
     delim = P_OPTIMIZER if has[P_OPTIMIZER] else (P_BACKWARD if has[P_BACKWARD] else P_NONE)

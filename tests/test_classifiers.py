@@ -389,3 +389,25 @@ def test_real_state_only_snapshots_are_classified_from_block_frames():
 def test_real_empty_snapshot_has_no_devices():
     an = real("SunnySood80+unsupervised_finetune_resnet50__dump_snapshot.pickle")
     assert an.devices == {} and summary_dict(an)["devices"] == []
+
+
+def _strip_frames(snap):
+    """The snapshot as if recorded without stacks or annotations."""
+    for t in snap.traces.values():
+        t.columns["stack"] = np.full(len(t), -1, dtype=np.int32)
+    snap.blocks["stack"] = np.full(len(snap.blocks["stack"]), -1, dtype=np.int32)
+    snap.annotations = []
+    return snap
+
+
+@pytest.mark.parametrize("path, leaks", [(GT / "leak.pickle", 1), (GT / "retain_graph.pickle", 0),
+                                         (DATA / "leak.pickle", 1), (DATA / "clean_loop.pickle", 0)])
+def test_frameless_traces_fall_back_to_periodicity(path, leaks):
+    if not path.exists():
+        pytest.skip(f"{path.name} absent")
+    an = analyze(_strip_frames(open_snapshot(str(path), use_cache=False)), rules=load_rules(use_user_rules=False))
+    da = an.devices[0]
+    assert len(da.leaks) == leaks
+    if leaks:
+        assert len(da.iterations) >= 4 and all(it.get("from") == "periodicity" for it in da.iterations)
+        assert da.leaks[0]["where"] == "(no frames)"
