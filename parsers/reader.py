@@ -37,7 +37,7 @@ from .tables import (ACTIONS, A_UNKNOWN, OPTIONAL_COLUMNS, PROFILER_CATEGORIES,
 # Bounds no real snapshot comes near; they keep hostile input from making us
 # allocate absurdly or grow without end.
 MAX_STRING = 16 << 20        # one string
-MAX_STACK = 200_000          # items on one level of the pickle stack (torch batches 1000)
+MAX_STACK = 100_000          # items on one level of the pickle stack (trace entries stream out)
 MAX_MARK_DEPTH = 512         # nesting of MARKs (real files: < 10)
 MAX_LONG_BYTES = 1024
 CHUNK = 4 << 20              # bytes read at a time
@@ -883,6 +883,13 @@ class _Reader:
                     raise CorruptError("unhashable dict key") from None
                 if metastack and metastack[-1] and type(metastack[-1][-1]) is _TraceList:
                     fast_learn(self, d)
+                    # Stream out the entries before this one: torch's C++ pickler
+                    # writes a whole trace as one MARK...APPENDS, which must not pile
+                    # up on the stack. (This one stays: the C++ pickler PUTs a dict
+                    # into the memo after it is complete.)
+                    if len(stack) > 1:
+                        metastack[-1][-1].extend(stack[:-1])
+                        del stack[:-1]
             elif op == 0x4B:                                 # BININT1
                 stack.append(buf[pos])
                 pos += 1
@@ -961,7 +968,9 @@ class _Reader:
                 if idx not in memo:
                     self.memo_count += 1
                 obj = stack[-1]
-                memo[idx] = obj
+                if not (type(obj) is dict and metastack and metastack[-1]
+                        and type(metastack[-1][-1]) is _TraceList):
+                    memo[idx] = obj   # (nothing refers back to a trace entry: don't keep one per event)
                 if type(obj) is str and obj in _KNOWN_ENTRY_KEYS:
                     self.key_memo_by_id[id(obj)] = idx
             elif op == 0x86:                                 # TUPLE2

@@ -302,3 +302,31 @@ def test_cache_keeps_only_recent_entries(tmp_path, monkeypatch):
         open_snapshot(str(p))
     entries = [e for e in Path(cache_root()).iterdir() if not e.name.startswith(".")]
     assert len(entries) == 3
+
+
+def test_unbatched_protocol2_trace_longer_than_the_stack_limit(tmp_path):
+    """torch's C++ pickler (protocol 2) writes a list as one MARK ... APPENDS with no
+    batching of 1000; a long trace must stream through, not hit the stack bound."""
+    import struct
+    from vramscope.parsers.reader import MAX_STACK
+
+    def u(s):
+        b = s.encode()
+        return b"X" + struct.pack("<I", len(b)) + b
+
+    n = MAX_STACK + 20_000
+    entry_a = b"}(" + u("action") + u("alloc") + u("addr") + b"J%s" + u("size") + b"K\x10" + u("stream") + b"K\x00u"
+    entry_f = entry_a.replace(u("alloc"), u("free_completed"))
+    body = []
+    for i in range(n // 2):
+        addr = struct.pack("<i", 4096 + 16 * i)
+        body.append(entry_a.replace(b"%s", addr))
+        body.append(entry_f.replace(b"%s", addr))
+    data = (b"\x80\x02}(" + u("segments") + b"]" + u("device_traces") + b"](](" + b"".join(body)
+            + b"eeu.")
+    path = tmp_path / "cxx.pickle"
+    path.write_bytes(data)
+    snap = open_snapshot(str(path))
+    assert len(snap.trace(0)) == n
+    m = live_model(snap, 0)
+    assert m.peak_bytes == 16 and m.end_bytes == 0
