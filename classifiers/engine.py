@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..parsers.tables import A_ALLOC, A_OOM
-from .rules import CATEGORIES, RuleSet
+from .rules import CATEGORIES, Matcher, RuleSet
 from .stacks import KIND_PYTHON, StackFacts
 from .timeline import (P_BACKWARD, P_FORWARD, P_NEVER, P_NONE, P_OPTIMIZER, P_PRE, PHASE_CODE, Timeline,
                        build_timeline)
@@ -104,9 +104,7 @@ def stack_pass(snap, rules: RuleSet) -> SnapshotFacts:
         elif r.frames == "present":
             ok &= sf.lengths > 0
         rule_ok.append(ok)
-    dq_names = sf.name_mask(r"(?i)dequant")
-    dq_frames = dq_names[sf.table.name_ids] & (sf.table.kind == KIND_PYTHON)
-    dequant = sf.any(dq_frames)
+    dequant = sf.any(sf.frame_mask(Matcher(name=r"(?i)dequant", kind=(KIND_PYTHON,))))
     return SnapshotFacts(sf, list(rules.markers), has, pos, stack_marker, stack_timeline, phase_markers,
                          rule_ok, profiler_like, dequant)
 

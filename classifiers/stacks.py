@@ -147,18 +147,31 @@ class StackFacts:
         return hit
 
     def frame_mask(self, matcher) -> np.ndarray:
-        """bool per frame: the frame matches `matcher` (file / name regexes, kind)."""
+        """bool per frame: the frame matches `matcher` (file / name regexes, kind).
+
+        The name regex only runs on the names of frames that pass the kind and file tests
+        (C++ symbols are the bulk of the strings in stacks='all' files)."""
         t = self.table
-        m = np.ones(len(t.kind), dtype=bool)
+        m = None
+        if matcher.kind is not None:
+            m = np.isin(t.kind, matcher.kind)
         fh = self._match_strings(matcher.file, t.files, self._file_cache)
         if fh is not None:
-            m &= fh[t.file_ids]
-        nh = self._match_strings(matcher.name, t.names, self._name_cache)
-        if nh is not None:
-            m &= nh[t.name_ids]
-        if matcher.kind is not None:
-            m &= np.isin(t.kind, matcher.kind)
-        return m
+            m = fh[t.file_ids] if m is None else m & fh[t.file_ids]
+        if matcher.name is not None:
+            if m is None:
+                m = self._match_strings(matcher.name, t.names, self._name_cache)[t.name_ids]
+            else:
+                key = (matcher.name, matcher.kind, matcher.file)
+                hit = self._name_cache.get(key)
+                if hit is None:
+                    ids = np.unique(t.name_ids[m])
+                    rx = re.compile(matcher.name)
+                    ok = np.fromiter((rx.search(t.names[i]) is not None for i in ids.tolist()), dtype=bool,
+                                     count=len(ids))
+                    hit = self._name_cache[key] = ids[ok]
+                m &= np.isin(t.name_ids, hit)
+        return m if m is not None else np.ones(len(t.kind), dtype=bool)
 
     def name_mask(self, pattern: str) -> np.ndarray:
         """bool per unique name string (for op matching)."""
