@@ -1186,25 +1186,10 @@ def _segments_objects(end_state, K: Keys, cat: Catalog, FR, lists: dict):
     return out
 
 
-def generate(path, events: int, seed: int = 0, free_stacks: str = "free", devices: int = 1,
-             verbose: bool = False) -> dict:
-    """Writes a snapshot with ``events`` trace entries (or one less) to ``path``.
-    Returns a small dict of statistics."""
-    if free_stacks not in ("free", "alloc"):
-        raise ValueError("free_stacks must be 'free' or 'alloc'")
-    t0 = time.perf_counter()
-    cat = Catalog()
-    # pass 1: the end state and the exact number of entries
-    alloc1, _, n1 = simulate(events, seed, CountSink(), cat)
-    end_state = alloc1.end_state()
-    del alloc1
-    t1 = time.perf_counter()
-    if verbose:
-        print(f"pass 1: {n1} entries, {len(end_state)} segments, {t1 - t0:.1f} s", file=sys.stderr)
-
+def _write_pass2(tmp, events, seed, free_stacks, devices, cat, end_state, n1):
+    """Pass 2: writes the whole file to ``tmp``. Returns (size, annotations)."""
     K = Keys()
     FR = _frame_objects(cat, K)
-    tmp = str(path) + ".tmp"
     with open(tmp, "wb", buffering=1 << 20) as f:
         w = Writer(f)
         # top dict
@@ -1272,7 +1257,38 @@ def generate(path, events: int, seed: int = 0, free_stacks: str = "free", device
         w.raw(SETITEMS)
         w.finish()
         size = w.bytes_written
-    os.replace(tmp, path)
+    return size, ann
+
+
+def generate(path, events: int, seed: int = 0, free_stacks: str = "free", devices: int = 1,
+             verbose: bool = False) -> dict:
+    """Writes a snapshot with ``events`` trace entries (or one less) to ``path``.
+    Returns a small dict of statistics."""
+    if free_stacks not in ("free", "alloc"):
+        raise ValueError("free_stacks must be 'free' or 'alloc'")
+    t0 = time.perf_counter()
+    cat = Catalog()
+    # pass 1: the end state and the exact number of entries
+    alloc1, _, n1 = simulate(events, seed, CountSink(), cat)
+    end_state = alloc1.end_state()
+    del alloc1
+    t1 = time.perf_counter()
+    if verbose:
+        print(f"pass 1: {n1} entries, {len(end_state)} segments, {t1 - t0:.1f} s", file=sys.stderr)
+
+    # a private temporary name, renamed atomically: concurrent generators of
+    # the same file (parallel benchmarks) cannot corrupt it, and readers see
+    # either the old or the new complete file
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        size, ann = _write_pass2(tmp, events, seed, free_stacks, devices, cat, end_state, n1)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     t2 = time.perf_counter()
     stats = {"entries": n1, "bytes": size, "unique_frames": len(cat.frames),
              "unique_stacks": len(cat.stacks), "annotations": len(ann),
