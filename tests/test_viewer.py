@@ -164,12 +164,12 @@ def test_sort_table(qt, window):
 def test_toggle_category(qt, window):
     d = open_and_wait(qt, window, EXAMPLE)
     tl = window.timeline
-    before = tl._last_env.band_comp[:, tl.visible_categories].sum(axis=1).max()
+    before = tl._last_env.col_comp[:, tl.visible_categories].sum(axis=1).max()
     c, button = next(iter(window.legend.buttons.items()))
     qt.mouseClick(button, Qt.MouseButton.LeftButton)
     assert c not in tl.visible_categories
     qt.wait(5)
-    after = tl._last_env.band_comp[:, tl.visible_categories].sum(axis=1).max()
+    after = tl._last_env.col_comp[:, tl.visible_categories].sum(axis=1).max()
     assert after < before
     qt.mouseClick(button, Qt.MouseButton.LeftButton)
     assert c in tl.visible_categories

@@ -46,8 +46,8 @@ class Envelope:
     line_x: np.ndarray
     live_y: np.ndarray
     reserved_y: np.ndarray | None
-    band_x: np.ndarray
-    band_comp: np.ndarray           # (len(band_x), n_categories) live bytes per category
+    col_x: np.ndarray               # the centre of each pixel column
+    col_comp: np.ndarray            # (columns, n_categories) live bytes per category drawn there
     visible_max: float
     events: int                     # events inside the view
 
@@ -126,11 +126,23 @@ def is_allocator_frame(name: str) -> bool:
 
 
 def short_cpp(name: str, limit: int = 90) -> str:
-    """A C++ signature without its argument list: 'at::native::add_out(…)'."""
-    k = name.find("(")
-    if 0 < k < len(name) - 1 and not name.startswith("("):
-        name = name[:k] + "(…)"
-    return name if len(name) <= limit else name[:limit - 1] + "…"
+    """A C++ signature without its argument list: 'at::native::add_out(…)'
+    (only the trailing, balanced group: '(anonymous namespace)' stays)."""
+    s = name.rstrip()
+    if s.endswith(" const"):
+        s = s[:-6]
+    if s.endswith(")"):
+        depth = 0
+        for k in range(len(s) - 1, -1, -1):
+            if s[k] == ")":
+                depth += 1
+            elif s[k] == "(":
+                depth -= 1
+                if depth == 0:
+                    if k > 0:
+                        s = s[:k] + "(…)"
+                    break
+    return s if len(s) <= limit else s[:limit - 1] + "…"
 
 
 def cpp_label(frames) -> str | None:
@@ -252,6 +264,8 @@ class DeviceData:
         idx_t = np.int32 if self.n_rows < (1 << 31) else np.int64
         order = np.lexsort((-al.size, self.category)).astype(idx_t)
         self.rows_by_cat_size = order
+        # the allocations table opens sorted by size: sort here, off the GUI thread
+        self.rows_by_size = np.argsort(-np.asarray(al.size, dtype=np.int64), kind="stable").astype(idx_t)
         counts = np.bincount(self.category, minlength=self.n_categories)
         self.cat_offsets = np.zeros(self.n_categories + 1, dtype=np.int64)
         np.cumsum(counts, out=self.cat_offsets[1:])
@@ -381,16 +395,20 @@ class DeviceData:
     def envelope(self, x0: float, x1: float, buckets: int) -> Envelope:
         """Per-bucket exact envelope of the view [x0, x1] (DESIGN.md §7).
 
-        Lines: for each non-empty bucket, a vertical stroke at its left edge through
-        the value entering it, the max, the min and the value leaving it; empty
-        buckets add nothing (the horizontal step carries on). Bands: each non-empty
-        bucket shows the composition at the moment of its highest total, then the
-        composition it leaves behind, so the stacked top meets the live max exactly.
+        One bucket per pixel column. Lines: for each non-empty bucket, a vertical
+        stroke through the value entering it, the max, the min and the value leaving
+        it; empty buckets add nothing (the horizontal step carries on). Bands: each
+        column shows the composition at the moment of its bucket's highest total (so
+        the stacked top meets the live max exactly), an empty column the composition
+        the last busy one left behind. The timeline draws the bands as one vertical
+        line per column and category: filling thousands-of-vertex polygons costs
+        Qt's rasteriser up to a second; lines cost 2 ms.
         """
         buckets = max(1, int(buckets))
         if not x1 > x0:
             x1 = x0 + 1e-9
         edges = np.linspace(x0, x1, buckets + 1)
+        col_x = (edges[:-1] + edges[1:]) / 2
         idx = self.index_at_x(edges)
         a, b = idx[:-1], idx[1:]
         ne = np.flatnonzero(b > a)
@@ -401,8 +419,7 @@ class DeviceData:
             mx, mn, arg = self.pyramid.query(qa, qb)
             prev_i = qa - 1
             last_i = qb - 1
-            e_left = edges[ne]
-            e_right = edges[ne + 1]
+            e_left = col_x[ne]
             live_prev = self._values(self.live, self.start_bytes, prev_i)
             live_last = self.live[last_i]
             line_x = np.repeat(e_left, 4)
@@ -416,23 +433,16 @@ class DeviceData:
             comp_idx[1::2] = arg
             comp_idx[2::2] = last_i
             comp = self.composition(comp_idx)
-            m = len(ne)
-            band_x = np.empty(2 + 4 * m)
-            band_comp = np.empty((2 + 4 * m, self.n_categories))
-            band_x[0] = x0
-            band_comp[0] = comp[0]
-            bx = band_x[1:-1].reshape(m, 4)
-            bx[:, 0] = e_left
-            bx[:, 1] = e_left
-            bx[:, 2] = e_right
-            bx[:, 3] = e_right
-            bc = band_comp[1:-1].reshape(m, 4, self.n_categories)
-            bc[:, 0] = np.vstack([comp[:1], comp[2:-1:2]])   # entering = what the previous bucket left
-            bc[:, 1] = comp[1::2]
-            bc[:, 2] = comp[1::2]
-            bc[:, 3] = comp[2::2]
-            band_x[-1] = x1
-            band_comp[-1] = comp[-1]
+            # each column: the composition at its highest moment, or (no events in
+            # it) the one the last busy column left behind
+            is_ne = np.zeros(buckets, dtype=bool)
+            is_ne[ne] = True
+            rank = np.cumsum(is_ne) - 1
+            col_comp = np.empty((buckets, self.n_categories))
+            col_comp[ne] = comp[1::2]
+            empty = np.flatnonzero(~is_ne)
+            r = rank[empty]
+            col_comp[empty] = np.where((r >= 0)[:, None], comp[2::2][np.maximum(r, 0)], comp[0])
             end_live = float(live_last[-1])
             line_x = np.concatenate([[x0], line_x, [x1]])
             live_y = np.concatenate([[float(live_prev[0])], live_y, [end_live]]).astype(np.float64)
@@ -450,12 +460,10 @@ class DeviceData:
             if has_res:
                 r = float(self.reserved_at(first_prev))
                 res_y = np.array([r, r])
-            band_x = line_x.copy()
-            c = self.composition([first_prev])
-            band_comp = np.vstack([c, c])
+            col_comp = np.repeat(self.composition([first_prev]), buckets, axis=0)
             visible_max = max(v, res_y[0] if has_res else 0.0)
             events = 0
-        return Envelope(x0, x1, line_x, live_y, res_y, band_x, band_comp, visible_max, events)
+        return Envelope(x0, x1, line_x, live_y, res_y, col_x, col_comp, visible_max, events)
 
     @staticmethod
     def _values(curve, start, i):
@@ -701,6 +709,7 @@ class DeviceData:
     def nbytes(self) -> int:
         """What this model adds on top of the parser's and analysis' arrays."""
         n = self.event_category.nbytes + self.checkpoints.nbytes + self.rows_by_cat_size.nbytes
+        n += self.rows_by_size.nbytes
         n += self.pyramid.nbytes if self.pyramid is not None else 0
         if self._alloc_order is not None:
             n += self._alloc_order.nbytes

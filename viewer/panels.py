@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from PySide6.QtCore import QRectF, QSize, Qt, Signal
+from PySide6.QtCore import QRectF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QPainter, QPalette, QPen
 from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QHeaderView, QLabel, QSizePolicy, QTextBrowser, QTreeWidget,
                                QTreeWidgetItem, QVBoxLayout, QWidget)
@@ -44,9 +44,10 @@ class StackPanel(QWidget):
         self.header.setWordWrap(True)
         self.header.setTextFormat(Qt.TextFormat.RichText)
         self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.python_only = QCheckBox("Python frames only", self)
+        self.python_only = QCheckBox("Hide C++ internals", self)
         self.python_only.setChecked(True)
-        self.python_only.setToolTip("Hide C++ frames (stacks recorded with stacks='all' interleave them)")
+        self.python_only.setToolTip("Show only the Python frames (or, for stacks without any, such as autograd's "
+                                    "worker threads, drop the allocator's own frames and argument lists)")
         self.python_only.toggled.connect(lambda _: self._render())
         self.frames = QTextBrowser(self)
         self.frames.setOpenLinks(False)
@@ -188,6 +189,11 @@ class MomentPanel(QWidget):
         super().__init__(parent)
         self.data: DeviceData | None = None
         self.index = None
+        self._wanted = None
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(80)
+        self._timer.timeout.connect(self._show_wanted)
         self.title = QLabel("<i>Move over the timeline.</i>", self)
         self.title.setTextFormat(Qt.TextFormat.RichText)
         self.title.setWordWrap(True)
@@ -226,8 +232,20 @@ class MomentPanel(QWidget):
         self.seg_label.setText("")
         self.title.setText("<i>Move over the timeline.</i>")
 
+    def request_index(self, i: int):
+        """Show entry i soon: hovering asks often, each answer scans live rows, so
+        requests are coalesced to one every 80 ms."""
+        self._wanted = i
+        if not self._timer.isActive():
+            self._timer.start()
+
+    def _show_wanted(self):
+        if self._wanted is not None:
+            self.show_index(self._wanted)
+
     def show_index(self, i: int):
         d = self.data
+        self._wanted = None
         if d is None or i == self.index:
             return
         self.index = i

@@ -84,6 +84,9 @@ class RowView:
         self._apply()
 
     def _apply_sort(self):
+        if self.sort_column == COL_SIZE and self.descending and getattr(self.data, "rows_by_size", None) is not None:
+            self._perm = self.data.rows_by_size          # precomputed by the loader
+            return
         key = np.asarray(self.sort_key(self.sort_column)).astype(np.int64, copy=False)
         # descending stays stable (ties in row order): sort the negated key
         perm = np.argsort(-key if self.descending else key, kind="stable")

@@ -1,10 +1,12 @@
 """The allocations table: a virtual Qt model over numpy columns (rows are computed when painted)."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QColor
-from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QMenu, QTableView,
+from PySide6.QtWidgets import (QAbstractItemView, QApplication, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QMenu, QTableView,
                                QToolButton, QVBoxLayout, QWidget)
 
 from .fmt import fmt_bytes, fmt_duration_us, fmt_seconds, parse_size
@@ -114,15 +116,30 @@ class AllocationsModel(QAbstractTableModel):
         if self.view is None:
             return
         self.layoutAboutToBeChanged.emit()
-        self.view.sort(column, order == Qt.SortOrder.DescendingOrder)
+        with busy(self.view.n):
+            self.view.sort(column, order == Qt.SortOrder.DescendingOrder)
         self.layoutChanged.emit()
 
     def set_filter(self, categories, min_size, text):
         if self.view is None:
             return
         self.beginResetModel()
-        self.view.set_filter(categories, min_size, text)
+        with busy(self.view.n):
+            self.view.set_filter(categories, min_size, text)
         self.endResetModel()
+
+
+@contextmanager
+def busy(rows: int):
+    """A wait cursor while sorting or filtering millions of rows (a fraction of a second)."""
+    if rows < 500_000:
+        yield
+        return
+    QApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
+    try:
+        yield
+    finally:
+        QApplication.restoreOverrideCursor()
 
 
 class AllocationsPanel(QWidget):

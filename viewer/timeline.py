@@ -13,7 +13,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QPainter, QPainterPath, QPen
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
 from .fmt import byte_unit, fmt_bytes, fmt_duration_us, fmt_seconds
 from .model import DeviceData, Envelope
@@ -54,45 +54,91 @@ class TimeAxis(pg.AxisItem):
 
 
 # -- items -----------------------------------------------------------------------------
-class StackedBands(pg.GraphicsObject):
-    """Filled bands between consecutive cumulative curves, one path per band.
+class DeviceStrokes(pg.GraphicsObject):
+    """Lines given in data coordinates, stroked in device pixels.
 
-    Each band is filled only between its lower and upper curve (not down to
-    zero), so the painter touches each pixel once whatever the number of bands.
+    Each stroke is (x, y, connect, pen); connect 'all' draws a polyline, 'pairs'
+    separate segments. The data are mapped to pixels with numpy when the view's
+    transform changes and drawn with an identity transform: handing Qt a path in
+    data coordinates plus a scaling transform cost 2.5 times as much per frame.
+
+    Bands use it too, as one vertical 'pairs' segment per pixel column and band:
+    the envelope has one column per device pixel, so aliased one-pixel lines tile
+    each band exactly, for about 2 ms; filling the same bands as polygons with
+    thousands of vertical spikes took Qt's rasteriser up to a second a frame.
     """
 
     def __init__(self):
         super().__init__()
-        self._paths: list[tuple[QPainterPath, QBrush]] = []
+        self._strokes: list[tuple[np.ndarray, np.ndarray, str, QPen]] = []
         self._rect = QRectF()
+        self._key = None
+        self._paths: list[tuple[QPainterPath, QPen]] = []
 
-    def set_bands(self, x: np.ndarray, cum: np.ndarray, brushes: list[QBrush]):
+    def set_strokes(self, strokes):
         self.prepareGeometryChange()
-        self._paths = []
-        if len(x) and cum.shape[1]:
-            lower = np.zeros(len(x))
-            xx = np.concatenate([x, x[::-1]])
-            for j in range(cum.shape[1]):
-                upper = cum[:, j]
-                if np.any(upper > lower):
-                    yy = np.concatenate([upper, lower[::-1]])
-                    path = pg.arrayToQPath(xx, yy, connect="all")
-                    path.closeSubpath()
-                    self._paths.append((path, brushes[j]))
-                lower = upper
-            top = float(cum[:, -1].max()) if cum.size else 0.0
-            self._rect = QRectF(float(x[0]), 0.0, float(x[-1] - x[0]) or 1e-9, top or 1.0)
+        self._strokes = [(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64), c, pen)
+                         for x, y, c, pen in strokes if len(x)]
+        self._key = None
+        if self._strokes:
+            x0 = min(float(s[0].min()) for s in self._strokes)
+            x1 = max(float(s[0].max()) for s in self._strokes)
+            y0 = min(float(s[1].min()) for s in self._strokes)
+            y1 = max(float(s[1].max()) for s in self._strokes)
+            self._rect = QRectF(x0, y0, (x1 - x0) or 1e-9, (y1 - y0) or 1.0)
         else:
             self._rect = QRectF()
         self.update()
+
+    def clear(self):
+        self.set_strokes([])
 
     def boundingRect(self):
         return self._rect
 
     def paint(self, p: QPainter, *args):
-        p.setPen(Qt.PenStyle.NoPen)
-        for path, brush in self._paths:
-            p.fillPath(path, brush)
+        if not self._strokes:
+            return
+        tr = p.transform()
+        key = (tr.m11(), tr.m12(), tr.m21(), tr.m22(), tr.m31(), tr.m32())
+        if key != self._key:
+            self._paths = []
+            for x, y, connect, pen in self._strokes:
+                dx = x * key[0] + y * key[2] + key[4]
+                dy = x * key[1] + y * key[3] + key[5]
+                self._paths.append((pg.arrayToQPath(dx, dy, connect=connect), pen))
+            self._key = key
+        p.save()
+        p.resetTransform()
+        p.setRenderHint(QPainter.RenderHint.Antialiasing, False)
+        for path, pen in self._paths:
+            p.setPen(pen)
+            p.drawPath(path)
+        p.restore()
+
+
+def column_strokes(x: np.ndarray, cum: np.ndarray, colors: list[QColor]):
+    """Strokes for stacked bands: per band, one vertical segment per column from the
+    band below's top to its own top (empty segments dropped: they would paint a dot)."""
+    out = []
+    lower = np.zeros(len(x))
+    for j in range(cum.shape[1]):
+        upper = cum[:, j]
+        keep = upper > lower
+        if keep.any():
+            out.append((np.repeat(x[keep], 2), np.column_stack([lower[keep], upper[keep]]).ravel(), "pairs",
+                        cosmetic_pen(colors[j])))
+        lower = upper
+    return out
+
+
+def cosmetic_pen(color, style=Qt.PenStyle.SolidLine) -> QPen:
+    pen = QPen(QColor(color))
+    pen.setWidth(1)
+    pen.setCosmetic(True)
+    pen.setStyle(style)
+    pen.setCapStyle(Qt.PenCapStyle.FlatCap)
+    return pen
 
 
 class SpansItem(pg.GraphicsObject):
@@ -174,6 +220,60 @@ class SpansItem(pg.GraphicsObject):
             p.restore()
 
 
+class GridItem(pg.GraphicsObject):
+    """Grid lines at the axes' tick values, drawn in device pixels.
+
+    (pyqtgraph's own grid replays every tick level's translucent lines through a
+    QPicture on each paint: 10 to 25 ms a frame here, most of a frame's budget.)
+    """
+
+    def __init__(self, axis_x: pg.AxisItem, axis_y: pg.AxisItem):
+        super().__init__()
+        self.axes = (axis_x, axis_y)
+        self.pens = (QPen(), QPen())
+        self.setZValue(1)
+
+    def set_color(self, color: QColor):
+        major, minor = QColor(color), QColor(color)
+        major.setAlpha(45)
+        minor.setAlpha(20)
+        self.pens = tuple(QPen(c, 1) for c in (major, minor))
+        for pen in self.pens:
+            pen.setCosmetic(True)
+        self.update()
+
+    def viewRangeChanged(self):
+        self.prepareGeometryChange()
+        self.update()
+
+    def boundingRect(self):
+        vr = self.viewRect()
+        return QRectF() if vr is None else vr
+
+    def paint(self, p: QPainter, *args):
+        vr = self.viewRect()
+        if vr is None or vr.width() <= 0 or vr.height() <= 0:
+            return
+        tr = p.transform()
+        dev = tr.mapRect(vr)
+        p.save()
+        p.resetTransform()
+        p.setRenderHint(QPainter.RenderHint.Antialiasing, False)
+        ax, ay = self.axes
+        for level, (spacing, values) in enumerate(ax.tickValues(vr.left(), vr.right(), dev.width())[:2]):
+            p.setPen(self.pens[min(level, 1)])
+            for v in values:
+                x = round(tr.map(QPointF(v, 0)).x())
+                p.drawLine(QPointF(x, dev.top()), QPointF(x, dev.bottom()))
+        y0, y1 = sorted((vr.top(), vr.bottom()))
+        for level, (spacing, values) in enumerate(ay.tickValues(y0, y1, dev.height())[:2]):
+            p.setPen(self.pens[min(level, 1)])
+            for v in values:
+                y = round(tr.map(QPointF(0, v)).y())
+                p.drawLine(QPointF(dev.left(), y), QPointF(dev.right(), y))
+        p.restore()
+
+
 class TimelineViewBox(pg.ViewBox):
     """Wheel zooms time, left-drag draws a zoom box, middle- or shift-drag pans, click selects."""
 
@@ -245,17 +345,18 @@ class TimelineWidget(QWidget):
         pi = self.plot.getPlotItem()
         pi.hideButtons()
         pi.setMenuEnabled(False)
-        pi.showGrid(x=True, y=True, alpha=0.15)
         pi.getAxis("left").setWidth(72)
 
         self.spans = SpansItem()
-        self.bands = StackedBands()
+        self.bands = DeviceStrokes()
         self.bands.setZValue(0)
-        self.reserved_curve = pg.PlotCurveItem(connect="all", skipFiniteCheck=True)
+        self.reserved_curve = DeviceStrokes()
         self.reserved_curve.setZValue(5)
-        self.live_curve = pg.PlotCurveItem(connect="all", skipFiniteCheck=True)
+        self.live_curve = DeviceStrokes()
         self.live_curve.setZValue(6)
-        for it in (self.spans, self.bands, self.reserved_curve, self.live_curve):
+        self.live_pen = self.reserved_pen = QPen()
+        self.grid = GridItem(self.axis_x, self.axis_y)
+        for it in (self.spans, self.bands, self.grid, self.reserved_curve, self.live_curve):
             self.vb.addItem(it, ignoreBounds=True)
 
         self.selection = pg.LinearRegionItem(movable=False)
@@ -310,14 +411,15 @@ class TimelineWidget(QWidget):
         ovb = opi.getViewBox()
         ovb.setMouseEnabled(x=False, y=False)
         ovb.setMenuEnabled(False)
-        self.ov_curve = pg.PlotCurveItem(connect="all", skipFiniteCheck=True)
-        self.ov_reserved = pg.PlotCurveItem(connect="all", skipFiniteCheck=True)
-        ovb.addItem(self.ov_reserved)
+        # the whole run never changes: cached as a pixmap, only the region moves
+        self.ov_curve = DeviceStrokes()
+        self.ov_curve.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         ovb.addItem(self.ov_curve)
         self.ov_region = pg.LinearRegionItem()
         self.ov_region.setZValue(10)
         ovb.addItem(self.ov_region, ignoreBounds=True)
         self.ov_region.sigRegionChanged.connect(self._on_region)
+        ovb.sigResized.connect(self._build_overview)
         self.overview.setToolTip("The whole run. Drag the highlighted region to move the view, "
                                  "drag its edges to zoom.")
         self.plot.setToolTip("")
@@ -349,9 +451,9 @@ class TimelineWidget(QWidget):
             ax = self.plot.getPlotItem().getAxis(name)
             ax.setPen(theme.muted)
             ax.setTextPen(theme.foreground)
-        self.live_curve.setPen(pg.mkPen(theme.live_line, width=1))
-        dash = pg.mkPen(theme.reserved_line, width=1, style=Qt.PenStyle.DashLine)
-        self.reserved_curve.setPen(dash)
+        self.grid.set_color(theme.foreground)
+        self.live_pen = cosmetic_pen(theme.live_line)
+        self.reserved_pen = cosmetic_pen(theme.reserved_line, Qt.PenStyle.DashLine)
         acc = QColor(theme.accent)
         self.cursor_line.setPen(pg.mkPen(acc, width=1.5))
         h = QColor(theme.foreground)
@@ -375,12 +477,6 @@ class TimelineWidget(QWidget):
         self.hover_label.fill = pg.mkBrush(theme.hover_bg)
         self.hover_label.border = pg.mkPen(theme.muted)
         self.hover_label.setColor(theme.foreground)
-        ov = QColor(theme.foreground)
-        ov.setAlpha(70)
-        self.ov_curve.setPen(pg.mkPen(theme.live_line, width=1))
-        self.ov_curve.setFillLevel(0)
-        self.ov_curve.setBrush(QBrush(ov))
-        self.ov_reserved.setPen(pg.mkPen(theme.reserved_line, width=1, style=Qt.PenStyle.DashLine))
         reg = QColor(theme.accent)
         reg.setAlpha(60)
         self.ov_region.setBrush(QBrush(reg))
@@ -399,11 +495,8 @@ class TimelineWidget(QWidget):
         self.hover_label.hide()
         self.hover_line.hide()
         if data is None:
-            self.bands.set_bands(np.zeros(0), np.zeros((0, 0)), [])
-            self.live_curve.setData([], [])
-            self.reserved_curve.setData([], [])
-            self.ov_curve.setData([], [])
-            self.ov_reserved.setData([], [])
+            for it in (self.bands, self.live_curve, self.reserved_curve, self.ov_curve):
+                it.clear()
             self.peak_marker.setData([], [])
             self.iter_peaks.setData([], [])
             self.leak_marks.setData([], [])
@@ -462,11 +555,13 @@ class TimelineWidget(QWidget):
         # iterations and phases
         starts, ends, brushes, lines, labels = [], [], [], [], []
         alpha = 34 if not self.theme.dark else 44
+        bg = self.theme.background
         for k, (s, e, it) in enumerate(d.iterations):
             lines.append(float(d.x_of_index(s)))
             for name, ps, pe in it["_phases"]:
                 col = QColor(PHASE_COLORS.get(name, "#888888"))
                 col.setAlpha(alpha)
+                col = _over(col, bg)      # opaque: translucent full-height fills cost ms each
                 starts.append(float(d.x_of_index(ps)))
                 ends.append(float(d.x_of_index(pe)))
                 brushes.append(QBrush(col))
@@ -476,25 +571,38 @@ class TimelineWidget(QWidget):
             for name, t0, t1 in _annotation_spans(d):
                 col = QColor(PHASE_COLORS.get(_phase_of(name), ANNOTATION_COLOR))
                 col.setAlpha(alpha)
+                col = _over(col, bg)
                 starts.append(t0)
                 ends.append(t1)
                 brushes.append(QBrush(col))
                 labels.append(name.split("#")[-1])
         lc = QColor(self.theme.foreground)
         lc.setAlpha(80)
-        self.spans.set_spans(starts, ends, brushes, lines, QPen(lc, 1, Qt.PenStyle.DashLine), labels,
+        self.spans.set_spans(starts, ends, brushes, lines, QPen(_over(lc, bg), 1, Qt.PenStyle.DashLine), labels,
                              self.theme.muted)
-        # overview: the whole run at the strip's width
+        self._build_overview()
+
+    def _build_overview(self):
+        """The whole run at the strip's width (again when the strip is resized)."""
+        d = self.data
+        if d is None or self._released:
+            return
         x0, x1 = d.x_range
-        w = max(200, int(self.overview.width() * self.overview.devicePixelRatioF()))
-        env = d.envelope(x0, x1, w)
-        self.ov_curve.setData(env.line_x, env.live_y)
-        if env.reserved_y is not None:
-            self.ov_reserved.setData(env.line_x, env.reserved_y)
-        else:
-            self.ov_reserved.setData([], [])
         ovb = self.overview.getPlotItem().getViewBox()
         ovb.setXRange(x0, x1, padding=0.01)
+        # one column per pixel of the strip's plot area, over its whole x range
+        (vx0, vx1), _ = ovb.viewRange()
+        w = max(50, int(round(ovb.width() * self.overview.devicePixelRatioF())))
+        env = d.envelope(vx0, vx1, w)
+        fill = QColor(self.theme.foreground)
+        fill.setAlpha(60)
+        fill = _over(fill, self.theme.background)
+        top = env.col_comp.sum(axis=1)[:, None]
+        strokes = column_strokes(env.col_x, top, [fill])
+        if env.reserved_y is not None:
+            strokes.append((env.line_x, env.reserved_y, "all", cosmetic_pen(self.theme.reserved_line)))
+        strokes.append((env.line_x, env.live_y, "all", cosmetic_pen(self.theme.live_line)))
+        self.ov_curve.set_strokes(strokes)
         ovb.setYRange(0, max(1.0, env.visible_max) * 1.05, padding=0)
 
     def _marker(self, index: int, color: str, text: str, style):
@@ -555,7 +663,8 @@ class TimelineWidget(QWidget):
             QTimer.singleShot(0, self._refresh)
 
     def buckets(self) -> int:
-        return max(16, int(self.vb.width() * self.devicePixelRatioF()))
+        """One bucket per device pixel of the plot area (the bands tile it exactly)."""
+        return max(16, int(round(self.vb.width() * self.devicePixelRatioF())))
 
     def refresh_now(self):
         self._refresh()
@@ -572,14 +681,13 @@ class TimelineWidget(QWidget):
         self.refresh_count += 1
         vis = self.visible_categories
         order = [c for c in vis]
-        cum = np.cumsum(np.maximum(env.band_comp[:, order], 0.0), axis=1) if order else np.zeros((len(env.band_x), 0))
-        brushes = [QBrush(self.theme.band_color(d.categories[c])) for c in order]
-        self.bands.set_bands(env.band_x, cum, brushes)
-        self.live_curve.setData(env.line_x, env.live_y)
+        cum = np.cumsum(np.maximum(env.col_comp[:, order], 0.0), axis=1) if order else np.zeros((len(env.col_x), 0))
+        self.bands.set_strokes(column_strokes(env.col_x, cum, [self.theme.band_color(d.categories[c]) for c in order]))
+        self.live_curve.set_strokes([(env.line_x, env.live_y, "all", self.live_pen)])
         if env.reserved_y is not None:
-            self.reserved_curve.setData(env.line_x, env.reserved_y)
+            self.reserved_curve.set_strokes([(env.line_x, env.reserved_y, "all", self.reserved_pen)])
         else:
-            self.reserved_curve.setData([], [])
+            self.reserved_curve.clear()
         if self._auto_y:
             top = env.visible_max
             if self.peak_label.isVisible():
@@ -742,6 +850,14 @@ class TimelineWidget(QWidget):
     def leaveEvent(self, ev):
         self.hide_hover()
         super().leaveEvent(ev)
+
+
+def _over(color: QColor, background: QColor) -> QColor:
+    """A translucent colour flattened onto the background (opaque fills are fast)."""
+    a = color.alphaF()
+    return QColor.fromRgbF(color.redF() * a + background.redF() * (1 - a),
+                           color.greenF() * a + background.greenF() * (1 - a),
+                           color.blueF() * a + background.blueF() * (1 - a), 1.0)
 
 
 def _esc(s: str) -> str:

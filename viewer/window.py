@@ -484,12 +484,12 @@ class MainWindow(QMainWindow):
             self.timeline.set_visible_categories(self.legend.visible())
 
     def _on_hover(self, row: int, i: int, x: float):
-        if self.docks["moment"].isVisible() or not self.docks["moment"].isHidden():
-            self.moment_panel.show_index(i)
+        if self.moment_panel.isVisible():
+            self.moment_panel.request_index(i)
 
     def _on_hover_left(self):
         if self.pinned_index is not None:
-            self.moment_panel.show_index(self.pinned_index)
+            self.moment_panel.request_index(self.pinned_index)
 
     def _on_timeline_click(self, row: int, i: int, x: float):
         self.pinned_index = i
