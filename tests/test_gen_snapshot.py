@@ -256,3 +256,34 @@ def test_cli(tmp_path):
     assert r.returncode == 0, r.stderr
     data = out.read_bytes()
     assert pickle.dumps(pickle.loads(data), protocol=4) == data
+
+
+# -- the benchmark harness ------------------------------------------------------
+
+def test_bench_parse_harness_with_stand_in(tmp_path):
+    """The harness measures (a), a stand-in CLI for (b)/(c), an extra command,
+    and reports a failing command in its row instead of stopping."""
+    import json
+
+    standin = "{python} -c 'import json; print(json.dumps({\"file\": 1, \"devices\": []}))'"
+    failing = "{python} -c 'import sys; sys.exit(\"no such thing\")'"
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "bench_parse.py"), "--events", "2e3",
+                        "--out", str(tmp_path), "--cli", standin, "--extra", failing, "--repeat", "2"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    res = json.loads((tmp_path / "results.json").read_text())
+    (size,) = res["sizes"]
+    assert size["events"] == 2000 and size["generated"] and size["bytes"] > 0
+    rows = size["rows"]
+    assert rows["a"]["ok"] and rows["a"]["rss_mb"] > 1 and rows["a"]["work_s"] > 0
+    assert rows["b"]["ok"] and rows["c"]["ok"] and "time_ratio" in rows["b"] and "rss_ratio" in rows["c"]
+    assert not rows["d1"]["ok"] and "no such thing" in rows["d1"]["error"]
+    assert len(size["raw"]["a"]) == 2
+    assert "FAILED" in r.stdout
+    # a second run reuses the snapshot
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "bench_parse.py"), "--events", "2e3",
+                        "--out", str(tmp_path), "--cli", standin, "--only", "a"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["sizes"][0]["generated"] is False and list(res["sizes"][0]["rows"]) == ["a"]
