@@ -138,6 +138,33 @@ def _parse(path, st, root, entry, progress):
     return snap
 
 
+def read_artifact(snap: Snapshot, name: str) -> bytes | None:
+    """A derived result stored beside the snapshot's cached columns (e.g. an analysis),
+    or None. `name` must already encode everything the result depends on."""
+    if not snap.cache_entry or "/" in name or name.startswith("."):
+        return None
+    try:
+        with open(os.path.join(snap.cache_entry, "art-" + name), "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def write_artifact(snap: Snapshot, name: str, data: bytes) -> bool:
+    """Store `data` atomically beside the cached columns; False when there is no cache."""
+    if not snap.cache_entry or "/" in name or name.startswith("."):
+        return False
+    path = os.path.join(snap.cache_entry, "art-" + name)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".art-", dir=snap.cache_entry)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+        return True
+    except OSError:
+        return False
+
+
 def _prune(root: str, keep: str) -> None:
     """Drop the least recently used entries beyond MAX_ENTRIES (and stale temp dirs)."""
     try:
@@ -238,7 +265,7 @@ def _load_cached(entry: str, path: str) -> Snapshot | None:
             action_names=meta["action_names"], category_names=meta["category_names"],
             allocator_settings=meta["allocator_settings"], annotations=meta["annotations"],
             extra=meta["extra"], layout=meta["layout"], trace_device_count=meta["trace_device_count"],
-            from_cache=True)
+            from_cache=True, cache_entry=entry)
         _validate(snap)
         try:
             os.utime(entry)   # most recently used

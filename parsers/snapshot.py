@@ -57,6 +57,7 @@ class Snapshot:
     layout: str = ""                   # e.g. "dict", "segment-list", "profiler"
     trace_device_count: int = 0        # len(device_traces)
     from_cache: bool = False
+    cache_entry: str | None = None     # the cache directory holding its columns, if any
 
     # -- devices --------------------------------------------------------------
     @property

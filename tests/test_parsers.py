@@ -330,3 +330,22 @@ def test_unbatched_protocol2_trace_longer_than_the_stack_limit(tmp_path):
     assert len(snap.trace(0)) == n
     m = live_model(snap, 0)
     assert m.peak_bytes == 16 and m.end_bytes == 0
+
+
+def test_summary_is_cached_beside_the_columns_and_survives_damage(tmp_path):
+    env = dict(os.environ, VRAMSCOPE_CACHE_DIR=str(tmp_path / "c"))
+    path = str(GROUNDTRUTH / "leak.pickle")
+
+    def run():
+        r = subprocess.run([sys.executable, "-m", "vramscope", "summary", path, "--json"],
+                           capture_output=True, env=env)
+        assert r.returncode == 0, r.stderr
+        return orjson.loads(r.stdout)
+
+    first = run()
+    arts = list((tmp_path / "c").rglob("art-summary-*.json"))
+    assert len(arts) == 1
+    assert run() == first
+    arts[0].write_bytes(b"{damaged")
+    assert run() == first
+    assert orjson.loads(arts[0].read_bytes())["devices"] == first["devices"]

@@ -102,12 +102,52 @@ def _check_device(an, device):
         raise UsageError(f"no device {device} in {an.snapshot.path} (devices with data: {devs})")
 
 
+def _analysis_fingerprint() -> str:
+    """What an analysis depends on besides the snapshot: our version, the classifier's
+    code and the rules files in effect (shipped and the user's)."""
+    import hashlib
+    from pathlib import Path
+
+    from . import __version__
+    from .classifiers.rules import user_rules_path
+    h = hashlib.sha256(__version__.encode())
+    pkg = Path(__file__).resolve().parent.parent / "classifiers"
+    import vramscope.classifiers as cl
+    for folder in {Path(p) for p in cl.__path__} | ({pkg} if pkg.is_dir() else set()):
+        for f in sorted(folder.glob("*")):
+            if f.suffix in (".py", ".toml", ".json"):
+                h.update(f.name.encode())
+                h.update(f.read_bytes())
+    user = user_rules_path()
+    if user is not None and user.is_file():
+        h.update(user.read_bytes())
+    return h.hexdigest()[:20]
+
+
 def cmd_summary(args) -> int:
     import orjson
-    from .classifiers import summary_dict
-    an = _analyze(args.file, args.no_cache)
-    _check_device(an, args.device)
-    summary = summary_dict(an, args.device)
+    from .classifiers import analyze, summary_dict
+    from .parsers.cache import read_artifact, write_artifact
+    snap = _open(args.file, args.no_cache)
+    name = f"summary-{_analysis_fingerprint()}.json"
+    summary = None
+    cached = read_artifact(snap, name)
+    if cached:
+        try:
+            summary = orjson.loads(cached)
+        except orjson.JSONDecodeError:
+            summary = None        # damaged: recompute and overwrite
+    if not isinstance(summary, dict) or "devices" not in summary:
+        an = analyze(snap)
+        summary = summary_dict(an)
+        write_artifact(snap, name, orjson.dumps(summary, option=orjson.OPT_NON_STR_KEYS))
+    summary["file"] = snap.path   # the cache is keyed by content, not by path
+    devices = [d["device"] for d in summary["devices"]]
+    if args.device is not None:
+        if args.device not in devices:
+            listed = ", ".join(str(d) for d in devices) or "none"
+            raise UsageError(f"no device {args.device} in {args.file} (devices with data: {listed})")
+        summary = {**summary, "devices": [d for d in summary["devices"] if d["device"] == args.device]}
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
         sys.stdout.buffer.write(b"\n")
