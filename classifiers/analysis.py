@@ -16,7 +16,7 @@ DeviceAnalysis (one per device with data):
              fact, never used to classify
   timeline   timeline.Timeline: `phase` (uint8 per trace entry, PHASE_NAMES), `segment`,
              `iteration` (int32 per entry, -1 outside iterations), `first_start`
-  chain_root / chain_last  int64 per row: first / last version of the row's version-bump
+  chain_root / chain_last  int32 per row: first / last version of the row's version-bump
              chain (profiler-converted files; row itself elsewhere)
   row_phase  uint8 per row: phase where its chain was allocated (PHASE_NAMES; "pre" for
              blocks live before the trace with no phase in their stack)

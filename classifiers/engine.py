@@ -181,8 +181,8 @@ def quantized_sizes(allocs, sfacts: SnapshotFacts, frameless_pre: np.ndarray) ->
 class Classified:
     category: np.ndarray      # uint8 per allocation row
     rule: np.ndarray          # int16 per allocation row (index into rule_names; 0 = none)
-    root: np.ndarray          # int64 per row: first version of its chain
-    last: np.ndarray          # int64 per row: last version of its chain
+    root: np.ndarray          # int32 per row: first version of its chain
+    last: np.ndarray          # int32 per row: last version of its chain
     row_phase: np.ndarray     # uint8 per row: phase at its chain's allocation (P_*; P_PRE)
     free_phase: np.ndarray    # uint8 per row: phase where its chain is freed (P_NEVER)
     alloc_iter: np.ndarray    # int32 per row: iteration of the chain's allocation (-1)
@@ -267,7 +267,8 @@ def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: Rul
         todo = todo[~ok]
     category = category[root]
     rule = rule[root]
-    return tl, Classified(category, rule, root, last, row_phase, free_phase, it_a, it_f)
+    idx_t = np.int32 if n < 2**31 - 1 else np.int64
+    return tl, Classified(category, rule, root.astype(idx_t), last.astype(idx_t), row_phase, free_phase, it_a, it_f)
 
 
 __all__ = ["stack_pass", "classify_device", "SnapshotFacts", "Classified", "version_chains", "quantized_sizes",

@@ -35,12 +35,11 @@ PHASE_CODE = {n: i for i, n in enumerate(PHASE_NAMES)}
 @dataclass
 class Timeline:
     phase: np.ndarray          # uint8 per entry (P_*)
-    segment: np.ndarray        # int64 per entry: id of the run of equal phase it belongs to
+    segment: np.ndarray        # int32 per entry: id of the run of equal phase it belongs to
     iteration: np.ndarray      # int32 per entry: iteration index, -1 outside iterations
     iterations: list = field(default_factory=list)   # dicts (index, start_index, end_index, phases, ...)
     first_start: int = -1      # entry where the first iteration starts (-1: no iterations)
     frees_carry_alloc_frames: bool = False
-    evidence: np.ndarray | None = None   # int8 per entry: the phase evidence (-1 none)
 
 
 def _pair_annotations(annotations, device):
@@ -115,7 +114,7 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
     ev = np.full(n, -1, dtype=np.int8)
     evm = np.full(n, -1, dtype=np.int16)
     if n == 0:
-        return Timeline(np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros(0, np.int32), evidence=ev)
+        return Timeline(np.zeros(0, np.uint8), np.zeros(0, np.int32), np.zeros(0, np.int32))
 
     # do frees carry their own (free-site) frames?
     paired = allocs.free_index >= 0
@@ -148,7 +147,7 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
                             ev[lo:hi] = PHASE_CODE[ph]
                         break
 
-    idx = np.arange(n, dtype=np.int64)
+    idx = np.arange(n, dtype=np.int32 if n < 2**31 - 1 else np.int64)
 
     def prev_anchor(mask):
         return np.maximum.accumulate(np.where(mask, idx, -1))
@@ -185,13 +184,13 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
     seg_end = np.r_[change - 1, n - 1].astype(np.int64)
     seg_phase = phase[seg_start].astype(np.int16)
     nseg = len(seg_start)
-    segment = np.zeros(n, dtype=np.int64)
+    segment = np.zeros(n, dtype=np.int32)
     if len(change):
         segment[change] = 1
     np.cumsum(segment, out=segment)
 
     iteration = np.full(n, -1, dtype=np.int32)
-    tl = Timeline(phase, segment, iteration, frees_carry_alloc_frames=frees_carry_alloc, evidence=ev)
+    tl = Timeline(phase, segment, iteration, frees_carry_alloc_frames=frees_carry_alloc)
     has = {p: bool((seg_phase == p).any()) for p in (P_FORWARD, P_BACKWARD, P_OPTIMIZER)}
     if not any(has.values()):
         # no phase evidence at all and (almost) no frames to tell: iterations from the
