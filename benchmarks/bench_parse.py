@@ -7,6 +7,8 @@ For each size N it generates (or reuses) ``benchmarks/out/snap_<N>.pickle``
 with ``gen_snapshot.py`` and runs, each in its own fresh process:
 
   a  pickle.load     ``python -c "pickle.load(f)"`` (imports nothing heavy)
+  g  the same with ``gc.disable()`` (a stricter reference: the cyclic GC is
+     most of pickle.load's time on big snapshots; ratios use a, not g)
   b  cold summary    ``python -m vramscope summary FILE --json`` with
                      VRAMSCOPE_CACHE_DIR set to a new empty directory
   c  warm reopen     the same command again with the same cache directory
@@ -49,6 +51,9 @@ DEFAULT_OUT = os.path.join(HERE, "out")
 # and makes pickle.load measurably slower (about +40% at 10^5 events).
 PICKLE_CHILD = r"""
 import pickle, sys, time
+if len(sys.argv) > 2 and sys.argv[2] == "nogc":
+    import gc
+    gc.disable()
 t0 = time.perf_counter()
 with open(sys.argv[1], "rb") as f:
     obj = pickle.load(f)
@@ -169,7 +174,7 @@ def warm_up(cli_argv):
 
 def measure_size(n, path, args, cli_argv, extras):
     env_base = dict(os.environ)
-    runs = {"a": [], "b": [], "c": []}
+    runs = {"a": [], "g": [], "b": [], "c": []}
     for k in range(len(extras)):
         runs[f"d{k + 1}"] = []
     warm_page_cache(path)
@@ -184,6 +189,15 @@ def measure_size(n, path, args, cli_argv, extras):
                 except (ValueError, IndexError, KeyError) as e:
                     r["ok"], r["error"] = False, f"bad child output: {e}"
             runs["a"].append(r)
+        if "g" in args.only:
+            r = run_measured([sys.executable, "-c", PICKLE_CHILD, path, "nogc"], env=env_base, timeout=args.timeout)
+            if r["ok"]:
+                try:
+                    child = json.loads(r["stdout"].strip().splitlines()[-1])
+                    r["work_s"] = child["work_s"]
+                except (ValueError, IndexError, KeyError) as e:
+                    r["ok"], r["error"] = False, f"bad child output: {e}"
+            runs["g"].append(r)
         if "b" in args.only or "c" in args.only:
             cache = tempfile.mkdtemp(prefix="vramscope-bench-cache-")
             try:
@@ -252,14 +266,14 @@ def summarize(runs):
     a = out.get("a")
     if a and a["ok"]:
         for key, row in out.items():
-            if key != "a" and row["ok"]:
+            if key not in ("a", "g") and row["ok"]:
                 row["time_ratio"] = row["wall_s"] / a["wall_s"]
                 row["time_ratio_load"] = row["wall_s"] / a["work_s"]
                 row["rss_ratio"] = row["rss_mb"] / a["rss_mb"]
     return out
 
 
-LABELS = {"a": "a pickle.load", "b": "b cold summary", "c": "c warm reopen"}
+LABELS = {"a": "a pickle.load", "g": "g  ...gc disabled", "b": "b cold summary", "c": "c warm reopen"}
 
 
 def print_table(n, info, rows, extras_labels):
@@ -307,7 +321,9 @@ def main(argv=None):
                          "substituted; FILE is appended when {file} is absent); repeatable")
     ap.add_argument("--cli", default="{python} -m vramscope",
                     help="the vramscope command prefix (default: '{python} -m vramscope')")
-    ap.add_argument("--only", default="a,b,c", help="which of a,b,c to run (default all)")
+    ap.add_argument("--only", default="a,g,b,c",
+                    help="which of a,g,b,c to run (default all; g = pickle.load with the cyclic GC "
+                         "disabled, a stricter reference that the ratios do not use)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=DEFAULT_OUT, help="folder for snapshots and results.json")
     ap.add_argument("--regen", action="store_true", help="regenerate snapshots even if present")
