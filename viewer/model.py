@@ -48,6 +48,8 @@ class Envelope:
     reserved_y: np.ndarray | None
     col_x: np.ndarray               # the centre of each pixel column
     col_comp: np.ndarray            # (columns, n_categories) live bytes per category drawn there
+    col_live: np.ndarray            # (columns, 2) lowest and highest live bytes drawn in each column
+    col_reserved: np.ndarray | None
     visible_max: float
     events: int                     # events inside the view
 
@@ -443,6 +445,13 @@ class DeviceData:
             empty = np.flatnonzero(~is_ne)
             r = rank[empty]
             col_comp[empty] = np.where((r >= 0)[:, None], comp[2::2][np.maximum(r, 0)], comp[0])
+            # the lines per column: the range a busy column goes through (from the value
+            # entering it), the carried value in an empty one
+            col_live = self._column_ranges(buckets, ne, empty, r, live_prev, mx[:, 0], mn[:, 0], live_last)
+            col_res = None
+            if has_res:
+                col_res = self._column_ranges(buckets, ne, empty, r, rp, mx[:, 1], mn[:, 1],
+                                              self.reserved[last_i].astype(np.float64))
             end_live = float(live_last[-1])
             line_x = np.concatenate([[x0], line_x, [x1]])
             live_y = np.concatenate([[float(live_prev[0])], live_y, [end_live]]).astype(np.float64)
@@ -461,9 +470,21 @@ class DeviceData:
                 r = float(self.reserved_at(first_prev))
                 res_y = np.array([r, r])
             col_comp = np.repeat(self.composition([first_prev]), buckets, axis=0)
+            col_live = np.full((buckets, 2), v)
+            col_res = np.full((buckets, 2), res_y[0]) if has_res else None
             visible_max = max(v, res_y[0] if has_res else 0.0)
             events = 0
-        return Envelope(x0, x1, line_x, live_y, res_y, col_x, col_comp, visible_max, events)
+        return Envelope(x0, x1, line_x, live_y, res_y, col_x, col_comp, col_live, col_res, visible_max, events)
+
+    @staticmethod
+    def _column_ranges(w, ne, empty, rank, prev, mx, mn, last) -> np.ndarray:
+        out = np.empty((w, 2))
+        out[ne, 0] = np.minimum(prev, mn)
+        out[ne, 1] = np.maximum(prev, mx)
+        carried = np.where(rank >= 0, last[np.maximum(rank, 0)], prev[0])
+        out[empty, 0] = carried
+        out[empty, 1] = carried
+        return out
 
     @staticmethod
     def _values(curve, start, i):
@@ -625,14 +646,19 @@ class DeviceData:
 
     # -- findings ------------------------------------------------------------------------------
     def _zoom_around(self, i: int, first: int | None = None, last: int | None = None) -> tuple[int, int]:
-        if first is not None and last is not None and last > first:
-            pad = max(1, (last - first) // 20)
-            return max(0, first - pad), min(self.n - 1, last + pad)
-        for s, e, _ in self.iterations:
-            if s <= i <= e:
-                return self._zoom_around(i, s, e)
-        half = max(50, self.n // 50)
-        return max(0, i - half), min(max(self.n - 1, 0), i + half)
+        """Entries to show around entry i: close enough to see what happens there
+        (an eighth of its iteration, or of the run), never fewer than 200."""
+        if first is None or last is None or last <= first:
+            first, last = 0, max(self.n - 1, 0)
+            for s, e, _ in self.iterations:
+                if s <= i <= e:
+                    first, last = s, e
+                    break
+        half = max(100, (last - first) // 16)
+        lo, hi = max(first, i - half), min(last, i + half)
+        if hi - lo < 2 * half:        # near an edge: keep the width inside the range
+            lo, hi = max(0, hi - 2 * half), min(max(self.n - 1, 0), lo + 2 * half)
+        return lo, hi
 
     def _build_findings(self) -> list[Finding]:
         out: list[Finding] = []

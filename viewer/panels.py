@@ -216,9 +216,9 @@ class MomentPanel(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(6, 6, 6, 6)
         lay.addWidget(self.title)
-        lay.addWidget(self.cats, 3)
+        lay.addWidget(self.cats)
         lay.addWidget(QLabel("<b>Largest live allocations</b>", self))
-        lay.addWidget(self.largest, 4)
+        lay.addWidget(self.largest, 1)
         lay.addWidget(QLabel("<b>Allocator segments</b>", self))
         lay.addWidget(self.seg_label)
         lay.addWidget(self.strip)
@@ -256,6 +256,9 @@ class MomentPanel(QWidget):
                            + (f" · reserved {fmt_bytes(res)}" if res is not None else ""))
         self.cats.clear()
         order = np.argsort(-comp)
+        shown = int((comp > 0).sum())
+        rh = max(self.fontMetrics().height() + 4, 18)
+        self.cats.setFixedHeight(self.cats.header().sizeHint().height() + max(1, shown) * rh + 6)
         for c in order:
             v = comp[c]
             if v <= 0:
