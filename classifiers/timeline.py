@@ -134,10 +134,8 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
 
     # annotations (time ranges)
     tus = np.asarray(trace.columns["time_us"])
-    if rules.annotations and snap.annotations and n and tus[0] >= 0:
-        valid = tus >= 0
-        mono = bool(np.all(np.diff(tus[valid]) >= 0)) if valid.sum() > 1 else True
-        if mono:
+    if rules.annotations and snap.annotations and n and bool((tus >= 0).all()):
+        if bool(np.all(tus[1:] >= tus[:-1])):          # searchsorted needs sorted times
             for name, t0, t1 in _pair_annotations(snap.annotations, device):
                 for rx, ph in rules.annotations:
                     if rx.search(name):
@@ -235,8 +233,10 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
         is_start &= train_fwd
     else:
         train_fwd = seg_phase == P_FORWARD
-    first = int(np.flatnonzero(seg_phase == start_ph)[0])
-    is_start[first] = True
+    cands = np.flatnonzero(train_fwd) if start_ph == P_FORWARD else np.flatnonzero(seg_phase == start_ph)
+    if not len(cands):
+        cands = np.flatnonzero(seg_phase == start_ph)
+    is_start[int(cands[0])] = True
     starts = np.flatnonzero(is_start)
 
     # entry ranges: an iteration also owns the non-training stretch just before it
