@@ -21,8 +21,7 @@ import numpy as np
 from ..parsers.tables import A_ALLOC, A_OOM
 from .rules import CATEGORIES, Matcher, RuleSet
 from .stacks import KIND_PYTHON, StackFacts
-from .timeline import (P_BACKWARD, P_FORWARD, P_NEVER, P_NONE, P_OPTIMIZER, P_PRE, PHASE_CODE, Timeline,
-                       build_timeline)
+from .timeline import P_NEVER, P_PRE, PHASE_CODE, build_timeline
 
 F_SAME, F_LATER_PHASE, F_LATER_ITER, F_NEVER = range(4)
 FREED_CODE = {"same_phase": F_SAME, "later_phase": F_LATER_PHASE, "later_iteration": F_LATER_ITER,
@@ -271,5 +270,4 @@ def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: Rul
     return tl, Classified(category, rule, root.astype(idx_t), last.astype(idx_t), row_phase, free_phase, it_a, it_f)
 
 
-__all__ = ["stack_pass", "classify_device", "SnapshotFacts", "Classified", "version_chains", "quantized_sizes",
-           "P_NONE", "P_FORWARD", "P_BACKWARD", "P_OPTIMIZER"]
+__all__ = ["stack_pass", "classify_device", "SnapshotFacts", "Classified", "version_chains", "quantized_sizes"]

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from ..parsers.tables import A_ALLOC, A_FREE, A_FREE_COMPLETED, A_OOM
+from ..parsers.tables import A_OOM
 from .rules import CATEGORIES
 from .timeline import P_BACKWARD, P_FORWARD, P_INPUTS, P_NONE, P_OPTIMIZER
 
@@ -325,5 +325,4 @@ def oom_indices(trace) -> np.ndarray:
 
 
 __all__ = ["PEAK_TYPES", "by_category_at", "live_by_category", "live_mask", "top_allocations", "peak_type",
-           "iteration_peaks", "find_leaks", "oom_reports", "stack_strings", "user_frame", "oom_indices",
-           "A_ALLOC", "A_FREE", "A_FREE_COMPLETED"]
+           "iteration_peaks", "find_leaks", "oom_reports", "stack_strings", "user_frame", "oom_indices"]

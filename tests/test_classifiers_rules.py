@@ -7,7 +7,6 @@ import os
 import pickle
 
 import numpy as np
-import pytest
 
 os.environ.setdefault("VRAMSCOPE_CACHE_DIR", "")
 
