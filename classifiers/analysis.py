@@ -21,14 +21,19 @@ DeviceAnalysis (one per device with data):
   row_phase  uint8 per row: phase where its chain was allocated (PHASE_NAMES; "pre" for
              blocks live before the trace with no phase in their stack)
   iterations list of {index, start_index, end_index, start_us, end_us, micro_batches,
-             phases: {inputs|forward|backward|optimizer: [first, last entry]},
-             peak_bytes, peak_index, peak_type}
+             phases: {inputs|forward|backward|optimizer|eval: [first, last entry]}
+             ("eval": forwards no backward follows), peak_bytes, peak_index, peak_type;
+             "from": "periodicity" when found from live memory alone (frameless traces)}
   peak       {bytes, index, time_us, type, by_category, iteration, phase, top: [largest live
              allocations: size, category, rule, alloc_index, addr, where, stack]}
   leaks      [{where, frames, stack, bytes_per_iteration, iterations, total_bytes, count,
              category, rule, growth_per_iteration}]
   ooms       [{index, time_us, requested, device_free, allocated, reserved,
              fragmentation_bytes, by_category, phase, suggestion, suggestions}]
+
+Analysis: snapshot, devices, rule_names (index 0 "none"), rule_why (the rule's
+explanation, same indexing), rules (the RuleSet used), facts (per-stack facts).
+Peak types: PEAK_TYPES (DESIGN.md §4); phase names: PHASE_NAMES.
 
 Helpers for the viewer (all vectorized):
   by_category_at(da, index) -> {category: live bytes} right after entry `index` (-1: start)
