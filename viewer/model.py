@@ -50,6 +50,7 @@ class Envelope:
     col_comp: np.ndarray            # (columns, n_categories) live bytes per category drawn there
     col_live: np.ndarray            # (columns, 2) lowest and highest live bytes drawn in each column
     col_reserved: np.ndarray | None
+    col_index: np.ndarray           # the entry each column shows (its bucket's highest moment)
     visible_max: float
     events: int                     # events inside the view
 
@@ -447,6 +448,9 @@ class DeviceData:
             col_comp[empty] = np.where((r >= 0)[:, None], comp[2::2][np.maximum(r, 0)], comp[0])
             # the lines per column: the range a busy column goes through (from the value
             # entering it), the carried value in an empty one
+            col_index = np.empty(buckets, dtype=np.int64)
+            col_index[ne] = arg
+            col_index[empty] = np.where(r >= 0, last_i[np.maximum(r, 0)], first_prev)
             col_live = self._column_ranges(buckets, ne, empty, r, live_prev, mx[:, 0], mn[:, 0], live_last)
             col_res = None
             if has_res:
@@ -471,10 +475,12 @@ class DeviceData:
                 res_y = np.array([r, r])
             col_comp = np.repeat(self.composition([first_prev]), buckets, axis=0)
             col_live = np.full((buckets, 2), v)
+            col_index = np.full(buckets, first_prev, dtype=np.int64)
             col_res = np.full((buckets, 2), res_y[0]) if has_res else None
             visible_max = max(v, res_y[0] if has_res else 0.0)
             events = 0
-        return Envelope(x0, x1, line_x, live_y, res_y, col_x, col_comp, col_live, col_res, visible_max, events)
+        return Envelope(x0, x1, line_x, live_y, res_y, col_x, col_comp, col_live, col_res, col_index,
+                        visible_max, events)
 
     @staticmethod
     def _column_ranges(w, ne, empty, rank, prev, mx, mn, last) -> np.ndarray:
@@ -545,7 +551,9 @@ class DeviceData:
     def allocation_at(self, x: float, y: float, visible: list[int]) -> tuple[int, int]:
         """(row, category) of the allocation drawn under (x, y): the band of the stacked
         categories that y falls in, and its largest live allocation at that moment."""
-        i = self.index_before_x(x)
+        return self.allocation_at_index(self.index_before_x(x), y, visible)
+
+    def allocation_at_index(self, i: int, y: float, visible: list[int]) -> tuple[int, int]:
         comp = self.composition([i])[0]
         top = 0.0
         for c in visible:

@@ -858,11 +858,20 @@ class TimelineWidget(QWidget):
         x, y = self._hover_pos.x(), self._hover_pos.y()
         self.hover_at(x, y)
 
+    def index_under(self, x: float) -> int:
+        """The entry drawn at x: the highest moment of the pixel column's bucket
+        (what the bands show there), or the state at x outside the last envelope."""
+        env = self._last_env
+        if env is not None and env.x1 > env.x0 and env.x0 <= x <= env.x1:
+            k = int((x - env.x0) / (env.x1 - env.x0) * len(env.col_index))
+            return int(env.col_index[min(max(k, 0), len(env.col_index) - 1)])
+        return self.data.index_before_x(x)
+
     def hover_at(self, x: float, y: float) -> int:
         """Show what is under (x, y); returns the allocation row or -1."""
         d = self.data
-        row, cat = d.allocation_at(x, y, self.visible_categories)
-        i = d.index_before_x(x)
+        i = self.index_under(x)
+        row, cat = d.allocation_at_index(i, y, self.visible_categories)
         self.hover_line.setPos(x)
         self.hover_line.show()
         self.hover_label.setHtml(self._hover_html(row, cat, i))
@@ -927,8 +936,8 @@ class TimelineWidget(QWidget):
     def _on_click(self, x: float, y: float):
         if self.data is None:
             return
-        row, _ = self.data.allocation_at(x, y, self.visible_categories)
-        i = self.data.index_before_x(x)
+        i = self.index_under(x)
+        row, _ = self.data.allocation_at_index(i, y, self.visible_categories)
         self.set_cursor_x(x)
         self.clicked.emit(row, i, x)
 
