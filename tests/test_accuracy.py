@@ -13,10 +13,16 @@ Entries torch tagged `unknown` (or null) are EXCLUDED from the denominator: ther
 nothing to compare them with. Version bumps (an in-place update written as free + alloc)
 are alloc entries and count like any other.
 
-Run `pytest -s tests/test_accuracy.py` to see per-run and per-category numbers, and the
-same figures with the two profiler-compatibility rules (`torch_profiler.*`, which follow
-torch's own tagging of single-tensor Adam's sqrt/denominator on profiler-converted
-snapshots) switched off.
+Run `pytest -s tests/test_accuracy.py` to see per-run and per-category numbers.
+
+Known disagreement: in single-tensor Adam, torch's memory profiler tags
+`exp_avg_sq.sqrt()` as a *parameter* and the denominator as an *activation* (a side
+effect of its data-flow tracking). DESIGN.md §3 calls both short-lived optimizer
+scratch, so vramscope says `temporary` and does not copy torch here; on the plain-MLP
+runs those buffers are about a quarter of the compared bytes, 5-8% on the others.
+Four runs miss the 0.90 target (mlp_adamw, retain_graph 0.76; checkpointing 0.889;
+bf16_autocast 0.895): they keep a floor that catches regressions, and a strict xfail
+marks the target they miss.
 """
 from __future__ import annotations
 
@@ -39,6 +45,10 @@ TORCH_TO_OURS = {"parameter": "weights", "optimizer_state": "optimizer", "gradie
                  "activation": "activations", "autograd_detail": "autograd", "input": "inputs",
                  "temporary": "temporary"}
 THRESHOLD = 0.90
+# Runs under the 0.90 target, with floors just below what they measure (so regressions
+# still fail). Their largest confusions are torch's labels of Adam's sqrt/denominator
+# scratch (see above); checkpointing adds recomputed forwards torch calls temporary.
+KNOWN_DISAGREEMENT = {"mlp_adamw": 0.75, "retain_graph": 0.75, "checkpointing": 0.88, "bf16_autocast": 0.885}
 
 
 def accuracy(run: str, rules=None):
@@ -87,26 +97,30 @@ def test_accuracy_per_run(run):
     if worst:
         print("    largest confusions (torch -> ours): "
               + ", ".join(f"{t}->{o} {b / total:.1%}" for (t, o), b in worst))
-    assert acc >= THRESHOLD, f"{run}: accuracy {acc:.4f} < {THRESHOLD}"
+    floor = KNOWN_DISAGREEMENT.get(run, THRESHOLD)
+    assert acc >= floor, f"{run}: accuracy {acc:.4f} < {floor}"
+
+
+@pytest.mark.xfail(strict=True, reason="torch tags Adam's sqrt/denominator scratch parameter/activation; "
+                                       "DESIGN §3 says temporary (see the module docstring)")
+@pytest.mark.parametrize("run", sorted(KNOWN_DISAGREEMENT))
+def test_known_disagreement_runs_reach_the_target(run):
+    acc, _, _ = accuracy(run)
+    assert acc >= THRESHOLD
 
 
 @pytest.mark.skipif(not RUNS, reason="no ground-truth runs in tests/groundtruth")
-def test_accuracy_summary_and_without_profiler_compat(tmp_path):
-    """Prints the table for all runs, and the same with the torch_profiler.* rules
-    disabled through a user rules file (what a purely semantic classification gets)."""
-    off = tmp_path / "rules.toml"
-    off.write_text('disable = ["torch_profiler.adam_sqrt", "torch_profiler.adam_denom"]\n')
-    semantic = load_rules(rules_path=off)        # the shipped rules minus the two
-    assert not any(r.id.startswith("torch_profiler.") for r in semantic.rules)
-    lines = ["", f"{'run':18s} {'accuracy':>9s} {'no-compat':>9s}   per category"]
+def test_accuracy_summary():
+    """Prints the table for all runs and all categories together."""
+    assert not any(r.id.startswith("torch_profiler.") for r in load_rules(use_user_rules=False).rules)
+    lines = ["", f"{'run':18s} {'accuracy':>9s}   per category"]
     per_cat = defaultdict(lambda: [0, 0])
     for run in RUNS:
         acc, per, _ = accuracy(run)
-        acc2, _, _ = accuracy(run, rules=semantic)
         for c, (g, t) in per.items():
             per_cat[c][0] += g
             per_cat[c][1] += t
-        lines.append(f"{run:18s} {acc:9.4f} {acc2:9.4f}   {_fmt(per)}")
+        lines.append(f"{run:18s} {acc:9.4f}   {_fmt(per)}")
     lines.append("all runs, per category: " + _fmt({k: tuple(v) for k, v in per_cat.items()}))
     print("\n".join(lines))
     assert all(t > 0 for _, t in per_cat.values())
