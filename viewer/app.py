@@ -62,6 +62,8 @@ def render_screenshot(window, out: str) -> bool:
     window.resize(*SCREENSHOT_SIZE)
     window.show()
     process_events(app)
+    window.default_layout()
+    process_events(app)
     window.preview()
     process_events(app)
     window.timeline.refresh_now()

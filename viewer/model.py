@@ -684,18 +684,17 @@ class DeviceData:
                            f"highest live memory {when}" + _by_cat_text(pk.get("by_category")),
                            p_idx, self._zoom_around(p_idx), self.row_of_alloc_event(p_idx),
                            {"bytes": p_bytes, "type": ptype}))
-        if self.iterations:
-            for k, (s, e, it) in enumerate(self.iterations):
-                ipk = it.get("peak") if isinstance(it.get("peak"), dict) else {}
-                b = ipk.get("bytes", it.get("peak_bytes"))
-                i = ipk.get("index", it.get("peak_index"))
-                if not isinstance(b, (int, np.integer)) or not isinstance(i, (int, np.integer)):
-                    b, i = self.range_peak(s, e)
-                b, i = int(b), int(i)
-                typ = ipk.get("type") or it.get("peak_type") or ""
-                out.append(Finding("iteration_peak", f"Iteration {k + 1} peak {fmt_bytes(b)}" + (f" · {typ}" if typ else ""),
-                                   f"entries {s:,}–{e:,}", i, self._zoom_around(i, s, e), self.row_of_alloc_event(i),
-                                   {"bytes": b, "iteration": k}))
+        for o in da.ooms or []:
+            if not isinstance(o, dict):
+                continue
+            i = int(o.get("index", -1))
+            req = o.get("requested")
+            free = o.get("device_free")
+            detail = f"requested {fmt_bytes(req)}, device free {fmt_bytes(free)}"
+            if o.get("suggestion"):
+                detail += f" — next step: {o['suggestion']}"
+            out.append(Finding("oom", f"OOM at entry {i:,}: {fmt_bytes(req)} requested", detail, i,
+                               self._zoom_around(i), -1, o))
         for lk in da.leaks or []:
             if not isinstance(lk, dict):
                 continue
@@ -718,17 +717,18 @@ class DeviceData:
                                                                     if lk.get("count") else "")
             zoom = (0, max(self.n - 1, 0))
             out.append(Finding("leak", title, detail, i, zoom, row, {**lk, "_rows": rows}))
-        for o in da.ooms or []:
-            if not isinstance(o, dict):
-                continue
-            i = int(o.get("index", -1))
-            req = o.get("requested")
-            free = o.get("device_free")
-            detail = f"requested {fmt_bytes(req)}, device free {fmt_bytes(free)}"
-            if o.get("suggestion"):
-                detail += f" — next step: {o['suggestion']}"
-            out.append(Finding("oom", f"OOM at entry {i:,}: {fmt_bytes(req)} requested", detail, i,
-                               self._zoom_around(i), -1, o))
+        if self.iterations:
+            for k, (s, e, it) in enumerate(self.iterations):
+                ipk = it.get("peak") if isinstance(it.get("peak"), dict) else {}
+                b = ipk.get("bytes", it.get("peak_bytes"))
+                i = ipk.get("index", it.get("peak_index"))
+                if not isinstance(b, (int, np.integer)) or not isinstance(i, (int, np.integer)):
+                    b, i = self.range_peak(s, e)
+                b, i = int(b), int(i)
+                typ = ipk.get("type") or it.get("peak_type") or ""
+                out.append(Finding("iteration_peak", f"Iteration {k + 1} peak {fmt_bytes(b)}" + (f" · {typ}" if typ else ""),
+                                   f"entries {s:,}–{e:,}", i, self._zoom_around(i, s, e), self.row_of_alloc_event(i),
+                                   {"bytes": b, "iteration": k}))
         return out
 
     def _leak_rows(self, lk: dict) -> np.ndarray:

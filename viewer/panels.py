@@ -304,7 +304,7 @@ class FindingsPanel(QWidget):
 
     activated = Signal(int)        # index into DeviceData.findings
 
-    GROUPS = (("peak", "Peak"), ("iteration_peak", "Iteration peaks"), ("leak", "Leaks"), ("oom", "Out of memory"))
+    GROUPS = (("peak", "Peak"), ("oom", "Out of memory"), ("leak", "Leaks"), ("iteration_peak", "Iteration peaks"))
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -357,7 +357,7 @@ class FindingsPanel(QWidget):
                     it.addChild(sub)
                 group.addChild(it)
                 self.items.append(it)
-            group.setExpanded(True)
+            group.setExpanded(len(fs) <= 20)
             if kind == "peak":
                 for i in range(group.childCount()):
                     group.child(i).setExpanded(True)
@@ -368,7 +368,10 @@ class FindingsPanel(QWidget):
     def select(self, k: int):
         for it in self.items:
             if it.data(0, Qt.ItemDataRole.UserRole) == k:
+                if it.parent() is not None:
+                    it.parent().setExpanded(True)
                 self.tree.setCurrentItem(it)
+                self.tree.scrollToItem(it)
                 return
 
     def _on_item(self, item, _col=0):

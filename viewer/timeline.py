@@ -339,14 +339,17 @@ class SpansItem(pg.GraphicsObject):
         if 0 < len(shown) <= self.MANY and any(self.labels):
             p.setPen(self.text_color)
             fm = p.fontMetrics()
-            for k in shown:
+            taken = -1e300                  # right end of the last label: overlapping spans
+            for k in shown:                 # (micro-batches) must not print over each other
                 text = self.labels[k]
                 if not text:
                     continue
                 a = max(self.starts[k], x0) * sx + ox
                 b = min(self.ends[k], x1) * sx + ox
-                if b - a > fm.horizontalAdvance(text) + 8:
+                tw = fm.horizontalAdvance(text)
+                if b - a > tw + 8 and a + 4 > taken:
                     p.drawText(QPointF(a + 4, top + fm.ascent() + 3), text)
+                    taken = a + 4 + tw + 6
         p.restore()
 
 

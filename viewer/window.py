@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import os
 
-from PySide6.QtCore import QEvent, QSettings, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QPoint, QRect, QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QActionGroup, QColor, QIcon, QKeySequence, QPixmap, QShortcut
-from PySide6.QtWidgets import (QComboBox, QDockWidget, QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMessageBox,
+from PySide6.QtWidgets import (QComboBox, QDockWidget, QFileDialog, QHBoxLayout, QLabel, QLayout, QMainWindow, QMessageBox,
                                QProgressDialog, QPushButton, QStackedWidget, QToolBar, QToolButton, QVBoxLayout,
                                QWidget)
 
@@ -27,6 +27,68 @@ def swatch(color: QColor, w: int = 12, h: int = 12) -> QIcon:
     return QIcon(pm)
 
 
+class FlowLayout(QLayout):
+    """Left to right, wrapping to a new row when the width runs out (Qt's flow layout
+    example): the legend must never force the window wider than the screen."""
+
+    def __init__(self, parent=None, spacing: int = 4):
+        super().__init__(parent)
+        self._items = []
+        self._spacing = spacing
+
+    def addItem(self, item):
+        self._items.append(item)
+
+    def count(self):
+        return len(self._items)
+
+    def itemAt(self, i):
+        return self._items[i] if 0 <= i < len(self._items) else None
+
+    def takeAt(self, i):
+        return self._items.pop(i) if 0 <= i < len(self._items) else None
+
+    def expandingDirections(self):
+        return Qt.Orientation(0)
+
+    def hasHeightForWidth(self):
+        return True
+
+    def heightForWidth(self, width):
+        return self._do_layout(QRect(0, 0, width, 0), True)
+
+    def setGeometry(self, rect):
+        super().setGeometry(rect)
+        self._do_layout(rect, False)
+
+    def sizeHint(self):
+        return self.minimumSize()
+
+    def minimumSize(self):
+        size = QSize()
+        for it in self._items:
+            size = size.expandedTo(it.minimumSize())
+        m = self.contentsMargins()
+        return size + QSize(m.left() + m.right(), m.top() + m.bottom())
+
+    def _do_layout(self, rect, test_only):
+        m = self.contentsMargins()
+        r = rect.adjusted(m.left(), m.top(), -m.right(), -m.bottom())
+        x, y, line_h = r.x(), r.y(), 0
+        for it in self._items:
+            hint = it.sizeHint()
+            nx = x + hint.width() + self._spacing
+            if nx - self._spacing > r.right() and line_h > 0:
+                x, y = r.x(), y + line_h + self._spacing
+                nx = x + hint.width() + self._spacing
+                line_h = 0
+            if not test_only:
+                it.setGeometry(QRect(QPoint(x, y), hint))
+            x = nx
+            line_h = max(line_h, hint.height())
+        return y + line_h - rect.y() + m.bottom()
+
+
 class LegendBar(QWidget):
     """One toggle button per category present (the stacked bands), then the line styles."""
 
@@ -34,9 +96,8 @@ class LegendBar(QWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.lay = QHBoxLayout(self)
+        self.lay = FlowLayout(self)
         self.lay.setContentsMargins(6, 2, 6, 2)
-        self.lay.setSpacing(4)
         self.buttons: dict[int, QToolButton] = {}
 
     def set_data(self, data: DeviceData | None):
@@ -67,7 +128,6 @@ class LegendBar(QWidget):
             b.toggled.connect(lambda _=False: self.toggled.emit())
             self.lay.addWidget(b)
             self.buttons[c] = b
-        self.lay.addStretch(1)
         fg = self.palette().color(self.foregroundRole()).name()
         lines = QLabel(f"<span style='color:{fg}'>━ allocated</span>"
                        + ("&nbsp;&nbsp;<span style='color:#777'>┅ reserved</span>" if data.reserved is not None else "")
@@ -168,9 +228,6 @@ class MainWindow(QMainWindow):
         self.splitDockWidget(self.docks["findings"], self.docks["selection"], Qt.Orientation.Vertical)
         self.tabifyDockWidget(self.docks["selection"], self.docks["moment"])
         self.docks["selection"].raise_()
-        self.resizeDocks([self.docks["findings"]], [400], Qt.Orientation.Horizontal)
-        self.resizeDocks([self.docks["findings"], self.docks["selection"]], [170, 400], Qt.Orientation.Vertical)
-        self.resizeDocks([self.docks["allocations"]], [240], Qt.Orientation.Vertical)
 
         self.timeline.hovered.connect(self._on_hover)
         self.timeline.clicked.connect(self._on_timeline_click)
@@ -183,6 +240,7 @@ class MainWindow(QMainWindow):
         self._build_status()
         self.apply_theme()
         self.resize(1400, 900)
+        self.default_layout()
         if self.settings is not None:
             geo = self.settings.value("window/geometry")
             state = self.settings.value("window/state")
@@ -190,6 +248,12 @@ class MainWindow(QMainWindow):
                 self.restoreGeometry(geo)
             if state is not None:
                 self.restoreState(state)
+
+    def default_layout(self):
+        """Dock sizes for a 1400x900 window: the timeline gets most of it."""
+        self.resizeDocks([self.docks["findings"]], [360], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.docks["findings"], self.docks["selection"]], [170, 400], Qt.Orientation.Vertical)
+        self.resizeDocks([self.docks["allocations"]], [240], Qt.Orientation.Vertical)
 
     # -- actions ----------------------------------------------------------------------------
     def _act(self, menu, text, slot, keys=(), tip="", checkable=False):
