@@ -349,3 +349,12 @@ def test_summary_is_cached_beside_the_columns_and_survives_damage(tmp_path):
     arts[0].write_bytes(b"{damaged")
     assert run() == first
     assert orjson.loads(arts[0].read_bytes())["devices"] == first["devices"]
+
+
+def test_bad_rules_file_is_a_usage_error(tmp_path):
+    bad = tmp_path / "rules.toml"
+    bad.write_text("this is = not [valid\n")
+    r = subprocess.run([sys.executable, "-m", "vramscope", "summary", str(GROUNDTRUTH / "leak.pickle"),
+                        "--rules", str(bad)], capture_output=True, text=True, env=env_without_cache())
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and "rules" in r.stderr and "Traceback" not in r.stderr

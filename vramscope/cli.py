@@ -48,12 +48,14 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.add_argument("--device", type=int, help="only this device")
     s.add_argument("--no-cache", action="store_true", help="do not read or write the column cache")
+    s.add_argument("--rules", metavar="FILE", help="extra classification rules (TOML or JSON), as $VRAMSCOPE_RULES")
 
     a = sub.add_parser("allocations", help="one row per allocation")
     a.add_argument("file")
     a.add_argument("--csv", action="store_true", help="CSV on stdout (the default and only format)")
     a.add_argument("--device", type=int)
     a.add_argument("--no-cache", action="store_true")
+    a.add_argument("--rules", metavar="FILE", help="extra classification rules (TOML or JSON)")
 
     r = sub.add_parser("report", help="Markdown + PNG + JSON report for a bug report")
     r.add_argument("file")
@@ -91,9 +93,9 @@ def _open(path, no_cache=False):
         progress.close()
 
 
-def _analyze(path, no_cache=False):
+def _analyze(path, no_cache=False, rules=None):
     from .classifiers import analyze
-    return analyze(_open(path, no_cache))
+    return analyze(_open(path, no_cache), rules_path=rules)
 
 
 def _check_device(an, device):
@@ -102,7 +104,7 @@ def _check_device(an, device):
         raise UsageError(f"no device {device} in {an.snapshot.path} (devices with data: {devs})")
 
 
-def _analysis_fingerprint() -> str:
+def _analysis_fingerprint(rules=None) -> str:
     """What an analysis depends on besides the snapshot: our version, the classifier's
     code and the rules files in effect (shipped and the user's)."""
     import hashlib
@@ -118,7 +120,7 @@ def _analysis_fingerprint() -> str:
             if f.suffix in (".py", ".toml", ".json"):
                 h.update(f.name.encode())
                 h.update(f.read_bytes())
-    user = user_rules_path()
+    user = user_rules_path(rules)
     if user is not None and user.is_file():
         h.update(user.read_bytes())
     return h.hexdigest()[:20]
@@ -129,7 +131,7 @@ def cmd_summary(args) -> int:
     from .classifiers import analyze, summary_dict
     from .parsers.cache import read_artifact, write_artifact
     snap = _open(args.file, args.no_cache)
-    name = f"summary-{_analysis_fingerprint()}.json"
+    name = f"summary-{_analysis_fingerprint(args.rules)}.json"
     summary = None
     cached = read_artifact(snap, name)
     if cached:
@@ -138,7 +140,7 @@ def cmd_summary(args) -> int:
         except orjson.JSONDecodeError:
             summary = None        # damaged: recompute and overwrite
     if not isinstance(summary, dict) or "devices" not in summary:
-        an = analyze(snap)
+        an = analyze(snap, rules_path=args.rules)
         summary = summary_dict(an)
         write_artifact(snap, name, orjson.dumps(summary, option=orjson.OPT_NON_STR_KEYS))
     summary["file"] = snap.path   # the cache is keyed by content, not by path
@@ -184,7 +186,7 @@ def cmd_summary(args) -> int:
 def cmd_allocations(args) -> int:
     import numpy as np
     from .classifiers import CATEGORIES
-    an = _analyze(args.file, args.no_cache)
+    an = _analyze(args.file, args.no_cache, getattr(args, "rules", None))
     _check_device(an, args.device)
     w = sys.stdout.write
     w("device,index,addr,size,alloc_us,free_us,category,rule\n")
@@ -272,6 +274,10 @@ def main(argv=None) -> int:
         argv = ["view"] + argv
     from .parsers import Cancelled, SnapshotError
     try:
+        from .classifiers.rules import RulesError
+    except ImportError:  # pragma: no cover
+        RulesError = UsageError
+    try:
         args = _build_parser().parse_args(argv)
         if args.version:
             from . import __version__
@@ -288,6 +294,9 @@ def main(argv=None) -> int:
     except SnapshotError as e:
         print(f"vramscope: {e.one_line()}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except RulesError as e:
+        print(f"vramscope: error: rules: {' '.join(str(e).split())}", file=sys.stderr)
+        return EXIT_USAGE
     except (KeyboardInterrupt, Cancelled):
         print("vramscope: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
