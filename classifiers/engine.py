@@ -225,6 +225,7 @@ def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: Rul
     traced_freed = (~pre) & (fi >= 0)
     freed[traced_freed & (seg_a == seg_f)] = F_SAME
     freed[traced_freed & (seg_a != seg_f) & (it_f > it_a) & (it_a >= 0)] = F_LATER_ITER
+    del traced_freed, seg_a, seg_f, stl
     first = tl.first_start
     before_training = pre | (ai < first) if first >= 0 else np.ones(n, dtype=bool)
     frameless_pre = pre & (sfacts.stacks.lengths[st0] == 0)
@@ -234,10 +235,14 @@ def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: Rul
     # how many other allocations were made while it lived (never freed: a lot)
     if n_ent:
         act = np.asarray(trace.columns["action"])
-        cum = np.cumsum((act == A_ALLOC) | (act == A_OOM))      # a failed allocation counts too
-        alive_allocs = np.where((fi >= 0) & ~pre, cum[fic] - cum[aic], np.iinfo(np.int64).max)
+        alloc_or_oom = act == A_ALLOC
+        alloc_or_oom |= act == A_OOM                          # a failed allocation counts too
+        cum = np.cumsum(alloc_or_oom, dtype=np.int32 if n_ent < 2**31 - 1 else np.int64)
+        del alloc_or_oom
+        alive_allocs = np.where((fi >= 0) & ~pre, cum[fic] - cum[aic], np.iinfo(np.int32).max)
+        del cum, aic, fic
     else:
-        alive_allocs = np.full(n, np.iinfo(np.int64).max)
+        alive_allocs = np.full(n, np.iinfo(np.int32).max)
     category = np.full(n, UNKNOWN, dtype=np.uint8)
     rule = np.zeros(n, dtype=np.int16)
     # classify chain roots, then copy to the other versions

@@ -266,8 +266,7 @@ def oom_reports(da, snap) -> list:
     for i in da.oom_indices.tolist():
         extra = t.extras.get(int(i), {}) or {}
         allocated = int(live.live_after[i]) if len(live.live_after) else live.start_bytes
-        reserved = int(live.reserved_after[i]) if live.reserved_after is not None and len(live.reserved_after) \
-            else None
+        reserved = live.reserved_at(i)
         frag = (reserved - allocated) if reserved is not None else None
         byc = by_category_at(da, i)
         req = int(size[i])

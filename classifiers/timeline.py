@@ -128,9 +128,11 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
     use = action == A_ALLOC
     if not frees_carry_alloc:
         use |= (action == A_FREE_REQUESTED) | (action == A_FREE)
-    s = np.where(use & (sid > 0), sid, 0)
-    ev[:] = np.where(use & (sid > 0), stack_timeline[s], -1)
-    evm[:] = np.where(use & (sid > 0), stack_marker[s], -1)
+    use &= sid > 0
+    s = np.where(use, sid, 0)
+    ev[:] = np.where(use, stack_timeline[s], -1)
+    evm[:] = np.where(use, stack_marker[s], -1)
+    del s, use
 
     # annotations (time ranges)
     tus = np.asarray(trace.columns["time_us"])
@@ -169,12 +171,17 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
     B = np.where(na < n, ev[np.minimum(na, n - 1)], -1).astype(np.int8)
     # a stretch leading into a forward is the next batch being prepared, from its first
     # allocation on; the frees before that still close the previous phase
-    n_alloc = np.cumsum((action == A_ALLOC) & (sid > 0))
+    del na
+    n_alloc = np.cumsum((action == A_ALLOC) & (sid > 0), dtype=idx.dtype)
     after_first_alloc = n_alloc > np.where(pa >= 0, n_alloc[np.maximum(pa, 0)], 0)
+    del n_alloc, pa
     lead_in = (B == P_FORWARD) & (A != P_FORWARD) & (after_first_alloc | (A < 0))
+    del after_first_alloc
     fill = np.where(A == B, A, np.where(lead_in, P_NONE, A))
-    fill = np.where(fill < 0, P_NONE, fill)
+    del A, B, lead_in
+    fill[fill < 0] = P_NONE
     phase = np.where(anchor, ev, fill).astype(np.uint8)
+    del fill
 
     # runs of equal phase
     change = np.flatnonzero(phase[1:] != phase[:-1]) + 1

@@ -12,10 +12,10 @@ optimisation, never a reason to fail.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
+import zlib
 
 import numpy as np
 import orjson
@@ -45,14 +45,17 @@ def cache_root() -> str | None:
 
 
 def file_key(path: str, st: os.stat_result) -> str:
-    h = hashlib.sha256()
-    h.update(f"{CACHE_VERSION}:{st.st_size}:{st.st_mtime_ns}".encode())
+    """The file's identity: size, mtime and checksums of its head and tail. (zlib's
+    CRC32 rather than hashlib: this detects change, it is no security boundary, and
+    hashlib would load OpenSSL, 3 MB of resident memory, on every run.)"""
     with open(path, "rb") as fh:
-        h.update(fh.read(_HASH_SPAN))
+        head = fh.read(_HASH_SPAN)
+        tail = b""
         if st.st_size > _HASH_SPAN:
             fh.seek(max(_HASH_SPAN, st.st_size - _HASH_SPAN))
-            h.update(fh.read(_HASH_SPAN))
-    return h.hexdigest()[:32]
+            tail = fh.read(_HASH_SPAN)
+    return (f"{st.st_size:x}-{st.st_mtime_ns:x}-{zlib.crc32(head):08x}{zlib.adler32(head):08x}"
+            f"-{zlib.crc32(tail):08x}{zlib.adler32(tail):08x}")
 
 
 def open_snapshot(path: str, progress: Progress | None = None, use_cache: bool = True) -> Snapshot:

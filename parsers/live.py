@@ -9,7 +9,7 @@ and `segment_*` events.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,11 +29,35 @@ class LiveModel:
     peak_index: int                 # entry that reached the peak; -1 if the start is the peak
     reserved_start: int | None      # None: the snapshot has no allocator segments (profiler-converted)
     reserved_end: int | None
-    reserved_after: np.ndarray | None   # int64[n]
     reserved_peak: int | None
+    # Reserved memory only changes at segment events (a few hundred even in huge
+    # traces): kept sparse, made dense on first use of `reserved_after`.
+    reserved_change_index: np.ndarray | None = None   # entries that change reserved memory
+    reserved_change_value: np.ndarray | None = None   # reserved bytes right after each of them
+    _reserved_dense: np.ndarray | None = field(default=None, repr=False)
 
     def live_before(self, i: int) -> int:
         return self.start_bytes if i <= 0 else int(self.live_after[i - 1])
+
+    def reserved_at(self, i: int) -> int | None:
+        """Reserved bytes right after entry i (-1: at the start)."""
+        if self.reserved_start is None:
+            return None
+        k = int(np.searchsorted(self.reserved_change_index, i, side="right")) - 1
+        return self.reserved_start if k < 0 else int(self.reserved_change_value[k])
+
+    @property
+    def reserved_after(self) -> np.ndarray | None:
+        """int64[n]: reserved bytes right after each entry (None: no allocator segments)."""
+        if self.reserved_start is None:
+            return None
+        if self._reserved_dense is None:
+            dense = np.full(self.n_events, self.reserved_start, dtype=np.int64)
+            idx, val = self.reserved_change_index, self.reserved_change_value
+            for k in range(len(idx)):      # one slice per segment event
+                dense[idx[k]:idx[k + 1] if k + 1 < len(idx) else None] = val[k]
+            self._reserved_dense = dense
+        return self._reserved_dense
 
 
 def live_model(snap: Snapshot, device: int) -> LiveModel:
@@ -65,21 +89,21 @@ def live_model(snap: Snapshot, device: int) -> LiveModel:
 
     seg = snap.device_segments(device)
     reserved_end = int(seg["total_size"].sum())
-    reserved_after = np.zeros(n, dtype=np.int64)
     up = (action == A_SEGMENT_ALLOC) | (action == A_SEGMENT_MAP)
-    np.copyto(reserved_after, size, where=up)
-    up = (action == A_SEGMENT_FREE) | (action == A_SEGMENT_UNMAP)
-    np.negative(size, out=reserved_after, where=up)
-    del up
-    np.cumsum(reserved_after, out=reserved_after)
-    rtotal = int(reserved_after[-1]) if n else 0
+    down = (action == A_SEGMENT_FREE) | (action == A_SEGMENT_UNMAP)
+    change = np.flatnonzero(up | down)
+    del up, down
+    a_ch = action[change]
+    signed = np.where((a_ch == A_SEGMENT_ALLOC) | (a_ch == A_SEGMENT_MAP), size[change], -size[change])
+    steps = np.cumsum(signed, dtype=np.int64)
+    rtotal = int(steps[-1]) if len(steps) else 0
     reserved_start = reserved_end - rtotal
-    reserved_after += reserved_start
-    reserved_peak = max(reserved_start, int(reserved_after.max()) if n else reserved_start)
+    values = steps + reserved_start
+    reserved_peak = max(reserved_start, int(values.max()) if len(values) else reserved_start)
     if snap.layout == "profiler":
-        reserved_start = reserved_end = reserved_peak = reserved_after = None
+        reserved_start = reserved_end = reserved_peak = None
     return LiveModel(device, n, start_bytes, end_bytes, live_after, peak, peak_index,
-                     reserved_start, reserved_end, reserved_after, reserved_peak)
+                     reserved_start, reserved_end, reserved_peak, change.astype(np.int64), values)
 
 
 @dataclass

@@ -107,23 +107,23 @@ def _check_device(an, device):
 def _analysis_fingerprint(rules=None) -> str:
     """What an analysis depends on besides the snapshot: our version, the classifier's
     code and the rules files in effect (shipped and the user's)."""
-    import hashlib
+    import zlib
     from pathlib import Path
 
     from . import __version__
     from .classifiers.rules import user_rules_path
-    h = hashlib.sha256(__version__.encode())
+    parts = [__version__.encode()]
     pkg = Path(__file__).resolve().parent.parent / "classifiers"
     import vramscope.classifiers as cl
     for folder in {Path(p) for p in cl.__path__} | ({pkg} if pkg.is_dir() else set()):
         for f in sorted(folder.glob("*")):
             if f.suffix in (".py", ".toml", ".json"):
-                h.update(f.name.encode())
-                h.update(f.read_bytes())
+                parts += [f.name.encode(), f.read_bytes()]
     user = user_rules_path(rules)
     if user is not None and user.is_file():
-        h.update(user.read_bytes())
-    return h.hexdigest()[:20]
+        parts += [str(user).encode(), user.read_bytes()]
+    blob = b"\0".join(parts)
+    return f"{zlib.crc32(blob):08x}{zlib.adler32(blob):08x}{len(blob):x}"
 
 
 def cmd_summary(args) -> int:
