@@ -668,8 +668,8 @@ class TimelineWidget(QWidget):
             self.peak_label.hide()
         ips = [f for f in d.findings if f.kind == "iteration_peak"]
         if ips:
-            self.iter_peaks.setData([float(d.x_of_index(max(f.index, 0))) for f in ips],
-                                    [f.data["bytes"] for f in ips])
+            self.iter_peaks.setData(d.x_of_index(np.maximum([f.index for f in ips], 0)),
+                                    np.array([f.data["bytes"] for f in ips], dtype=float))
         else:
             self.iter_peaks.setData([], [])
         leak_x, leak_y = [], []
@@ -689,22 +689,29 @@ class TimelineWidget(QWidget):
         starts, ends, brushes, lines, labels = [], [], [], [], []
         alpha = 34 if not self.theme.dark else 44
         bg = self.theme.background
-        for k, (s, e, it) in enumerate(d.iterations):
-            lines.append(float(d.x_of_index(s)))
-            for name, ps, pe in it["_phases"]:
-                col = QColor(PHASE_COLORS.get(name, "#888888"))
-                col.setAlpha(alpha)
-                col = _over(col, bg)      # opaque: translucent full-height fills cost ms each
-                starts.append(float(d.x_of_index(ps)))
-                ends.append(float(d.x_of_index(pe)))
-                brushes.append(col)
-                labels.append(name)
+        shade = {}                        # opaque: translucent full-height fills cost ms each
+        for name in PHASE_COLORS:
+            col = QColor(PHASE_COLORS[name])
+            col.setAlpha(alpha)
+            shade[name] = _over(col, bg)
+        other = QColor("#888888")
+        other.setAlpha(alpha)
+        other = _over(other, bg)
+        if d.iterations:
+            lines = d.x_of_index([s for s, _, _ in d.iterations])
+            phases = [ph for _, _, it in d.iterations for ph in it["_phases"]]
+            if phases:
+                starts = d.x_of_index([ps for _, ps, _ in phases])
+                ends = d.x_of_index([pe for _, _, pe in phases])
+                brushes = [shade.get(name, other) for name, _, _ in phases]
+                labels = [name for name, _, _ in phases]
         if not d.iterations and d.has_time:
             # no iterations found: show the snapshot's record_function annotations instead
             for name, t0, t1 in _annotation_spans(d):
                 col = QColor(PHASE_COLORS.get(_phase_of(name), ANNOTATION_COLOR))
                 col.setAlpha(alpha)
                 col = _over(col, bg)
+                starts, ends = list(starts), list(ends)
                 starts.append(t0)
                 ends.append(t1)
                 brushes.append(col)
