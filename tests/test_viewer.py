@@ -308,3 +308,45 @@ def test_theme_follows_the_palette(qt, window):
     window.setPalette(pal)
     qt.waitUntil(lambda: window.theme.dark, timeout=2000)
     assert window.timeline.plot.backgroundBrush().color() == QColor("#1e1e1e")
+
+
+def test_wheel_box_zoom_and_overview(qt, window):
+    from PySide6.QtCore import QPoint, QRectF
+    from PySide6.QtGui import QWheelEvent
+    from PySide6.QtWidgets import QApplication
+    d = open_and_wait(qt, window, EXAMPLE)
+    tl = window.timeline
+    x0, x1 = tl.x_span()
+    vp = tl.plot.viewport()
+    pos = view_point(window, (x0 + x1) / 2, d.peak_bytes / 2)
+    ev = QWheelEvent(QPointF(pos), QPointF(vp.mapToGlobal(pos)), QPoint(0, 0), QPoint(0, 120),
+                     Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
+    QApplication.sendEvent(vp, ev)
+    a, b = tl.x_span()
+    assert b - a < (x1 - x0) * 0.9                  # the wheel zooms time...
+    assert tl.vb.viewRange()[1][0] == 0             # ...and the bytes axis still starts at 0
+    qt.wait(5)
+    assert tl._last_env.x0 == pytest.approx(a)      # the envelope followed the view
+    tl.vb.showAxRect(QRectF(10, 0, 100, d.peak_bytes / 4))   # what a box drag ends with
+    assert tl.x_span() == pytest.approx((10, 110)) and not tl._auto_y
+    window.act_reset.trigger()
+    assert tl._auto_y and tl.x_span() == pytest.approx((x0, x1))
+    tl.ov_region.setRegion((500, 1500))             # dragging the overview's region moves the view
+    assert tl.x_span() == pytest.approx((500, 1500))
+
+
+def test_keyboard_shortcuts_reach_the_window(qt, window):
+    d = open_and_wait(qt, window, EXAMPLE)
+    window.activateWindow()
+    window.timeline.plot.setFocus()
+    qt.waitUntil(lambda: window.isActiveWindow(), timeout=2000)
+    qt.keyClick(window.timeline.plot, Qt.Key.Key_P)
+    assert window.finding_pos == 0 and window.selected_row >= 0
+    qt.keyClick(window.timeline.plot, Qt.Key.Key_Escape)
+    assert window.selected_row == -1
+    a, b = window.timeline.x_span()
+    qt.keyClick(window.timeline.plot, Qt.Key.Key_Right)
+    a2, b2 = window.timeline.x_span()
+    assert a2 > a and b2 - a2 == pytest.approx(b - a)
+    qt.keyClick(window.timeline.plot, Qt.Key.Key_Home)
+    assert window.timeline.x_span() == pytest.approx(d.x_range, abs=d.x_range[1] * 0.02)
