@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..classifiers import CATEGORIES
-from ..parsers.tables import (A_ALLOC, A_FREE, A_FREE_COMPLETED, A_SEGMENT_ALLOC, A_SEGMENT_FREE,
-                              A_SEGMENT_MAP, A_SEGMENT_UNMAP)
+from ..parsers.tables import A_ALLOC, A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP
 from .fmt import fmt_bytes
 from .lod import MinMaxPyramid, ragged
 

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-import numpy as np
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSignalBlocker, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QColor
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (QAbstractItemView, QApplication, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QMenu, QTableView,
                                QToolButton, QVBoxLayout, QWidget)
 

@@ -687,7 +687,7 @@ class TimelineWidget(QWidget):
         self.leak_marks.setData(leak_x, leak_y)
         # iterations and phases
         starts, ends, brushes, lines, labels = [], [], [], [], []
-        alpha = 34 if not self.theme.dark else 44
+        alpha = 34 if not self.theme.dark else 30
         bg = self.theme.background
         shade = {}                        # opaque: translucent full-height fills cost ms each
         for name in PHASE_COLORS:

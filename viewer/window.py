@@ -4,8 +4,8 @@ from __future__ import annotations
 import os
 
 from PySide6.QtCore import QEvent, QPoint, QRect, QSettings, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QActionGroup, QColor, QIcon, QKeySequence, QPixmap, QShortcut
-from PySide6.QtWidgets import (QComboBox, QDockWidget, QFileDialog, QHBoxLayout, QLabel, QLayout, QMainWindow, QMessageBox,
+from PySide6.QtGui import QAction, QColor, QIcon, QKeySequence, QPixmap, QShortcut
+from PySide6.QtWidgets import (QComboBox, QDockWidget, QFileDialog, QLabel, QLayout, QMainWindow, QMessageBox,
                                QProgressDialog, QPushButton, QStackedWidget, QToolBar, QToolButton, QVBoxLayout,
                                QWidget)
 
