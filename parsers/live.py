@@ -111,8 +111,8 @@ class Allocations:
     """One row per allocation: `alloc_index` -1 for blocks live before the trace began,
     `free_index` -1 for blocks still live at the end."""
     device: int
-    alloc_index: np.ndarray   # int64
-    free_index: np.ndarray    # int64
+    alloc_index: np.ndarray   # int32 (int64 for traces of 2^31 entries or more)
+    free_index: np.ndarray    # same dtype
     addr: np.ndarray
     size: np.ndarray
     stack: np.ndarray         # int32
@@ -176,11 +176,13 @@ def allocations(snap: Snapshot, device: int) -> Allocations:
     free_of_alloc = free_of_alloc[order_a]
     del order_a
 
-    def cat(*xs):
-        return np.concatenate([np.asarray(x, dtype=np.int64) for x in xs])
+    def cat(*xs, dtype=np.int64):
+        return np.concatenate([np.asarray(x, dtype=dtype) for x in xs])
 
-    a_index = cat(np.full(n_pl, -1), np.full(n_pf, -1), alloc_idx)
-    f_index = cat(np.full(n_pl, -1), pre_free, free_of_alloc)
+    # entry indices fit int32 for any trace under 2^31 entries: half the memory of
+    # these and of every array the classifier derives from them
+    a_index = cat(np.full(n_pl, -1), np.full(n_pf, -1), alloc_idx, dtype=idx_t)
+    f_index = cat(np.full(n_pl, -1), pre_free, free_of_alloc, dtype=idx_t)
     out_addr = cat(pre_live_addr, addr[pre_free], addr[alloc_idx])
     out_size = cat(pre_live_size, size[pre_free], size[alloc_idx])
     out_stack = np.concatenate([pre_live_stack.astype(np.int32), stack[pre_free].astype(np.int32),
