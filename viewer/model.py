@@ -251,6 +251,7 @@ class DeviceData:
         self.free_index = np.asarray(al.free_index)
         if self.n_rows > 1 and not bool(np.all(self.alloc_index[1:] >= self.alloc_index[:-1])):
             self._alloc_order = np.argsort(self.alloc_index, kind="stable")
+            self._sorted_alloc_index = self.alloc_index[self._alloc_order]
         else:
             self._alloc_order = None
         self.event_category = np.full(n, NO_CATEGORY, dtype=np.uint8)
@@ -504,9 +505,10 @@ class DeviceData:
     # -- allocations -------------------------------------------------------------------------
     def rows_allocated_by(self, i: int) -> int:
         """How many rows (in alloc order) were allocated at or before entry i."""
-        if self._alloc_order is None:
-            return int(np.searchsorted(self.alloc_index, i, side="right"))
-        return int(np.searchsorted(self.alloc_index[self._alloc_order], i, side="right"))
+        ai = self.alloc_index if self._alloc_order is None else self._sorted_alloc_index
+        # the value in the array's own dtype: an int64 key would make numpy copy an
+        # int32 column (millions of rows) on every call
+        return int(np.searchsorted(ai, ai.dtype.type(i), side="right"))
 
     def live_rows(self, i: int) -> np.ndarray:
         """Rows live right after entry i."""
@@ -557,13 +559,19 @@ class DeviceData:
 
     def row_of_alloc_event(self, i: int) -> int:
         """The row allocated by entry i, or -1."""
-        if i < 0:
-            return -1
-        ai = self.alloc_index if self._alloc_order is None else self.alloc_index[self._alloc_order]
-        k = int(np.searchsorted(ai, i, side="left"))
-        if k < len(ai) and int(ai[k]) == i:
-            return k if self._alloc_order is None else int(self._alloc_order[k])
-        return -1
+        return int(self.rows_of_alloc_events([i])[0])
+
+    def rows_of_alloc_events(self, indices) -> np.ndarray:
+        """The rows allocated by these entries (-1 where an entry is not an alloc)."""
+        ai = self.alloc_index if self._alloc_order is None else self._sorted_alloc_index
+        idx = np.asarray(indices, dtype=np.int64)
+        if not len(ai):
+            return np.full(len(idx), -1, dtype=np.int64)
+        k = np.searchsorted(ai, idx.astype(ai.dtype), side="left")
+        kc = np.minimum(k, len(ai) - 1)
+        hit = (k < len(ai)) & (ai[kc] == idx) & (idx >= 0)
+        rows = kc if self._alloc_order is None else self._alloc_order[kc]
+        return np.where(hit, rows, -1).astype(np.int64)
 
     def rule_name(self, row: int) -> str:
         r = int(self.rule[row]) if len(self.rule) > row else -1
@@ -709,6 +717,7 @@ class DeviceData:
             zoom = (0, max(self.n - 1, 0))
             out.append(Finding("leak", title, detail, i, zoom, row, {**lk, "_rows": rows}))
         if self.iterations:
+            it_findings = []
             for k, (s, e, it) in enumerate(self.iterations):
                 ipk = it.get("peak") if isinstance(it.get("peak"), dict) else {}
                 b = ipk.get("bytes", it.get("peak_bytes"))
@@ -717,9 +726,14 @@ class DeviceData:
                     b, i = self.range_peak(s, e)
                 b, i = int(b), int(i)
                 typ = ipk.get("type") or it.get("peak_type") or ""
-                out.append(Finding("iteration_peak", f"Iteration {k + 1} peak {fmt_bytes(b)}" + (f" · {typ}" if typ else ""),
-                                   f"entries {s:,}–{e:,}", i, self._zoom_around(i, s, e), self.row_of_alloc_event(i),
-                                   {"bytes": b, "iteration": k}))
+                it_findings.append(Finding("iteration_peak",
+                                           f"Iteration {k + 1} peak {fmt_bytes(b)}" + (f" · {typ}" if typ else ""),
+                                           f"entries {s:,}–{e:,}", i, self._zoom_around(i, s, e), -1,
+                                           {"bytes": b, "iteration": k}))
+            rows = self.rows_of_alloc_events([f.index for f in it_findings])   # one search for all
+            for f, r in zip(it_findings, rows.tolist()):
+                f.row = r
+            out.extend(it_findings)
         return out
 
     def _leak_rows(self, lk: dict) -> np.ndarray:
