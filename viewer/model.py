@@ -577,6 +577,15 @@ class DeviceData:
         r = int(self.rule[row]) if len(self.rule) > row else -1
         return self.rule_names[r] if 0 <= r < len(self.rule_names) else "-"
 
+    def rule_why(self, row: int) -> str:
+        """Why the classifier chose this row's category (its rule's description), or ''."""
+        try:
+            why = self.analysis.rule_why
+            r = int(self.rule[row])
+            return str(why[r]) if 0 <= r < len(why) and why[r] else ""
+        except (AttributeError, IndexError, TypeError):
+            return ""
+
     def category_name(self, c: int) -> str:
         return self.categories[c] if 0 <= c < self.n_categories else "unknown"
 

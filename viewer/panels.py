@@ -78,11 +78,14 @@ class StackPanel(QWidget):
         col = category_color(name).name()
         ai, fi = int(d.alloc_index[row]), int(d.free_index[row])
         life = ""
+        muted = self.palette().color(QPalette.ColorRole.PlaceholderText).name()
         if d.has_time and ai >= 0 and fi >= 0:
             life = f" · lived {fmt_duration_us(int(d.tkey[fi]) - int(d.tkey[ai]))}"
         self.header.setText(
             f"<span style='color:{col}; font-size:14pt'>■</span> <b>{name}</b> · <b>{fmt_bytes(int(a.size[row]))}</b>"
-            f" ({int(a.size[row]):,} B)<br>rule: <code>{_esc(d.rule_name(row))}</code><br>"
+            f" ({int(a.size[row]):,} B)<br>rule: <code>{_esc(d.rule_name(row))}</code>"
+            + (f" <span style='color:{muted}'>— {_esc(d.rule_why(row))}</span>" if d.rule_why(row) else "")
+            + "<br>"
             f"allocated {when_text(d, ai) if ai >= 0 else 'before the trace began'}<br>"
             f"freed {when_text(d, fi) if fi >= 0 else 'never (live at the end)'}{life}<br>"
             f"address <code>0x{int(a.addr[row]):x}</code>")

@@ -68,6 +68,8 @@ class AllocationsModel(QAbstractTableModel):
             return category_color(d.category_name(int(d.category[row])))
         if role == Qt.ItemDataRole.TextAlignmentRole and col in (COL_SIZE, COL_ALLOC, COL_FREE, COL_LIFETIME):
             return _RIGHT
+        if role == Qt.ItemDataRole.ToolTipRole and col == COL_RULE:
+            return d.rule_why(row) or None
         if role == Qt.ItemDataRole.ToolTipRole and col == COL_WHERE:
             sid = int(d.allocs.stack[row])
             frames = d.snap.stack_frames_list(sid) if sid >= 0 else []
