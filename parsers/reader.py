@@ -320,6 +320,16 @@ def _merge_shapes(old: tuple | None, new: tuple) -> tuple:
     return tuple(merged)
 
 
+def _decode_refs(op, win8, pos):
+    """BINGET / LONG_BINGET at each of `pos` (opcode bytes `op`): (is BINGET, is
+    LONG_BINGET, the memo index either would name)."""
+    is_h = op == _OP_H
+    is_jj = op == _OP_JJ
+    u1 = win8[pos + 1]
+    ref = np.where(is_h, (u1 & np.uint64(0xFF)).astype(np.int64), (u1 & np.uint64(0xFFFFFFFF)).astype(np.int64))
+    return is_h, is_jj, ref
+
+
 def _decode_ints(arr, win8, pos):
     """Decode the int opcode at each of `pos` (BININT1/BININT2/BININT/LONG1 up to 8
     bytes): returns (values int64, widths in bytes, which ones were ints)."""
@@ -456,11 +466,7 @@ class _FastPath:
                 fields[key] = (val, present)
             elif kind == "tuple2":
                 # inline `int int TUPLE2 MEMOIZE` (a fresh tuple per entry), or a memo ref
-                is_h = op == _OP_H
-                is_jj = op == _OP_JJ
-                u1 = win8[vpos + 1]
-                ref = np.where(is_h, (u1 & np.uint64(0xFF)).astype(np.int64),
-                               (u1 & np.uint64(0xFFFFFFFF)).astype(np.int64))
+                is_h, is_jj, ref = _decode_refs(op, win8, vpos)
                 a_val, a_w, a_ok = _decode_ints(arr, win8, vpos)
                 p2 = np.minimum(vpos + a_w, data_end)
                 b_val, b_w, b_ok = _decode_ints(arr, win8, p2)
@@ -471,11 +477,7 @@ class _FastPath:
                 memo_inc = memo_inc + is_inline
                 after = np.where(is_inline, p3 + 2, np.where(is_h, vpos + 2, vpos + 5))
             elif kind == "str":
-                is_h = op == _OP_H
-                is_jj = op == _OP_JJ
-                u1 = win8[vpos + 1]
-                ref = np.where(is_h, (u1 & np.uint64(0xFF)).astype(np.int64),
-                               (u1 & np.uint64(0xFFFFFFFF)).astype(np.int64))
+                is_h, is_jj, ref = _decode_refs(op, win8, vpos)
                 slen = arr[vpos + 1].astype(np.int64)
                 is_s = (op == _OP_SHORTSTR) & present
                 is_s &= arr[np.minimum(vpos + 2 + slen, len(arr) - 1)] == _OP_MEMOIZE
@@ -484,11 +486,7 @@ class _FastPath:
                 memo_inc = memo_inc + is_s
                 after = np.where(is_h, vpos + 2, np.where(is_jj, vpos + 5, vpos + 3 + slen))
             else:  # list of frames: a memo ref, or an inline list of memo refs
-                is_h = op == _OP_H
-                is_jj = op == _OP_JJ
-                u1 = win8[vpos + 1]
-                ref = np.where(is_h, (u1 & np.uint64(0xFF)).astype(np.int64),
-                               (u1 & np.uint64(0xFFFFFFFF)).astype(np.int64))
+                is_h, is_jj, ref = _decode_refs(op, win8, vpos)
                 is_inline = (op == _OP_EMPTY_LIST) & (arr[vpos + 1] == _OP_MEMOIZE) & present
                 start = vpos + 2
                 stop = start.copy()

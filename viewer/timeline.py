@@ -242,7 +242,19 @@ def cosmetic_pen(color, style=Qt.PenStyle.SolidLine) -> QPen:
     return pen
 
 
-class SpansItem(pg.GraphicsObject):
+class _ViewSpanning(pg.GraphicsObject):
+    """An item that covers whatever the view shows and repaints when the view moves."""
+
+    def viewRangeChanged(self):
+        self.prepareGeometryChange()
+        self.update()
+
+    def boundingRect(self):
+        vr = self.viewRect()
+        return QRectF() if vr is None else vr
+
+
+class SpansItem(_ViewSpanning):
     """Shaded x spans over the full height (phases, annotations) and boundary lines.
 
     Only what is inside the view is painted (binary search on the starts). With
@@ -282,14 +294,6 @@ class SpansItem(pg.GraphicsObject):
         if text_color is not None:
             self.text_color = QColor(text_color)
         self.update()
-
-    def viewRangeChanged(self):
-        self.prepareGeometryChange()
-        self.update()
-
-    def boundingRect(self):
-        vr = self.viewRect()
-        return QRectF() if vr is None else vr
 
     def paint(self, p: QPainter, *args):
         vr = self.viewRect()
@@ -353,7 +357,7 @@ class SpansItem(pg.GraphicsObject):
         p.restore()
 
 
-class GridItem(pg.GraphicsObject):
+class GridItem(_ViewSpanning):
     """Grid lines at the axes' tick values, drawn in device pixels.
 
     (pyqtgraph's own grid replays every tick level's translucent lines through a
@@ -374,14 +378,6 @@ class GridItem(pg.GraphicsObject):
         for pen in self.pens:
             pen.setCosmetic(True)
         self.update()
-
-    def viewRangeChanged(self):
-        self.prepareGeometryChange()
-        self.update()
-
-    def boundingRect(self):
-        vr = self.viewRect()
-        return QRectF() if vr is None else vr
 
     def paint(self, p: QPainter, *args):
         vr = self.viewRect()
