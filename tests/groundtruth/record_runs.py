@@ -200,6 +200,17 @@ LM_BATCH, LM_SEQ = 8, 64
 MLP_BATCH, MLP_IN, MLP_OUT = 64, 256, 10
 
 
+def adamw(params, **kw):
+    """AdamW as it runs on a GPU. On CUDA tensors torch.optim defaults to the foreach
+    implementation; on CPU tensors it falls back to the single-tensor loop. The runs
+    here are recorded on the CPU but stand for GPU training, so they ask for foreach
+    explicitly: the same ops (`_foreach_sqrt`, `_foreach_addcdiv_`, ...) and the same
+    allocation pattern a CUDA snapshot of `AdamW(...)` shows. `mlp_adamw_single_tensor`
+    keeps the CPU default for comparison (see tests/groundtruth/README.md)."""
+    kw.setdefault("foreach", True)
+    return torch.optim.AdamW(params, lr=1e-3, **kw)
+
+
 def lm_batch(cfg=LM_CFG):
     with phase("inputs"):
         idx = torch.randint(0, cfg["vocab"], (LM_BATCH, LM_SEQ + 1))
@@ -247,7 +258,7 @@ def standard_step(model, opt, batch_fn, loss_fn, i):
 def run_mlp_adamw(iters=4):
     torch.manual_seed(0)
     model = MLP()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt = adamw(model.parameters())
 
     def train():
         for i in range(iters):
@@ -258,10 +269,26 @@ def run_mlp_adamw(iters=4):
         iterations=iters, expected_leak=False)
 
 
+def run_mlp_adamw_single_tensor(iters=4):
+    torch.manual_seed(0)
+    model = MLP()
+    opt = adamw(model.parameters(), foreach=False)
+
+    def train():
+        for i in range(iters):
+            standard_step(model, opt, mlp_batch, mlp_loss, i)
+
+    return train, dict(
+        description=("mlp_adamw with AdamW's single-tensor implementation (the CPU "
+                     "default, foreach=False): one sqrt and one division per parameter, "
+                     "which torch's memory profiler tags parameter and activation."),
+        iterations=iters, expected_leak=False, adam_single_tensor=True)
+
+
 def run_transformer_adamw(iters=4):
     torch.manual_seed(0)
     model = TinyLM(**LM_CFG)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt = adamw(model.parameters())
 
     def train():
         for i in range(iters):
@@ -278,7 +305,7 @@ def run_lora(iters=4):
     torch.manual_seed(0)
     model = add_lora(TinyLM(**LM_CFG), rank=8)
     trainable = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(trainable, lr=1e-3)
+    opt = adamw(trainable)
 
     def train():
         for i in range(iters):
@@ -298,7 +325,7 @@ def run_lora(iters=4):
 def run_checkpointing(iters=3):
     torch.manual_seed(0)
     model = TinyLM(**LM_CFG, checkpointing=True)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt = adamw(model.parameters())
 
     def train():
         for i in range(iters):
@@ -314,7 +341,7 @@ def run_checkpointing(iters=3):
 def run_sgd_accum(iters=4, micro=2):
     torch.manual_seed(0)
     model = MLP()
-    opt = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9, foreach=True)  # GPU default, see adamw()
 
     def train():
         for i in range(iters):
@@ -339,7 +366,7 @@ def run_sgd_accum(iters=4, micro=2):
 def run_bf16_autocast(iters=3):
     torch.manual_seed(0)
     model = TinyLM(**LM_CFG)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt = adamw(model.parameters())
 
     def loss_fn(model, x, y):
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -377,7 +404,7 @@ def train_leaky(model, opt, iters, history):
 def run_leak(iters=4):
     torch.manual_seed(0)
     model = TinyLM(**LM_CFG)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt = adamw(model.parameters())
     history: list = []
 
     def train():
@@ -418,7 +445,7 @@ def train_retain(model, opt, iters, keep):
 def run_retain_graph(iters=4):
     torch.manual_seed(0)
     model = MLP()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt = adamw(model.parameters())
     keep: dict = {}
 
     def train():
@@ -437,6 +464,7 @@ def run_retain_graph(iters=4):
 
 RUNS: dict[str, Callable[[], tuple[Callable[[], None], dict]]] = {
     "mlp_adamw": run_mlp_adamw,
+    "mlp_adamw_single_tensor": run_mlp_adamw_single_tensor,
     "transformer_adamw": run_transformer_adamw,
     "lora": run_lora,
     "checkpointing": run_checkpointing,
