@@ -21,7 +21,7 @@ import numpy as np
 from ..parsers.tables import A_ALLOC, A_OOM
 from .rules import CATEGORIES, Matcher, RuleSet
 from .stacks import KIND_PYTHON, StackFacts
-from .timeline import P_NEVER, P_PRE, PHASE_CODE, build_timeline
+from .timeline import P_NEVER, P_PRE, PHASE_CODE, build_timeline, version_bumps
 
 F_SAME, F_LATER_PHASE, F_LATER_ITER, F_NEVER = range(4)
 FREED_CODE = {"same_phase": F_SAME, "later_phase": F_LATER_PHASE, "later_iteration": F_LATER_ITER,
@@ -114,19 +114,7 @@ def version_chains(allocs, enabled: bool):
     ar = np.arange(n, dtype=np.int64)
     if not enabled or n == 0:
         return ar, ar
-    fi = allocs.free_index
-    ai = allocs.alloc_index
-    order = np.argsort(fi, kind="stable")
-    sfi = fi[order]
-    target = ai - 1
-    pos = np.searchsorted(sfi, target)
-    pos = np.minimum(pos, n - 1)
-    cand = order[pos]
-    ok = (ai > 0) & (sfi[pos] == target) & (fi[cand] >= 0)
-    ok &= allocs.addr[cand] == allocs.addr
-    ok &= allocs.size[cand] == allocs.size
-    ok &= allocs.stack[cand] == allocs.stack
-    ok &= cand != ar
+    cand, ok = version_bumps(allocs)
     parent = np.where(ok, cand, ar)
     while True:
         nxt = parent[parent]
@@ -188,6 +176,25 @@ class Classified:
     free_iter: np.ndarray     # int32 per row: iteration of the chain's free (-1; never freed: -1)
 
 
+def _freed_within_run(trace, ai, fi, pre, stack_has) -> np.ndarray:
+    """Per allocation chain (allocated at entry `ai`, its last version freed at `fi`): freed
+    before the run of consecutive allocations whose stacks have the marker ends, i.e. before
+    the next allocation without it. For `recompute`: scratch of an activation-checkpointing
+    recompute, freed before the backward op it was recomputed for runs."""
+    if not stack_has.any():
+        return np.zeros(len(ai), dtype=bool)
+    act = np.asarray(trace.columns["action"])
+    stk = np.asarray(trace.columns["stack"])
+    alloc_at = np.flatnonzero(act == A_ALLOC)
+    st = stk[alloc_at]
+    marked = np.where(st >= 0, stack_has[np.maximum(st, 0)], False)
+    # for every alloc entry: the trace index of the next alloc entry without the marker
+    outside = alloc_at[~marked]
+    k = np.searchsorted(outside, np.maximum(ai, 0), side="right")
+    run_end = np.where(k < len(outside), outside[np.minimum(k, len(outside) - 1)], len(act))
+    return (~pre) & (fi >= 0) & (fi < run_end)
+
+
 def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: RuleSet, device: int):
     """-> (Timeline, Classified)."""
     marker_idx = {m: i for i, m in enumerate(sfacts.phase_markers)}
@@ -243,6 +250,8 @@ def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: Rul
         del cum, aic, fic
     else:
         alive_allocs = np.full(n, np.iinfo(np.int32).max)
+    within = {m: _freed_within_run(trace, ai, fi, pre, sfacts.has_marker[m])
+              for m in {r.freed_within for r in rules.rules if r.freed_within}} if n_ent else {}
     category = np.full(n, UNKNOWN, dtype=np.uint8)
     rule = np.zeros(n, dtype=np.int16)
     # classify chain roots, then copy to the other versions
@@ -263,6 +272,8 @@ def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: Rul
             ok &= before_training[todo] == r.before_training
         if r.max_allocs_alive is not None:
             ok &= alive_allocs[todo] <= r.max_allocs_alive
+        if r.freed_within is not None:
+            ok &= within[r.freed_within][todo] if n_ent else False
         if r.size_match == "quantized":
             ok &= size_q[todo]
         hit = todo[ok]

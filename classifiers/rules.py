@@ -61,6 +61,7 @@ class Rule:
     size_match: str | None = None
     innermost: tuple | None = None
     max_allocs_alive: int | None = None
+    freed_within: str | None = None
     profiler_converted: bool | None = None
     source: str = "shipped"
 
@@ -81,7 +82,7 @@ class RuleSet:
 
 _RULE_KEYS = {"id", "category", "why", "markers", "not_markers", "stack_phase", "top", "op", "frames", "phase",
               "free_phase", "freed", "preexisting", "before_training", "size_match", "innermost",
-              "max_allocs_alive", "profiler_converted"}
+              "max_allocs_alive", "freed_within", "profiler_converted"}
 _TOP_KEYS = {"version", "phases", "annotation", "markers", "rule", "disable", "replace_markers"}
 
 
@@ -181,6 +182,10 @@ def _rule(d, where: str, source: str) -> Rule:
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise RulesError(f"{where}: max_allocs_alive must be a non-negative integer")
         r.max_allocs_alive = v
+    if "freed_within" in d:
+        if not isinstance(d["freed_within"], str) or not d["freed_within"]:
+            raise RulesError(f"{where}: freed_within must be a marker name")
+        r.freed_within = d["freed_within"]
     if "op" in d:
         r.op = _regex(d["op"], where + ".op")
     if "frames" in d:
@@ -299,7 +304,7 @@ def _check(rs: RuleSet) -> None:
         if r.id in seen:
             raise RulesError(f"rule id {r.id!r} is used twice")
         seen.add(r.id)
-        for m in r.markers + r.not_markers:
+        for m in r.markers + r.not_markers + ((r.freed_within,) if r.freed_within else ()):
             if m not in rs.markers:
                 raise RulesError(f"rule {r.id}: unknown marker {m!r}")
         for m in r.stack_phase or ():

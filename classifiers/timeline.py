@@ -62,11 +62,37 @@ def _pair_annotations(annotations, device):
     return out
 
 
+def version_bumps(allocs):
+    """(previous version, is a bump) per allocation row. Profiler-converted snapshots write an
+    in-place update (a version bump) as the free of the old version right before the alloc
+    of the new one: same address, size and stack, the stack being the FIRST version's."""
+    n = len(allocs)
+    ar = np.arange(n, dtype=np.int64)
+    if n == 0:
+        return ar, np.zeros(0, dtype=bool)
+    fi = allocs.free_index
+    ai = allocs.alloc_index
+    order = np.argsort(fi, kind="stable")
+    sfi = fi[order]
+    target = ai - 1
+    pos = np.searchsorted(sfi, target)
+    pos = np.minimum(pos, n - 1)
+    cand = order[pos]
+    ok = (ai > 0) & (sfi[pos] == target) & (fi[cand] >= 0)
+    ok &= allocs.addr[cand] == allocs.addr
+    ok &= allocs.size[cand] == allocs.size
+    ok &= allocs.stack[cand] == allocs.stack
+    ok &= cand != ar
+    return cand, ok
+
+
 def periodic_boundaries(live_after: np.ndarray, min_periods: int = 3) -> list:
     """Iteration ends found from the periodicity of live memory alone (for traces whose
     stacks say nothing about phases, e.g. recorded without frames): the lag of the highest
     autocorrelation peak of the detrended live-bytes curve (FFT, on at most 2^16 points)
-    is the period; each iteration ends at the lowest live memory near a multiple of it."""
+    is the period; each iteration ends at the lowest live memory near a multiple of it.
+    The first end is the lowest point of the first period, so an iteration only starts after
+    it; the last one may end with the trace."""
     n = len(live_after)
     if n < 64:
         return []
@@ -99,6 +125,13 @@ def periodic_boundaries(live_after: np.ndarray, min_periods: int = 3) -> list:
         if lo >= n or hi_ - lo < period // 2:
             break
         ends.append(lo + int(np.argmin(live_after[lo:hi_])))
+    # a trace that stops right after an iteration ends: the tail is one more iteration when
+    # it is long enough and its last entry is (nearly) its lowest point, not a cut-off one
+    tail = live_after[ends[-1] + 1:]
+    if len(tail) >= period * 3 // 4:
+        lo_t, hi_t = int(tail.min()), int(tail.max())
+        if int(tail[-1]) - lo_t <= 0.1 * (hi_t - lo_t):
+            ends.append(n - 1)
     return ends
 
 
@@ -129,10 +162,28 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
     if not frees_carry_alloc:
         use |= (action == A_FREE_REQUESTED) | (action == A_FREE)
     use &= sid > 0
+    bump_at = np.zeros(n, dtype=bool)
+    if profiler_like and len(allocs):
+        # a version bump carries the stack of the tensor's first allocation, not of the op
+        # that updated it (the optimizer's in-place step on gradients made in backward), so
+        # it says nothing of the phase it happens in; except for optimizer state, which
+        # only the optimizer step updates
+        _, bump = version_bumps(allocs)
+        bump_at[allocs.alloc_index[bump]] = True
+        del bump
+        use &= ~bump_at | (stack_timeline[np.maximum(sid, 0)] == P_OPTIMIZER)
     s = np.where(use, sid, 0)
     ev[:] = np.where(use, stack_timeline[s], -1)
     evm[:] = np.where(use, stack_marker[s], -1)
-    del s, use
+    del s
+    # the free(s) written just before a bump are the same update
+    bi = np.flatnonzero(bump_at & use)
+    for k in (1, 2):
+        j = bi - k
+        ok = (j >= 0) & np.isin(action[np.maximum(j, 0)], (A_FREE_REQUESTED, A_FREE))
+        ev[j[ok]] = ev[bi[ok]]
+        evm[j[ok]] = evm[bi[ok]]
+    del use, bi
 
     # annotations (time ranges)
     tus = np.asarray(trace.columns["time_us"])
@@ -172,7 +223,7 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
     # a stretch leading into a forward is the next batch being prepared, from its first
     # allocation on; the frees before that still close the previous phase
     del na
-    n_alloc = np.cumsum((action == A_ALLOC) & (sid > 0), dtype=idx.dtype)
+    n_alloc = np.cumsum((action == A_ALLOC) & (sid > 0) & ~bump_at, dtype=idx.dtype)
     after_first_alloc = n_alloc > np.where(pa >= 0, n_alloc[np.maximum(pa, 0)], 0)
     del n_alloc, pa
     lead_in = (B == P_FORWARD) & (A != P_FORWARD) & (after_first_alloc | (A < 0))

@@ -303,6 +303,37 @@ def test_groundtruth_iterations_peak_type_and_leaks(run):
         assert da.leaks == [], da.leaks
 
 
+@pytest.mark.parametrize("run", GT_RUNS)
+def test_groundtruth_phases_entry_by_entry(run):
+    """Our phase of every trace entry against the record_function markers of the recording
+    (which never reach the snapshot): iteration starts exact, phases nearly everywhere."""
+    from vramscope.classifiers.timeline import PHASE_CODE
+    t = _truth(run)
+    da = analysis(GT / f"{run}.pickle").devices[t["device"]]
+    truth = np.full(len(da.timeline.phase), -1)
+    for it in t["iteration_table"]:
+        for ph in it["phases"]:
+            truth[ph["start_index"]:ph["end_index"] + 1] = PHASE_CODE[ph["phase"]]
+    marked = truth >= 0
+    agree = float(np.mean(da.timeline.phase[marked] == truth[marked]))
+    assert agree >= 0.99, f"{run}: phase agreement {agree:.3f}"
+    assert [it["start_index"] for it in da.iterations] == [it["start_index"] for it in t["iteration_table"]]
+
+
+def test_example_has_four_iterations_with_all_phases():
+    """assets/example.pickle: 4 steps of fused AdamW, profiler-converted. The optimizer's
+    in-place updates are written as version bumps that carry the *backward* stacks of the
+    gradients they touch; they must not split or merge iterations."""
+    an = analysis(TESTS.parent / "assets" / "example.pickle")
+    its = an.devices[0].iterations
+    assert len(its) == 4
+    for it in its:
+        assert set(it["phases"]) == {"inputs", "forward", "backward", "optimizer"}
+        order = sorted(it["phases"], key=lambda p: it["phases"][p][0])
+        assert order == ["inputs", "forward", "backward", "optimizer"], it["phases"]
+        assert it["peak_type"] == "backward_start"
+
+
 def test_profiler_converted_categories_are_a_separate_fact():
     p = GT / "transformer_adamw.with_category.pickle"
     if not p.exists():
