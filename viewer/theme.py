@@ -22,7 +22,9 @@ PHASE_COLORS = {"forward": "#59A14F", "backward": "#F28E2B", "optimizer": "#B07A
 PEAK_COLOR = "#D62728"
 OOM_COLOR = "#D62728"
 LEAK_COLOR = "#E15759"
-ANNOTATION_COLOR = "#4E79A7"
+ANNOTATION_COLOR = "#4E79A7"     # the snapshot's own record_function regions
+# The user's notes: a magenta no category band uses, apart from the peak's red.
+NOTE_COLOR = "#B5179E"
 
 
 def category_color(name: str) -> QColor:

@@ -8,6 +8,7 @@ drag) cost one recompute.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
@@ -17,7 +18,8 @@ from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
 from .fmt import byte_unit, fmt_bytes, fmt_duration_us, fmt_seconds
 from .model import DeviceData, Envelope
-from .theme import (ANNOTATION_COLOR, LEAK_COLOR, OOM_COLOR, PEAK_COLOR, PHASE_COLORS, Theme,
+from .notes import first_line, note_span
+from .theme import (ANNOTATION_COLOR, LEAK_COLOR, NOTE_COLOR, OOM_COLOR, PEAK_COLOR, PHASE_COLORS, Theme,
                     category_color)
 
 
@@ -357,6 +359,139 @@ class SpansItem(_ViewSpanning):
         p.restore()
 
 
+@dataclass
+class NoteMark:
+    """One annotation placed on the timeline (data x)."""
+    id: str
+    kind: str                  # range | peak | allocation
+    x0: float
+    x1: float
+    label: str
+    tip: str
+
+
+class NotesItem(_ViewSpanning):
+    """The user's notes: ranges as translucent shaded regions with their edges, peaks and
+    allocations as dashed vertical markers, each with a numbered label near the x axis.
+
+    One item painted in device pixels, not a pyqtgraph item per note: a handful of
+    rectangles and lines per frame. Labels are laid out at paint time, left to right in
+    up to `ROWS` rows, so they never overlap at any zoom; a label that finds no room is
+    left out (its marker stays, and so does its tooltip). The rectangles painted last
+    (`hits`, in the view's pixels) answer `tooltip_at`.
+    """
+
+    ROWS = 3
+    LABEL_WIDTH = 220
+
+    def __init__(self):
+        super().__init__()
+        self.marks: list[NoteMark] = []
+        self.current: str | None = None
+        self.hits: list[tuple[QRectF, str]] = []
+        self.placed: list[str] = []            # ids whose label was drawn in the last paint
+        self.set_colors(QColor(NOTE_COLOR), QColor("#FFFFFF"), QColor("#202020"))
+        self.setZValue(12)
+
+    def set_colors(self, color: QColor, background: QColor, foreground: QColor):
+        self.color = QColor(color)
+        self.fill = QColor(color)
+        self.fill.setAlpha(26 if background.lightness() >= 128 else 20)
+        self.chip_bg = QColor(background)
+        self.chip_bg.setAlpha(235)
+        self.text_color = QColor(color).darker(135) if background.lightness() >= 128 else QColor(color).lighter(160)
+        self.update()
+
+    def set_marks(self, marks: list[NoteMark]):
+        self.marks = list(marks)
+        self.hits = []
+        self.update()
+
+    def set_current(self, ann_id: str | None):
+        self.current = ann_id
+        self.update()
+
+    def tooltip_at(self, x: float, y: float) -> str:
+        """The note under a viewport pixel (labels first, then markers and range edges)."""
+        tips = {m.id: m.tip for m in self.marks}
+        for rect, ann_id in reversed(self.hits):
+            if rect.contains(QPointF(x, y)):
+                return tips.get(ann_id, "")
+        return ""
+
+    def paint(self, p: QPainter, *args):
+        self.hits = []
+        self.placed = []
+        vr = self.viewRect()
+        if vr is None or vr.width() <= 0 or not self.marks:
+            return
+        x0, x1 = vr.left(), vr.right()
+        tr = p.transform()
+        sx, ox = tr.m11(), tr.m31()
+        dev = tr.mapRect(vr)
+        top, bottom, left, right = dev.top(), dev.bottom(), dev.left(), dev.right()
+        shown = [m for m in self.marks if m.x1 >= x0 and m.x0 <= x1]
+        if not shown:
+            return
+        p.save()
+        p.resetTransform()
+        p.setRenderHint(QPainter.RenderHint.Antialiasing, False)
+        for m in shown:
+            cur = m.id == self.current
+            a = round(m.x0 * sx + ox) + 0.5
+            if m.kind == "range":
+                b = round(m.x1 * sx + ox) + 0.5
+                ca, cb = max(a, left - 2), min(max(b, a + 1), right + 2)
+                p.fillRect(QRectF(ca, top, cb - ca, bottom - top), self.fill)
+                pen = QPen(self.color, 2 if cur else 1)
+                p.setPen(pen)
+                for e in (a, b):
+                    if left - 2 <= e <= right + 2:
+                        p.drawLine(QPointF(e, top), QPointF(e, bottom))
+                        self.hits.append((QRectF(e - 3, top, 6, bottom - top), m.id))
+            else:
+                pen = QPen(self.color, 2.5 if cur else 1.5, Qt.PenStyle.DashLine)
+                p.setPen(pen)
+                p.drawLine(QPointF(a, top), QPointF(a, bottom))
+                self.hits.append((QRectF(a - 3, top, 6, bottom - top), m.id))
+        # labels: numbered chips along the bottom, packed into rows without overlaps
+        font = p.font()
+        if font.pointSizeF() > 0:
+            font.setPointSizeF(max(7.0, font.pointSizeF() - 1))
+        p.setFont(font)
+        fm = p.fontMetrics()
+        h = fm.height() + 2
+        rows: list[list[tuple[float, float]]] = [[] for _ in range(self.ROWS)]
+        # left to right, but the note the user picked gets its place first
+        order = sorted(shown, key=lambda m: (m.id != self.current, m.x0))
+        chips = []
+        for m in order:
+            text = fm.elidedText(m.label, Qt.TextElideMode.ElideRight, self.LABEL_WIDTH)
+            w = fm.horizontalAdvance(text) + 8
+            a = m.x0 * sx + ox
+            lx = max(a, left) + 3 if m.kind == "range" else a + 4
+            if lx + w > right:                       # near the right edge: left of the mark
+                lx = (right if m.kind == "range" else min(a, right)) - w - 4
+            lx = max(lx, left + 1)
+            r = next((r for r in range(self.ROWS)
+                      if all(lx >= e + 3 or lx + w + 3 <= b for b, e in rows[r])), None)
+            if r is None:
+                continue
+            rows[r].append((lx, lx + w))
+            chips.append((QRectF(lx, bottom - 3 - (r + 1) * (h + 2), w, h), text, m))
+        p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+        for rect, text, m in chips:
+            cur = m.id == self.current
+            p.setPen(QPen(self.color, 1.5 if cur else 1))
+            p.setBrush(self.chip_bg)
+            p.drawRoundedRect(rect, 3, 3)
+            p.setPen(self.text_color)
+            p.drawText(rect.adjusted(4, 0, -4, 0), Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, text)
+            self.hits.append((rect, m.id))
+            self.placed.append(m.id)
+        p.restore()
+
+
 class GridItem(_ViewSpanning):
     """Grid lines at the axes' tick values, drawn in device pixels.
 
@@ -404,18 +539,32 @@ class GridItem(_ViewSpanning):
 
 
 class TimelineViewBox(pg.ViewBox):
-    """Wheel zooms time, left-drag draws a zoom box, middle- or shift-drag pans, click selects."""
+    """Wheel zooms time, left-drag draws a zoom box, middle- or shift-drag pans,
+    Ctrl+drag marks a time range (to annotate or export), click selects."""
 
     sigClicked = Signal(float, float)
     sigBoxZoom = Signal()
+    sigMark = Signal(float, float, bool)       # x0, x1, finished
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         self.setMouseMode(pg.ViewBox.RectMode)
         self.setMouseEnabled(x=True, y=False)
         self.setMenuEnabled(False)
+        self._marking = False
 
     def mouseDragEvent(self, ev, axis=None):
+        if ev.button() == Qt.MouseButton.LeftButton and axis is None:
+            if ev.isStart():
+                self._marking = bool(ev.modifiers() & Qt.KeyboardModifier.ControlModifier)
+            if self._marking:
+                ev.accept()
+                a = self.mapToView(ev.buttonDownPos()).x()
+                b = self.mapToView(ev.pos()).x()
+                if ev.isFinish():
+                    self._marking = False
+                self.sigMark.emit(min(a, b), max(a, b), ev.isFinish())
+                return
         pan = ev.button() == Qt.MouseButton.MiddleButton or (
             ev.button() == Qt.MouseButton.LeftButton and ev.modifiers() & Qt.KeyboardModifier.ShiftModifier)
         if pan:
@@ -450,6 +599,7 @@ class TimelineWidget(QWidget):
     clicked = Signal(int, int, float)          # row clicked (-1 none), entry index, x
     viewChanged = Signal(float, float)
     hoverLeft = Signal()
+    marked = Signal(float, float)              # a Ctrl+drag marked this x range
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -520,6 +670,15 @@ class TimelineWidget(QWidget):
         self.leak_marks.setToolTip("Leaked allocations: made every iteration, never freed")
         self.vb.addItem(self.leak_marks, ignoreBounds=True)
 
+        # the user's notes, and the range a Ctrl+drag marked (what "Annotate Range" takes)
+        self.notes = NotesItem()
+        self.vb.addItem(self.notes, ignoreBounds=True)
+        self.mark = pg.LinearRegionItem(movable=False)
+        self.mark.setZValue(4)
+        self.mark.hide()
+        self.vb.addItem(self.mark, ignoreBounds=True)
+        self._marked: tuple[float, float] | None = None
+
         self.hover_label = pg.TextItem(anchor=(0, 0))
         self.hover_label.setZValue(20)
         self.hover_label.hide()
@@ -563,6 +722,7 @@ class TimelineWidget(QWidget):
         self.vb.sigResized.connect(self._schedule_refresh)
         self.vb.sigClicked.connect(self._on_click)
         self.vb.sigBoxZoom.connect(self._on_box_zoom)
+        self.vb.sigMark.connect(self._on_mark)
         self.plot.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self._hover_timer = QTimer(self)
         self._hover_timer.setSingleShot(True)
@@ -609,6 +769,12 @@ class TimelineWidget(QWidget):
         reg = QColor(theme.accent)
         reg.setAlpha(60)
         self.ov_region.setBrush(QBrush(reg))
+        self.notes.set_colors(QColor(NOTE_COLOR), theme.background, theme.foreground)
+        mk = QColor(NOTE_COLOR)
+        mk.setAlpha(40)
+        self.mark.setBrush(QBrush(mk))
+        for ln in self.mark.lines:
+            ln.setPen(pg.mkPen(NOTE_COLOR, width=1, style=Qt.PenStyle.DashLine))
         if self.data is not None:
             self._build_static()
             self._refresh()
@@ -623,6 +789,8 @@ class TimelineWidget(QWidget):
         self.cursor_line.hide()
         self.hover_label.hide()
         self.hover_line.hide()
+        self.clear_mark()
+        self.notes.set_marks([])
         if data is None:
             for it in (self.bands, self.live_curve, self.reserved_curve, self.ov_curve):
                 it.clear()
@@ -641,6 +809,52 @@ class TimelineWidget(QWidget):
     def set_visible_categories(self, cats: list[int]):
         self.visible_categories = list(cats)
         self._refresh()
+
+    # -- notes and the marked range -------------------------------------------------------------
+    def set_notes(self, notes):
+        """Draw the user's annotations (in the store's order, numbered from 1 as in reports);
+        those on another device are left out."""
+        d = self.data
+        marks = []
+        for k, a in enumerate(notes, 1):
+            span = note_span(d, a)
+            if span is None:
+                continue
+            x0, x1 = (float(v) for v in d.x_of_index(list(span)))
+            if a.kind == "range" and span[0] < 0:
+                x0 = d.x_range[0]
+            text = first_line(a.note, 80) or a.kind
+            label = f"{k} · {text}"
+            tip = f"Note {k} ({a.where()})" + (f"\n{a.note}" if a.note else "")
+            marks.append(NoteMark(a.id, a.kind, x0, max(x0, x1), label, tip))
+        self.notes.set_marks(marks)
+
+    def set_current_note(self, ann_id: str | None):
+        self.notes.set_current(ann_id)
+
+    def _on_mark(self, x0: float, x1: float, finished: bool):
+        if self.data is None:
+            return
+        if x1 <= x0:
+            if finished:
+                self.clear_mark()
+            return
+        self.mark.setRegion((x0, x1))
+        self.mark.show()
+        if finished:
+            self._marked = (x0, x1)
+            self.marked.emit(x0, x1)
+
+    def mark_range(self, x0: float, x1: float):
+        """Mark [x0, x1] as a Ctrl+drag would."""
+        self._on_mark(min(x0, x1), max(x0, x1), True)
+
+    def clear_mark(self):
+        self._marked = None
+        self.mark.hide()
+
+    def marked_range(self) -> tuple[float, float] | None:
+        return self._marked
 
     def _clear_markers(self):
         for ln in self.marker_lines:
@@ -855,6 +1069,11 @@ class TimelineWidget(QWidget):
         if self.data is None or not self.vb.sceneBoundingRect().contains(pos):
             self.hide_hover()
             return
+        if self.notes.marks:
+            vp = self.plot.mapFromScene(pos)
+            tip = self.notes.tooltip_at(vp.x(), vp.y())
+            if tip != self.notes.toolTip():
+                self.notes.setToolTip(tip)
         self._hover_pos = self.vb.mapSceneToView(pos)
         self._hover_timer.start()
 

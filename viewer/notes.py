@@ -1,0 +1,237 @@
+"""The user's annotations in the viewer: where a note sits on the timeline, and the panel listing them.
+
+The notes themselves live in `vramscope.annotations.AnnotationStore` (Qt-free, undo,
+atomic autosave); this module only maps them onto a device's trace and shows them.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QToolButton, QTreeWidget,
+                               QTreeWidgetItem, QVBoxLayout, QWidget)
+
+from .model import DeviceData
+
+
+def _index_of_us(d: DeviceData, us: int, side: str) -> int:
+    return int(np.searchsorted(d.tkey, int(us), side=side))
+
+
+def note_span(d: DeviceData | None, ann) -> tuple[int, int] | None:
+    """(first, last) trace entries a note is attached to on the shown device, or None
+    when it belongs to another device or cannot be placed (a range with neither
+    entries nor times, times on a trace without them)."""
+    if d is None or (ann.device is not None and ann.device != d.device):
+        return None
+    last_entry = max(d.n - 1, 0)
+
+    def clip(i):
+        return int(min(max(int(i), -1), last_entry))
+    if ann.kind == "range":
+        if ann.start_index is not None and ann.end_index is not None:
+            a, b = sorted((clip(ann.start_index), clip(ann.end_index)))
+            return a, b
+        if ann.start_us is not None and ann.end_us is not None and d.tkey is not None and d.n:
+            a = _index_of_us(d, min(ann.start_us, ann.end_us), "left")
+            b = _index_of_us(d, max(ann.start_us, ann.end_us), "right") - 1
+            return clip(a), clip(max(a, b))
+        return None
+    if ann.kind == "peak":
+        if ann.index is not None:
+            i = ann.index
+        elif ann.time_us is not None and d.tkey is not None and d.n:
+            i = _index_of_us(d, ann.time_us, "left")
+        else:
+            i = d.peak_index
+        return clip(i), clip(i)
+    if ann.alloc_index is not None:
+        i = clip(ann.alloc_index)
+        return i, i
+    row = note_row(d, ann)
+    if row >= 0:
+        i = clip(int(d.alloc_index[row]))
+        return i, i
+    return None
+
+
+def note_row(d: DeviceData | None, ann) -> int:
+    """The allocation row an 'allocation' note points at (-1: none on this device)."""
+    if d is None or ann.kind != "allocation" or (ann.device is not None and ann.device != d.device):
+        return -1
+    addr = np.asarray(d.allocs.addr)
+    if ann.alloc_index is not None and ann.alloc_index >= 0:
+        row = d.row_of_alloc_event(ann.alloc_index)
+        if row >= 0 and (ann.addr is None or int(addr[row]) == ann.addr):
+            return row
+        return -1
+    if ann.addr is None:
+        return -1
+    # live before the trace began: the pre-existing block at that address
+    hit = np.flatnonzero((addr == ann.addr) & (d.alloc_index < 0))
+    if not len(hit) and ann.alloc_index is None:
+        hit = np.flatnonzero(addr == ann.addr)
+    return int(hit[0]) if len(hit) else -1
+
+
+def first_line(text: str, limit: int = 60) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
+def home_short(path: str) -> str:
+    home = os.path.expanduser("~")
+    if home and home != os.sep and (path == home or path.startswith(home + os.sep)):
+        return "~" + path[len(home):]
+    return path
+
+
+def location_notice(store, short: bool = False) -> str | None:
+    """A sentence saying where the notes go when that is not next to the snapshot
+    (`short`: the folder rather than the file, for the status bar)."""
+    if store is None or store.path == store.next_to_snapshot:
+        return None
+    folder = os.path.dirname(store.snapshot_path)
+    where = home_short(os.path.dirname(store.path) if short else store.path)
+    return f"Notes are saved to {where} because {home_short(folder)} is read-only."
+
+
+class ActionButton(QToolButton):
+    """A short-labelled button for a window action (its tooltip and enabled state follow
+    the action's; `setDefaultAction` would take the action's long menu text too)."""
+
+    def __init__(self, action, text: str, parent=None):
+        super().__init__(parent)
+        self.action_ = action
+        self.setText(text)
+        self.setAutoRaise(False)
+        self.clicked.connect(self._trigger)
+        action.changed.connect(self._sync)
+        self._sync()
+
+    def _trigger(self):
+        if self.action_.isEnabled():
+            self.action_.trigger()
+
+    def _sync(self):
+        self.setEnabled(self.action_.isEnabled())
+        self.setToolTip(self.action_.toolTip())
+
+
+class NotesPanel(QWidget):
+    """The annotations of the open snapshot: what each is attached to and its note.
+
+    Click a note to go there on the timeline; double-click (or F2) to edit it; Delete removes it."""
+
+    activated = Signal(str)          # annotation id: go there
+    editRequested = Signal(str)      # annotation id: edit its note
+
+    COLUMNS = ("#", "On", "Note")
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.notice = QLabel(self)
+        self.notice.setWordWrap(True)
+        self.notice.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.notice.setObjectName("notes_notice")
+        self.notice.hide()
+        self.hint = QLabel(self)
+        self.hint.setWordWrap(True)
+        self.tree = QTreeWidget(self)
+        self.tree.setColumnCount(len(self.COLUMNS))
+        self.tree.setHeaderLabels(list(self.COLUMNS))
+        self.tree.setRootIsDecorated(False)
+        self.tree.setUniformRowHeights(True)
+        self.tree.setAllColumnsShowFocus(True)
+        self.tree.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.tree.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        hdr = self.tree.header()
+        hdr.setStretchLastSection(True)
+        hdr.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        hdr.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        self.tree.setToolTip("Click a note to show it on the timeline; double-click or F2 to edit it, "
+                             "Delete to remove it (Ctrl+Z undoes)")
+        self.tree.itemClicked.connect(self._on_clicked)
+        self.tree.itemDoubleClicked.connect(self._on_double)
+        self.tree.itemActivated.connect(self._on_clicked)
+        self.buttons = QHBoxLayout()
+        self.buttons.setContentsMargins(0, 0, 0, 0)
+        self.buttons.setSpacing(2)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(6, 6, 6, 6)
+        lay.addWidget(self.notice)
+        lay.addLayout(self.buttons)
+        lay.addWidget(self.tree, 1)
+        lay.addWidget(self.hint)
+        self._ids: list[str] = []
+        self.set_notes([], None)
+
+    def add_button(self, action, text: str) -> "ActionButton":
+        b = ActionButton(action, text, self)
+        self.buttons.addWidget(b)
+        return b
+
+    def finish_buttons(self):
+        self.buttons.addStretch(1)
+
+    def set_notice(self, text: str | None):
+        self.notice.setText(text or "")
+        self.notice.setVisible(bool(text))
+
+    def set_notes(self, notes, data: DeviceData | None):
+        """Fill the list from the store's annotations (numbered as in reports)."""
+        cur = self.current_id()
+        self.tree.clear()
+        self._ids = []
+        for k, a in enumerate(notes, 1):
+            it = QTreeWidgetItem([str(k), a.where(), first_line(a.note) or f"({a.kind})"])
+            it.setData(0, Qt.ItemDataRole.UserRole, a.id)
+            tip = f"{a.where()}\n\n{a.note}" if a.note else a.where()
+            for c in range(3):
+                it.setToolTip(c, tip)
+            it.setTextAlignment(0, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            if data is not None and note_span(data, a) is None:
+                # on another device: listed (it can be edited, deleted), greyed, not drawn
+                muted = self.palette().color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Text)
+                for c in range(3):
+                    it.setForeground(c, muted)
+                    it.setToolTip(c, tip + "\n\n(not on the device shown)")
+            self.tree.addTopLevelItem(it)
+            self._ids.append(a.id)
+        if cur in self._ids:
+            self.select(cur)
+        n = len(self._ids)
+        self.hint.setText("" if n else "<i>No notes yet. Mark a range with Ctrl+drag on the timeline and press "
+                                       "<b>A</b>, or annotate the peak (<b>Shift+P</b>) or the selected "
+                                       "allocation (<b>Shift+A</b>).</i>")
+        self.hint.setVisible(not n)
+
+    def count(self) -> int:
+        return len(self._ids)
+
+    def item(self, k: int) -> QTreeWidgetItem:
+        return self.tree.topLevelItem(k)
+
+    def current_id(self) -> str | None:
+        it = self.tree.currentItem()
+        return it.data(0, Qt.ItemDataRole.UserRole) if it is not None else None
+
+    def select(self, ann_id: str | None):
+        if ann_id in self._ids:
+            it = self.tree.topLevelItem(self._ids.index(ann_id))
+            self.tree.setCurrentItem(it)
+            self.tree.scrollToItem(it)
+        else:
+            self.tree.setCurrentItem(None)
+
+    def _on_clicked(self, item, _col=0):
+        ann_id = item.data(0, Qt.ItemDataRole.UserRole)
+        if ann_id:
+            self.activated.emit(ann_id)
+
+    def _on_double(self, item, _col=0):
+        ann_id = item.data(0, Qt.ItemDataRole.UserRole)
+        if ann_id:
+            self.editRequested.emit(ann_id)
