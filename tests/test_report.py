@@ -142,3 +142,21 @@ def test_cli_report(tmp_path, capsys):
     printed = capsys.readouterr().out.split()
     assert {os.path.basename(p) for p in printed} == {"report.md", "analysis.json", "timeline.png"}
     assert main(["report", EXAMPLE, "-o", str(out), "--device", "9"]) == 2
+
+
+def test_png_draws_every_category_band(tmp_path):
+    """Each category present is filled in the plot, the lowest one (weights) included:
+    count the pixels of its colour well beyond its legend square."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtGui import QColor, QImage
+
+    from vramscope.report import CATEGORY_COLORS, render_timeline
+    an = analyze(open_snapshot(str(REPO / "assets" / "example.pickle"), use_cache=False))
+    path = render_timeline(an, 0, str(tmp_path / "t.png"))
+    img = QImage(path).convertToFormat(QImage.Format.Format_RGB32)
+    import numpy as np
+    px = np.frombuffer(img.constBits(), dtype=np.uint32, count=img.width() * img.height())
+    for cat in ("weights", "optimizer", "gradients", "activations"):
+        rgb = QColor(CATEGORY_COLORS[cat]).rgb() & 0xFFFFFF
+        n = int(np.count_nonzero((px & 0xFFFFFF) == rgb))
+        assert n > 3000, f"{cat}: {n} pixels of its colour"

@@ -509,7 +509,9 @@ def render_timeline(an, dev: int, path: str, annotations=(), width: int = 1200, 
     present = [k for k in order if per_cat[:, k].max() > 0]
     keys = []
     base = np.zeros(len(xs))
-    prev = pg.PlotDataItem(xs, base, pen=None)
+    # the baseline needs a (transparent) pen too: with pen=None pyqtgraph builds no curve
+    # path and FillBetweenItem draws nothing for the lowest category
+    prev = pg.PlotDataItem(xs, base, pen=pg.mkPen(QtGui.QColor(0, 0, 0, 0)))
     pi.addItem(prev)
     for k in present:
         top = base + per_cat[:, k]
@@ -615,9 +617,23 @@ def render_timeline(an, dev: int, path: str, annotations=(), width: int = 1200, 
 
 
 def _grab(pw, app):
+    """Render the widget into an image of its own size at 1 device pixel per pixel: never
+    mapped on a real screen (Export Report from the viewer must not flash a window) and
+    the same PNG on a HiDPI display as offscreen."""
+    from PySide6 import QtCore, QtGui
+    pw.setAttribute(QtCore.Qt.WidgetAttribute.WA_DontShowOnScreen, True)
     pw.show()
     app.processEvents()
-    img = pw.grab().toImage()
+    img = QtGui.QImage(pw.size(), QtGui.QImage.Format.Format_RGB32)
+    img.setDevicePixelRatio(1.0)
+    img.fill(QtGui.QColor("white"))
+    painter = QtGui.QPainter(img)
+    try:
+        painter.setRenderHint(QtGui.QPainter.RenderHint.Antialiasing, True)
+        pw.render(painter)
+    finally:
+        painter.end()
+    pw.hide()
     return img
 
 
