@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from ..parsers.tables import A_OOM
+from ..units import fmt_bytes
 from .rules import CATEGORIES
 from .timeline import P_BACKWARD, P_FORWARD, P_INPUTS, P_NONE, P_OPTIMIZER
 
@@ -292,8 +293,8 @@ def _suggest(req, dev_free, frag, byc, expandable, phase):
     total = sum(byc.values()) or 1
     share = {k: v / total for k, v in byc.items()}
     if frag is not None and frag >= req and not expandable:
-        tips.append(f"fragmentation: {frag:,} B are reserved but unallocated, more than the {req:,} B "
-                    "requested; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+        tips.append(f"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (fragmentation: "
+                    f"{fmt_bytes(frag)} reserved but unallocated, more than the {fmt_bytes(req)} requested)")
     act = share.get("activations", 0) + share.get("autograd", 0)
     order = sorted(share.items(), key=lambda kv: -kv[1])
     for cat, _ in order:

@@ -211,7 +211,7 @@ GOLDEN = r'''
    "category_bytes": {"activations": 17985916932, "autograd": 2440560640, "gradients": 4194304, "inputs": 319488, "optimizer": 2129920, "quantization": 6931349504, "weights": 528556032},
    "iterations": [[192, 985, {"backward": [515, 921], "forward": [195, 514], "inputs": [192, 194], "optimizer": [922, 985]}, 1, 515, "oom"], [986, 1331, {"forward": [1027, 1331], "inputs": [986, 1026]}, 1, 1330, "oom"]],
    "leaks": [],
-   "ooms": [[1331, 1048576000, 542380800, 1454563328, {"activations": 8516829184, "inputs": 196608, "optimizer": 2129920, "quantization": 455344128, "weights": 528556032}, "fragmentation: 1,454,563,328 B are reserved but unallocated, more than the 1,048,576,000 B requested; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"]],
+   "ooms": [[1331, 1048576000, 542380800, 1454563328, {"activations": 8516829184, "inputs": 196608, "optimizer": 2129920, "quantization": 455344128, "weights": 528556032}, "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (fragmentation: 1.35 GiB reserved but unallocated, more than the 1000.0 MiB requested)"]],
    "peak": {"by_category": {"activations": 8516829184, "inputs": 196608, "optimizer": 2129920, "quantization": 455344128, "weights": 528556032}, "bytes": 9503055872, "index": 1330, "iteration": 1, "phase": "forward", "type": "oom"},
    "peak_top3": [[524288000, "activations", "activations.forward"], [262144000, "weights", "weights.load"], [262144000, "weights", "weights.load"]],
    "rules": {"activations.forward": 247, "autograd.backward": 30, "gradients.backward": 16, "inputs.frames": 6, "optimizer.state": 64, "quantization.frames": 168, "weights.load": 27}
