@@ -3,7 +3,7 @@ installs into a fresh virtual environment where `vramscope summary` runs.
 
 The wheel is built from a copy of the checkout (so the test never writes
 build/ or *.egg-info into the working tree), with no build isolation when the
-declared build backend (setuptools>=69) is importable here (fast, offline),
+declared build backend (setuptools>=77) is importable here (fast, offline),
 else with a current setuptools that pip fetches into a private folder. The fresh venv reuses the already
 installed dependencies through a .pth file (so PySide6 is not downloaded
 again), but the wheel itself is installed with --no-deps --no-index and the
@@ -56,16 +56,13 @@ _COPY_IGNORE = shutil.ignore_patterns(
 
 
 def _backend_here() -> bool:
-    """True when setuptools (as pyproject's build-system asks, >=69) can build a wheel in this interpreter."""
+    """True when setuptools (as pyproject's build-system asks, >=77: SPDX `license`) can build a wheel here."""
     try:
         import setuptools
     except ImportError:
         return False
     ver = tuple(int(x) for x in re.findall(r"\d+", setuptools.__version__)[:2])
-    if ver < (69, 0):
-        return False
-    # setuptools < 70.1 still needs the separate `wheel` package for bdist_wheel
-    return ver >= (70, 1) or importlib.util.find_spec("wheel") is not None
+    return ver >= (77, 0)
 
 
 def _run(cmd, cwd, timeout=300, env=None):
@@ -88,7 +85,7 @@ def built(tmp_path_factory):
         # current one into a private folder (what an isolated build would do)
         backend = base / "backend"
         _run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target", backend,
-              "setuptools>=70.1"], cwd=base)
+              "setuptools>=77"], cwd=base)
         env["PYTHONPATH"] = str(backend)
     for hook in ("build_wheel", "build_sdist"):  # one process each: the hooks keep global state
         code = f"import sys; from setuptools import build_meta as b; print(b.{hook}(sys.argv[1]))"
@@ -131,6 +128,9 @@ def test_wheel_contents(built):
     assert not [r for r in hard if r.lower().startswith("torch")], hard
     for dep in ("numpy", "orjson", "platformdirs", "pyside6", "pyqtgraph"):
         assert any(r.lower().startswith(dep) for r in hard), (dep, hard)
+    # an SPDX licence expression and the licence text
+    assert re.search(r"^License-Expression: BSD-3-Clause$", meta, re.M), meta[:800]
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     # a pure-Python wheel
     assert wheel.name.endswith("-py3-none-any.whl")
 
