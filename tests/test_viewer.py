@@ -18,6 +18,7 @@ from test_viewer_model import write_snapshot  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = str(REPO / "assets" / "example.pickle")
+DATA = REPO / "tests" / "data"
 SHARED = REPO.parent / "shared" / "snapshots"
 LOAD_TIMEOUT = 60_000
 
@@ -350,3 +351,17 @@ def test_keyboard_shortcuts_reach_the_window(qt, window):
     assert a2 > a and b2 - a2 == pytest.approx(b - a)
     qt.keyClick(window.timeline.plot, Qt.Key.Key_Home)
     assert window.timeline.x_span() == pytest.approx(d.x_range, abs=d.x_range[1] * 0.02)
+
+
+def test_stack_of_a_block_from_before_the_trace_says_it_is_the_free_site(qt, window):
+    """torch's traces record the stack of the free on free entries: a block allocated
+    before recording and freed during it has only that one, and the panel says so."""
+    d = open_and_wait(qt, window, str(DATA / "qlora_4bit.pickle"))
+    a = d.allocs
+    rows = np.flatnonzero((np.asarray(a.alloc_index) < 0) & (np.asarray(a.free_index) >= 0))
+    assert len(rows) == 1
+    window.select_row(int(rows[0]))
+    assert window.stack_panel.stack_text().startswith("where it was freed (allocated before the trace began)")
+    # an ordinary allocation has no such line
+    window.select_row(int(np.flatnonzero(np.asarray(a.alloc_index) >= 0)[0]))
+    assert "where it was freed" not in window.stack_panel.stack_text()

@@ -119,6 +119,9 @@ class StackPanel(QWidget):
                 lines.append(f"{text}{where}")
         if not lines:
             lines = ["<i>no stack recorded for this allocation</i>"]
+        elif ai < 0 and fi >= 0 and d.da.timeline is not None and not d.da.timeline.frees_carry_alloc_frames:
+            # allocated before the trace began: the only stack recorded is its free's
+            lines.insert(0, f"<i style='color:{muted}'>where it was freed (allocated before the trace began)</i>")
         if hidden:
             lines.append(f"<i style='color:{muted}'>{hidden} {what} frames hidden</i>")
         self.frames.setHtml("<div style='font-family:monospace; white-space:pre'>" + "<br>".join(lines) + "</div>")

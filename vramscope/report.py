@@ -144,6 +144,14 @@ def _tidy_path(path: str) -> str:
 
 # -- figures ---------------------------------------------------------------------------
 
+def _frees_have_own_frames(da) -> bool:
+    """Whether free entries carry the stack of the free, not of the allocation (torch's
+    CUDA traces by default): then a block allocated before the trace and freed in it only
+    has the stack of its free."""
+    tl = getattr(da, "timeline", None)
+    return tl is not None and not tl.frees_carry_alloc_frames
+
+
 def _cat_names():
     from .classifiers import CATEGORIES
     return CATEGORIES
@@ -302,6 +310,8 @@ def _markdown(an, devs, anns, ann_warnings, redact_paths, limits, png_name) -> s
                 fi = [int(a.free_index[x]) for x in rows]
                 if len(rows) == 1:
                     born = "live before the trace began" if ai[0] < 0 else f"allocated at entry {ai[0]:,}"
+                    if ai[0] < 0 and fi[0] >= 0 and _frees_have_own_frames(da):
+                        born += " (the stack is where it was freed)"
                     dies = "never freed" if fi[0] < 0 else f"freed at entry {fi[0]:,}"
                     size = f"**{fmt_bytes(a.size[r])}**"
                 else:
