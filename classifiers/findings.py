@@ -141,7 +141,9 @@ def _backward_kind(da, index: int) -> str:
     s1 = int(np.searchsorted(t.segment, seg, side="right")) - 1
     a = da.allocs
     order, sorted_fi = _free_order(da)
-    lo, hi = np.searchsorted(sorted_fi, [s0, s1 + 1])
+    # keys in the column's own dtype: int64 keys would make numpy copy the int32 column
+    # (millions of rows) on every call, 1 ms a peak at 10^7 events
+    lo, hi = np.searchsorted(sorted_fi, np.array([s0, s1 + 1], dtype=sorted_fi.dtype))
     rows = order[lo:hi]                      # rows freed inside this backward run
     fi = a.free_index[rows]
     ai = a.alloc_index[rows]
