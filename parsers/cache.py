@@ -144,10 +144,11 @@ def _parse(path, st, root, entry, progress):
 def read_artifact(snap: Snapshot, name: str) -> bytes | None:
     """A derived result stored beside the snapshot's cached columns (e.g. an analysis),
     or None. `name` must already encode everything the result depends on."""
-    if not snap.cache_entry or "/" in name or name.startswith("."):
+    path = _artifact_path(snap, name)
+    if path is None:
         return None
     try:
-        with open(os.path.join(snap.cache_entry, "art-" + name), "rb") as fh:
+        with open(path, "rb") as fh:
             return fh.read()
     except OSError:
         return None
@@ -155,9 +156,10 @@ def read_artifact(snap: Snapshot, name: str) -> bytes | None:
 
 def write_artifact(snap: Snapshot, name: str, data: bytes) -> bool:
     """Store `data` atomically beside the cached columns; False when there is no cache."""
-    if not snap.cache_entry or "/" in name or name.startswith("."):
+    path = _artifact_path(snap, name)
+    if path is None:
         return False
-    path = os.path.join(snap.cache_entry, "art-" + name)
+    tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=".art-", dir=snap.cache_entry)
         with os.fdopen(fd, "wb") as fh:
@@ -165,7 +167,82 @@ def write_artifact(snap: Snapshot, name: str, data: bytes) -> bool:
         os.replace(tmp, path)
         return True
     except OSError:
+        if tmp is not None:
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
         return False
+
+
+def _artifact_path(snap: Snapshot, name: str) -> str | None:
+    if not snap.cache_entry or "/" in name or os.sep in name or name.startswith("."):
+        return None
+    return os.path.join(snap.cache_entry, "art-" + name)
+
+
+def write_artifact_array(snap: Snapshot, name: str, arr: np.ndarray) -> bool:
+    """Store one array as an .npy beside the cached columns, atomically (a temporary file
+    renamed into place); False when there is no cache or it cannot be written. Written
+    straight from the array: no copy of it in memory."""
+    path = _artifact_path(snap, name)
+    if path is None:
+        return False
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".art-", dir=snap.cache_entry)
+        with os.fdopen(fd, "wb") as fh:
+            np.save(fh, np.ascontiguousarray(arr), allow_pickle=False)
+        os.replace(tmp, path)
+        return True
+    except (OSError, ValueError):
+        if tmp is not None:
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+        return False
+
+
+def map_artifact_array(snap: Snapshot, name: str) -> np.ndarray | None:
+    """An array stored by `write_artifact_array`, memory-mapped read-only, or None (no
+    cache, missing). A damaged file raises ValueError or OSError: callers decide."""
+    path = _artifact_path(snap, name)
+    if path is None or not os.path.exists(path):
+        return None
+    arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    if arr.size == 0:                    # nothing to map: a plain (empty) array
+        arr = np.zeros(arr.shape, dtype=arr.dtype)
+    return arr
+
+
+def artifact_names(snap: Snapshot) -> list[str]:
+    """Names of the artifacts stored for this snapshot (without the 'art-' prefix)."""
+    if not snap.cache_entry:
+        return []
+    try:
+        return sorted(n[4:] for n in os.listdir(snap.cache_entry) if n.startswith("art-"))
+    except OSError:
+        return []
+
+
+def prune_artifacts(snap: Snapshot, drop) -> None:
+    """Delete the artifacts whose name `drop(name)` is true (a reader that mapped one
+    keeps its pages on POSIX), and temporary files that a crash left behind."""
+    if not snap.cache_entry:
+        return
+    import time
+    try:
+        for n in os.listdir(snap.cache_entry):
+            p = os.path.join(snap.cache_entry, n)
+            try:
+                if (n.startswith("art-") and drop(n[4:])) or \
+                        (n.startswith(".art-") and os.path.getmtime(p) < time.time() - 3600):
+                    os.remove(p)
+            except OSError:
+                pass
+    except OSError:
+        pass
 
 
 def _prune(root: str, keep: str) -> None:
