@@ -1,6 +1,6 @@
 """The one query API behind the viewer and the command line.
 
-    an = analyze(snap, progress=None, rules_path=None)   # -> Analysis
+    an = analyze(snap, progress=None, rules_path=None, rules=None, use_cache=True)   # -> Analysis
     da = an.devices[dev]                                  # -> DeviceAnalysis
 
 `analyze` classifies every allocation (rules in classifiers/rules.toml, user rules from
@@ -32,7 +32,9 @@ DeviceAnalysis (one per device with data):
              fragmentation_bytes, by_category, phase, suggestion, suggestions}]
 
 Analysis: snapshot, devices, rule_names (index 0 "none"), rule_why (the rule's
-explanation, same indexing), rules (the RuleSet used), facts (per-stack facts).
+explanation, same indexing), rules (the RuleSet used), facts (per-stack facts),
+from_cache (the device results came from the snapshot's cache entry: its arrays are
+read-only memory maps there; see classifiers/cache.py).
 Peak types: PEAK_TYPES (DESIGN.md §4); phase names: PHASE_NAMES.
 
 Helpers for the viewer (all vectorized):
@@ -52,7 +54,7 @@ import numpy as np
 
 from ..parsers import Allocations, LiveModel, Progress, Snapshot, allocations, live_model
 from ..parsers.tables import A_ALLOC
-from . import findings
+from . import cache, findings
 from .engine import SnapshotFacts, classify_device, stack_pass
 from .rules import CATEGORIES, RuleSet, load_rules
 from .timeline import PHASE_NAMES, Timeline
@@ -89,6 +91,7 @@ class Analysis:
     rule_names: list
     rules: RuleSet | None = None
     facts: SnapshotFacts | None = None
+    from_cache: bool = False             # the results were read from the snapshot's cache entry
 
     @property
     def rule_why(self) -> list:
@@ -98,22 +101,35 @@ class Analysis:
 
 
 def analyze(snap: Snapshot, progress: Progress | None = None, rules_path=None,
-            rules: RuleSet | None = None) -> Analysis:
-    """Classify and analyze every device of `snap` (see the module docstring)."""
+            rules: RuleSet | None = None, use_cache: bool = True) -> Analysis:
+    """Classify and analyze every device of `snap` (see the module docstring).
+
+    When `snap` came from the column cache (`snap.cache_entry`) and `use_cache` is true,
+    the results are read from, or stored into, that cache entry (classifiers/cache.py),
+    keyed by our code and the rules: identical to a fresh analysis, without its cost."""
+    explicit = rules
     rules = rules or load_rules(rules_path)
     devs = list(snap.devices)
     if progress is not None:
         progress.start("Analyzing", max(1, len(devs)) + 1)
     facts = stack_pass(snap, rules)
     rule_names = ["none"] + [r.id for r in rules.rules]
-    devices = {}
-    for k, dev in enumerate(devs):
-        if progress is not None:
-            progress.update(k + 1)
-        devices[dev] = _analyze_device(snap, dev, facts, rules, rule_names)
+    fp = None
+    if use_cache and snap.cache_entry:
+        fp = cache.analysis_fingerprint(rules_path, explicit)
+    devices = cache.load(snap, fp, rule_names) if fp else None
+    from_cache = devices is not None
+    if devices is None:
+        devices = {}
+        for k, dev in enumerate(devs):
+            if progress is not None:
+                progress.update(k + 1)
+            devices[dev] = _analyze_device(snap, dev, facts, rules, rule_names)
+        if fp:
+            cache.save(snap, fp, devices, rule_names)
     if progress is not None:
         progress.finish()
-    return Analysis(snap, devices, rule_names, rules, facts)
+    return Analysis(snap, devices, rule_names, rules, facts, from_cache=from_cache)
 
 
 def _analyze_device(snap, dev, facts, rules, rule_names) -> DeviceAnalysis:

@@ -93,34 +93,15 @@ def _check_device(an, device):
         raise UsageError(f"no device {device} in {an.snapshot.path} (devices with data: {devs})")
 
 
-def _analysis_fingerprint(rules=None) -> str:
-    """What an analysis depends on besides the snapshot: our version, the classifier's
-    code and the rules files in effect (shipped and the user's)."""
-    import zlib
-    from pathlib import Path
-
-    from . import __version__
-    from .classifiers.rules import user_rules_path
-    parts = [__version__.encode()]
-    pkg = Path(__file__).resolve().parent.parent / "classifiers"
-    import vramscope.classifiers as cl
-    for folder in {Path(p) for p in cl.__path__} | ({pkg} if pkg.is_dir() else set()):
-        for f in sorted(folder.glob("*")):
-            if f.suffix in (".py", ".toml", ".json"):
-                parts += [f.name.encode(), f.read_bytes()]
-    user = user_rules_path(rules)
-    if user is not None and user.is_file():
-        parts += [str(user).encode(), user.read_bytes()]
-    blob = b"\0".join(parts)
-    return f"{zlib.crc32(blob):08x}{zlib.adler32(blob):08x}{len(blob):x}"
-
-
 def cmd_summary(args) -> int:
     import orjson
     from .classifiers import analyze, summary_dict
+    from .classifiers.cache import analysis_fingerprint
     from .parsers.cache import read_artifact, write_artifact
     snap = _open(args.file, args.no_cache)
-    name = f"summary-{_analysis_fingerprint(args.rules)}.json"
+    # the same key as the analysis cached beside the columns: our version, the code of
+    # the classifiers and parsers, and the rules files in effect
+    name = f"summary-{analysis_fingerprint(args.rules)}.json"
     summary = None
     cached = read_artifact(snap, name)
     if cached:

@@ -1,0 +1,309 @@
+"""The analysis of a snapshot, kept beside its cached columns, so that a reopen skips it.
+
+`analyze` is deterministic in (the snapshot, our code, the rules), so its results are
+stored as artifacts of the snapshot's column-cache entry (parsers/cache.py) under a key
+that changes with any of those: the entry itself is keyed by the file's identity, and
+`analysis_fingerprint` by our version, the source of the classifiers and parsers, and
+the rules in effect (the shipped files and the user's file, or the content of a RuleSet
+passed in). In the entry:
+
+  art-an-<fp>-d<dev>-<array>.npy  one per large array (live bytes per entry, the phase,
+                                   segment and iteration of every entry, every column of
+                                   the allocation rows and their category, rule, chain and
+                                   phase): memory-mapped read-only on reopen, so a reopen
+                                   reads only the pages it uses, and they are file pages
+                                   that the OS can drop under pressure (DESIGN.md §7)
+  art-an-<fp>.json                 the manifest, written last: each array's dtype and
+                                   length, and the small results (live-memory scalars,
+                                   iterations, peak, leaks, OOMs) as JSON
+
+A save keeps the analysis under one other key besides its own (the command line with
+--rules and the viewer may take turns on one file) and drops older ones.
+
+Every file is written to a temporary name and renamed into place, and a manifest only
+names arrays already written, so a reader sees a complete analysis or none. Anything
+that does not match on reading (format, fingerprint, rule names, devices, lengths,
+dtypes, value ranges, unreadable or truncated files, bad JSON) makes `load` return None,
+and the caller analyses afresh and stores again; a cache that cannot be written costs
+nothing but the time. No Qt here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import zlib
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from ..parsers import Allocations, LiveModel
+from ..parsers.cache import (artifact_names, map_artifact_array, prune_artifacts, read_artifact, write_artifact,
+                             write_artifact_array)
+from .rules import CATEGORIES, user_rules_path
+from .timeline import PHASE_NAMES, Timeline
+
+FORMAT = 1
+PREFIX = "an-"
+KEEP = 2                  # analyses kept per snapshot (under different keys)
+
+# array -> (where it lives, expected length: "n" trace entries, "rows" allocation rows, None any)
+_ARRAYS = {
+    "live_after": ("live", "live_after", "n"),
+    "reserved_change_index": ("live", "reserved_change_index", None),
+    "reserved_change_value": ("live", "reserved_change_value", None),
+    "alloc_index": ("allocs", "alloc_index", "rows"),
+    "free_index": ("allocs", "free_index", "rows"),
+    "addr": ("allocs", "addr", "rows"),
+    "size": ("allocs", "size", "rows"),
+    "stack": ("allocs", "stack", "rows"),
+    "alloc_us": ("allocs", "alloc_us", "rows"),
+    "free_us": ("allocs", "free_us", "rows"),
+    "category": ("da", "category", "rows"),
+    "rule": ("da", "rule", "rows"),
+    "chain_root": ("da", "chain_root", "rows"),
+    "chain_last": ("da", "chain_last", "rows"),
+    "row_phase": ("da", "row_phase", "rows"),
+    "torch_category": ("da", "torch_category", "rows"),
+    "oom_indices": ("da", "oom_indices", None),
+    "phase": ("timeline", "phase", "n"),
+    "segment": ("timeline", "segment", "n"),
+    "iteration": ("timeline", "iteration", "n"),
+}
+_LIVE_SCALARS = ("start_bytes", "end_bytes", "peak_bytes", "peak_index", "reserved_start", "reserved_end",
+                 "reserved_peak")
+
+
+# -- the key -----------------------------------------------------------------------------
+def _code_files() -> list[Path]:
+    """The sources an analysis depends on: classifiers (with the shipped rules), parsers
+    (live memory and allocation rows are computed there) and units (OOM texts)."""
+    from .. import classifiers, parsers
+    files = []
+    for pkg in (classifiers, parsers):
+        for folder in sorted({str(Path(p).resolve()) for p in pkg.__path__}):
+            files += sorted(f for f in Path(folder).glob("*") if f.suffix in (".py", ".toml", ".json"))
+    units = Path(__file__).resolve().parent.parent / "units.py"
+    try:
+        from .. import units as units_mod
+        units = Path(units_mod.__file__).resolve()
+    except (ImportError, AttributeError, TypeError):
+        pass
+    files.append(units)
+    return files
+
+
+def _canonical(x):
+    """A plain, complete, ordered description of a RuleSet's content (TypeError if it holds
+    anything we cannot describe faithfully)."""
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    if isinstance(x, re.Pattern):
+        return ("re", x.pattern, x.flags)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return (type(x).__name__, tuple((f.name, _canonical(getattr(x, f.name))) for f in dataclasses.fields(x)))
+    if isinstance(x, (list, tuple)):
+        return tuple(_canonical(v) for v in x)
+    if isinstance(x, dict):
+        return ("dict", tuple(sorted(((repr(_canonical(k)), _canonical(v)) for k, v in x.items()),
+                                     key=lambda kv: kv[0])))
+    raise TypeError(f"cannot fingerprint a {type(x).__name__}")
+
+
+def analysis_fingerprint(rules_path=None, rules=None) -> str | None:
+    """What an analysis depends on besides the snapshot: our version, the code of the
+    classifiers and parsers, and the rules: the files in effect for `load_rules(rules_path)`
+    (shipped and the user's), or, when a RuleSet `rules` is given, its content. None when
+    a RuleSet holds something that cannot be fingerprinted (then nothing is cached)."""
+    from .. import __version__
+    parts = [b"vramscope-analysis", __version__.encode()]
+    for f in _code_files():
+        try:
+            parts += [f.name.encode(), f.read_bytes()]
+        except OSError:
+            parts += [f.name.encode(), b"\0unreadable"]
+    if rules is not None:
+        try:
+            parts += [b"ruleset", repr(_canonical(rules)).encode()]
+        except (TypeError, RecursionError):
+            return None
+    else:
+        user = user_rules_path(rules_path)
+        if user is not None and user.is_file():
+            try:
+                parts += [str(user).encode(), user.read_bytes()]
+            except OSError:
+                parts += [str(user).encode(), b"\0unreadable"]
+    blob = b"\0".join(parts)
+    return f"{zlib.crc32(blob):08x}{zlib.adler32(blob):08x}{len(blob):x}"
+
+
+def _manifest_name(fp: str) -> str:
+    return f"{PREFIX}{fp}.json"
+
+
+def _array_name(fp: str, dev: int, name: str) -> str:
+    return f"{PREFIX}{fp}-d{dev}-{name}.npy"
+
+
+# -- writing -----------------------------------------------------------------------------
+def _source(da, where):
+    return {"live": da.live, "allocs": da.allocs, "da": da, "timeline": da.timeline}[where]
+
+
+def save(snap, fp: str, devices: dict, rule_names: list) -> bool:
+    """Store the analysis of every device (arrays first, the manifest last). False when
+    nothing was stored (no cache entry, unwritable, or results JSON cannot hold exactly)."""
+    if not snap.cache_entry or fp is None:
+        return False
+    manifest = {"format": FORMAT, "fingerprint": fp, "rule_names": list(rule_names), "devices": {}}
+    try:
+        for dev, da in devices.items():
+            n = len(snap.trace(dev))
+            arrays = {}
+            for name, (where, attr, _) in _ARRAYS.items():
+                src = _source(da, where)
+                arr = getattr(src, attr, None) if src is not None else None
+                if arr is None:
+                    continue
+                arr = np.asarray(arr)
+                if arr.size and not write_artifact_array(snap, _array_name(fp, dev, name), arr):
+                    return False
+                arrays[name] = [arr.dtype.str, int(arr.shape[0]) if arr.ndim else -1]
+            tl = da.timeline
+            manifest["devices"][str(dev)] = {
+                "n": n, "rows": len(da.allocs), "arrays": arrays,
+                "live": {k: getattr(da.live, k) for k in _LIVE_SCALARS},
+                "timeline": None if tl is None else {"first_start": int(tl.first_start),
+                                                     "frees_carry_alloc_frames": bool(tl.frees_carry_alloc_frames)},
+                "iterations": da.iterations, "peak": da.peak, "leaks": da.leaks, "ooms": da.ooms,
+            }
+        blob = orjson.dumps(manifest)         # TypeError on anything JSON would not give back
+    except (TypeError, ValueError, OSError, orjson.JSONEncodeError):
+        return False
+    if not write_artifact(snap, _manifest_name(fp), blob):
+        return False
+    _prune(snap, fp)
+    return True
+
+
+def _prune(snap, fp: str) -> None:
+    """Keep this analysis and the most recent one under another key (other rules: the
+    command line with --rules and the viewer take turns); older code's go."""
+    keep = {fp}
+    others = []
+    for n in artifact_names(snap):
+        if n.startswith(PREFIX) and n.endswith(".json") and "-d" not in n[len(PREFIX):]:
+            other = n[len(PREFIX):-len(".json")]
+            if other != fp:
+                try:
+                    others.append((os.path.getmtime(os.path.join(snap.cache_entry, "art-" + n)), other))
+                except OSError:
+                    pass
+    keep.update(o for _, o in sorted(others, reverse=True)[:KEEP - 1])
+    prune_artifacts(snap, lambda n: n.startswith(PREFIX) and _key_of(n) not in keep)
+
+
+def _key_of(name: str) -> str:
+    """The fingerprint in an artifact name (an-<fp>.json or an-<fp>-d<dev>-<array>.npy)."""
+    rest = name[len(PREFIX):]
+    return rest.split("-", 1)[0].removesuffix(".json")
+
+
+# -- reading -----------------------------------------------------------------------------
+class _Mismatch(Exception):
+    pass
+
+
+def _check(cond, what):
+    if not cond:
+        raise _Mismatch(what)
+
+
+def _int_or_none(v):
+    _check(v is None or (isinstance(v, int) and not isinstance(v, bool)), "scalar")
+    return v
+
+
+def load(snap, fp: str, rule_names: list) -> dict | None:
+    """{device: DeviceAnalysis} from the cache, or None (absent, stale or damaged)."""
+    if not snap.cache_entry or fp is None:
+        return None
+    raw = read_artifact(snap, _manifest_name(fp))
+    if not raw:
+        return None
+    try:
+        return _load(snap, fp, rule_names, orjson.loads(raw))
+    except (_Mismatch, ValueError, TypeError, KeyError, IndexError, AttributeError, OSError,
+            OverflowError, orjson.JSONDecodeError):
+        return None
+
+
+def _load(snap, fp, rule_names, man) -> dict:
+    from .analysis import DeviceAnalysis
+    _check(isinstance(man, dict) and man.get("format") == FORMAT and man.get("fingerprint") == fp, "format")
+    _check(man.get("rule_names") == list(rule_names), "rule names")
+    devs = man["devices"]
+    _check(isinstance(devs, dict) and sorted(int(d) for d in devs) == list(snap.devices), "devices")
+    out = {}
+    for dev in snap.devices:
+        info = devs[str(dev)]
+        t = snap.trace(dev)
+        n = len(t)
+        rows = info["rows"]
+        _check(info["n"] == n and isinstance(rows, int) and rows >= 0, "lengths")
+        want = {"n": n, "rows": rows}
+        arrs = {}
+        for name, (dt, length) in info["arrays"].items():
+            _check(name in _ARRAYS, "array name")
+            expect = _ARRAYS[name][2]
+            _check(expect is None or length == want[expect], f"{name} length")
+            a = map_artifact_array(snap, _array_name(fp, dev, name)) if length else np.zeros(0, dtype=dt)
+            _check(a is not None and a.dtype == np.dtype(dt) and a.shape == (length,), f"{name} shape")
+            arrs[name] = a
+        for name, (_, _, expect) in _ARRAYS.items():
+            _check(name in arrs or name in ("torch_category",), f"{name} missing")
+        # cheap range checks on the small columns (a damaged file is recomputed, not trusted)
+        _check(_below(arrs["category"], len(CATEGORIES)) and _below(arrs["rule"], len(rule_names))
+               and _below(arrs["row_phase"], len(PHASE_NAMES)) and _below(arrs["phase"], len(PHASE_NAMES)),
+               "codes")
+        _check(_within(arrs["alloc_index"], -1, n) and _within(arrs["free_index"], -1, n)
+               and _within(arrs["chain_root"], 0, rows) and _within(arrs["chain_last"], 0, rows)
+               and _within(arrs["oom_indices"], 0, n), "indices")
+        lv = {k: _int_or_none(info["live"][k]) for k in _LIVE_SCALARS}
+        live = LiveModel(dev, n, lv["start_bytes"], lv["end_bytes"], arrs["live_after"], lv["peak_bytes"],
+                         lv["peak_index"], lv["reserved_start"], lv["reserved_end"], lv["reserved_peak"],
+                         arrs["reserved_change_index"], arrs["reserved_change_value"])
+        _check(-1 <= live.peak_index < n, "peak index")
+        allocs = Allocations(dev, arrs["alloc_index"], arrs["free_index"], arrs["addr"], arrs["size"],
+                             arrs["stack"], arrs["alloc_us"], arrs["free_us"])
+        iterations = info["iterations"]
+        _check(isinstance(iterations, list) and all(
+            isinstance(it, dict) and 0 <= it["start_index"] <= it["end_index"] < n for it in iterations),
+            "iterations")
+        tli = info["timeline"]
+        tl = Timeline(arrs["phase"], arrs["segment"], arrs["iteration"], iterations,
+                      first_start=int(tli["first_start"]),
+                      frees_carry_alloc_frames=bool(tli["frees_carry_alloc_frames"]))
+        _check(isinstance(info["peak"], dict) and isinstance(info["leaks"], list) and isinstance(info["ooms"], list),
+               "findings")
+        da = DeviceAnalysis(dev, live, allocs, arrs["category"], arrs["rule"], iterations=iterations,
+                            peak=info["peak"], leaks=info["leaks"], ooms=info["ooms"], timeline=tl,
+                            chain_root=arrs["chain_root"], chain_last=arrs["chain_last"],
+                            row_phase=arrs["row_phase"], torch_category=arrs.get("torch_category"),
+                            trace_action=np.asarray(t.columns["action"]),
+                            trace_stack=np.asarray(t.columns["stack"]), oom_indices=arrs["oom_indices"])
+        out[dev] = da
+    return out
+
+
+def _below(a, limit) -> bool:
+    return _within(a, 0, limit)
+
+
+def _within(a, lo, hi) -> bool:
+    return not len(a) or (int(a.min()) >= lo and int(a.max()) < hi)
+
+
+__all__ = ["analysis_fingerprint", "load", "save", "FORMAT"]

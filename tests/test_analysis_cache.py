@@ -1,0 +1,362 @@
+"""The analysis cached beside the snapshot's columns (classifiers/cache.py): a reopen reads
+it instead of analysing again, gives exactly what a fresh analysis gives, and anything
+stale or damaged is recomputed, never trusted and never fatal."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+import vramscope
+from vramscope.classifiers import CATEGORIES, analyze, load_rules
+from vramscope.classifiers import cache as acache
+from vramscope.parsers import open_snapshot
+from vramscope.parsers.cache import artifact_names
+
+REPO = Path(__file__).resolve().parents[1]
+FILES = {
+    "example": REPO / "assets" / "example.pickle",
+    "oom": REPO / "tests" / "data" / "oom.pickle",
+    "multi_device": REPO / "tests" / "data" / "multi_device.pickle",
+    "groundtruth_leak": REPO / "tests" / "groundtruth" / "leak.pickle",
+    "groundtruth_profiler": REPO / "tests" / "groundtruth" / "transformer_adamw.with_category.pickle",
+}
+ARRAYS = ("category", "rule", "chain_root", "chain_last", "row_phase", "torch_category", "trace_action",
+          "trace_stack", "oom_indices")
+ALLOC_COLS = ("alloc_index", "free_index", "addr", "size", "stack", "alloc_us", "free_us")
+LIVE_SCALARS = ("device", "n_events", "start_bytes", "end_bytes", "peak_bytes", "peak_index", "reserved_start",
+                "reserved_end", "reserved_peak")
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv("VRAMSCOPE_CACHE_DIR", str(d))
+    # no user rules from this machine's environment or config
+    monkeypatch.delenv("VRAMSCOPE_RULES", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    return d
+
+
+def _same_array(a, b, what):
+    if a is None or b is None:
+        assert a is None and b is None, what
+        return
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.dtype == b.dtype, f"{what}: {a.dtype} != {b.dtype}"
+    assert np.array_equal(a, b), what
+
+
+def assert_same_analysis(got, want):
+    """Every result of `analyze`, array by array and finding by finding."""
+    assert got.rule_names == want.rule_names
+    assert got.rule_why == want.rule_why
+    assert list(got.devices) == list(want.devices)
+    for dev, w in want.devices.items():
+        g = got.devices[dev]
+        assert g.device == w.device
+        for k in ARRAYS:
+            _same_array(getattr(g, k), getattr(w, k), f"device {dev} {k}")
+        for k in ALLOC_COLS:
+            _same_array(getattr(g.allocs, k), getattr(w.allocs, k), f"device {dev} allocs.{k}")
+        for k in LIVE_SCALARS:
+            assert getattr(g.live, k) == getattr(w.live, k), f"device {dev} live.{k}"
+        for k in ("live_after", "reserved_change_index", "reserved_change_value", "reserved_after"):
+            _same_array(getattr(g.live, k), getattr(w.live, k), f"device {dev} live.{k}")
+        for k in ("phase", "segment", "iteration"):
+            _same_array(getattr(g.timeline, k), getattr(w.timeline, k), f"device {dev} timeline.{k}")
+        assert g.timeline.first_start == w.timeline.first_start
+        assert g.timeline.frees_carry_alloc_frames == w.timeline.frees_carry_alloc_frames
+        assert g.timeline.iterations == w.timeline.iterations
+        assert g.iterations == w.iterations
+        assert g.peak == w.peak
+        assert g.leaks == w.leaks
+        assert g.ooms == w.ooms
+
+
+def fresh(path, **kw):
+    return analyze(open_snapshot(str(path), use_cache=False), **kw)
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_cached_reopen_equals_a_fresh_analysis(cache_dir, name):
+    path = FILES[name]
+    want = fresh(path)
+    assert not want.from_cache
+    first = analyze(open_snapshot(str(path)))            # parses, analyses, stores
+    assert not first.from_cache
+    assert_same_analysis(first, want)
+    snap = open_snapshot(str(path))
+    assert snap.from_cache
+    again = analyze(snap)
+    assert again.from_cache
+    assert_same_analysis(again, want)
+    # the big arrays are memory maps of the cache entry, not copies
+    da = next(iter(again.devices.values()))
+    if len(da.allocs):
+        assert isinstance(da.allocs.size, np.memmap) and isinstance(da.category, np.memmap)
+    # the queries the viewer and reports make still answer the same
+    for dev, dw in want.devices.items():
+        dg = again.devices[dev]
+        from vramscope.classifiers import by_category_at, peak_type, top_allocations
+        n = len(dw.trace_action)
+        for i in sorted({-1, 0, dw.peak["index"], n - 1} & set(range(-1, n))):
+            assert by_category_at(dg, i) == by_category_at(dw, i)
+            assert peak_type(again, dg, i) == peak_type(want, dw, i)
+            assert top_allocations(again, dg, i, 5) == top_allocations(want, dw, i, 5)
+
+
+def test_the_viewer_model_from_a_cached_analysis_is_the_same(cache_dir):
+    import vramscope.viewer  # noqa: F401  (before PySide6)
+    from vramscope.viewer.loader import load
+    path = str(FILES["example"])
+    cold = load(path)
+    warm = load(path)
+    assert warm.analysis.from_cache and not cold.analysis.from_cache
+    a, b = cold.data, warm.data
+    assert [(f.kind, f.title, f.detail, f.index, f.zoom, f.row) for f in a.findings] == \
+           [(f.kind, f.title, f.detail, f.index, f.zoom, f.row) for f in b.findings]
+    assert np.array_equal(a.checkpoints, b.checkpoints)
+    assert np.array_equal(a.event_category, b.event_category)
+    assert np.array_equal(a.rows_by_size, b.rows_by_size)
+    x0, x1 = a.x_range
+    ea, eb = a.envelope(x0, x1, 300), b.envelope(x0, x1, 300)
+    assert np.array_equal(ea.col_comp, eb.col_comp) and np.array_equal(ea.live_y, eb.live_y)
+
+
+# -- what the key depends on ------------------------------------------------------------------
+def _rules_file(tmp_path, category: str) -> Path:
+    p = tmp_path / "rules.toml"
+    p.write_text(f'[[rule]]\nid = "test.everything"\ncategory = "{category}"\nwhy = "a test"\n')
+    return p
+
+
+def test_a_changed_rules_file_invalidates(cache_dir, tmp_path):
+    path = str(FILES["example"])
+    open_snapshot(path)
+    # same rule id, same file length: only the content tells the two apart
+    p = _rules_file(tmp_path, "weights")
+    a = analyze(open_snapshot(path), rules_path=str(p))
+    assert not a.from_cache
+    assert (a.devices[0].category == CATEGORIES.index("weights")).all()
+    assert analyze(open_snapshot(path), rules_path=str(p)).from_cache
+    p.write_text(p.read_text().replace('"weights"', '"unknown"'))
+    b = analyze(open_snapshot(path), rules_path=str(p))
+    assert not b.from_cache
+    assert (b.devices[0].category == CATEGORIES.index("unknown")).all()
+    assert_same_analysis(b, fresh(path, rules_path=str(p)))
+    c = analyze(open_snapshot(path), rules_path=str(p))
+    assert c.from_cache
+    assert_same_analysis(c, b)
+    # the shipped rules alone: their own key, not the user's results
+    d = analyze(open_snapshot(path))
+    assert not d.from_cache
+    assert_same_analysis(d, fresh(path))
+
+
+def test_user_rules_from_the_environment_are_part_of_the_key(cache_dir, tmp_path, monkeypatch):
+    path = str(FILES["oom"])
+    base = analyze(open_snapshot(path))
+    monkeypatch.setenv("VRAMSCOPE_RULES", str(_rules_file(tmp_path, "inputs")))
+    mine = analyze(open_snapshot(path))
+    assert not mine.from_cache
+    assert (mine.devices[0].category == CATEGORIES.index("inputs")).all()
+    monkeypatch.delenv("VRAMSCOPE_RULES")
+    again = analyze(open_snapshot(path))
+    assert again.from_cache                    # the previous key's analysis is kept too
+    assert_same_analysis(again, base)
+
+
+def test_an_explicit_ruleset_is_keyed_by_its_content(cache_dir):
+    path = str(FILES["example"])
+    rs = load_rules(use_user_rules=False)
+    a = analyze(open_snapshot(path), rules=rs)
+    assert not a.from_cache
+    assert analyze(open_snapshot(path), rules=load_rules(use_user_rules=False)).from_cache
+    # drop the rule that took the most rows: a different RuleSet, a different key
+    da = a.devices[0]
+    top = a.rule_names[int(np.bincount(da.rule).argmax())]
+    rs2 = load_rules(use_user_rules=False)
+    rs2.rules = [r for r in rs2.rules if r.id != top]
+    b = analyze(open_snapshot(path), rules=rs2)
+    assert not b.from_cache
+    assert_same_analysis(b, fresh(path, rules=rs2))
+    # same ids, one category changed in place
+    rs3 = load_rules(use_user_rules=False)
+    import dataclasses
+    rs3.rules = [dataclasses.replace(r, category="unknown") if r.id == top else r for r in rs3.rules]
+    c = analyze(open_snapshot(path), rules=rs3)
+    assert not c.from_cache
+    assert_same_analysis(c, fresh(path, rules=rs3))
+
+
+def test_a_new_version_or_changed_classifier_code_invalidates(cache_dir, monkeypatch, tmp_path):
+    path = str(FILES["example"])
+    analyze(open_snapshot(path))
+    assert analyze(open_snapshot(path)).from_cache
+    monkeypatch.setattr(vramscope, "__version__", "999.0")
+    assert not analyze(open_snapshot(path)).from_cache
+    assert analyze(open_snapshot(path)).from_cache
+    fp = acache.analysis_fingerprint()
+    code = acache._code_files()
+    assert any(f.name == "engine.py" for f in code) and any(f.name == "live.py" for f in code)
+    assert any(f.name == "rules.toml" for f in code)
+    # a classifier source file that reads differently: another key
+    extra = tmp_path / "engine.py"
+    extra.write_text("# changed\n")
+    monkeypatch.setattr(acache, "_code_files", lambda: [extra if f.name == "engine.py" else f for f in code])
+    assert acache.analysis_fingerprint() != fp
+    assert not analyze(open_snapshot(path)).from_cache
+
+
+def test_the_summary_command_uses_the_same_key(cache_dir, tmp_path):
+    from vramscope import cli
+    path = str(FILES["oom"])
+    assert cli.main(["summary", path, "--json"]) == 0
+    snap = open_snapshot(path)
+    fp = acache.analysis_fingerprint()
+    names = artifact_names(snap)
+    assert f"summary-{fp}.json" in names and f"an-{fp}.json" in names
+
+
+def test_old_analyses_are_dropped(cache_dir, tmp_path, monkeypatch):
+    path = str(FILES["example"])
+    keys = []
+    for v in ("1", "2", "3"):
+        monkeypatch.setattr(vramscope, "__version__", v)
+        analyze(open_snapshot(path))
+        keys.append(acache.analysis_fingerprint())
+    names = artifact_names(open_snapshot(path))
+    held = {acache._key_of(n) for n in names if n.startswith("an-")}
+    assert held == set(keys[1:])
+    assert not any(n.startswith("an-" + keys[0]) for n in names)
+
+
+# -- damage ---------------------------------------------------------------------------------
+def _entry(path) -> Path:
+    return Path(open_snapshot(str(path)).cache_entry)
+
+
+def _damage_cases():
+    def truncate_npy(entry, fp):
+        f = entry / f"art-an-{fp}-d0-live_after.npy"
+        f.write_bytes(f.read_bytes()[:-16])
+
+    def truncate_small_npy(entry, fp):
+        f = entry / f"art-an-{fp}-d0-category.npy"
+        f.write_bytes(f.read_bytes()[:100])
+
+    def bad_codes(entry, fp):                # right size, impossible values
+        f = entry / f"art-an-{fp}-d0-category.npy"
+        b = bytearray(f.read_bytes())
+        b[-1] = 250
+        f.write_bytes(bytes(b))
+
+    def garbage_header(entry, fp):
+        f = entry / f"art-an-{fp}-d0-alloc_index.npy"
+        f.write_bytes(b"garbage" + f.read_bytes()[7:])
+
+    def missing_npy(entry, fp):
+        (entry / f"art-an-{fp}-d0-free_index.npy").unlink()
+
+    def garbage_json(entry, fp):
+        (entry / f"art-an-{fp}.json").write_bytes(b"{not json")
+
+    def wrong_json(entry, fp):                # valid JSON that does not fit the arrays
+        f = entry / f"art-an-{fp}.json"
+        man = orjson.loads(f.read_bytes())
+        man["devices"]["0"]["rows"] += 1
+        f.write_bytes(orjson.dumps(man))
+
+    def json_list(entry, fp):
+        (entry / f"art-an-{fp}.json").write_bytes(b"[1, 2, 3]")
+
+    def empty_json(entry, fp):
+        (entry / f"art-an-{fp}.json").write_bytes(b"")
+
+    return [truncate_npy, truncate_small_npy, bad_codes, garbage_header, missing_npy, garbage_json, wrong_json,
+            json_list, empty_json]
+
+
+@pytest.mark.parametrize("damage", _damage_cases(), ids=lambda f: f.__name__)
+def test_a_damaged_artifact_is_recomputed(cache_dir, damage):
+    path = FILES["oom"]
+    want = fresh(path)
+    analyze(open_snapshot(str(path)))
+    fp = acache.analysis_fingerprint()
+    damage(_entry(path), fp)
+    got = analyze(open_snapshot(str(path)))
+    assert not got.from_cache
+    assert_same_analysis(got, want)
+    again = analyze(open_snapshot(str(path)))      # and stored again, whole
+    assert again.from_cache
+    assert_same_analysis(again, want)
+
+
+def test_a_write_that_fails_halfway_leaves_no_analysis(cache_dir, monkeypatch):
+    path = str(FILES["example"])
+    open_snapshot(path)
+    from vramscope.parsers import cache as pcache
+    real = pcache.write_artifact_array
+    calls = []
+
+    def flaky(snap, name, arr):
+        calls.append(name)
+        return real(snap, name, arr) if len(calls) < 5 else False
+    monkeypatch.setattr(acache, "write_artifact_array", flaky)
+    a = analyze(open_snapshot(path))
+    assert not a.from_cache and len(calls) == 5
+    assert not any(n.endswith(".json") and n.startswith("an-") for n in artifact_names(open_snapshot(path)))
+    monkeypatch.setattr(acache, "write_artifact_array", real)
+    assert not analyze(open_snapshot(path)).from_cache
+    assert analyze(open_snapshot(path)).from_cache
+
+
+# -- no cache --------------------------------------------------------------------------------
+def test_without_a_cache_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("VRAMSCOPE_CACHE_DIR", "")
+    path = str(FILES["multi_device"])
+    snap = open_snapshot(path)
+    assert snap.cache_entry is None
+    a = analyze(snap)
+    b = analyze(open_snapshot(path))
+    assert not a.from_cache and not b.from_cache
+    assert_same_analysis(a, b)
+
+
+def test_use_cache_false_neither_reads_nor_writes(cache_dir):
+    path = str(FILES["example"])
+    snap = open_snapshot(path)
+    a = analyze(snap, use_cache=False)
+    assert not a.from_cache
+    assert not [n for n in artifact_names(snap) if n.startswith("an-")]
+    analyze(snap)
+    assert not analyze(open_snapshot(path), use_cache=False).from_cache
+    assert analyze(open_snapshot(path)).from_cache
+
+
+def test_an_unwritable_cache_entry_still_analyses(cache_dir):
+    path = str(FILES["oom"])
+    want = fresh(path)
+    snap = open_snapshot(path)
+    snap = open_snapshot(path)                         # mapped from the entry
+    shutil.rmtree(snap.cache_entry)                    # the columns stay mapped; writes now fail
+    got = analyze(snap)
+    assert not got.from_cache
+    assert_same_analysis(got, want)
+    assert not os.path.exists(snap.cache_entry)
+
+
+def test_a_cache_entry_that_is_a_file_still_analyses(cache_dir, tmp_path):
+    path = str(FILES["oom"])
+    snap = open_snapshot(path)
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_bytes(b"x")
+    snap.cache_entry = str(blocker)
+    got = analyze(snap)
+    assert not got.from_cache
+    assert_same_analysis(got, fresh(path))
