@@ -100,8 +100,9 @@ def top_allocations(da, facts, rule_names, index: int, n: int = 10) -> list:
 
 # -- peak types -----------------------------------------------------------------------------
 def peak_type(da, facts, index: int) -> str:
-    """DESIGN.md §4 type of a peak reached at trace entry `index`."""
-    if index < 0:
+    """DESIGN.md §4 type of a peak reached at trace entry `index` ("other" for the start
+    state, index -1, or an index outside the trace)."""
+    if index < 0 or index >= len(da.trace_action):
         return "other"
     t = da.timeline
     trace_action = da.trace_action

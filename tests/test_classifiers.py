@@ -490,3 +490,13 @@ def test_fixture_generator_intent_accuracy():
             lines.append(f"{name:22s} device {dev}: {acc:.3f} of {int(sz[keep].sum()):,} B")
             assert acc >= 0.85, (name, dev, acc)
     print("\n".join(lines))
+
+
+def test_peak_type_outside_the_trace_is_other():
+    from vramscope.classifiers import peak_type
+    an = analysis(DATA / "clean_loop.pickle")
+    da = an.devices[0]
+    n = len(da.trace_action)
+    assert peak_type(an, da, -1) == "other"
+    assert peak_type(an, da, n) == "other"
+    assert peak_type(an, da, da.peak["index"]) == da.peak["type"] != "other"
