@@ -154,8 +154,9 @@ def read_artifact(snap: Snapshot, name: str) -> bytes | None:
         return None
 
 
-def write_artifact(snap: Snapshot, name: str, data: bytes) -> bool:
-    """Store `data` atomically beside the cached columns; False when there is no cache."""
+def _write_artifact_with(snap: Snapshot, name: str, write) -> bool:
+    """Write an artifact through `write(file)` into a temporary file in the cache entry,
+    then rename it into place; False (and no file left) when there is no cache or it fails."""
     path = _artifact_path(snap, name)
     if path is None:
         return False
@@ -163,16 +164,21 @@ def write_artifact(snap: Snapshot, name: str, data: bytes) -> bool:
     try:
         fd, tmp = tempfile.mkstemp(prefix=".art-", dir=snap.cache_entry)
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            write(fh)
         os.replace(tmp, path)
         return True
-    except OSError:
+    except (OSError, ValueError):
         if tmp is not None:
             try:
                 os.remove(tmp)
             except OSError:
                 pass
         return False
+
+
+def write_artifact(snap: Snapshot, name: str, data: bytes) -> bool:
+    """Store `data` atomically beside the cached columns; False when there is no cache."""
+    return _write_artifact_with(snap, name, lambda fh: fh.write(data))
 
 
 def _artifact_path(snap: Snapshot, name: str) -> str | None:
@@ -185,23 +191,8 @@ def write_artifact_array(snap: Snapshot, name: str, arr: np.ndarray) -> bool:
     """Store one array as an .npy beside the cached columns, atomically (a temporary file
     renamed into place); False when there is no cache or it cannot be written. Written
     straight from the array: no copy of it in memory."""
-    path = _artifact_path(snap, name)
-    if path is None:
-        return False
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".art-", dir=snap.cache_entry)
-        with os.fdopen(fd, "wb") as fh:
-            np.save(fh, np.ascontiguousarray(arr), allow_pickle=False)
-        os.replace(tmp, path)
-        return True
-    except (OSError, ValueError):
-        if tmp is not None:
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass
-        return False
+    return _write_artifact_with(
+        snap, name, lambda fh: np.save(fh, np.ascontiguousarray(arr), allow_pickle=False))
 
 
 def map_artifact_array(snap: Snapshot, name: str) -> np.ndarray | None:
