@@ -15,32 +15,17 @@ from PySide6.QtGui import QColor, QDropEvent, QImage, QPalette  # noqa: E402
 from PySide6.QtWidgets import QPushButton  # noqa: E402
 
 from test_viewer_model import write_snapshot  # noqa: E402
+from viewer_helpers import LOAD_TIMEOUT, new_window, open_and_wait  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = str(REPO / "assets" / "example.pickle")
 DATA = REPO / "tests" / "data"
 SHARED = REPO.parent / "shared" / "snapshots"
-LOAD_TIMEOUT = 60_000
 
 
 @pytest.fixture
 def window(qt):
-    from vramscope.viewer.app import make_app
-    from vramscope.viewer.window import MainWindow
-    make_app()
-    w = MainWindow(persist=False, use_cache=False)
-    qt.addWidget(w)
-    w.resize(1400, 900)
-    w.show()
-    qt.waitExposed(w)
-    return w
-
-
-def open_and_wait(qt, w, path, device=None):
-    with qt.waitSignal(w.loaded, timeout=LOAD_TIMEOUT):
-        w.open_path(path, device)
-    qt.wait(1)
-    return w.data
+    return new_window(qt)
 
 
 def view_point(w, x, y) -> QPoint:

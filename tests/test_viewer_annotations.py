@@ -23,11 +23,11 @@ from PySide6.QtWidgets import QApplication, QFileDialog, QInputDialog  # noqa: E
 
 from vramscope import annotations as am  # noqa: E402
 from vramscope.annotations import AnnotationStore  # noqa: E402
+from viewer_helpers import LOAD_TIMEOUT, new_window, open_and_wait  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "assets" / "example.pickle"
 DATA = REPO / "tests" / "data"
-LOAD_TIMEOUT = 60_000
 
 
 @pytest.fixture
@@ -47,28 +47,9 @@ def snap(env):
     return str(p)
 
 
-def new_window(qt):
-    from vramscope.viewer.app import make_app
-    from vramscope.viewer.window import MainWindow
-    make_app()
-    w = MainWindow(persist=False, use_cache=False)
-    qt.addWidget(w)
-    w.resize(1400, 900)
-    w.show()
-    qt.waitExposed(w)
-    return w
-
-
 @pytest.fixture
 def window(qt, env):
     return new_window(qt)
-
-
-def open_and_wait(qt, w, path, device=None):
-    with qt.waitSignal(w.loaded, timeout=LOAD_TIMEOUT):
-        w.open_path(path, device)
-    qt.wait(1)
-    return w.data
 
 
 class Notes:
