@@ -78,19 +78,12 @@ _LIVE_SCALARS = ("start_bytes", "end_bytes", "peak_bytes", "peak_index", "reserv
 # -- the key -----------------------------------------------------------------------------
 def _code_files() -> list[Path]:
     """The sources an analysis depends on: classifiers (with the shipped rules), parsers
-    (live memory and allocation rows are computed there) and units (OOM texts)."""
-    from .. import classifiers, parsers
+    (live memory and allocation rows are computed there) and the common layer (units)."""
+    from .. import classifiers, common, parsers
     files = []
-    for pkg in (classifiers, parsers):
+    for pkg in (classifiers, parsers, common):
         for folder in sorted({str(Path(p).resolve()) for p in pkg.__path__}):
             files += sorted(f for f in Path(folder).glob("*") if f.suffix in (".py", ".toml", ".json"))
-    units = Path(__file__).resolve().parent.parent / "units.py"
-    try:
-        from .. import units as units_mod
-        units = Path(units_mod.__file__).resolve()
-    except (ImportError, AttributeError, TypeError):
-        pass
-    files.append(units)
     return files
 
 

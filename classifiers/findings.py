@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from ..parsers.tables import A_OOM
-from ..units import fmt_bytes
+from ..common.units import fmt_bytes
 from .rules import CATEGORIES
 from .timeline import P_BACKWARD, P_FORWARD, P_INPUTS, P_NONE, P_OPTIMIZER
 

@@ -20,6 +20,7 @@ import zlib
 import numpy as np
 import orjson
 
+from ..common.atomic import atomic_write
 from .errors import CorruptError, NotASnapshotError, SnapshotError
 from .progress import Progress
 from .reader import read_pickle_stream
@@ -160,19 +161,10 @@ def _write_artifact_with(snap: Snapshot, name: str, write) -> bool:
     path = _artifact_path(snap, name)
     if path is None:
         return False
-    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".art-", dir=snap.cache_entry)
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-        os.replace(tmp, path)
+        atomic_write(path, write, durable=False)
         return True
     except (OSError, ValueError):
-        if tmp is not None:
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass
         return False
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from vramscope.classifiers import analyze
 from vramscope.parsers import open_snapshot
-from vramscope.viewer.fmt import fmt_bytes, fmt_seconds, parse_size
+from vramscope.common.units import fmt_bytes, fmt_seconds, parse_size
 from vramscope.viewer.lod import MinMaxPyramid, ragged
 from vramscope.viewer.model import DeviceData
 from vramscope.viewer.rows import COL_ALLOC, COL_CATEGORY, COL_LIFETIME, COL_SIZE, COL_WHERE, RowView

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..classifiers import CATEGORIES
 from ..parsers.tables import A_ALLOC, A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP
-from .fmt import fmt_bytes
+from ..common.units import fmt_bytes
 from .lod import MinMaxPyramid, ragged
 
 CHECKPOINT = 64

@@ -8,7 +8,7 @@ from PySide6.QtGui import QColor, QPainter, QPalette, QPen
 from PySide6.QtWidgets import (QCheckBox, QHeaderView, QLabel, QSizePolicy, QTextBrowser, QTreeWidget,
                                QTreeWidgetItem, QVBoxLayout, QWidget)
 
-from .fmt import fmt_bytes, fmt_duration_us, fmt_seconds
+from ..common.units import fmt_bytes, fmt_duration_us, fmt_seconds
 from .model import DeviceData, Segments, is_allocator_frame, short_cpp, split_frame
 from .theme import CATEGORY_COLORS, category_color
 

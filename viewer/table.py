@@ -8,7 +8,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (QAbstractItemView, QApplication, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QMenu, QTableView,
                                QToolButton, QVBoxLayout, QWidget)
 
-from .fmt import fmt_bytes, fmt_duration_us, fmt_seconds, parse_size
+from ..common.units import fmt_bytes, fmt_duration_us, fmt_seconds, parse_size
 from .model import DeviceData, frame_label, split_frame
 from .rows import (COL_ADDR, COL_ALLOC, COL_CATEGORY, COL_FREE, COL_LIFETIME, COL_RULE, COL_SIZE, COL_WHERE, COLUMNS,
                    RowView)

@@ -16,7 +16,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QImage, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
-from .fmt import byte_unit, fmt_bytes, fmt_duration_us, fmt_seconds
+from ..common.units import byte_unit, fmt_bytes, fmt_duration_us, fmt_seconds
 from .model import DeviceData, Envelope
 from .notes import first_line, note_span
 from .theme import (ANNOTATION_COLOR, LEAK_COLOR, NOTE_COLOR, OOM_COLOR, PEAK_COLOR, PHASE_COLORS, Theme,

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import (QApplication, QComboBox, QDockWidget, QFileDialog
 
 from ..annotations import Annotation, AnnotationStore
 
-from .fmt import fmt_bytes
+from ..common.units import fmt_bytes
 from .loader import LoadResult, Loader, load, switch_device
 from .model import STACK_ORDER, DeviceData
 from .notes import NotesPanel, first_line, location_notice, note_row, note_span

@@ -36,6 +36,8 @@ from datetime import datetime, timezone
 
 import orjson
 
+from .common.atomic import atomic_write, is_temp_of
+
 SIDECAR_SUFFIX = ".vramscope.json"
 FORMAT = "vramscope-annotations"
 FORMAT_VERSION = 1
@@ -176,35 +178,6 @@ def dir_writable(directory: str) -> bool:
     return True
 
 
-def atomic_write(path: str, data: bytes) -> None:
-    """Temp file in the same directory, flush, fsync, os.replace, fsync the directory."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:
-        dfd = os.open(directory, os.O_RDONLY)
-    except OSError:      # Windows cannot open a directory; the rename is still atomic
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
-
-
 def _parse_sidecar(data: bytes) -> list[Annotation]:
     doc = orjson.loads(data)
     if isinstance(doc, list):          # tolerate a bare list of annotations
@@ -292,13 +265,13 @@ class AnnotationStore:
     def _clean_temp_files(self) -> None:
         """Temporary files left by a writer that was killed mid-save."""
         d = os.path.dirname(self.path)
-        prefix = "." + os.path.basename(self.path) + "."
+        base = os.path.basename(self.path)
         try:
             names = os.listdir(d)
         except OSError:
             return
         for name in names:
-            if name.startswith(prefix) and name.endswith(".tmp"):
+            if is_temp_of(name, base):
                 full = os.path.join(d, name)
                 try:
                     if time.time() - os.path.getmtime(full) > 60:   # never race a live writer
@@ -316,10 +289,12 @@ class AnnotationStore:
     def save(self) -> str:
         data = self.to_json()
         try:
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             atomic_write(self.path, data)
         except OSError as e:
             if self.path == self.next_to_snapshot:
                 self._use_fallback(f"saving next to the snapshot failed: {e.strerror or e}")
+                os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
                 atomic_write(self.path, data)
             else:
                 raise

@@ -24,7 +24,7 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-from .units import fmt_bytes  # noqa: E402,F401  (re-exported)
+from .common.units import fmt_bytes  # noqa: E402
 
 
 def _build_parser() -> argparse.ArgumentParser:

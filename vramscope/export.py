@@ -29,6 +29,7 @@ import pickle
 import numpy as np
 import orjson
 
+from .common.atomic import atomic_write
 from .parsers.tables import (A_ALLOC, A_FREE, A_FREE_COMPLETED, A_FREE_REQUESTED, A_OOM, A_SEGMENT_ALLOC,
                              A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP, LIVE_BLOCK_STATES)
 
@@ -389,10 +390,7 @@ def export_trimmed(snap, out_path: str, device: int | None = None, start: int | 
     if end < 0:
         end += n
     doc = trimmed_snapshot(snap, device, start, end, redact_paths)
-    tmp = out_path + ".tmp"
-    with open(tmp, "wb") as fh:
-        pickle.dump(doc, fh)
-    os.replace(tmp, out_path)
+    atomic_write(out_path, lambda fh: pickle.dump(doc, fh))
     return {"path": out_path, "device": device, "start": start, "end": end, "entries": end - start + 1,
             "bytes": os.path.getsize(out_path)}
 
@@ -449,9 +447,6 @@ def perfetto_trace(analysis, device: int | None = None, max_points: int = 20000)
 def export_perfetto(analysis, out_path: str, device: int | None = None, max_points: int = 20000) -> dict:
     doc = perfetto_trace(analysis, device, max_points)
     data = orjson.dumps(doc)
-    tmp = out_path + ".tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, out_path)
+    atomic_write(out_path, data)
     n_counters = sum(1 for e in doc["traceEvents"] if e["ph"] == "C")
     return {"path": out_path, "counter_events": n_counters, "bytes": len(data)}

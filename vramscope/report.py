@@ -20,6 +20,8 @@ from datetime import datetime, timezone
 import numpy as np
 import orjson
 
+from .common.atomic import atomic_write
+
 MD_LIMIT = 20_000
 PNG_LIMIT = 300_000
 STACK_FRAMES = 4
@@ -56,7 +58,7 @@ SUGGESTIONS = {
 
 # -- formatting ---------------------------------------------------------------------
 
-from .units import fmt_bytes  # noqa: E402,F401  (re-exported)
+from .common.units import fmt_bytes  # noqa: E402
 
 
 # a path: at least one separator and a file-ish last part (an extension), or an absolute path
@@ -688,8 +690,7 @@ def write_report(analysis, out_dir: str, device: int | None = None, redact_paths
         if len((md + extra).encode()) <= MD_LIMIT:
             md += extra
     md_path = os.path.join(out_dir, "report.md")
-    with open(md_path, "w", encoding="utf-8") as fh:
-        fh.write(md)
+    atomic_write(md_path, md.encode("utf-8"))
     written.insert(0, md_path)
 
     summary = summary_dict(analysis, device)
@@ -712,9 +713,8 @@ def write_report(analysis, out_dir: str, device: int | None = None, redact_paths
         summary = _redact_obj(summary)
         summary["file"] = os.path.basename(snap.path)
     js_path = os.path.join(out_dir, "analysis.json")
-    with open(js_path, "wb") as fh:
-        fh.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
-                              | orjson.OPT_SERIALIZE_NUMPY, default=_json_default))
+    atomic_write(js_path, orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
+                                       | orjson.OPT_SERIALIZE_NUMPY, default=_json_default))
     written.insert(1, js_path)
     return written
 

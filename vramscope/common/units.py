@@ -1,4 +1,4 @@
-"""Readable numbers for the viewer: bytes, durations, sizes typed by a user (no Qt here)."""
+"""Readable numbers, one definition for every surface: bytes, durations, axis times, sizes typed by a user."""
 from __future__ import annotations
 
 import math
