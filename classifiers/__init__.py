@@ -1,13 +1,17 @@
 """Turn a parsed snapshot into answers: categories, iterations, peaks, leaks, OOMs.
 
-No Qt here, ever: the viewer and the command line both call `analyze`. The rules are
+No Qt here, ever, and nothing from above this layer: the services, the viewer and the
+command line all call `analyze` and read its typed results (results.py). The rules are
 data (classifiers/rules.toml; users extend or override them, see rules.py).
 """
-from .analysis import (CATEGORIES, PEAK_TYPES, PHASE_NAMES, Analysis, DeviceAnalysis, analyze, by_category_at,
-                       live_by_category, live_mask, phase_ranges, peak_type, rule_info, stack_strings,
-                       summary_dict, top_allocations)
+from .analysis import Analysis, DeviceAnalysis, analyze
+from .categories import CATEGORIES, CATEGORY_TABLE, STACK_ORDER, category_color
+from .peaks import PEAK_TYPES
+from .results import (Advice, Allocation, DeviceSummary, Finding, Iteration, Leak, Oom, Peak, Region, from_plain,
+                      to_plain)
 from .rules import RulesError, load_rules
+from .timeline import PHASE_NAMES, annotation_regions
 
-__all__ = ["CATEGORIES", "PEAK_TYPES", "PHASE_NAMES", "Analysis", "DeviceAnalysis", "analyze", "summary_dict",
-           "by_category_at", "live_by_category", "live_mask", "top_allocations", "peak_type", "stack_strings",
-           "rule_info", "phase_ranges", "load_rules", "RulesError"]
+__all__ = ["Analysis", "DeviceAnalysis", "analyze", "CATEGORIES", "CATEGORY_TABLE", "STACK_ORDER", "category_color",
+           "PEAK_TYPES", "PHASE_NAMES", "Advice", "Allocation", "DeviceSummary", "Finding", "Iteration", "Leak", "Oom",
+           "Peak", "Region", "from_plain", "to_plain", "RulesError", "load_rules", "annotation_regions"]

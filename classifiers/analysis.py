@@ -1,50 +1,29 @@
-"""The one query API behind the viewer and the command line.
+"""The one query API behind the viewer, the command line and the reports.
 
     an = analyze(snap, progress=None, rules_path=None, rules=None, use_cache=True)   # -> Analysis
-    da = an.devices[dev]                                  # -> DeviceAnalysis
+    da = an.devices[dev]                                                           # -> DeviceAnalysis
 
 `analyze` classifies every allocation (rules in classifiers/rules.toml, user rules from
 `rules_path`, $VRAMSCOPE_RULES or ~/.config/vramscope/rules.toml|json; see rules.py),
-finds iterations and phases, types the peaks, and reports leaks and OOMs.
+finds iterations and phases, types the peaks, and reports leaks and OOMs. Results are
+the frozen dataclasses of `results.py`; the large per-allocation and per-entry facts are
+numpy columns:
 
 DeviceAnalysis (one per device with data):
-  device, live (parsers.LiveModel), allocs (parsers.Allocations: one row per allocation)
-  category   uint8 per allocation row, index into CATEGORIES
-  rule       int16 per allocation row, index into Analysis.rule_names (0 = "none": no rule)
+  live       parsers.LiveModel (live bytes after every entry, the peak, reserved memory)
+  allocs     parsers.Allocations: one row per allocation, the rows of `allocations --csv`
+             (blocks live before the trace began included, alloc_index -1)
+  category   uint8 per row, index into CATEGORIES;  rule  int16 per row, into rule_names
   torch_category  uint8 per row into snap.category_names (torch's own category on
              profiler-converted files that carry one, 0 elsewhere) or None: a separate
              fact, never used to classify
-  timeline   timeline.Timeline: `phase` (uint8 per trace entry, PHASE_NAMES), `segment`,
-             `iteration` (int32 per entry, -1 outside iterations), `first_start`
-  chain_root / chain_last  int32 per row: first / last version of the row's version-bump
-             chain (profiler-converted files; row itself elsewhere)
-  row_phase  uint8 per row: phase where its chain was allocated (PHASE_NAMES; "pre" for
-             blocks live before the trace with no phase in their stack)
-  iterations list of {index, start_index, end_index, start_us, end_us, micro_batches,
-             phases: {inputs|forward|backward|optimizer|eval: [first, last entry]}
-             ("eval": forwards no backward follows), peak_bytes, peak_index, peak_type;
-             "from": "periodicity" when found from live memory alone (frameless traces)}
-  peak       {bytes, index, time_us, type, by_category, iteration, phase, top: [largest live
-             allocations: size, category, rule, alloc_index, addr, where, stack]}
-  leaks      [{where, frames, stack, bytes_per_iteration, iterations, total_bytes, count,
-             category, rule, growth_per_iteration}]
-  ooms       [{index, time_us, requested, device_free, allocated, reserved,
-             fragmentation_bytes, by_category, phase, suggestion, suggestions}]
-
-Analysis: snapshot, devices, rule_names (index 0 "none"), rule_why (the rule's
-explanation, same indexing), rules (the RuleSet used), facts (per-stack facts),
-from_cache (the device results came from the snapshot's cache entry: its arrays are
-read-only memory maps there; see classifiers/cache.py).
-Peak types: PEAK_TYPES (DESIGN.md §4); phase names: PHASE_NAMES.
-
-Helpers for the viewer (all vectorized):
-  by_category_at(da, index) -> {category: live bytes} right after entry `index` (-1: start)
-  live_by_category(da, indices) -> int64 [len(indices), len(CATEGORIES)]
-  live_mask(allocs, index) -> bool per row
-  top_allocations(an, da, index, n) -> list of dicts as in peak["top"]
-  peak_type(an, da, index) -> DESIGN.md §4 type of a moment
-  stack_strings(an, stack_id) / rule_info(an, rule_index) -> readable frames / rule id, why
-  phase_ranges(da) -> [(start_index, end_index, phase name)] runs of equal phase
+  timeline   timeline.Timeline: `phase` (uint8 per entry, PHASE_NAMES), `segment`,
+             `iteration` (int32 per entry: Iteration.number - 1, -1 outside), `first_start`
+  chain_root / chain_last  first / last version of each row's version-bump chain
+  row_phase  uint8 per row: phase where its chain was allocated
+  peak (Peak), iterations (Iteration...), leaks (Leak...), ooms (Oom...)
+and the queries every surface uses (by_category_at, live_by_category, largest_live,
+allocation, peak_type, phase_ranges, findings, summary, ...), documented on each method.
 """
 from __future__ import annotations
 
@@ -53,51 +32,185 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..parsers import Allocations, LiveModel, Progress, Snapshot, allocations, live_model
-from ..parsers.tables import A_ALLOC
-from . import cache, findings
+from . import cache
+from .categories import CATEGORIES
 from .engine import SnapshotFacts, classify_device, stack_pass
-from .rules import CATEGORIES, RuleSet, load_rules
+from .leaks import find_leaks, leak_rows
+from .liveset import CategorySeries, by_category_at, category_series, largest_live_rows, live_mask, series_at
+from .ooms import oom_indices, oom_reports
+from .peaks import PEAK_TYPES, peak_type, with_peaks
+from .results import Allocation, DeviceSummary, Finding, Iteration, Leak, Oom, Peak
+from .rules import RuleSet, load_rules
 from .timeline import PHASE_NAMES, Timeline
 
-UNKNOWN = CATEGORIES.index("unknown")
-PEAK_TYPES = findings.PEAK_TYPES
 
-
-@dataclass
+@dataclass(eq=False)
 class DeviceAnalysis:
     device: int
     live: LiveModel
     allocs: Allocations
     category: np.ndarray                 # uint8 per allocation row, index into CATEGORIES
-    rule: np.ndarray                     # int16 per allocation row, index into Analysis.rule_names
-    iterations: list = field(default_factory=list)
-    peak: dict = field(default_factory=dict)
-    leaks: list = field(default_factory=list)
-    ooms: list = field(default_factory=list)
-    timeline: Timeline | None = None
-    chain_root: np.ndarray | None = None
-    chain_last: np.ndarray | None = None
-    row_phase: np.ndarray | None = None
+    rule: np.ndarray                     # int16 per allocation row, index into rule_names
+    timeline: Timeline
+    chain_root: np.ndarray
+    chain_last: np.ndarray
+    row_phase: np.ndarray
+    trace_action: np.ndarray
+    trace_stack: np.ndarray
+    oom_indices: np.ndarray
     torch_category: np.ndarray | None = None
-    trace_action: np.ndarray | None = None
-    trace_stack: np.ndarray | None = None
-    oom_indices: np.ndarray | None = None
+    iterations: tuple[Iteration, ...] = ()
+    peak: Peak | None = None
+    leaks: tuple[Leak, ...] = ()
+    ooms: tuple[Oom, ...] = ()
+    # set by `analyze` (not cached): what the queries below need from the whole analysis
+    facts: SnapshotFacts | None = field(default=None, repr=False)
+    rule_names: list[str] = field(default_factory=list, repr=False)
+    trace_forward_stack: np.ndarray | None = field(default=None, repr=False)
+    _free_order: tuple | None = field(default=None, repr=False)
+    _series: list | None = field(default=None, repr=False)
+
+    # -- what is live ----------------------------------------------------------------------
+    @property
+    def n_entries(self) -> int:
+        return len(self.trace_action)
+
+    def live_mask(self, index: int) -> np.ndarray:
+        """bool per row: live right after entry `index` (-1: before the trace)."""
+        return live_mask(self.allocs, index)
+
+    def by_category_at(self, index: int) -> dict[str, int]:
+        """Live bytes per category right after entry `index` (-1: at the start), non-zero only."""
+        return by_category_at(self.category, self.allocs, index)
+
+    def category_series(self) -> list[CategorySeries]:
+        """Per category code: its live bytes over the trace (sparse), computed once."""
+        if self._series is None:
+            self._series = category_series(self.category, self.allocs)
+        return self._series
+
+    def live_by_category(self, indices) -> np.ndarray:
+        """int64 [len(indices), len(CATEGORIES)]: live bytes per category after each entry
+        (-1: the start state)."""
+        return series_at(self.category_series(), indices)
+
+    def largest_live(self, index: int, n: int = 10) -> list[Allocation]:
+        """The `n` largest allocations live right after entry `index`, biggest first."""
+        return [self.allocation(int(r)) for r in largest_live_rows(self.allocs, index, n)]
+
+    def allocation(self, row: int) -> Allocation:
+        a = self.allocs
+        ai = int(a.alloc_index[row])
+        return Allocation(row=int(row), size=int(a.size[row]), addr=int(a.addr[row]), alloc_index=ai,
+                          free_index=int(a.free_index[row]), alloc_us=int(a.alloc_us[row]),
+                          free_us=int(a.free_us[row]), category=CATEGORIES[int(self.category[row])],
+                          rule=self.rule_name(int(self.rule[row])), stack=int(a.stack[row]),
+                          forward_stack=self.forward_stack_of(ai))
+
+    def rule_name(self, code: int) -> str:
+        return self.rule_names[code] if 0 <= code < len(self.rule_names) else "none"
+
+    def forward_stack_of(self, index: int) -> int:
+        """torch 2.13: the forward stack recorded with the entry (a backward allocation's
+        forward op), -1 where there is none."""
+        f = self.trace_forward_stack
+        if f is None or index < 0 or index >= len(f):
+            return -1
+        return int(f[index])
+
+    def frees_record_their_own_stack(self) -> bool:
+        """Whether free entries carry the stack of the free, not of the allocation (torch's
+        CUDA traces by default): then a block allocated before the trace and freed in it
+        only has the stack of its free."""
+        return not self.timeline.frees_carry_alloc_frames
+
+    # -- moments --------------------------------------------------------------------------
+    def peak_type(self, index: int) -> str:
+        """DESIGN.md §4 type of the moment right after entry `index`."""
+        return peak_type(self, self.facts, index)
+
+    def phase_at(self, index: int) -> str:
+        ph = self.timeline.phase
+        return PHASE_NAMES[int(ph[index])] if 0 <= index < len(ph) else "pre"
+
+    def iteration_at(self, index: int) -> Iteration | None:
+        it = self.timeline.iteration
+        k = int(it[index]) if 0 <= index < len(it) else -1
+        return self.iterations[k] if 0 <= k < len(self.iterations) else None
+
+    def phase_ranges(self) -> list[tuple[int, int, str]]:
+        """[(start_index, end_index, phase name)] runs of equal phase over the trace."""
+        ph = self.timeline.phase
+        if not len(ph):
+            return []
+        change = np.flatnonzero(ph[1:] != ph[:-1]) + 1
+        starts = np.r_[0, change]
+        ends = np.r_[change - 1, len(ph) - 1]
+        return [(int(s), int(e), PHASE_NAMES[int(ph[s])]) for s, e in zip(starts, ends)]
+
+    def free_order(self) -> tuple[np.ndarray, np.ndarray]:
+        """(rows sorted by free index, their free indices), computed once."""
+        if self._free_order is None:
+            fi = self.allocs.free_index
+            order = np.argsort(fi, kind="stable")
+            self._free_order = (order, fi[order])
+        return self._free_order
+
+    # -- findings ---------------------------------------------------------------------------
+    def leak_rows(self, leak: Leak) -> np.ndarray:
+        return leak_rows(self, leak)
+
+    def findings(self) -> list[Finding]:
+        """Peak, OOMs, leaks, then each iteration's peak: the order the viewer lists them."""
+        out = [Finding("peak", self.peak.index, self.peak)] if self.peak is not None else []
+        out += [Finding("oom", o.index, o) for o in self.ooms]
+        for lk in self.leaks:
+            rows = self.leak_rows(lk)
+            out.append(Finding("leak", int(self.allocs.alloc_index[rows[-1]]) if len(rows) else -1, lk))
+        out += [Finding("iteration_peak", it.peak_index, it) for it in self.iterations]
+        return out
+
+    def summary(self) -> DeviceSummary:
+        n = self.n_entries
+        return DeviceSummary(
+            device=self.device, entries=n, allocations=len(self.allocs),
+            allocations_before_trace=int(np.count_nonzero(self.allocs.alloc_index < 0)),
+            peak=self.peak, start_live_bytes=int(self.live.start_bytes), end_live_bytes=int(self.live.end_bytes),
+            reserved_peak_bytes=None if self.live.reserved_peak is None else int(self.live.reserved_peak),
+            end_by_category=self.by_category_at(n - 1), iterations=self.iterations, leaks=self.leaks,
+            ooms=self.ooms)
 
 
-@dataclass
+@dataclass(eq=False)
 class Analysis:
     snapshot: Snapshot
-    devices: dict
-    rule_names: list
+    devices: dict[int, DeviceAnalysis]
+    rule_names: list[str]
     rules: RuleSet | None = None
     facts: SnapshotFacts | None = None
     from_cache: bool = False             # the results were read from the snapshot's cache entry
 
     @property
-    def rule_why(self) -> list:
+    def rule_why(self) -> list[str]:
         if self.rules is None:
             return [""] * len(self.rule_names)
         return ["no rule matched"] + [r.why for r in self.rules.rules]
+
+    def primary_device(self) -> int | None:
+        """The device to look at first: one that ran out of memory, else the highest peak
+        (ties: the lower device number); None without devices."""
+        if not self.devices:
+            return None
+
+        def key(dev):
+            da = self.devices[dev]
+            return (0 if da.ooms else 1, -(da.peak.bytes if da.peak else 0), dev)
+        return min(self.devices, key=key)
+
+    def device_order(self) -> list[int]:
+        """The primary device first, then the others by number."""
+        first = self.primary_device()
+        return ([first] if first is not None else []) + sorted(d for d in self.devices if d != first)
 
 
 def analyze(snap: Snapshot, progress: Progress | None = None, rules_path=None,
@@ -127,9 +240,19 @@ def analyze(snap: Snapshot, progress: Progress | None = None, rules_path=None,
             devices[dev] = _analyze_device(snap, dev, facts, rules, rule_names)
         if fp:
             cache.save(snap, fp, devices, rule_names)
+    else:
+        for da in devices.values():
+            _attach(da, snap, facts, rule_names)
     if progress is not None:
         progress.finish()
     return Analysis(snap, devices, rule_names, rules, facts, from_cache=from_cache)
+
+
+def _attach(da: DeviceAnalysis, snap: Snapshot, facts: SnapshotFacts, rule_names: list) -> None:
+    da.facts = facts
+    da.rule_names = rule_names
+    cols = snap.trace(da.device).columns
+    da.trace_forward_stack = np.asarray(cols["forward_stack"]) if "forward_stack" in cols else None
 
 
 def _analyze_device(snap, dev, facts, rules, rule_names) -> DeviceAnalysis:
@@ -137,91 +260,28 @@ def _analyze_device(snap, dev, facts, rules, rule_names) -> DeviceAnalysis:
     live = live_model(snap, dev)
     allocs = allocations(snap, dev)
     tl, cl = classify_device(snap, t, allocs, live, facts, rules, dev)
-    da = DeviceAnalysis(dev, live, allocs, cl.category, cl.rule, timeline=tl, chain_root=cl.root,
-                        chain_last=cl.last, row_phase=cl.row_phase)
-    da.trace_action = np.asarray(t.columns["action"])
-    da.trace_stack = np.asarray(t.columns["stack"])
-    da.oom_indices = findings.oom_indices(t)
-    da.iterations = tl.iterations
+    torch_category = None
     if "category" in t.columns:
         col = np.asarray(t.columns["category"])
         ai = allocs.alloc_index
-        da.torch_category = np.where(ai >= 0, col[np.clip(ai, 0, max(len(col) - 1, 0))], 0).astype(np.uint8)
-    findings.iteration_peaks(da, facts)
+        torch_category = np.where(ai >= 0, col[np.clip(ai, 0, max(len(col) - 1, 0))], 0).astype(np.uint8)
+    da = DeviceAnalysis(dev, live, allocs, cl.category, cl.rule, timeline=tl, chain_root=cl.root,
+                        chain_last=cl.last, row_phase=cl.row_phase, trace_action=np.asarray(t.columns["action"]),
+                        trace_stack=np.asarray(t.columns["stack"]), oom_indices=oom_indices(t),
+                        torch_category=torch_category)
+    _attach(da, snap, facts, rule_names)
+    da.iterations = with_peaks(da, facts, tl.iterations)
+    tl.iterations = list(da.iterations)
     tus = np.asarray(t.columns["time_us"])
     p = live.peak_index
-    da.peak = {
-        "bytes": int(live.peak_bytes), "index": int(p),
-        "time_us": int(tus[p]) if p >= 0 and tus[p] >= 0 else None,
-        "type": findings.peak_type(da, facts, p),
-        "by_category": findings.by_category_at(da, p),
-        "iteration": int(tl.iteration[p]) if p >= 0 and tl.iteration[p] >= 0 else None,
-        "phase": PHASE_NAMES[int(tl.phase[p])] if p >= 0 else "pre",
-        "top": findings.top_allocations(da, facts, rule_names, p, 10),
-    }
-    da.leaks = findings.find_leaks(da, facts, rule_names)
-    da.ooms = findings.oom_reports(da, snap)
+    it = da.iteration_at(p)
+    da.peak = Peak(bytes=int(live.peak_bytes), index=int(p),
+                   time_us=int(tus[p]) if p >= 0 and tus[p] >= 0 else None,
+                   type=da.peak_type(p), by_category=da.by_category_at(p),
+                   iteration=it.number if it is not None else None, phase=da.phase_at(p))
+    da.leaks = find_leaks(da, rule_names)
+    da.ooms = oom_reports(da, snap)
     return da
 
 
-# -- helpers for the viewer and reports --------------------------------------------------
-by_category_at = findings.by_category_at
-live_by_category = findings.live_by_category
-live_mask = findings.live_mask
-
-
-def top_allocations(an: Analysis, da: DeviceAnalysis, index: int, n: int = 10) -> list:
-    return findings.top_allocations(da, an.facts, an.rule_names, index, n)
-
-
-def peak_type(an: Analysis, da: DeviceAnalysis, index: int) -> str:
-    return findings.peak_type(da, an.facts, index)
-
-
-def stack_strings(an: Analysis, stack_id: int, limit: int = 24) -> list:
-    return findings.stack_strings(an.facts, stack_id, limit=limit)
-
-
-def rule_info(an: Analysis, rule_index: int) -> dict:
-    return {"id": an.rule_names[rule_index], "why": an.rule_why[rule_index]}
-
-
-def phase_ranges(da: DeviceAnalysis) -> list:
-    """[(start_index, end_index, phase name)] runs of equal phase over the trace."""
-    ph = da.timeline.phase if da.timeline is not None else np.zeros(0, np.uint8)
-    if not len(ph):
-        return []
-    change = np.flatnonzero(ph[1:] != ph[:-1]) + 1
-    starts = np.r_[0, change]
-    ends = np.r_[change - 1, len(ph) - 1]
-    return [(int(s), int(e), PHASE_NAMES[int(ph[s])]) for s, e in zip(starts, ends)]
-
-
-def summary_dict(an: Analysis, device: int | None = None) -> dict:
-    """The JSON of `vramscope summary --json` (DESIGN.md §6)."""
-    snap = an.snapshot
-    out = []
-    for dev, da in an.devices.items():
-        if device is not None and dev != device:
-            continue
-        t = snap.trace(dev)
-        peak = dict(da.peak)
-        out.append({
-            "device": dev,
-            "entries": len(t),
-            "allocations": int(np.count_nonzero(np.asarray(t.columns["action"]) == A_ALLOC)),
-            "peak": peak,
-            "start_live_bytes": int(da.live.start_bytes),
-            "end_live_bytes": int(da.live.end_bytes),
-            "reserved_peak_bytes": None if da.live.reserved_peak is None else int(da.live.reserved_peak),
-            "end_by_category": findings.by_category_at(da, len(t) - 1),
-            "iterations": da.iterations,
-            "leaks": [{k: v for k, v in lk.items() if k != "stack"} for lk in da.leaks],
-            "ooms": da.ooms,
-        })
-    return {"file": snap.path, "devices": out}
-
-
-__all__ = ["CATEGORIES", "PEAK_TYPES", "PHASE_NAMES", "Analysis", "DeviceAnalysis", "analyze", "summary_dict",
-           "by_category_at", "live_by_category", "live_mask", "top_allocations", "peak_type", "stack_strings",
-           "rule_info", "phase_ranges", "load_rules", "UNKNOWN"]
+__all__ = ["CATEGORIES", "PEAK_TYPES", "PHASE_NAMES", "Analysis", "DeviceAnalysis", "analyze"]

@@ -41,10 +41,12 @@ import orjson
 from ..parsers import Allocations, LiveModel
 from ..parsers.cache import (artifact_names, map_artifact_array, prune_artifacts, read_artifact, write_artifact,
                              write_artifact_array)
-from .rules import CATEGORIES, user_rules_path
+from .categories import CATEGORIES
+from .results import Iteration, Leak, Oom, Peak, from_plain, to_plain
+from .rules import user_rules_path
 from .timeline import PHASE_NAMES, Timeline
 
-FORMAT = 1
+FORMAT = 2                # 2: typed results (results.py), iterations numbered from 1
 PREFIX = "an-"
 KEEP = 2                  # analyses kept per snapshot (under different keys)
 
@@ -170,7 +172,8 @@ def save(snap, fp: str, devices: dict, rule_names: list) -> bool:
                 "live": {k: getattr(da.live, k) for k in _LIVE_SCALARS},
                 "timeline": None if tl is None else {"first_start": int(tl.first_start),
                                                      "frees_carry_alloc_frames": bool(tl.frees_carry_alloc_frames)},
-                "iterations": da.iterations, "peak": da.peak, "leaks": da.leaks, "ooms": da.ooms,
+                "iterations": to_plain(da.iterations), "peak": to_plain(da.peak), "leaks": to_plain(da.leaks),
+                "ooms": to_plain(da.ooms),
             }
         blob = orjson.dumps(manifest)         # TypeError on anything JSON would not give back
     except (TypeError, ValueError, OSError, orjson.JSONEncodeError):
@@ -271,22 +274,22 @@ def _load(snap, fp, rule_names, man) -> dict:
         _check(-1 <= live.peak_index < n, "peak index")
         allocs = Allocations(dev, arrs["alloc_index"], arrs["free_index"], arrs["addr"], arrs["size"],
                              arrs["stack"], arrs["alloc_us"], arrs["free_us"])
-        iterations = info["iterations"]
-        _check(isinstance(iterations, list) and all(
-            isinstance(it, dict) and 0 <= it["start_index"] <= it["end_index"] < n for it in iterations),
-            "iterations")
+        iterations = from_plain(tuple[Iteration, ...], info["iterations"])
+        _check(all(0 <= it.start_index <= it.end_index < n for it in iterations), "iterations")
         tli = info["timeline"]
-        tl = Timeline(arrs["phase"], arrs["segment"], arrs["iteration"], iterations,
+        tl = Timeline(arrs["phase"], arrs["segment"], arrs["iteration"], list(iterations),
                       first_start=int(tli["first_start"]),
                       frees_carry_alloc_frames=bool(tli["frees_carry_alloc_frames"]))
-        _check(isinstance(info["peak"], dict) and isinstance(info["leaks"], list) and isinstance(info["ooms"], list),
-               "findings")
-        da = DeviceAnalysis(dev, live, allocs, arrs["category"], arrs["rule"], iterations=iterations,
-                            peak=info["peak"], leaks=info["leaks"], ooms=info["ooms"], timeline=tl,
+        peak = from_plain(Peak, info["peak"])
+        _check(-1 <= peak.index < n, "peak")
+        ooms = from_plain(tuple[Oom, ...], info["ooms"])
+        _check(all(0 <= o.index < n for o in ooms), "ooms")
+        da = DeviceAnalysis(dev, live, allocs, arrs["category"], arrs["rule"], timeline=tl,
                             chain_root=arrs["chain_root"], chain_last=arrs["chain_last"],
-                            row_phase=arrs["row_phase"], torch_category=arrs.get("torch_category"),
-                            trace_action=np.asarray(t.columns["action"]),
-                            trace_stack=np.asarray(t.columns["stack"]), oom_indices=arrs["oom_indices"])
+                            row_phase=arrs["row_phase"], trace_action=np.asarray(t.columns["action"]),
+                            trace_stack=np.asarray(t.columns["stack"]), oom_indices=arrs["oom_indices"],
+                            torch_category=arrs.get("torch_category"), iterations=iterations, peak=peak,
+                            leaks=from_plain(tuple[Leak, ...], info["leaks"]), ooms=ooms)
         out[dev] = da
     return out
 

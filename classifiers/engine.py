@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..parsers.tables import A_ALLOC, A_OOM
-from .rules import CATEGORIES, Matcher, RuleSet
+from .categories import CATEGORIES
+from .rules import Matcher, RuleSet
 from .stacks import KIND_PYTHON, StackFacts
 from .timeline import P_NEVER, P_PRE, PHASE_CODE, build_timeline, version_bumps
 

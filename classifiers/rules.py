@@ -17,14 +17,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .categories import CATEGORIES
 from .stacks import KIND_CODES
 
 HERE = Path(__file__).resolve().parent
 SHIPPED_TOML = HERE / "rules.toml"
 SHIPPED_JSON = HERE / "rules.json"
 
-CATEGORIES = ("weights", "activations", "gradients", "optimizer", "autograd", "quantization",
-              "inputs", "temporary", "unknown")
 PHASES = ("none", "inputs", "forward", "backward", "optimizer", "pre")
 FREE_PHASES = PHASES[:5] + ("never",)
 FREED = ("same_phase", "later_phase", "later_iteration", "never")

@@ -6,11 +6,27 @@ frame matcher is a pair of regexes evaluated over the *unique* file and function
 strings, and a per-stack answer ("does any frame of stack s match?", "which is its
 innermost Python frame?") is one `cumsum` over the CSR array `snap.stack_frames`.
 
-Frame kinds:
+Frame kinds (what the rules match on):
   python   a Python frame (`*.py`, `<frozen ...>`, profiler 'path/file.py(12): fn')
   cpp      a C/C++ frame (stacks='all'; CPython's own ceval.c frames count here)
   builtin  profiler '<built-in method zeros_like of ...>' (a torch op called from Python)
   module   profiler 'nn.Module: Linear_0' (a module's forward)
+
+Frame roles (what a user is shown first; the one frame-kind test of the project):
+  user       a Python frame of the user's own code (not torch, not site-packages, not <frozen>)
+  library    a Python frame of an installed package or the standard library
+  module     profiler 'nn.Module: X'
+  op         the torch op an allocation was made for: profiler '<built-in method mm>',
+             C++ `at::_ops::mm::call`, `torch::autograd::THPVariable_mm`
+  autograd   an autograd node running backward: `torch::autograd::generated::MmBackward0::apply`
+  cpp        any other C/C++ frame (kernels, CPython's interpreter)
+  allocator  the allocator's and the stack capture's own frames, which every CUDA
+             allocation goes through and which say nothing about who allocated:
+             `torch::unwind::`, `torch::CapturedTraceback::`, `c10::` (the caching
+             allocator, the dispatcher), `at::detail::empty*`, `at::empty`
+`best_frame` per stack follows that order of preference: a stack's user frame when it
+has one, else the innermost library frame, the module, the autograd node, the op, and
+only then C++ frames; an allocator frame is named only when a stack holds nothing else.
 """
 from __future__ import annotations
 
@@ -27,6 +43,34 @@ _PROF_MODULE = re.compile(r"^nn\.Module: (.*?)(?:_\d+)?$")
 _PROF_BUILTIN = re.compile(r"^<built-in (?:method|function) ([\w.]+)")
 # The torch op a C++ stack was called for: torch::autograd::THPVariable_linear(...) -> linear
 _CPP_OP = re.compile(r"torch::autograd::THPVariable_(\w+)\(")
+_ATEN_OP = re.compile(r"at::_ops::(\w+)::(?:call|redispatch)")
+_AUTOGRAD_NODE = re.compile(r"torch::autograd::generated::(\w+)::apply")
+_ALLOCATOR = ("torch::unwind::", "torch::CapturedTraceback::", "torch::cuda::(anonymous namespace)::gather",
+              "c10::", "at::detail::empty", "at::detail::_empty", "at::TensorBase at::detail::_empty",
+              "at::empty", "at::TensorBase at::empty")
+# Python frames outside the user's code: installed packages, the standard library, torch itself
+LIBRARY_PATH = ("site-packages/", "dist-packages/", "/lib/python", "/torch/", "<frozen", "<string>")
+
+ROLE_USER, ROLE_LIBRARY, ROLE_MODULE, ROLE_OP, ROLE_AUTOGRAD, ROLE_CPP, ROLE_ALLOCATOR = range(7)
+ROLE_NAMES = ("user", "library", "module", "op", "autograd", "cpp", "allocator")
+# preference for the frame that names a stack (see the module docstring)
+BEST_ORDER = (ROLE_USER, ROLE_LIBRARY, ROLE_MODULE, ROLE_AUTOGRAD, ROLE_OP, ROLE_CPP, ROLE_ALLOCATOR)
+
+
+def is_library_file(file: str) -> bool:
+    return file.startswith("torch/") or any(p in file for p in LIBRARY_PATH)
+
+
+def cpp_role(name: str) -> int:
+    if _AUTOGRAD_NODE.search(name):
+        return ROLE_AUTOGRAD
+    if _ATEN_OP.search(name) or _CPP_OP.search(name):
+        return ROLE_OP
+    # the C++ symbol may carry its return type first: 'at::TensorBase at::detail::...'
+    bare = name.split(" ", 1)[1] if name.startswith(("at::Tensor ", "at::TensorBase ")) else name
+    if bare.startswith(_ALLOCATOR) or name.startswith(_ALLOCATOR):
+        return ROLE_ALLOCATOR
+    return ROLE_CPP
 
 
 @dataclass
@@ -40,6 +84,7 @@ class FrameTable:
     op_ids: np.ndarray     # int32 per frame: index into `names` of the op it names, -1 if none
     profiler_frames: int   # how many frames are profiler-style ('none' file)
     line: np.ndarray       # int32 per frame (profiler frames: the number in 'file.py(N)')
+    role: np.ndarray       # uint8 per frame: ROLE_*
 
 
 def build_frame_table(snap) -> FrameTable:
@@ -68,6 +113,7 @@ def build_frame_table(snap) -> FrameTable:
     name_ids = np.empty(n, dtype=np.int32)
     op_ids = np.full(n, -1, dtype=np.int32)
     kind = np.empty(n, dtype=np.uint8)
+    role = np.empty(n, dtype=np.uint8)
     line = np.asarray(snap.frame_line, dtype=np.int32).copy()
     prof = 0
     ff = snap.frame_file.tolist()
@@ -106,9 +152,17 @@ def build_frame_table(snap) -> FrameTable:
         file_ids[f] = fid(file)
         name_ids[f] = nid(name)
         kind[f] = k
+        if k == KIND_PYTHON:
+            role[f] = ROLE_LIBRARY if is_library_file(file) else ROLE_USER
+        elif k == KIND_MODULE:
+            role[f] = ROLE_MODULE
+        elif k == KIND_BUILTIN:
+            role[f] = ROLE_OP
+        else:
+            role[f] = cpp_role(name)
         if op is not None:
             op_ids[f] = nid(op)
-    return FrameTable(files, names, file_ids, name_ids, kind, op_ids, prof, line)
+    return FrameTable(files, names, file_ids, name_ids, kind, op_ids, prof, line, role)
 
 
 class StackFacts:
@@ -134,6 +188,7 @@ class StackFacts:
             self.op_name_id = np.where(op_frame >= 0, self.table.op_ids[np.maximum(op_frame, 0)], -1)
         else:
             self.op_name_id = np.full(self.n_stacks, -1, dtype=np.int64)
+        self.user_frame, self.best_frame = self._best_frames()
 
     # -- frame level -------------------------------------------------------------
     def _match_strings(self, pattern: str | None, strings: list, cache: dict) -> np.ndarray | None:
@@ -220,6 +275,18 @@ class StackFacts:
         if not len(nh):
             return np.zeros(self.n_stacks, dtype=bool)
         return (op >= 0) & nh[np.maximum(op, 0)]
+
+    def _best_frames(self) -> tuple[np.ndarray, np.ndarray]:
+        """(user frame, best frame) per stack: frame ids, -1 where a stack has none."""
+        role = self.table.role
+        user = self.first_frame(role == ROLE_USER) if len(role) else np.full(self.n_stacks, -1, np.int64)
+        best = user.copy()
+        for r in BEST_ORDER[1:]:
+            todo = best < 0
+            if not todo.any() or not len(role):
+                break
+            best[todo] = self.first_frame(role == r)[todo]
+        return user, best
 
     # -- presentation --------------------------------------------------------------
     def frame_text(self, f: int) -> str:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..parsers.tables import A_ALLOC, A_FREE, A_FREE_REQUESTED, A_OOM
+from .results import Iteration, Region
 
 P_NONE, P_INPUTS, P_FORWARD, P_BACKWARD, P_OPTIMIZER, P_PRE = range(6)
 P_NEVER = 6
@@ -36,30 +37,42 @@ PHASE_CODE = {n: i for i, n in enumerate(PHASE_NAMES)}
 class Timeline:
     phase: np.ndarray          # uint8 per entry (P_*)
     segment: np.ndarray        # int32 per entry: id of the run of equal phase it belongs to
-    iteration: np.ndarray      # int32 per entry: iteration index, -1 outside iterations
-    iterations: list = field(default_factory=list)   # dicts (index, start_index, end_index, phases, ...)
+    iteration: np.ndarray      # int32 per entry: Iteration.number - 1, -1 outside iterations
+    iterations: list = field(default_factory=list)   # results.Iteration (peaks not filled in yet)
     first_start: int = -1      # entry where the first iteration starts (-1: no iterations)
     frees_carry_alloc_frames: bool = False
 
 
-def _pair_annotations(annotations, device):
-    """[(name, start_us, end_us)] from START/END annotations of `device`, innermost last."""
+def annotation_regions(annotations, device: int, rules=None) -> list[Region]:
+    """The snapshot's record_function regions on `device`: each START paired with the END
+    of the same name that closes it (innermost first, as the regions nest), in START
+    order; a START never closed gets `end_us` None. With `rules`, each region gets the
+    phase its name maps to (rules.toml [annotations]), else ""."""
     open_: dict = {}
-    out = []
-    for a in annotations:
+    out: list = []
+    for k, a in enumerate(annotations or ()):
         if not isinstance(a, dict):
             continue
         dev = a.get("device")
         if dev is not None and dev != device:
             continue
         name, stage, t = a.get("name"), a.get("stage"), a.get("time_us")
-        if not isinstance(name, str) or not isinstance(t, int):
+        if not isinstance(name, str) or not isinstance(t, int) or isinstance(t, bool):
             continue
         if stage == "START":
-            open_.setdefault(name, []).append(t)
+            open_.setdefault(name, []).append(len(out))
+            out.append([name, t, None, k])
         elif stage == "END" and open_.get(name):
-            out.append((name, open_[name].pop(), t))
-    return out
+            out[open_[name].pop()][2] = t
+    regions = []
+    for name, t0, t1, k in out:
+        phase = ""
+        for rx, ph in (rules.annotations if rules is not None else ()):
+            if rx.search(name):
+                phase = ph
+                break
+        regions.append(Region(name, t0, t1, phase, k))
+    return regions
 
 
 def version_bumps(allocs):
@@ -189,14 +202,12 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
     tus = np.asarray(trace.columns["time_us"])
     if rules.annotations and snap.annotations and n and bool((tus >= 0).all()):
         if bool(np.all(tus[1:] >= tus[:-1])):          # searchsorted needs sorted times
-            for name, t0, t1 in _pair_annotations(snap.annotations, device):
-                for rx, ph in rules.annotations:
-                    if rx.search(name):
-                        lo = int(np.searchsorted(tus, t0, side="left"))
-                        hi = int(np.searchsorted(tus, t1, side="right"))
-                        if hi > lo:
-                            ev[lo:hi] = PHASE_CODE[ph]
-                        break
+            for r in annotation_regions(snap.annotations, device, rules):
+                if r.phase and r.end_us is not None:
+                    lo = int(np.searchsorted(tus, r.start_us, side="left"))
+                    hi = int(np.searchsorted(tus, r.end_us, side="right"))
+                    if hi > lo:
+                        ev[lo:hi] = PHASE_CODE[r.phase]
 
     idx = np.arange(n, dtype=np.int32 if n < 2**31 - 1 else np.int64)
 
@@ -258,12 +269,10 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
         for k in range(1, len(ends)):
             s0, e0 = ends[k - 1] + 1, ends[k]
             iteration[s0:e0 + 1] = len(its)
-            its.append({"index": len(its), "start_index": s0, "end_index": e0,
-                        "start_us": int(tus[s0]) if tus[s0] >= 0 else None,
-                        "end_us": int(tus[e0]) if tus[e0] >= 0 else None,
-                        "phases": {}, "micro_batches": 0, "from": "periodicity"})
+            its.append(Iteration(len(its) + 1, s0, e0, int(tus[s0]) if tus[s0] >= 0 else None,
+                                 int(tus[e0]) if tus[e0] >= 0 else None, {}, 0, source="periodicity"))
         tl.iterations = its
-        tl.first_start = its[0]["start_index"] if its else -1
+        tl.first_start = its[0].start_index if its else -1
         return tl
     start_ph = P_FORWARD if has[P_FORWARD] else (P_BACKWARD if has[P_BACKWARD] else P_OPTIMIZER)
     delim = P_OPTIMIZER if has[P_OPTIMIZER] else (P_BACKWARD if has[P_BACKWARD] else P_NONE)
@@ -332,15 +341,11 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
         for name, sel in (("inputs", inp), ("forward", (sp == P_FORWARD) & tf), ("backward", sp == P_BACKWARD),
                           ("optimizer", sp == P_OPTIMIZER), ("eval", (sp == P_FORWARD) & ~tf)):
             if sel.any():
-                phases[name] = [int(ss[sel].min()), int(se[sel].max())]
+                phases[name] = (int(ss[sel].min()), int(se[sel].max()))
         # micro-batches: training forward runs (each one follows a backward or opens the iteration)
         micro = int(np.count_nonzero((sp == P_FORWARD) & tf))
-        its.append({
-            "index": len(its), "start_index": s0, "end_index": e0,
-            "start_us": int(tus[s0]) if tus[s0] >= 0 else None,
-            "end_us": int(tus[e0]) if tus[e0] >= 0 else None,
-            "phases": phases, "micro_batches": micro,
-        })
+        its.append(Iteration(len(its) + 1, s0, e0, int(tus[s0]) if tus[s0] >= 0 else None,
+                             int(tus[e0]) if tus[e0] >= 0 else None, phases, micro))
     tl.iterations = its
-    tl.first_start = its[0]["start_index"] if its else -1
+    tl.first_start = its[0].start_index if its else -1
     return tl

@@ -12,8 +12,8 @@ import time
 import orjson
 import pytest
 
-from vramscope import annotations as am
-from vramscope.annotations import Annotation, AnnotationStore, load_annotations
+from vramscope.services import annotations as am
+from vramscope.services.annotations import AnnotationStore, load_annotations
 
 
 @pytest.fixture
@@ -133,7 +133,7 @@ def test_corrupt_sidecar_is_moved_aside(snap, content):
 
 _WRITER = textwrap.dedent("""
     import sys
-    from vramscope.annotations import AnnotationStore
+    from vramscope.services.annotations import AnnotationStore
     st = AnnotationStore(sys.argv[1])
     print(len(st), flush=True)
     i = len(st)

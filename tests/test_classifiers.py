@@ -15,8 +15,10 @@ import pytest
 
 os.environ.setdefault("VRAMSCOPE_CACHE_DIR", "")
 
-from vramscope.classifiers import (CATEGORIES, PEAK_TYPES, RulesError, analyze, by_category_at,  # noqa: E402
-                                   live_by_category, load_rules, phase_ranges, summary_dict)
+from vramscope.classifiers import CATEGORIES, PEAK_TYPES, RulesError, analyze, load_rules  # noqa: E402
+from vramscope.present.stacks import Stacks  # noqa: E402
+from vramscope.present.words import advice_text  # noqa: E402
+from vramscope.services.summary import summary_document  # noqa: E402
 from vramscope.classifiers import rules as rules_mod  # noqa: E402
 from vramscope.parsers import open_snapshot  # noqa: E402
 
@@ -156,19 +158,19 @@ def test_classifiers_import_without_qt():
 def test_live_by_category_agrees_with_by_category_at_and_live_bytes():
     an = data("annotated_210.pickle")
     da = an.devices[0]
-    idx = np.array([-1, 0, 10, 37, da.peak["index"], len(da.live.live_after) - 1])
-    table = live_by_category(da, idx)
+    idx = np.array([-1, 0, 10, 37, da.peak.index, len(da.live.live_after) - 1])
+    table = da.live_by_category(idx)
     for row, i in zip(table, idx.tolist()):
-        assert {c: int(v) for c, v in zip(CATEGORIES, row) if v} == by_category_at(da, i)
+        assert {c: int(v) for c, v in zip(CATEGORIES, row) if v} == da.by_category_at(i)
         assert int(row.sum()) == (da.live.start_bytes if i < 0 else int(da.live.live_after[i]))
-    runs = phase_ranges(da)
+    runs = da.phase_ranges()
     assert runs[0][0] == 0 and runs[-1][1] == len(da.live.live_after) - 1
     assert {r[2] for r in runs} >= {"forward", "backward", "optimizer"}
 
 
 def test_summary_json_keeps_the_cli_contract():
     an = data("oom.pickle")
-    s = summary_dict(an)
+    s = summary_document(an)
     d = s["devices"][0]
     for key in ("device", "entries", "allocations", "peak", "start_live_bytes", "end_live_bytes",
                 "reserved_peak_bytes", "iterations", "leaks", "ooms"):
@@ -200,16 +202,17 @@ def test_leak_fixture_flags_train_step_and_clean_loop_does_not():
     want = exp["leak.pickle"]["expect"]["leaks"][0]
     assert len(lk.leaks) == 1, lk.leaks
     leak = lk.leaks[0]
-    assert f"{want['filename']}:{want['line']}:{want['name']}" == leak["where"]
-    assert leak["bytes_per_iteration"] == want["bytes_per_iteration"]
-    assert leak["count"] == want["blocks"] and leak["total_bytes"] == want["bytes"]
+    an = data("leak.pickle")
+    assert f"{want['filename']}:{want['line']}:{want['name']}" == Stacks(an).where(leak.stack)
+    assert leak.bytes_per_iteration == want["bytes_per_iteration"]
+    assert leak.count == want["blocks"] and leak.total_bytes == want["bytes"]
     clean = data("clean_loop.pickle").devices[0]
-    assert clean.leaks == []
+    assert clean.leaks == ()
     for name in ("leak.pickle", "clean_loop.pickle"):
         da = data(name).devices[0]
         e = exp[name]["expect"]
-        assert [it["end_index"] for it in da.iterations] == e["iteration_end_index"]
-        assert [int(da.live.live_after[it["end_index"]]) for it in da.iterations] == e["live_bytes_at_iteration_end"]
+        assert [it.end_index for it in da.iterations] == e["iteration_end_index"]
+        assert [int(da.live.live_after[it.end_index]) for it in da.iterations] == e["live_bytes_at_iteration_end"]
 
 
 @pytest.mark.parametrize("name, hint", [("oom.pickle", "expandable_segments"), ("expandable.pickle", "micro-batch")])
@@ -219,12 +222,12 @@ def test_oom_reports(name, hint):
     ref = exp["devices"][0]["ooms"] if isinstance(exp["devices"], list) else exp["devices"]["0"]["ooms"]
     assert len(da.ooms) == len(ref) == 1
     o, r = da.ooms[0], ref[0]
-    assert (o["index"], o["requested"], o["device_free"]) == (r["index"], r["requested"], r["device_free"])
-    assert o["fragmentation_bytes"] == r["fragmentation_bytes"]
-    assert hint in o["suggestion"]
-    assert sum(o["by_category"].values()) == o["allocated"]
-    assert "unknown" not in o["by_category"]
-    assert da.peak["type"] == "oom"
+    assert (o.index, o.requested, o.device_free) == (r["index"], r["requested"], r["device_free"])
+    assert o.fragmentation_bytes == r["fragmentation_bytes"]
+    assert hint in advice_text(o.advice[0], o)
+    assert sum(o.by_category.values()) == o.allocated
+    assert "unknown" not in o.by_category
+    assert da.peak.type == "oom"
 
 
 def test_backward_thread_empty_frames_are_backward():
@@ -236,7 +239,7 @@ def test_backward_thread_empty_frames_are_backward():
     cats = {CATEGORIES[c] for c in np.unique(da.category[empty])}
     assert cats <= {"gradients", "autograd"} and cats == {"gradients", "autograd"}
     assert len(da.iterations) == 2
-    assert all(set(it["phases"]) >= {"forward", "backward", "optimizer"} for it in da.iterations)
+    assert all(set(it.phases) >= {"forward", "backward", "optimizer"} for it in da.iterations)
 
 
 def test_qlora_fixture_quantization_lora_and_paged_optimizer():
@@ -253,8 +256,8 @@ def test_qlora_fixture_quantization_lora_and_paged_optimizer():
     o, rows = cats_where(lambda fr: any("bitsandbytes/optim" in f[0] for f in fr)
                          and not any("optimizer_update" in f[2] for f in fr))
     assert rows and o == {"optimizer"}
-    assert da.peak["by_category"].get("quantization", 0) > 100e6
-    assert "unknown" not in da.peak["by_category"]
+    assert da.peak.by_category.get("quantization", 0) > 100e6
+    assert "unknown" not in da.peak.by_category
 
 
 # -- ground truth runs (profiler-converted, torch 2.13) ----------------------------------------
@@ -272,35 +275,36 @@ def test_groundtruth_iterations_peak_type_and_leaks(run):
     assert len(da.iterations) == t["iterations"]
     for ours, theirs in zip(da.iterations, t["iteration_table"]):
         tph = {p["phase"] for p in theirs["phases"]}
-        assert set(ours["phases"]) - {"eval"} == tph
-        assert abs(ours["start_index"] - theirs["start_index"]) <= 40
+        assert set(ours.phases) - {"eval"} == tph
+        assert abs(ours.start_index - theirs["start_index"]) <= 40
         if "micro_batches" in t:
-            assert ours["micro_batches"] == t["micro_batches"]
+            assert ours.micro_batches == t["micro_batches"]
     # the global peak's type matches the phase it happened in
-    p = da.peak["index"]
+    p = da.peak.index
     assert p == t["peak_index"]
     phase = next(ph["phase"] for it in t["iteration_table"] for ph in it["phases"]
                  if ph["start_index"] <= p <= ph["end_index"])
     allowed = {"forward": {"forward", "loss"}, "optimizer": {"optimizer_step"}, "inputs": {"other"},
                "backward": {"backward_start", "backward_top", "backward_bottom", "backward_end"}}[phase]
-    assert da.peak["type"] in allowed, (phase, da.peak["type"])
+    assert da.peak.type in allowed, (phase, da.peak.type)
     # per iteration too
     for it, theirs in zip(da.iterations, t["iteration_table"]):
-        k = it["peak_index"]
+        k = it.peak_index
         ph = next((x["phase"] for x in theirs["phases"] if x["start_index"] <= k <= x["end_index"]), None)
         if ph is not None:
-            assert it["peak_type"] in {"forward": {"forward", "loss"}, "optimizer": {"optimizer_step"},
+            assert it.peak_type in {"forward": {"forward", "loss"}, "optimizer": {"optimizer_step"},
                                        "inputs": {"other"}, "backward": {"backward_start", "backward_top",
                                        "backward_bottom", "backward_end"}}[ph]
     if t.get("expected_leak"):
         assert da.leaks, "the leak run must be flagged"
         big = da.leaks[0]
-        assert any(t["leak"]["function"] in f for f in big["frames"]), big["frames"]
-        assert big["iterations"] == list(range(t["iterations"]))
-        per_it = np.diff([int(da.live.live_after[it["end_index"]]) for it in da.iterations])
-        assert sum(lk["bytes_per_iteration"] for lk in da.leaks) == int(np.median(per_it))
+        frames = Stacks(analysis(GT / f"{run}.pickle")).frames_text(big.stack)
+        assert any(t["leak"]["function"] in f for f in frames), frames
+        assert big.iterations == tuple(range(1, t["iterations"] + 1))
+        per_it = np.diff([int(da.live.live_after[it.end_index]) for it in da.iterations])
+        assert sum(lk.bytes_per_iteration for lk in da.leaks) == int(np.median(per_it))
     else:
-        assert da.leaks == [], da.leaks
+        assert da.leaks == (), da.leaks
 
 
 @pytest.mark.parametrize("run", GT_RUNS)
@@ -317,7 +321,7 @@ def test_groundtruth_phases_entry_by_entry(run):
     marked = truth >= 0
     agree = float(np.mean(da.timeline.phase[marked] == truth[marked]))
     assert agree >= 0.99, f"{run}: phase agreement {agree:.3f}"
-    assert [it["start_index"] for it in da.iterations] == [it["start_index"] for it in t["iteration_table"]]
+    assert [it.start_index for it in da.iterations] == [it["start_index"] for it in t["iteration_table"]]
 
 
 def test_example_has_four_iterations_with_all_phases():
@@ -328,10 +332,10 @@ def test_example_has_four_iterations_with_all_phases():
     its = an.devices[0].iterations
     assert len(its) == 4
     for it in its:
-        assert set(it["phases"]) == {"inputs", "forward", "backward", "optimizer"}
-        order = sorted(it["phases"], key=lambda p: it["phases"][p][0])
-        assert order == ["inputs", "forward", "backward", "optimizer"], it["phases"]
-        assert it["peak_type"] == "backward_start"
+        assert set(it.phases) == {"inputs", "forward", "backward", "optimizer"}
+        order = sorted(it.phases, key=lambda p: it.phases[p][0])
+        assert order == ["inputs", "forward", "backward", "optimizer"], it.phases
+        assert it.peak_type == "backward_start"
 
 
 def test_profiler_converted_categories_are_a_separate_fact():
@@ -355,27 +359,27 @@ REAL_FILES = sorted(p.name for p in REAL.glob("*.p*")) if REAL.is_dir() else []
 def test_real_snapshot_unknown_below_5_percent_at_peak(name):
     an = real(name)
     for dev, da in an.devices.items():
-        byc = da.peak["by_category"]
+        byc = da.peak.by_category
         total = sum(byc.values())
         if total == 0:
             continue
         assert byc.get("unknown", 0) / total < 0.05, (dev, byc)
-        assert da.peak["type"] in PEAK_TYPES
+        assert da.peak.type in PEAK_TYPES
 
 
 @needs_real
 def test_real_fp32_adamw_full_step_optimizer_vs_weights():
     da = real("kkaitlyn111+cs336-a2-systems__memory_files_memory_ctx128_fullstep.pickle").devices[0]
-    byc = da.peak["by_category"]
+    byc = da.peak.by_category
     ratio = byc["optimizer"] / byc["weights"]
     print(f"\nkkaitlyn fullstep at peak: optimizer/weights = {ratio:.3f}, "
           f"gradients/weights = {byc['gradients'] / byc['weights']:.3f}")
     assert 1.6 <= ratio <= 2.4
     assert abs(byc["gradients"] / byc["weights"] - 1) < 0.05
-    assert da.peak["type"] == "optimizer_step"
+    assert da.peak.type == "optimizer_step"
     fwd = real("kkaitlyn111+cs336-a2-systems__memory_files_memory_ctx128_forward_mixed.pickle").devices[0]
-    assert fwd.peak["type"] in ("forward", "loss")
-    assert "optimizer" not in fwd.peak["by_category"] and "gradients" not in fwd.peak["by_category"]
+    assert fwd.peak.type in ("forward", "loss")
+    assert "optimizer" not in fwd.peak.by_category and "gradients" not in fwd.peak.by_category
 
 
 @needs_real
@@ -400,7 +404,7 @@ def test_real_bitsandbytes_lora_quantization_and_adapters():
     deq = np.array([any("dequantize_4bit" in f[2] for f in an.snapshot.stack_frames_list(int(s)))
                     for s in a.stack]) & (a.alloc_index >= 0)
     assert deq.any() and (da.category[deq] == q).all()
-    byc = da.peak["by_category"]
+    byc = da.peak.by_category
     assert byc["quantization"] > 500e6 and byc["weights"] > 500e6
 
 
@@ -410,16 +414,16 @@ def test_real_state_only_snapshots_are_classified_from_block_frames():
                  "Muduard+LayoutEditing__memory_snapshot.pkl"):
         an = real(name)
         for da in an.devices.values():
-            assert len(da.live.live_after) <= 1 and da.iterations == []
+            assert len(da.live.live_after) <= 1 and da.iterations == ()
             assert (da.category != CATEGORIES.index("unknown")).mean() > 0.9
     verl = real("volcengine+verl__mem.pickle").devices[0]
-    assert verl.peak["by_category"]["activations"] > 0.8 * verl.peak["bytes"]     # vLLM KV cache
+    assert verl.peak.by_category["activations"] > 0.8 * verl.peak.bytes     # vLLM KV cache
 
 
 @needs_real
 def test_real_empty_snapshot_has_no_devices():
     an = real("SunnySood80+unsupervised_finetune_resnet50__dump_snapshot.pickle")
-    assert an.devices == {} and summary_dict(an)["devices"] == []
+    assert an.devices == {} and summary_document(an)["devices"] == []
 
 
 def _strip_frames(snap):
@@ -440,8 +444,8 @@ def test_frameless_traces_fall_back_to_periodicity(path, leaks):
     da = an.devices[0]
     assert len(da.leaks) == leaks
     if leaks:
-        assert len(da.iterations) >= 4 and all(it.get("from") == "periodicity" for it in da.iterations)
-        assert da.leaks[0]["where"] == "(no frames)"
+        assert len(da.iterations) >= 4 and all(it.source == "periodicity" for it in da.iterations)
+        assert Stacks(an).where(da.leaks[0].stack) == "(no frames)"
 
 
 def test_fixture_iteration_counts_from_expected_json():
@@ -493,10 +497,9 @@ def test_fixture_generator_intent_accuracy():
 
 
 def test_peak_type_outside_the_trace_is_other():
-    from vramscope.classifiers import peak_type
     an = analysis(DATA / "clean_loop.pickle")
     da = an.devices[0]
     n = len(da.trace_action)
-    assert peak_type(an, da, -1) == "other"
-    assert peak_type(an, da, n) == "other"
-    assert peak_type(an, da, da.peak["index"]) == da.peak["type"] != "other"
+    assert da.peak_type(-1) == "other"
+    assert da.peak_type(n) == "other"
+    assert da.peak_type(da.peak.index) == da.peak.type != "other"

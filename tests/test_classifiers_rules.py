@@ -133,7 +133,7 @@ def test_hf_trainer_step(tmp_path):
         got = cat_of(an, da, entry_of(story, key))
         assert got[0] == cat, (key, got)
     assert len(da.iterations) == 2
-    assert set(da.iterations[0]["phases"]) == {"inputs", "forward", "backward", "optimizer"}
+    assert set(da.iterations[0].phases) == {"inputs", "forward", "backward", "optimizer"}
 
 
 FSDP_UNSHARD = [(SP + "torch/distributed/fsdp/_flat_param.py", 1400, "_alloc_padded_unsharded_flat_param"),
@@ -169,8 +169,7 @@ def test_windows_paths_and_user_optimizer(tmp_path):
     an, da = run(tmp_path, build(story, pre=[("w", 1 << 20, [])]))
     got = {k: cat_of(an, da, entry_of(story, k))[0] for k in ("a", "g", "m", "t")}
     assert got == {"a": "activations", "g": "gradients", "m": "optimizer", "t": "temporary"}
-    pk = da.peak
-    assert pk["type"] == "optimizer_step"
+    assert da.peak.type == "optimizer_step"
 
 
 def test_autograd_thread_without_frames_after_forward_is_backward(tmp_path):
@@ -197,5 +196,5 @@ def test_model_loading_before_training_and_peak_types(tmp_path):
     assert cat_of(an, da, entry_of(story, "q"))[0] == "quantization"
     assert cat_of(an, da, entry_of(story, "w"))[0] == "weights"
     assert cat_of(an, da, entry_of(story, "w16"))[0] == "temporary"
-    assert da.peak["type"] == "quantization"
-    assert da.iterations == []
+    assert da.peak.type == "quantization"
+    assert da.iterations == ()

@@ -10,8 +10,8 @@ import pytest
 
 from vramscope.classifiers import CATEGORIES, analyze
 from vramscope.cli import main
-from vramscope.export import (category_live_at, category_series, export_perfetto, export_trimmed,
-                              perfetto_trace, window_around)
+from vramscope.classifiers.liveset import category_series, series_at
+from vramscope.services.export import export_perfetto, export_trimmed, perfetto_trace, window_around
 from vramscope.parsers import live_model, open_snapshot
 
 from helpers import DATA, REPO, reference_peaks
@@ -75,10 +75,9 @@ def test_trimmed_export_keeps_categories_and_is_smaller(path, tmp_path):
     export_trimmed(snap, out, device=dev, start=a, end=b)
     assert os.path.getsize(out) < os.path.getsize(path)
     an2 = analyze(open_snapshot(out, use_cache=False))
-    k = len(CATEGORIES)
     idx = np.arange(a, b + 1)
-    orig = category_live_at(category_series(an.devices[dev], k), idx)
-    trim = category_live_at(category_series(an2.devices[dev], k), idx - a)
+    orig = an.devices[dev].live_by_category(idx)
+    trim = an2.devices[dev].live_by_category(idx - a)
     np.testing.assert_array_equal(orig.sum(axis=1), trim.sum(axis=1))
     # categories: the same for allocations whose whole life is inside the window (same stack,
     # same lifetime, same phases); a block live before the window lost its history and one freed
@@ -92,8 +91,10 @@ def test_trimmed_export_keeps_categories_and_is_smaller(path, tmp_path):
                                                    "alloc_us", "free_us")))
         sub.category = np.asarray(da.category)[keep]
         return sub
-    orig_in = category_live_at(category_series(born_inside(an.devices[dev], a, b), k), idx)
-    trim_in = category_live_at(category_series(born_inside(an2.devices[dev], 0, b - a), k), idx - a)
+    def live(sub, at):
+        return series_at(category_series(sub.category, sub.allocs), at)
+    orig_in = live(born_inside(an.devices[dev], a, b), idx)
+    trim_in = live(born_inside(an2.devices[dev], 0, b - a), idx - a)
     agree = (orig_in == trim_in).all(axis=1).mean()
     assert agree >= 0.9, f"per-category live bytes agree at only {agree:.0%} of the window's events"
 
@@ -158,11 +159,10 @@ def test_perfetto_counter_tracks(tmp_path, max_points):
         assert isinstance(e["ts"], int) and e["args"]["bytes"] >= 0
     da = an.devices[0]
     # the sum of every track's maximum is at least the peak (and each track's max is exact)
-    series = category_series(da, len(CATEGORIES))
+    series = da.category_series()
     for c, name in enumerate(CATEGORIES):
         vals = [e["args"]["bytes"] for e in counters if e["name"] == name]
-        start, ev, v = series[c]
-        assert max(vals) == max([start] + v.tolist())
+        assert max(vals) == max([series[c].start] + series[c].value.tolist())
     if max_points == 50:
         assert len(counters) <= len(CATEGORIES) * (2 * 50 + 1)
 

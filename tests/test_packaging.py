@@ -36,7 +36,11 @@ ICON_SIZES = (16, 32, 48, 64, 128, 256, 512)
 REQUIRED_IN_WHEEL = [
     "vramscope/__init__.py",
     "vramscope/__main__.py",
-    "vramscope/cli.py",
+    "vramscope/cli/__init__.py",
+    "vramscope/cli/summary.py",
+    "vramscope/common/units.py",
+    "vramscope/present/stacks.py",
+    "vramscope/services/report.py",
     "vramscope/parsers/__init__.py",
     "vramscope/parsers/reader.py",
     "vramscope/classifiers/__init__.py",
@@ -140,7 +144,7 @@ def test_sdist_contents(built):
     with tarfile.open(sdist) as t:
         names = [n.split("/", 1)[1] for n in t.getnames() if "/" in n]
     for need in ("pyproject.toml", "README.md", "parsers/reader.py", "classifiers/__init__.py",
-                 "viewer/__init__.py", "vramscope/cli.py", "assets/example.pickle",
+                 "viewer/__init__.py", "vramscope/cli/__init__.py", "assets/example.pickle",
                  "assets/icons/vramscope.svg", "packaging/vramscope.spec", "packaging/launcher.py",
                  "packaging/build_bundle.sh", "packaging/make_icons.py"):
         assert need in names, f"{need} missing from the sdist"

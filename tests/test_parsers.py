@@ -114,11 +114,13 @@ def test_summary_json_contract():
     assert doc["file"].endswith(name)
     (dev,) = doc["devices"]
     assert dev["device"] == 0
-    assert dev["entries"] == 5803 and dev["allocations"] == 1935
+    # allocations: the rows of `allocations --csv`, the 31 blocks live before the trace included
+    assert dev["entries"] == 5803 and dev["allocations"] == 1966 and dev["allocations_before_trace"] == 31
     assert dev["peak"]["bytes"] == 108258676
     assert dev["peak"]["index"] >= 0
     # `index` is the position in device_traces[0] of the alloc that reached the peak
     obj = load_trusted(shared(name))
+    assert sum(e["action"] == "alloc" for e in obj["device_traces"][0]) == 1966 - 31
     assert obj["device_traces"][0][dev["peak"]["index"]]["action"] == "alloc"
     assert dev["peak"]["time_us"] == obj["device_traces"][0][dev["peak"]["index"]]["time_us"]
     for key in ("type", "by_category"):

@@ -6,11 +6,20 @@ import os
 import orjson
 import pytest
 
-from vramscope.annotations import Annotation, AnnotationStore
+from vramscope.services.annotations import Annotation, AnnotationStore
 from vramscope.classifiers import analyze
 from vramscope.cli import main
 from vramscope.parsers import open_snapshot
-from vramscope.report import MD_LIMIT, PNG_LIMIT, _fit_markdown, envelope, redact, short_stack, write_report
+from vramscope.present.stacks import Stacks
+from vramscope.services.report import MD_LIMIT, PNG_LIMIT, redact
+from vramscope.services.report import write_report as _write_report
+from vramscope.services.report_markdown import fit_markdown as _fit_markdown
+from vramscope.viewer.lod import envelope
+from vramscope.viewer.report_png import render_timeline
+
+
+def write_report(*a, **kw):
+    return _write_report(*a, render_png=render_timeline, **kw)
 
 from helpers import DATA, REPO
 
@@ -77,8 +86,8 @@ def test_oom_report_explains_the_oom(tmp_path):
     assert "expandable_segments" in md             # fragmentation > request, not on: DESIGN.md §5
     assert os.path.getsize(tmp_path / "r" / "timeline.png") <= PNG_LIMIT
     doc = orjson.loads(open(tmp_path / "r" / "analysis.json", "rb").read())
-    rep = doc["devices"][0]["oom_reports"][0]
-    assert rep["fragmentation"] >= rep["requested"] and rep["suggestion"]
+    rep = doc["devices"][0]["ooms"][0]
+    assert rep["fragmentation_bytes"] >= rep["requested"] and "expandable_segments" in rep["suggestion"]
 
 
 @pytest.mark.skipif(not OOM.exists(), reason="tests/data/oom.pickle not generated yet")
@@ -130,9 +139,9 @@ def test_envelope_keeps_every_peak():
 
 
 def test_short_stack_user_code_first():
-    snap = open_snapshot(EXAMPLE, use_cache=False)
-    sid = int(snap.trace(0).columns["stack"][0])
-    st = short_stack(snap, sid)
+    an = analyze(open_snapshot(EXAMPLE, use_cache=False))
+    sid = int(an.snapshot.trace(0).columns["stack"][0])
+    st = Stacks(an).short(sid)
     assert 1 <= len(st) <= 4 and st[0].startswith("make_example.py:")
 
 
@@ -150,13 +159,13 @@ def test_png_draws_every_category_band(tmp_path):
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtGui import QColor, QImage
 
-    from vramscope.report import CATEGORY_COLORS, render_timeline
+    from vramscope.classifiers import category_color
     an = analyze(open_snapshot(str(REPO / "assets" / "example.pickle"), use_cache=False))
     path = render_timeline(an, 0, str(tmp_path / "t.png"))
     img = QImage(path).convertToFormat(QImage.Format.Format_RGB32)
     import numpy as np
     px = np.frombuffer(img.constBits(), dtype=np.uint32, count=img.width() * img.height())
     for cat in ("weights", "optimizer", "gradients", "activations"):
-        rgb = QColor(CATEGORY_COLORS[cat]).rgb() & 0xFFFFFF
+        rgb = QColor(category_color(cat)).rgb() & 0xFFFFFF
         n = int(np.count_nonzero((px & 0xFFFFFF) == rgb))
         assert n > 3000, f"{cat}: {n} pixels of its colour"

@@ -21,8 +21,8 @@ from PySide6.QtCore import QEvent, QPointF, Qt  # noqa: E402
 from PySide6.QtGui import QMouseEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication, QFileDialog, QInputDialog  # noqa: E402
 
-from vramscope import annotations as am  # noqa: E402
-from vramscope.annotations import AnnotationStore  # noqa: E402
+from vramscope.services import annotations as am  # noqa: E402
+from vramscope.services.annotations import AnnotationStore  # noqa: E402
 from viewer_helpers import LOAD_TIMEOUT, new_window, open_and_wait  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -457,7 +457,7 @@ def test_cancelled_export_dialogs_write_nothing(qt, window, snap, env, monkeypat
 
 def test_note_placement(tmp_path):
     from test_viewer_model import write_snapshot
-    from vramscope.annotations import Annotation
+    from vramscope.services.annotations import Annotation
     from vramscope.classifiers import analyze
     from vramscope.parsers import open_snapshot
     from vramscope.viewer.model import DeviceData

@@ -196,7 +196,7 @@ def test_findings_and_state_only(tmp_path):
     snap = open_snapshot(p, use_cache=False)
     d = DeviceData(snap, analyze(snap), 0)
     peak = d.findings[0]
-    assert peak.kind == "peak" and peak.data["bytes"] == d.peak_bytes
+    assert peak.kind == "peak" and peak.subject.bytes == d.peak_bytes
     assert peak.row == d.row_of_alloc_event(peak.index)
 
 

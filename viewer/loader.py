@@ -8,7 +8,6 @@ whose callback here only emits a queued signal.
 """
 from __future__ import annotations
 
-import inspect
 import sys
 import traceback
 from dataclasses import dataclass
@@ -16,8 +15,9 @@ from typing import Callable
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 
-from ..classifiers import analyze
+from ..classifiers import Analysis, analyze
 from ..parsers import Cancelled, Progress, Snapshot, SnapshotError, open_snapshot
+from ..present.stacks import Stacks
 from .model import DeviceData
 
 
@@ -25,28 +25,17 @@ from .model import DeviceData
 class LoadResult:
     path: str
     snapshot: Snapshot
-    analysis: object
+    analysis: Analysis
     device: int | None
     data: DeviceData | None
+    stacks: Stacks
 
 
-def pick_device(analysis, wanted: int | None) -> int | None:
-    """The device asked for, else the one with the most trace entries, else any."""
-    devs = list(analysis.devices)
-    if not devs:
-        return None
+def pick_device(analysis: Analysis, wanted: int | None) -> int | None:
+    """The device asked for, else the one to look at first (an OOM, else the highest peak)."""
     if wanted is not None and wanted in analysis.devices:
         return wanted
-    snap = analysis.snapshot
-    return max(devs, key=lambda d: (len(snap.trace(d)), len(analysis.devices[d].allocs), -d))
-
-
-def _analyze(snap, progress):
-    try:
-        accepts = "progress" in inspect.signature(analyze).parameters
-    except (TypeError, ValueError):
-        accepts = False
-    return analyze(snap, progress=progress) if accepts else analyze(snap)
+    return analysis.primary_device()
 
 
 def load(path: str, device: int | None = None, use_cache: bool = True,
@@ -56,16 +45,17 @@ def load(path: str, device: int | None = None, use_cache: bool = True,
     snap = open_snapshot(path, progress=progress, use_cache=use_cache)
     progress.check()
     progress.start("analyzing", 1.0)
-    an = _analyze(snap, progress)
+    an = analyze(snap, progress=progress)
     progress.check()
     dev = pick_device(an, device)
-    data = DeviceData(snap, an, dev, progress) if dev is not None else None
-    return LoadResult(path, snap, an, dev, data)
+    stacks = Stacks(an)
+    data = DeviceData(snap, an, dev, progress, stacks) if dev is not None else None
+    return LoadResult(path, snap, an, dev, data, stacks)
 
 
 def switch_device(result: LoadResult, device: int, progress: Progress | None = None) -> LoadResult:
-    data = DeviceData(result.snapshot, result.analysis, device, progress)
-    return LoadResult(result.path, result.snapshot, result.analysis, device, data)
+    data = DeviceData(result.snapshot, result.analysis, device, progress, result.stacks)
+    return LoadResult(result.path, result.snapshot, result.analysis, device, data, result.stacks)
 
 
 class _Signals(QObject):

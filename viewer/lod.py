@@ -156,3 +156,22 @@ class MinMaxPyramid:
                 out_min[o] = np.minimum(out_min[o], mn[node])
             lo >>= 1
             hi >>= 1
+
+
+def envelope(x: np.ndarray, live: np.ndarray, buckets: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per pixel bucket of x: the entry with the highest live bytes, and the lowest live bytes.
+
+    Returns (indices of the max entry per non-empty bucket, min live per bucket)."""
+    n = len(live)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    lo, hi = float(x[0]), float(x[-1])
+    edges = np.linspace(lo, hi, buckets + 1)
+    starts = np.unique(np.searchsorted(x, edges[:-1], side="left"))
+    starts = starts[starts < n]
+    bmax = np.maximum.reduceat(live, starts)
+    bmin = np.minimum.reduceat(live, starts)
+    lens = np.diff(np.append(starts, n))
+    hit = np.flatnonzero(live == np.repeat(bmax, lens))
+    first_hit = hit[np.searchsorted(hit, starts, side="left")]
+    return first_hit.astype(np.int64), bmin

@@ -19,22 +19,18 @@ allocation. Its parts, and why:
 """
 from __future__ import annotations
 
-import os
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..classifiers import CATEGORIES
+from ..classifiers import CATEGORIES, Finding, Iteration
 from ..parsers.tables import A_ALLOC, A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP
-from ..common.units import fmt_bytes
+from ..present.stacks import Stacks
+from ..present.words import finding_detail, finding_title
 from .lod import MinMaxPyramid, ragged
 
 CHECKPOINT = 64
 NO_CATEGORY = 255
-# Bottom to top: what stays for the whole run first, short-lived memory on top.
-STACK_ORDER = ("weights", "quantization", "optimizer", "gradients", "inputs", "activations", "autograd",
-               "temporary", "unknown")
 
 
 @dataclass
@@ -55,14 +51,27 @@ class Envelope:
 
 
 @dataclass
-class Finding:
-    kind: str                       # peak | iteration_peak | leak | oom
+class FindingView:
+    """A finding as the viewer lists it: the analysis' typed finding, its words (from the
+    presentation layer), the entries to zoom to and the allocation to select."""
+    finding: Finding
     title: str
     detail: str
-    index: int                      # trace entry to put the cursor on (-1: the start)
-    zoom: tuple                     # (first_index, last_index) to show
+    zoom: tuple[int, int]           # (first_index, last_index) to show
     row: int = -1                   # allocation row to select, -1: none
-    data: dict = field(default_factory=dict)
+    rows: np.ndarray | None = None  # a leak's allocations
+
+    @property
+    def kind(self) -> str:
+        return self.finding.kind
+
+    @property
+    def index(self) -> int:
+        return self.finding.index
+
+    @property
+    def subject(self):
+        return self.finding.subject
 
 
 @dataclass
@@ -88,122 +97,9 @@ class Segments:
         return 0.0 if r <= 0 else max(0.0, 1.0 - self.allocated_bytes / r)
 
 
-# -- frames -------------------------------------------------------------------
-_PROFILER_FRAME = re.compile(r"^(.*\.py)\((\d+)\): (.*)$")
-_INTERNAL = ("/torch/", "site-packages/", "dist-packages/", "<frozen", "/lib/python3", "torch/")
-
-
-def split_frame(filename: str, line: int, name: str) -> tuple[str, int, str, bool]:
-    """(file, line, function, is_python). Profiler-converted frames carry
-    'path/file.py(123): func' in `name` with filename 'none'."""
-    if filename == "none" and line == 0:
-        m = _PROFILER_FRAME.match(name)
-        if m:
-            return m.group(1), int(m.group(2)), m.group(3), True
-        return "", 0, name, False
-    return filename, line, name, filename.endswith(".py") and line > 0
-
-
-def is_internal(filename: str) -> bool:
-    return filename.startswith("torch/") or any(s in filename for s in _INTERNAL)
-
-
-def frame_label(filename: str, line: int, name: str) -> str:
-    f, ln, fn, py = split_frame(filename, line, name)
-    if py:
-        return f"{fn}  ({os.path.basename(f)}:{ln})"
-    return fn
-
-
-# C++ frames that every CUDA allocation goes through: they say nothing about who allocated
-_ALLOCATOR_FRAMES = ("torch::unwind::", "torch::CapturedTraceback::", "torch::cuda::(anonymous namespace)::gather",
-                     "c10::cuda::CUDACachingAllocator::", "at::TensorBase at::detail::_empty", "at::detail::empty",
-                     "at::detail::_empty", "c10::Allocator", "c10::StorageImpl", "at::empty")
-_AUTOGRAD_NODE = re.compile(r"torch::autograd::generated::(\w+)::apply")
-_ATEN_OP = re.compile(r"at::_ops::(\w+)::(?:call|redispatch)")
-
-
-def is_allocator_frame(name: str) -> bool:
-    return name.startswith(_ALLOCATOR_FRAMES)
-
-
-def short_cpp(name: str, limit: int = 90) -> str:
-    """A C++ signature without its argument list: 'at::native::add_out(…)'
-    (only the trailing, balanced group: '(anonymous namespace)' stays)."""
-    s = name.rstrip()
-    if s.endswith(" const"):
-        s = s[:-6]
-    if s.endswith(")"):
-        depth = 0
-        for k in range(len(s) - 1, -1, -1):
-            if s[k] == ")":
-                depth += 1
-            elif s[k] == "(":
-                depth -= 1
-                if depth == 0:
-                    if k > 0:
-                        s = s[:k] + "(…)"
-                    break
-    return s if len(s) <= limit else s[:limit - 1] + "…"
-
-
-def cpp_label(frames) -> str | None:
-    """For stacks with no Python frames (autograd's worker threads): the backward node
-    or the ATen op that allocated."""
-    for fr in frames:
-        m = _AUTOGRAD_NODE.search(fr[2])
-        if m:
-            return f"{m.group(1)}  (autograd)"
-    for fr in frames:
-        m = _ATEN_OP.search(fr[2])
-        if m:
-            return f"aten::{m.group(1)}"
-    for fr in frames:
-        if not is_allocator_frame(fr[2]):
-            return short_cpp(fr[2])
-    return None
-
-
-class StackLabels:
-    """The one frame that best names a stack: the innermost Python frame outside
-    torch and site-packages, else the innermost Python frame, else the first."""
-
-    def __init__(self, snap):
-        self.snap = snap
-        self._cache: dict[int, str] = {}
-
-    def __call__(self, sid: int) -> str:
-        sid = int(sid)
-        s = self._cache.get(sid)
-        if s is None:
-            s = self._cache[sid] = self._label(sid)
-        return s
-
-    def _label(self, sid: int) -> str:
-        if sid < 0:
-            return "(no stack)"
-        frames = self.snap.stack_frames_list(sid)
-        if not frames:
-            return "(no stack)"
-        first_py = None
-        for fr in frames:
-            f, ln, fn, py = split_frame(*fr)
-            if py:
-                if not is_internal(f):
-                    return f"{fn}  ({os.path.basename(f)}:{ln})"
-                if first_py is None:
-                    first_py = f"{fn}  ({os.path.basename(f)}:{ln})"
-        if first_py:
-            return first_py
-        for fr in frames:   # module frames of profiler snapshots ('nn.Module: Linear_0')
-            if fr[2].startswith("nn.Module"):
-                return fr[2]
-        return cpp_label(frames) or short_cpp(frames[0][2])
-
-
 # -- the device model -----------------------------------------------------------------
 class DeviceData:
-    def __init__(self, snap, analysis, device: int, progress=None):
+    def __init__(self, snap, analysis, device: int, progress=None, stacks: Stacks | None = None):
         self.snap = snap
         self.analysis = analysis
         self.device = device
@@ -270,8 +166,8 @@ class DeviceData:
         self._step(progress, "timeline", 0.8)
 
         self._build_segments()
-        self.stack_label = StackLabels(snap)
-        self.iterations = _norm_iterations(da.iterations, n)
+        self.stacks = stacks or Stacks(analysis)
+        self.iterations: list[Iteration] = list(da.iterations)
         self.findings = self._build_findings()
         self._step(progress, "timeline", 1.0)
 
@@ -666,9 +562,9 @@ class DeviceData:
         (an eighth of its iteration, or of the run), never fewer than 200."""
         if first is None or last is None or last <= first:
             first, last = 0, max(self.n - 1, 0)
-            for s, e, _ in self.iterations:
-                if s <= i <= e:
-                    first, last = s, e
+            for it in self.iterations:
+                if it.start_index <= i <= it.end_index:
+                    first, last = it.start_index, it.end_index
                     break
         half = max(100, (last - first) // 16)
         lo, hi = max(first, i - half), min(last, i + half)
@@ -676,82 +572,32 @@ class DeviceData:
             lo, hi = max(0, hi - 2 * half), min(max(self.n - 1, 0), lo + 2 * half)
         return lo, hi
 
-    def _build_findings(self) -> list[Finding]:
-        out: list[Finding] = []
+    def _build_findings(self) -> list[FindingView]:
+        out: list[FindingView] = []
         da = self.da
-        pk = da.peak or {}
-        p_idx = int(pk.get("index", self.peak_index) if pk.get("index") is not None else self.peak_index)
-        p_bytes = int(pk.get("bytes", self.peak_bytes) or self.peak_bytes)
-        ptype = str(pk.get("type") or "other")
-        when = "at the start of the trace" if p_idx < 0 else f"at entry {p_idx:,}"
-        if isinstance(pk.get("iteration"), (int, np.integer)):
-            when += f", iteration {int(pk['iteration']) + 1}"
-        if pk.get("phase"):
-            when += f", {pk['phase']} phase"
-        out.append(Finding("peak", f"Peak {fmt_bytes(p_bytes)} · {ptype}",
-                           f"highest live memory {when}" + _by_cat_text(pk.get("by_category")),
-                           p_idx, self._zoom_around(p_idx), self.row_of_alloc_event(p_idx),
-                           {"bytes": p_bytes, "type": ptype}))
-        for o in da.ooms or []:
-            if not isinstance(o, dict):
-                continue
-            i = int(o.get("index", -1))
-            req = o.get("requested")
-            free = o.get("device_free")
-            detail = f"requested {fmt_bytes(req)}, device free {fmt_bytes(free)}"
-            if o.get("suggestion"):
-                detail += f" — next step: {o['suggestion']}"
-            out.append(Finding("oom", f"OOM at entry {i:,}: {fmt_bytes(req)} requested", detail, i,
-                               self._zoom_around(i), -1, o))
-        for lk in da.leaks or []:
-            if not isinstance(lk, dict):
-                continue
-            rows = self._leak_rows(lk)
-            i = _first_int(lk, ("index", "first_index", "alloc_index", "start_index", "alloc_indices", "indices"))
-            if i is None:
-                i = int(self.alloc_index[rows[-1]]) if len(rows) else -1
-            row = _first_int(lk, ("row", "rows"))
-            if row is None:
-                row = int(rows[-1]) if len(rows) else self.row_of_alloc_event(i)
-            per_it = lk.get("bytes_per_iteration")
-            total = lk.get("total_bytes", lk.get("bytes", lk.get("leaked_bytes")))
-            title = "Leak " + (f"{fmt_bytes(per_it)}/iteration" if per_it is not None else fmt_bytes(total))
-            if lk.get("category"):
-                title += f" · {lk['category']}"
-            where = str(lk.get("where") or lk.get("function") or lk.get("frame") or "")
-            detail = where
-            if total is not None:
-                detail += f" — {fmt_bytes(total)} never freed" + (f" in {lk['count']} allocations"
-                                                                    if lk.get("count") else "")
-            zoom = (0, max(self.n - 1, 0))
-            out.append(Finding("leak", title, detail, i, zoom, row, {**lk, "_rows": rows}))
-        if self.iterations:
-            it_findings = []
-            for k, (s, e, it) in enumerate(self.iterations):
-                ipk = it.get("peak") if isinstance(it.get("peak"), dict) else {}
-                b = ipk.get("bytes", it.get("peak_bytes"))
-                i = ipk.get("index", it.get("peak_index"))
-                if not isinstance(b, (int, np.integer)) or not isinstance(i, (int, np.integer)):
-                    b, i = self.range_peak(s, e)
-                b, i = int(b), int(i)
-                typ = ipk.get("type") or it.get("peak_type") or ""
-                it_findings.append(Finding("iteration_peak",
-                                           f"Iteration {k + 1} peak {fmt_bytes(b)}" + (f" · {typ}" if typ else ""),
-                                           f"entries {s:,}–{e:,}", i, self._zoom_around(i, s, e), -1,
-                                           {"bytes": b, "iteration": k}))
-            rows = self.rows_of_alloc_events([f.index for f in it_findings])   # one search for all
-            for f, r in zip(it_findings, rows.tolist()):
-                f.row = r
-            out.extend(it_findings)
+        found = da.findings()
+        rows = self.rows_of_alloc_events([f.index for f in found])      # one search for all
+        for f, row in zip(found, rows.tolist()):
+            leak_rows = None
+            zoom = self._zoom_around(f.index)
+            where = ""
+            if f.kind == "leak":
+                leak_rows = da.leak_rows(f.subject)
+                row = int(leak_rows[-1]) if len(leak_rows) else -1
+                zoom = (0, max(self.n - 1, 0))
+                where = self.stacks.where(f.subject.stack)
+            elif f.kind == "iteration_peak":
+                zoom = self._zoom_around(f.index, f.subject.start_index, f.subject.end_index)
+            out.append(FindingView(f, finding_title(f, where), finding_detail(f, where), zoom, row, leak_rows))
         return out
 
-    def _leak_rows(self, lk: dict) -> np.ndarray:
-        """Rows a leak finding is about: never-freed allocations made in the trace from its stack."""
-        sid = lk.get("stack")
-        if not isinstance(sid, (int, np.integer)) or isinstance(sid, bool):
-            return np.zeros(0, dtype=np.int64)
-        st = np.asarray(self.allocs.stack)
-        return np.flatnonzero((st == int(sid)) & (self.free_index < 0) & (self.alloc_index >= 0))
+    def stack_label(self, sid: int) -> str:
+        """The compact name of a stack for tables and hover (present.stacks)."""
+        return self.stacks.label(int(sid))
+
+    def row_label(self, row: int) -> str:
+        """The compact name of an allocation: its stack's, or its forward stack's (2.13)."""
+        return self.stacks.label_of(self.da.allocation(int(row)))
 
     @property
     def nbytes(self) -> int:
@@ -761,46 +607,3 @@ class DeviceData:
         if self._alloc_order is not None:
             n += self._alloc_order.nbytes
         return n
-
-
-def _first_int(d: dict, keys) -> int | None:
-    for k in keys:
-        v = d.get(k)
-        if isinstance(v, (list, tuple, np.ndarray)) and len(v):
-            v = v[0]
-        if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-            return int(v)
-    return None
-
-
-def _by_cat_text(by_cat) -> str:
-    if not isinstance(by_cat, dict) or not by_cat:
-        return ""
-    top = sorted(by_cat.items(), key=lambda kv: -kv[1])[:3]
-    return ": " + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in top)
-
-
-def _norm_iterations(iterations, n: int) -> list[tuple[int, int, dict]]:
-    """[(start, end, dict)] with the phases normalised to [(name, start, end)] in dict['_phases']."""
-    out = []
-    for it in iterations or []:
-        if not isinstance(it, dict):
-            continue
-        s, e = it.get("start_index"), it.get("end_index")
-        if not isinstance(s, (int, np.integer)) or not isinstance(e, (int, np.integer)):
-            continue
-        phases = []
-        ph = it.get("phases") or {}
-        items = ph.items() if isinstance(ph, dict) else (
-            ((p.get("phase") or p.get("name"), p) for p in ph if isinstance(p, dict)))
-        for name, rng in items:
-            if isinstance(rng, dict):
-                rng = (rng.get("start_index"), rng.get("end_index"))
-            if isinstance(rng, (list, tuple)) and len(rng) >= 2 and all(
-                    isinstance(v, (int, np.integer)) for v in rng[:2]):
-                phases.append((str(name), int(rng[0]), int(rng[1])))
-        d = dict(it)
-        d["_phases"] = phases
-        out.append((int(s), int(e), d))
-    out.sort(key=lambda t: t[0])
-    return out

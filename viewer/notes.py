@@ -1,6 +1,6 @@
 """The user's annotations in the viewer: where a note sits on the timeline, and the panel listing them.
 
-The notes themselves live in `vramscope.annotations.AnnotationStore` (Qt-free, undo,
+The notes themselves live in `vramscope.services.annotations.AnnotationStore` (Qt-free, undo,
 atomic autosave); this module only maps them onto a device's trace and shows them.
 """
 from __future__ import annotations

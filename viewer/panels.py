@@ -9,18 +9,11 @@ from PySide6.QtWidgets import (QCheckBox, QHeaderView, QLabel, QSizePolicy, QTex
                                QTreeWidgetItem, QVBoxLayout, QWidget)
 
 from ..common.units import fmt_bytes, fmt_duration_us, fmt_seconds
-from .model import DeviceData, Segments, is_allocator_frame, short_cpp, split_frame
+from ..present.markup import html as _esc
+from ..present.stacks import short_path
+from ..present.words import freed_note
+from .model import DeviceData, Segments
 from .theme import CATEGORY_COLORS, category_color
-
-
-def _esc(s: str) -> str:
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def short_path(path: str, keep: int = 3) -> str:
-    """The last few components of a long path: '…/cs336_basics/optimizers.py'."""
-    parts = path.replace("\\", "/").split("/")
-    return path if len(parts) <= keep + 1 else "…/" + "/".join(parts[-keep:])
 
 
 def when_text(d: DeviceData, i: int) -> str:
@@ -89,41 +82,28 @@ class StackPanel(QWidget):
             f"allocated {when_text(d, ai) if ai >= 0 else 'before the trace began'}<br>"
             f"freed {when_text(d, fi) if fi >= 0 else 'never (live at the end)'}{life}<br>"
             f"address <code>0x{int(a.addr[row]):x}</code>")
-        sid = int(a.stack[row])
-        frames = d.snap.stack_frames_list(sid) if sid >= 0 else []
-        shown = frames
-        hidden, what = 0, ""
-        if self.python_only.isChecked():
-            py = [f for f in frames if split_frame(*f)[3]]
-            if py:
-                hidden, what = len(frames) - len(py), "C++"
-                shown = py
-            else:   # autograd threads record no Python frames: drop the allocator's own
-                keep = [f for f in frames if not is_allocator_frame(f[2])]
-                if keep:
-                    hidden, what = len(frames) - len(keep), "allocator"
-                    shown = keep
-        pal = self.palette()
-        muted = pal.color(QPalette.ColorRole.PlaceholderText).name()
+        view = d.stacks.view_of(d.da, d.da.allocation(row), hide_internals=self.python_only.isChecked())
         lines = []
-        for fr in shown:
-            f, ln, fn, py = split_frame(*fr)
-            if py:
-                lines.append(f"<b>{_esc(fn)}</b><br>&nbsp;&nbsp;<span style='color:{muted}'>"
-                             f"{_esc(short_path(f))}:{ln}</span>")
+        for fv in view.frames:
+            if fv.role in ("user", "library"):
+                name = f"<b>{_esc(fv.function)}</b>" if fv.role == "user" else _esc(fv.function)
+                lines.append(f"{name}<br>&nbsp;&nbsp;<span style='color:{muted}'>"
+                             f"{_esc(short_path(fv.file))}:{fv.line}</span>")
             else:
-                where = f"  <span style='color:{muted}'>{_esc(fr[0])}</span>" if fr[0] not in ("", "??", "none") else ""
-                text = _esc(short_cpp(fn) if self.python_only.isChecked() else fn)
-                if "::generated::" in fn or "at::_ops::" in fn:
+                text = _esc(fv.where if self.python_only.isChecked() else fv.function)
+                if fv.role in ("autograd", "op", "module"):
                     text = f"<b>{text}</b>"
+                where = f"  <span style='color:{muted}'>{_esc(fv.file)}</span>" if fv.file else ""
                 lines.append(f"{text}{where}")
         if not lines:
             lines = ["<i>no stack recorded for this allocation</i>"]
-        elif ai < 0 and fi >= 0 and d.da.timeline is not None and not d.da.timeline.frees_carry_alloc_frames:
-            # allocated before the trace began: the only stack recorded is its free's
-            lines.insert(0, f"<i style='color:{muted}'>where it was freed (allocated before the trace began)</i>")
-        if hidden:
-            lines.append(f"<i style='color:{muted}'>{hidden} {what} frames hidden</i>")
+        elif view.freed_here:
+            lines.insert(0, f"<i style='color:{muted}'>{_esc(freed_note())}</i>")
+        elif view.from_forward:
+            lines.insert(0, f"<i style='color:{muted}'>forward stack of this backward allocation "
+                            f"(autograd's thread recorded no Python frames)</i>")
+        if view.hidden:
+            lines.append(f"<i style='color:{muted}'>{view.hidden} {view.hidden_what} frames hidden</i>")
         self.frames.setHtml("<div style='font-family:monospace; white-space:pre'>" + "<br>".join(lines) + "</div>")
 
     def stack_text(self) -> str:

@@ -9,7 +9,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QApplication, QHBoxLayout, QHe
                                QToolButton, QVBoxLayout, QWidget)
 
 from ..common.units import fmt_bytes, fmt_duration_us, fmt_seconds, parse_size
-from .model import DeviceData, frame_label, split_frame
+from .model import DeviceData
 from .rows import (COL_ADDR, COL_ALLOC, COL_CATEGORY, COL_FREE, COL_LIFETIME, COL_RULE, COL_SIZE, COL_WHERE, COLUMNS,
                    RowView)
 from .theme import category_color
@@ -71,10 +71,8 @@ class AllocationsModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.ToolTipRole and col == COL_RULE:
             return d.rule_why(row) or None
         if role == Qt.ItemDataRole.ToolTipRole and col == COL_WHERE:
-            sid = int(d.allocs.stack[row])
-            frames = d.snap.stack_frames_list(sid) if sid >= 0 else []
-            py = [f for f in frames if split_frame(*f)[3]] or frames
-            return "\n".join(frame_label(*f)[:160] for f in py[:10]) or "no stack recorded"
+            view = d.stacks.view_of(d.da, d.da.allocation(row))
+            return "\n".join(fv.label[:160] for fv in view.frames[:10]) or "no stack recorded"
         if role == Qt.ItemDataRole.UserRole:
             return row
         return None
@@ -110,7 +108,7 @@ class AllocationsModel(QAbstractTableModel):
         if col == COL_RULE:
             return d.rule_name(row)
         if col == COL_WHERE:
-            return d.stack_label(int(a.stack[row]))
+            return d.row_label(row)
         return None
 
     def sort(self, column, order=Qt.SortOrder.AscendingOrder):

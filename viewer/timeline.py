@@ -16,7 +16,9 @@ from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QImage, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
+from ..classifiers import annotation_regions
 from ..common.units import byte_unit, fmt_bytes, fmt_duration_us, fmt_seconds
+from ..present.words import peak_words
 from .model import DeviceData, Envelope
 from .notes import first_line, note_span
 from .theme import (ANNOTATION_COLOR, LEAK_COLOR, NOTE_COLOR, OOM_COLOR, PEAK_COLOR, PHASE_COLORS, Theme,
@@ -866,20 +868,20 @@ class TimelineWidget(QWidget):
         d = self.data
         self._clear_markers()
         # peak
-        peak = next((f for f in d.findings if f.kind == "peak"), None)
+        peak = d.da.peak
         if peak is not None:
             px = float(d.x_of_index(max(peak.index, 0)))
-            self.peak_marker.setData([px], [peak.data["bytes"]])
-            self.peak_label.setText(f"peak {fmt_bytes(peak.data['bytes'])} · {peak.data['type']}")
-            self.peak_label.setPos(px, peak.data["bytes"])
+            self.peak_marker.setData([px], [peak.bytes])
+            self.peak_label.setText(f"peak {fmt_bytes(peak.bytes)} · {peak_words(peak.type)}")
+            self.peak_label.setPos(px, peak.bytes)
             self.peak_label.show()
         else:
             self.peak_marker.setData([], [])
             self.peak_label.hide()
-        ips = [f for f in d.findings if f.kind == "iteration_peak"]
+        ips = d.iterations
         if ips:
-            self.iter_peaks.setData(d.x_of_index(np.maximum([f.index for f in ips], 0)),
-                                    np.array([f.data["bytes"] for f in ips], dtype=float))
+            self.iter_peaks.setData(d.x_of_index(np.maximum([it.peak_index for it in ips], 0)),
+                                    np.array([it.peak_bytes for it in ips], dtype=float))
         else:
             self.iter_peaks.setData([], [])
         leak_x, leak_y = [], []
@@ -887,7 +889,7 @@ class TimelineWidget(QWidget):
             if f.kind == "oom":
                 self._marker(f.index, OOM_COLOR, "OOM", Qt.PenStyle.SolidLine)
             elif f.kind == "leak":
-                rows = f.data.get("_rows")
+                rows = f.rows
                 if rows is not None and len(rows):
                     idx = d.alloc_index[rows[-500:]]
                     leak_x.extend(d.x_of_index(idx).tolist())
@@ -908,24 +910,28 @@ class TimelineWidget(QWidget):
         other.setAlpha(alpha)
         other = _over(other, bg)
         if d.iterations:
-            lines = d.x_of_index([s for s, _, _ in d.iterations])
-            phases = [ph for _, _, it in d.iterations for ph in it["_phases"]]
+            lines = d.x_of_index([it.start_index for it in d.iterations])
+            phases = [(name, a, b) for it in d.iterations for name, (a, b) in it.phases.items()]
             if phases:
                 starts = d.x_of_index([ps for _, ps, _ in phases])
                 ends = d.x_of_index([pe for _, _, pe in phases])
                 brushes = [shade.get(name, other) for name, _, _ in phases]
                 labels = [name for name, _, _ in phases]
         if not d.iterations and d.has_time:
-            # no iterations found: show the snapshot's record_function annotations instead
-            for name, t0, t1 in _annotation_spans(d):
-                col = QColor(PHASE_COLORS.get(_phase_of(name), ANNOTATION_COLOR))
+            # no iterations found: show the snapshot's record_function regions instead,
+            # coloured by the phase the rules give their names
+            rules = d.analysis.rules
+            for r in annotation_regions(d.snap.annotations, d.device, rules):
+                if r.end_us is None:
+                    continue
+                col = QColor(PHASE_COLORS.get(r.phase, ANNOTATION_COLOR))
                 col.setAlpha(alpha)
                 col = _over(col, bg)
                 starts, ends = list(starts), list(ends)
-                starts.append(t0)
-                ends.append(t1)
+                starts.append((r.start_us - d.t0) / 1e6)
+                ends.append((r.end_us - d.t0) / 1e6)
                 brushes.append(col)
-                labels.append(name.split("#")[-1])
+                labels.append(r.name.split("#")[-1])
         lc = QColor(self.theme.foreground)
         lc.setAlpha(80)
         self.spans.set_spans(starts, ends, brushes, lines, QPen(_over(lc, bg), 1, Qt.PenStyle.DashLine), labels,
@@ -1123,11 +1129,8 @@ class TimelineWidget(QWidget):
         col = category_color(name).name()
         size = fmt_bytes(int(a.size[row]))
         life = self.lifetime_text(row)
-        frames = d.snap.stack_frames_list(int(a.stack[row])) if int(a.stack[row]) >= 0 else []
-        from .model import frame_label, split_frame
-        py = [fr for fr in frames if split_frame(*fr)[3]]
-        shown = (py or frames)[:4]
-        lines = "<br>".join(_esc(frame_label(*fr))[:110] for fr in shown) or "(no stack recorded)"
+        view = d.stacks.view_of(d.da, d.da.allocation(row))
+        lines = "<br>".join(_esc(fv.label)[:110] for fv in view.frames[:4]) or "(no stack recorded)"
         return (f"<div style='font-size:9pt'>{head}<br>"
                 f"<b><span style='color:{col}'>■</span> {name}</b> · {size} · {life}<br>"
                 f"<span style='font-family:monospace; font-size:8pt'>{lines}</span><br>"
@@ -1231,36 +1234,3 @@ def _over(color: QColor, background: QColor) -> QColor:
 
 def _esc(s: str) -> str:
     return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _phase_of(name: str) -> str:
-    n = name.lower()
-    if "optimizer" in n or "step" in n or "zero_grad" in n:
-        return "optimizer"
-    if "backward" in n:
-        return "backward"
-    if "forward" in n:
-        return "forward"
-    return ""
-
-
-def _annotation_spans(d: DeviceData):
-    """(name, x0, x1) for the START/END pairs of the snapshot's annotations on this device."""
-    out = []
-    open_: dict[str, list[float]] = {}
-    for a in d.snap.annotations or []:
-        if not isinstance(a, dict):
-            continue
-        dev = a.get("device")
-        if dev is not None and dev != d.device:
-            continue
-        t = a.get("time_us")
-        name = str(a.get("name", ""))
-        if not isinstance(t, int):
-            continue
-        x = (t - d.t0) / 1e6
-        if a.get("stage") == "START":
-            open_.setdefault(name, []).append(x)
-        elif a.get("stage") == "END" and open_.get(name):
-            out.append((name, open_[name].pop(), x))
-    return out

@@ -11,11 +11,13 @@ from PySide6.QtWidgets import (QApplication, QComboBox, QDockWidget, QFileDialog
                                QMainWindow, QMessageBox, QProgressDialog, QPushButton, QStackedWidget, QToolBar,
                                QToolButton, QVBoxLayout, QWidget)
 
-from ..annotations import Annotation, AnnotationStore
+from ..classifiers import STACK_ORDER
+from ..present.words import peak_words
+from ..services.annotations import Annotation, AnnotationStore
 
 from ..common.units import fmt_bytes
 from .loader import LoadResult, Loader, load, switch_device
-from .model import STACK_ORDER, DeviceData
+from .model import DeviceData
 from .notes import NotesPanel, first_line, location_notice, note_row, note_span
 from .panels import FindingsPanel, MomentPanel, StackPanel
 from .table import AllocationsPanel
@@ -457,8 +459,8 @@ class MainWindow(QMainWindow):
             return
         self.status_device.setText(f"cuda:{d.device}")
         self.status_entries.setText(f"{d.n:,} entries · {d.n_rows:,} allocations")
-        pk = d.findings[0].data if d.findings else {"bytes": d.peak_bytes, "type": "other"}
-        self.status_peak.setText(f"peak {fmt_bytes(pk['bytes'])} ({pk['type']})")
+        pk = d.da.peak
+        self.status_peak.setText(f"peak {fmt_bytes(pk.bytes)}, {peak_words(pk.type)}" if pk is not None else "")
 
     # -- theme -------------------------------------------------------------------------------
     def apply_theme(self):
@@ -988,9 +990,11 @@ class MainWindow(QMainWindow):
         out = QFileDialog.getExistingDirectory(self, "Export report into folder", self._export_start())
         if not out:
             return
-        from ..report import write_report
+        from ..services.report import write_report
+        from .report_png import render_timeline
         notes = list(self.store) if self.store is not None else None     # None: the report reads the sidecar
-        paths = self._run_export("report", lambda: write_report(self.result.analysis, out, annotations=notes))
+        paths = self._run_export("report", lambda: write_report(self.result.analysis, out, annotations=notes,
+                                                                render_png=render_timeline))
         if paths:
             self.statusBar().showMessage(
                 f"Report written to {out}: " + ", ".join(os.path.basename(p) for p in paths), 15000)
@@ -1007,7 +1011,7 @@ class MainWindow(QMainWindow):
         d = self.data
         if self.result is None or d is None or d.n == 0:
             return
-        from ..export import export_trimmed, window_around
+        from ..services.export import export_trimmed, window_around
         choices = []
         marked = self.timeline.marked_range()
         if marked is not None and (span := self._entries_in(*marked)) is not None:
@@ -1041,7 +1045,7 @@ class MainWindow(QMainWindow):
         """Live bytes per category as Perfetto counter tracks, every device."""
         if self.result is None:
             return
-        from ..export import export_perfetto
+        from ..services.export import export_perfetto
         path = self._save_path("Export Perfetto trace", f"{self._base_name()}.perfetto.json",
                                "Chrome trace JSON (*.json)", ".json")
         if not path:

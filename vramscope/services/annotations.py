@@ -36,7 +36,7 @@ from datetime import datetime, timezone
 
 import orjson
 
-from .common.atomic import atomic_write, is_temp_of
+from ..common.atomic import atomic_write, is_temp_of
 
 SIDECAR_SUFFIX = ".vramscope.json"
 FORMAT = "vramscope-annotations"

@@ -29,54 +29,13 @@ import pickle
 import numpy as np
 import orjson
 
-from .common.atomic import atomic_write
-from .parsers.tables import (A_ALLOC, A_FREE, A_FREE_COMPLETED, A_FREE_REQUESTED, A_OOM, A_SEGMENT_ALLOC,
+from ..classifiers import CATEGORIES, annotation_regions
+from ..classifiers.liveset import series_at
+from ..common.atomic import atomic_write
+from ..parsers.tables import (A_FREE_REQUESTED, A_OOM, A_SEGMENT_ALLOC,
                              A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP, LIVE_BLOCK_STATES)
 
 ROUND = 512   # the caching allocator's block granularity
-
-
-# -- per-category live bytes ------------------------------------------------------
-
-def category_series(da, n_categories: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
-    """Per category: (bytes live at the start, entry indices where it changes, bytes after each).
-
-    Built from the allocation rows (one per allocation, not per event): an alloc adds
-    its size at `alloc_index`, a free subtracts it at `free_index`.
-    """
-    a = da.allocs
-    cat = np.asarray(da.category)
-    out = []
-    for c in range(n_categories):
-        sel = cat == c
-        size = a.size[sel]
-        ai = a.alloc_index[sel]
-        fi = a.free_index[sel]
-        start = int(size[ai < 0].sum())
-        born = ai >= 0
-        dies = fi >= 0
-        ev = np.concatenate([ai[born], fi[dies]])
-        delta = np.concatenate([size[born], -size[dies]])
-        order = np.argsort(ev, kind="stable")
-        ev = ev[order]
-        vals = np.cumsum(delta[order]) + start
-        # several changes at one entry cannot happen (one event, one block), but keep the last
-        if len(ev) > 1:
-            last = np.ones(len(ev), dtype=bool)
-            last[:-1] = ev[1:] != ev[:-1]
-            ev, vals = ev[last], vals[last]
-        out.append((start, ev, vals))
-    return out
-
-
-def category_live_at(series, indices) -> np.ndarray:
-    """(len(indices), K) live bytes per category right after each entry index (-1: the start)."""
-    indices = np.asarray(indices, dtype=np.int64)
-    res = np.zeros((len(indices), len(series)), dtype=np.int64)
-    for c, (start, ev, vals) in enumerate(series):
-        pos = np.searchsorted(ev, indices, side="right") - 1
-        res[:, c] = np.where(pos >= 0, vals[np.maximum(pos, 0)] if len(vals) else start, start)
-    return res
 
 
 # -- trimmed snapshot ---------------------------------------------------------------
@@ -181,7 +140,7 @@ def _containing(segs: dict, addr: int):
 
 def _live_blocks_at(snap, dev: int, end: int):
     """Blocks live right after entry `end`: (addr, requested size, stack, rounded size, pending)."""
-    from .parsers import allocations
+    from ..parsers import allocations
     a = allocations(snap, dev)
     live = (a.alloc_index <= end) & ((a.free_index < 0) | (a.free_index > end))
     addr, size, stack = a.addr[live], a.size[live], a.stack[live]
@@ -215,12 +174,13 @@ def _live_blocks_at(snap, dev: int, end: int):
 
 
 def trimmed_snapshot(snap, device: int, start: int, end: int, redact_paths: bool = False) -> dict:
-    """The snapshot dict (torch's layout) of entries [start, end] of `device`'s trace."""
+    """The snapshot dict (torch's layout) of entries [start, end] of `device`'s trace. A
+    device without a trace (a state-only snapshot) exports its state: (start, end) = (0, -1)."""
     t = snap.trace(device)
     n = len(t)
     if n == 0:
-        raise ValueError(f"device {device} has no trace entries to trim")
-    if not (0 <= start <= end < n):
+        start, end = 0, -1
+    elif not (0 <= start <= end < n):
         raise ValueError(f"window {start}:{end} is outside device {device}'s trace (0:{n - 1})")
     fr = _Frames(snap, redact_paths)
     cols = t.columns
@@ -345,19 +305,13 @@ def trimmed_snapshot(snap, device: int, start: int, end: int, redact_paths: bool
 def _annotations_in(annotations, device: int, t0: int, t1: int) -> list:
     """External annotations inside [t0, t1], plus the START of every region that is still
     open when the window begins (an optimizer step that began before it), so phases stay known."""
-    mine = sorted((a for a in annotations if isinstance(a, dict) and a.get("device", device) == device
-                   and isinstance(a.get("time_us"), int)), key=lambda a: a["time_us"])
-    open_regions = {}
-    for a in mine:
-        if a["time_us"] >= t0:
-            break
-        key = a.get("name")
-        if a.get("stage") == "START":
-            open_regions.setdefault(key, []).append(a)
-        elif a.get("stage") == "END" and open_regions.get(key):
-            open_regions[key].pop()
-    carried = sorted((a for v in open_regions.values() for a in v), key=lambda a: a["time_us"])
-    return carried + [a for a in mine if t0 <= a["time_us"] <= t1]
+    annotations = list(annotations or ())
+    carried = [annotations[r.start_item] for r in annotation_regions(annotations, device)
+               if r.start_us < t0 and (r.end_us is None or r.end_us >= t0)]
+    inside = [a for a in annotations if isinstance(a, dict) and a.get("device", device) == device
+              and isinstance(a.get("time_us"), int) and t0 <= a["time_us"] <= t1]
+    return (sorted(carried, key=lambda a: a["time_us"])
+            + sorted(inside, key=lambda a: a["time_us"]))
 
 
 def _inactive(addr: int, size: int, profiler: bool) -> dict:
@@ -367,28 +321,22 @@ def _inactive(addr: int, size: int, profiler: bool) -> dict:
     return b
 
 
-def export_trimmed(snap, out_path: str, device: int | None = None, start: int | None = None,
-                   end: int | None = None, around_peak: int | None = None, redact_paths: bool = False) -> dict:
+def export_trimmed(snap, out_path: str, device: int, start: int | None = None, end: int | None = None,
+                   around_peak: int | None = None, redact_paths: bool = False) -> dict:
     """Write a trimmed snapshot pickle; returns {path, device, start, end, entries, bytes}.
 
-    Give `start`/`end` (inclusive), or `around_peak` = the window width in entries,
-    centred on the device's peak."""
-    from .parsers import live_model
-    if device is None:
-        with_trace = [d for d in snap.devices if len(snap.trace(d))]
-        if not with_trace:
-            raise ValueError("the snapshot has no trace entries to trim")
-        device = with_trace[0]
+    Give `start`/`end` (inclusive, inside the trace), or `around_peak` = the window width
+    in entries, centred on the device's peak. A device without trace entries exports
+    its allocator state alone (entries 0)."""
+    from ..parsers import live_model
     n = len(snap.trace(device))
-    if around_peak is not None:
+    if n == 0:
+        start, end = 0, -1
+    elif around_peak is not None:
         lm = live_model(snap, device)
         start, end = window_around(n, max(lm.peak_index, 0), around_peak)
-    if start is None or end is None:
+    elif start is None or end is None:
         raise ValueError("give a window (start and end) or around_peak")
-    if start < 0:
-        start += n
-    if end < 0:
-        end += n
     doc = trimmed_snapshot(snap, device, start, end, redact_paths)
     atomic_write(out_path, lambda fh: pickle.dump(doc, fh))
     return {"path": out_path, "device": device, "start": start, "end": end, "entries": end - start + 1,
@@ -399,7 +347,6 @@ def export_trimmed(snap, out_path: str, device: int | None = None, start: int | 
 
 def perfetto_trace(analysis, device: int | None = None, max_points: int = 20000) -> dict:
     """Counter tracks of live bytes per category (one per category per device)."""
-    from .classifiers import CATEGORIES
     snap = analysis.snapshot
     events = []
     for dev, da in analysis.devices.items():
@@ -415,13 +362,13 @@ def perfetto_trace(analysis, device: int | None = None, max_points: int = 20000)
         events.append({"name": "process_name", "ph": "M", "pid": dev,
                        "args": {"name": f"cuda:{dev} memory" + ("" if has_time else " (x = entry index)")}})
         events.append({"name": "thread_name", "ph": "M", "pid": dev, "tid": 0, "args": {"name": "live bytes"}})
-        series = category_series(da, len(CATEGORIES))
+        series = da.category_series()
         first_ts = int(ts_of[0]) if n else 0
         if n > max_points:
             edges = np.unique(np.linspace(0, n, max_points, endpoint=False).astype(np.int64))
             ends = np.append(edges[1:], n) - 1           # last entry of each bucket
         for c, name in enumerate(CATEGORIES):
-            start, ev, vals = series[c]
+            start, ev, vals = series[c].start, series[c].index, series[c].value
             pts = [(first_ts, start)]
             if n <= max_points:                         # exact: one point per change
                 pts += zip(ts_of[ev].tolist(), vals.tolist())
@@ -430,9 +377,9 @@ def perfetto_trace(analysis, device: int | None = None, max_points: int = 20000)
                 # ends with at its last time, so no peak disappears and levels stay right
                 one = [series[c]]
                 b_of_ev = np.searchsorted(edges, ev, side="right") - 1
-                bmax = category_live_at(one, edges - 1)[:, 0]
+                bmax = series_at(one, edges - 1)[:, 0]
                 np.maximum.at(bmax, b_of_ev, vals)
-                at_end = category_live_at(one, ends)[:, 0]
+                at_end = series_at(one, ends)[:, 0]
                 for b in np.unique(b_of_ev).tolist():
                     pts.append((int(ts_of[edges[b]]), int(bmax[b])))
                     if at_end[b] != bmax[b]:

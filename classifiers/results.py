@@ -1,0 +1,230 @@
+"""What the analysis answers, as frozen dataclasses: the one vocabulary of every surface.
+
+The viewer, the report, the command line and `--json` read these and nothing else:
+no dict with guessed keys anywhere. They hold facts (bytes, trace indices, stack ids,
+category and lever names); how a fact is worded (a stack's user frame, units, advice
+sentences, plain words for a peak type) is the presentation layer's job
+(`vramscope.present`), so a number is computed once and told one way.
+
+Conventions shared by every class here:
+  * a trace `index` is a position in `device_traces[device]`; -1 means the state
+    before the trace began (blocks live before it, or the start as the peak);
+  * iterations are numbered from 1 (`Iteration.number`), and every reference to an
+    iteration (`Peak.iteration`, `Leak.iterations`) uses that number;
+  * `by_category` maps category names to live bytes, non-zero entries only.
+
+`to_plain` turns any of them into JSON-ready data; `from_plain` checks and rebuilds
+one from such data (the analysis cache: a damaged or foreign manifest raises
+ValueError rather than building a wrong result).
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+
+@dataclass(frozen=True)
+class Peak:
+    """The moment of highest live memory (DESIGN.md §4)."""
+    bytes: int
+    index: int                      # the alloc that reached it; -1: the start state is the peak
+    time_us: int | None
+    type: str                       # one of PEAK_TYPES
+    by_category: dict[str, int]
+    iteration: int | None           # Iteration.number, None outside iterations
+    phase: str                      # PHASE_NAMES of the entry ("pre" for the start state)
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """One training step: from its forward (and the input preparation before it) to
+    the end of its optimizer step (or its backward, without an optimizer)."""
+    number: int                     # 1, 2, ...
+    start_index: int
+    end_index: int                  # inclusive
+    start_us: int | None
+    end_us: int | None
+    phases: dict[str, tuple[int, int]]     # inputs|forward|backward|optimizer|eval -> (first, last)
+    micro_batches: int
+    source: str = "phases"          # "phases": from stacks/annotations; "periodicity": live memory alone
+    peak_bytes: int = 0
+    peak_index: int = -1
+    peak_type: str = "other"
+
+
+@dataclass(frozen=True)
+class Region:
+    """A record_function region of the snapshot's `external_annotations` (torch 2.5+)."""
+    name: str
+    start_us: int
+    end_us: int | None              # None: never closed in the snapshot
+    phase: str                      # the phase its name maps to (rules.toml [annotations]), "" none
+    start_item: int                 # position of its START in the snapshot's annotation list
+
+
+@dataclass(frozen=True)
+class Leak:
+    """Allocations from one stack that outlive the next iteration, iteration after iteration."""
+    stack: int                      # the stack the kept allocations were made from
+    bytes_per_iteration: int        # median over the iterations it leaks in
+    iterations: tuple[int, ...]     # Iteration.number of each iteration it leaked in
+    total_bytes: int
+    count: int                      # allocations kept
+    category: str                   # the category holding most of them
+    rule: str
+    growth_per_iteration: int       # of live memory at iteration ends, all causes together
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One lever a user can pull, with what it would save where that is known."""
+    lever: str                      # see vramscope.present.words.LEVER_WORDS
+    category: str | None = None     # the category it acts on
+    saves_bytes: int | None = None  # an estimate at the moment the advice is about
+
+
+@dataclass(frozen=True)
+class Oom:
+    """A failed allocation (an `oom` trace entry) and what was live when it failed (DESIGN.md §5)."""
+    index: int
+    time_us: int | None
+    requested: int
+    device_free: int | None
+    allocated: int                  # live bytes when it failed
+    reserved: int | None            # None: no allocator segments (profiler-converted)
+    fragmentation_bytes: int | None  # reserved but unallocated
+    by_category: dict[str, int]
+    phase: str
+    expandable_segments: bool       # the allocator had expandable segments on
+    stack: int                      # the failed request's stack (-1: none)
+    advice: tuple[Advice, ...]      # most promising first
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """One row of `vramscope allocations --csv` (blocks live before the trace included)."""
+    row: int
+    size: int
+    addr: int
+    alloc_index: int                # -1: live before the trace began
+    free_index: int                 # -1: never freed (live at the end)
+    alloc_us: int                   # -1: unknown
+    free_us: int
+    category: str
+    rule: str
+    stack: int
+    forward_stack: int = -1         # torch 2.13: the forward stack of a backward allocation
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Something worth going to, in the order the viewer lists them (peak, OOMs, leaks,
+    iteration peaks)."""
+    kind: str                       # "peak" | "oom" | "leak" | "iteration_peak"
+    index: int                      # the trace entry it is about (-1: the start state)
+    subject: Peak | Oom | Leak | Iteration
+
+
+@dataclass(frozen=True)
+class DeviceSummary:
+    """The per-device facts of `vramscope summary` (its JSON adds the worded parts)."""
+    device: int
+    entries: int                    # trace entries
+    allocations: int                # rows of `allocations --csv`
+    allocations_before_trace: int   # of those, blocks live before the trace began
+    peak: Peak
+    start_live_bytes: int
+    end_live_bytes: int
+    reserved_peak_bytes: int | None
+    end_by_category: dict[str, int]
+    iterations: tuple[Iteration, ...]
+    leaks: tuple[Leak, ...]
+    ooms: tuple[Oom, ...]
+
+
+# -- plain data -----------------------------------------------------------------------------
+def to_plain(obj: Any) -> Any:
+    """JSON-ready data: dataclasses become dicts (field order kept), tuples lists."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_plain(v) for k, v in obj.items()}
+    return obj
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def from_plain(cls: type, data: Any) -> Any:
+    """Rebuild a `cls` from `to_plain` data, checking every field's type (ValueError)."""
+    return _coerce(cls, data, cls.__name__)
+
+
+def _coerce(tp: Any, v: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        for arm in typing.get_args(tp):
+            try:
+                return _coerce(arm, v, where)
+            except ValueError:
+                continue
+        raise ValueError(f"{where}: {v!r:.60} fits none of {tp}")
+    if tp is type(None):
+        if v is None:
+            return None
+        raise ValueError(f"{where}: not None")
+    if tp is Any:
+        return v
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(v, dict):
+            raise ValueError(f"{where}: not an object")
+        hints = _HINTS.get(tp)
+        if hints is None:
+            hints = _HINTS[tp] = typing.get_type_hints(tp)
+        kw = {}
+        for f in dataclasses.fields(tp):
+            if f.name in v:
+                kw[f.name] = _coerce(hints[f.name], v[f.name], f"{where}.{f.name}")
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ValueError(f"{where}: missing {f.name}")
+        return tp(**kw)
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(v, (list, tuple)):
+            raise ValueError(f"{where}: not a list")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(args[0], x, where) for x in v)
+        if len(v) != len(args):
+            raise ValueError(f"{where}: wrong length")
+        return tuple(_coerce(a, x, where) for a, x in zip(args, v))
+    if origin is dict:
+        kt, vt = typing.get_args(tp)
+        if not isinstance(v, dict):
+            raise ValueError(f"{where}: not an object")
+        return {_coerce(kt, k, where): _coerce(vt, x, f"{where}[{k!r:.30}]") for k, x in v.items()}
+    if tp is bool:
+        if isinstance(v, bool):
+            return v
+        raise ValueError(f"{where}: not a bool")
+    if tp is int:
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+        raise ValueError(f"{where}: not an integer")
+    if tp is float:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+        raise ValueError(f"{where}: not a number")
+    if tp is str:
+        if isinstance(v, str):
+            return v
+        raise ValueError(f"{where}: not a string")
+    raise ValueError(f"{where}: cannot check {tp}")
+
+
+__all__ = ["Peak", "Iteration", "Region", "Leak", "Advice", "Oom", "Allocation", "Finding", "DeviceSummary",
+           "to_plain", "from_plain", "field"]

@@ -1,0 +1,120 @@
+"""`vramscope` command line (DESIGN.md §6; scripts depend on it).
+
+One module per verb (summary, allocations, report, export, view), each thin: it parses
+its arguments, calls the services and prints. This module only dispatches and turns
+every expected failure into one line on stderr and an exit code: 0 success, 2 usage
+(a wrong command line, a path that cannot be written, no display for the viewer),
+3 bad input (not a snapshot, unsafe, truncated, corrupt), 130 interrupted. An internal
+error is one line too (exit 1); VRAMSCOPE_DEBUG=1 shows its traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import sys
+
+from . import allocations, export, report, summary, view
+from .errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
+
+VERBS = {m.__name__.rsplit(".", 1)[1]: m for m in (summary, allocations, report, export, view)}
+EXIT_INTERNAL = 1
+
+EPILOG = """\
+also:
+  vramscope FILE            open FILE in the desktop viewer (as `vramscope view FILE`)
+
+exit codes: 0 success, 2 usage error, 3 bad input (not a snapshot, unsafe, truncated,
+corrupt), 130 interrupted. Errors are one line on stderr.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line naming the verb, exit 2 (argparse would print the usage too)
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="vramscope", description="PyTorch CUDA memory snapshots, opened safely: categories, peaks, "
+                "leaks, OOMs, in a desktop timeline or from the command line.", epilog=EPILOG,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = p.add_subparsers(dest="verb", parser_class=_Parser, metavar="VERB")
+    for module in VERBS.values():
+        module.add_parser(sub)
+    return p
+
+
+def _route(argv: list[str]) -> list[str]:
+    """`vramscope FILE` opens the viewer; a first word that is neither a verb nor a file
+    is a usage error that suggests the closest verb."""
+    if not argv or argv[0].startswith("-") or argv[0] in VERBS:
+        return argv
+    if os.path.exists(argv[0]):
+        return ["view"] + argv
+    close = difflib.get_close_matches(argv[0], list(VERBS), n=1, cutoff=0.6)
+    if close:
+        raise UsageError(f"{argv[0]!r} is not a verb; did you mean `vramscope {close[0]}`?")
+    raise UsageError(f"{argv[0]}: no such file (verbs: {', '.join(VERBS)}; see `vramscope --help`)")
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from ..classifiers import RulesError
+    from ..parsers import Cancelled, SnapshotError
+    verb = "vramscope"
+    try:
+        argv = _route(argv)
+        parser = build_parser()
+        if not argv:
+            parser.print_help()
+            return EXIT_OK
+        if argv[0] in VERBS:
+            verb = f"vramscope {argv[0]}"
+        args = parser.parse_args(argv)
+        if args.version:
+            from .. import __version__
+            print(f"vramscope {__version__}")
+            return EXIT_OK
+        if args.verb is None:
+            parser.print_help()
+            return EXIT_OK
+        return args.run(args)
+    except UsageError as e:
+        print(f"{verb}: error: {_one_line(e)}", file=sys.stderr)
+        return EXIT_USAGE
+    except RulesError as e:
+        print(f"{verb}: error: rules: {_one_line(e)}", file=sys.stderr)
+        return EXIT_USAGE
+    except SnapshotError as e:
+        print(f"{verb}: {e.one_line()}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (KeyboardInterrupt, Cancelled):
+        print(f"{verb}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_OK
+    except Exception as e:          # a bug of ours: one line, and the traceback on request
+        if os.environ.get("VRAMSCOPE_DEBUG"):
+            raise
+        print(f"{verb}: internal error: {type(e).__name__}: {_one_line(e)} "
+              f"(VRAMSCOPE_DEBUG=1 shows where; please report it)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
+
+
+def _quiet_stdout() -> None:
+    """After a closed pipe (`vramscope allocations f | head`), make the final flush silent."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+__all__ = ["main", "build_parser", "VERBS", "UsageError", "EXIT_OK", "EXIT_USAGE", "EXIT_BAD_INPUT",
+           "EXIT_INTERRUPTED", "EXIT_INTERNAL"]

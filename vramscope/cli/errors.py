@@ -1,0 +1,12 @@
+"""The command line's errors and exit codes (DESIGN.md §6: scripts depend on them)."""
+from __future__ import annotations
+
+EXIT_OK, EXIT_USAGE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 2, 3, 130
+
+
+class UsageError(Exception):
+    """A wrong command line, a path we cannot write, a rules file we cannot use: exit 2."""
+
+
+class NoDisplayError(UsageError):
+    """The viewer was asked for where no window can open."""

@@ -1,0 +1,253 @@
+"""What a user sees of a stack: the frame that is theirs first, C++ said briefly.
+
+The classifiers decide each frame's role (classifiers/stacks.py: user code, library,
+nn.Module, op, autograd node, other C++, the allocator's own frames) and each stack's
+best frame; here those facts become text. Every surface takes its words from here:
+
+  where(sid)             the one frame that names a stack, as 'path/file.py:12:function'
+                         (the `where` of `summary --json`, leak sites, compare sites)
+  where_of(allocation)   the same for an allocation row: a backward allocation with only
+                         C++ frames is named by its forward stack (torch 2.13) when that
+                         holds the user's code
+  label(sid)             a compact form for tables: 'function  (file.py:12)'
+  view(sid, ...)         the frames to list, innermost first, with the user's code never
+                         behind allocator frames and C++ internals hidden on request
+  short(sid, n)          a few frames for a report: the user's code first, then the
+                         library frames that called the allocator
+  site_key(sid)          (path tail, function) of the naming frame: the same code site in
+                         two files recorded on different machines
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..classifiers.stacks import (KIND_BUILTIN, KIND_MODULE, ROLE_AUTOGRAD, ROLE_CPP, ROLE_LIBRARY,
+                                  ROLE_NAMES, ROLE_OP, ROLE_USER)
+
+NO_FRAMES = "(no frames)"
+_AUTOGRAD_NODE = re.compile(r"torch::autograd::generated::(\w+)::apply")
+_ATEN_OP = re.compile(r"at::_ops::(\w+)::(?:call|redispatch)")
+_THP_OP = re.compile(r"torch::autograd::THPVariable_(\w+)\(")
+# nn.Module / autograd.Function dispatch frames repeat on every stack and say nothing
+_PLUMBING = {"_call_impl", "_wrapped_call_impl", "apply", "decorate_context", "wrapper", "inner"}
+
+
+@dataclass(frozen=True)
+class FrameView:
+    role: str                 # ROLE_NAMES: user | library | module | op | autograd | cpp | allocator
+    file: str                 # normalized ('/' separators; profiler frames split), '' for C++ without one
+    line: int                 # 0: unknown
+    function: str             # the function, or a C++ symbol without its argument list
+    where: str                # 'path/file.py:12:function', 'MmBackward0 (autograd)', 'aten::mm', ...
+    label: str                # 'function  (file.py:12)' for Python frames, else as `where`
+
+
+@dataclass(frozen=True)
+class StackView:
+    frames: tuple[FrameView, ...]   # to show, innermost first
+    hidden: int                     # frames left out
+    hidden_what: str                # "C++" | "allocator" | ""
+    from_forward: bool              # the frames are the forward stack of a backward allocation
+    freed_here: bool                # the stack is where the block was freed (allocated before the trace)
+
+
+def short_cpp(name: str, limit: int = 90) -> str:
+    """A C++ signature without its argument list: 'at::native::add_out(…)' (only the
+    trailing, balanced group: '(anonymous namespace)' stays), at most `limit` characters."""
+    s = name.rstrip()
+    if s.endswith(" const"):
+        s = s[:-6]
+    if s.endswith(")"):
+        depth = 0
+        for k in range(len(s) - 1, -1, -1):
+            if s[k] == ")":
+                depth += 1
+            elif s[k] == "(":
+                depth -= 1
+                if depth == 0:
+                    if k > 0:
+                        s = s[:k] + "(…)"
+                    break
+    return s if len(s) <= limit else s[:limit - 1] + "…"
+
+
+def tidy_path(path: str) -> str:
+    """Library paths are long and say little: keep them from the package on."""
+    for marker in ("site-packages/", "dist-packages/"):
+        k = path.find(marker)
+        if k >= 0:
+            return path[k + len(marker):]
+    return path
+
+
+def short_path(path: str, keep: int = 3) -> str:
+    """The last few components of a long path: '…/cs336_basics/optimizers.py'."""
+    parts = path.split("/")
+    return path if len(parts) <= keep + 1 else "…/" + "/".join(parts[-keep:])
+
+
+def path_tail(path: str, keep: int = 2) -> str:
+    """The last `keep` components: what stays the same when one project is checked out
+    on two machines or in two virtual environments."""
+    return "/".join(tidy_path(path).split("/")[-keep:])
+
+
+class Stacks:
+    """Text for the frames and stacks of one analysed snapshot (cached per frame)."""
+
+    def __init__(self, analysis, redact_paths: bool = False):
+        self.facts = analysis.facts.stacks          # classifiers.stacks.StackFacts
+        self.snap = analysis.snapshot
+        self.redact = redact_paths
+        self._frames: dict[int, FrameView] = {}
+        self._free_note = {dev: da.frees_record_their_own_stack() for dev, da in analysis.devices.items()}
+
+    # -- frames ----------------------------------------------------------------------------
+    def frame(self, fid: int) -> FrameView:
+        fv = self._frames.get(fid)
+        if fv is None:
+            fv = self._frames[fid] = self._frame(int(fid))
+        return fv
+
+    def _frame(self, f: int) -> FrameView:
+        t = self.facts.table
+        file, name = t.files[t.file_ids[f]], t.names[t.name_ids[f]]
+        role = int(t.role[f])
+        line = int(t.line[f])
+        kind = int(t.kind[f])
+        if self.redact and file:
+            file = os.path.basename(file)
+        if role in (ROLE_USER, ROLE_LIBRARY):
+            shown = tidy_path(file) if role == ROLE_LIBRARY else file
+            where = f"{shown}:{line}:{name}" if line > 0 else f"{shown}:{name}"
+            label = f"{name}  ({os.path.basename(file)}:{line})" if line > 0 else f"{name}  ({os.path.basename(file)})"
+            return FrameView(ROLE_NAMES[role], file, line, name, where, label)
+        if kind == KIND_MODULE:
+            text = f"nn.Module: {name}"
+        elif kind == KIND_BUILTIN:
+            text = f"<{name}>"
+        elif role == ROLE_AUTOGRAD:
+            m = _AUTOGRAD_NODE.search(name)
+            text = f"{m.group(1)} (autograd)" if m else short_cpp(name)
+        elif role == ROLE_OP:
+            m = _ATEN_OP.search(name) or _THP_OP.search(name)
+            text = f"aten::{m.group(1)}" if m else short_cpp(name)
+        else:
+            text = short_cpp(name)
+        return FrameView(ROLE_NAMES[role], file if file not in ("??", "none") else "", line, name, text, text)
+
+    # -- stacks ----------------------------------------------------------------------------
+    def frame_ids(self, sid: int) -> np.ndarray:
+        if sid is None or sid < 0 or sid >= self.facts.n_stacks:
+            return np.zeros(0, dtype=np.int64)
+        return self.snap.stack(int(sid))
+
+    def naming_frame(self, sid: int) -> int:
+        """The frame id that names a stack (its best frame), -1 for none."""
+        if sid is None or sid < 0 or sid >= self.facts.n_stacks:
+            return -1
+        return int(self.facts.best_frame[sid])
+
+    def has_user_frame(self, sid: int) -> bool:
+        return sid is not None and 0 <= sid < self.facts.n_stacks and int(self.facts.user_frame[sid]) >= 0
+
+    def where(self, sid: int) -> str:
+        f = self.naming_frame(sid)
+        return self.frame(f).where if f >= 0 else NO_FRAMES
+
+    def label(self, sid: int) -> str:
+        f = self.naming_frame(sid)
+        return self.frame(f).label if f >= 0 else "(no stack)"
+
+    def _naming_stack(self, stack: int, forward_stack: int) -> tuple[int, bool]:
+        """The stack to name an allocation by: its own, or, when that holds no code of the
+        user's and the entry recorded its forward stack (torch 2.13), the forward one."""
+        if not self.has_user_frame(stack) and forward_stack >= 0 and self.has_user_frame(forward_stack):
+            return forward_stack, True
+        return stack, False
+
+    def where_of(self, alloc) -> str:
+        sid, _ = self._naming_stack(alloc.stack, alloc.forward_stack)
+        return self.where(sid)
+
+    def label_of(self, alloc) -> str:
+        sid, fwd = self._naming_stack(alloc.stack, alloc.forward_stack)
+        return self.label(sid) + ("  [forward]" if fwd else "")
+
+    def site_key(self, sid: int) -> tuple[str, str]:
+        """(path tail, function) of the frame naming `sid`: equal for the same code site in
+        files recorded on different machines (absolute paths differ)."""
+        f = self.naming_frame(sid)
+        if f < 0:
+            return ("", NO_FRAMES)
+        fv = self.frame(f)
+        return (path_tail(fv.file) if fv.file else "", fv.function if fv.file else fv.where)
+
+    def view(self, sid: int, forward_stack: int = -1, hide_internals: bool = True, freed_here: bool = False,
+             limit: int | None = None) -> StackView:
+        """The frames to list for a stack, innermost first. With `hide_internals`, a stack
+        with Python frames shows only those; one without (autograd's worker thread) drops
+        the allocator's own frames and says how many were hidden. The allocator's frames
+        never come first: they move behind the others when they are shown at all. A
+        backward allocation with no code of the user's shows its forward stack (2.13)."""
+        use, from_forward = self._naming_stack(sid, forward_stack)
+        fids = self.frame_ids(use).tolist()
+        frames = [self.frame(f) for f in fids]
+        hidden, what = 0, ""
+        if hide_internals:
+            py = [fv for fv in frames if fv.role in ("user", "library")]
+            if py:
+                hidden, what = len(frames) - len(py), "C++"
+                frames = py
+            else:
+                keep = [fv for fv in frames if fv.role != "allocator"]
+                if keep:
+                    hidden, what = len(frames) - len(keep), "allocator"
+                    frames = keep
+        frames = [fv for fv in frames if fv.role != "allocator"] + [fv for fv in frames if fv.role == "allocator"]
+        if limit is not None and len(frames) > limit:
+            hidden += len(frames) - limit
+            frames = frames[:limit]
+        return StackView(tuple(frames), hidden, what, from_forward, freed_here)
+
+    def view_of(self, da, alloc, hide_internals: bool = True) -> StackView:
+        """`view` for an allocation row: notes when the only stack is its free's."""
+        freed_here = alloc.alloc_index < 0 and alloc.free_index >= 0 and da.frees_record_their_own_stack()
+        return self.view(alloc.stack, alloc.forward_stack, hide_internals, freed_here)
+
+    def short(self, sid: int, n: int = 4, forward_stack: int = -1) -> list[str]:
+        """A few frames for a report: the user's own code first (innermost first), then the
+        innermost library frames that were the actual caller of the allocator."""
+        use, _ = self._naming_stack(sid, forward_stack)
+        frames = [self.frame(f) for f in self.frame_ids(use).tolist()]
+        if not frames:
+            return []
+        user = [fv for fv in frames if fv.role == "user"]
+        if len(user) > 1:          # the script's top level says nothing when there is more
+            user = [fv for fv in user if fv.function != "<module>"] or user
+        others = [fv for fv in frames if fv.role != "user"]
+        lib = [fv for fv in others if fv.role == "library"] or [fv for fv in others if fv.role != "allocator"] \
+            or others
+        lib = [fv for fv in lib if fv.function not in _PLUMBING] or lib
+        chosen = user[:max(1, n - 1)] if user else []
+        chosen += lib[:n - len(chosen)]
+        return [self._report_text(fv) for fv in chosen]
+
+    @staticmethod
+    def _report_text(fv: FrameView) -> str:
+        if fv.role in ("user", "library"):
+            file = tidy_path(fv.file)
+            return f"{file}:{fv.line} {fv.function}" if fv.line else f"{file} {fv.function}"
+        return fv.where
+
+    def frames_text(self, sid: int, limit: int = 24) -> list[str]:
+        """`where` of each frame `view` would show (for JSON)."""
+        return [fv.where for fv in self.view(sid, limit=limit).frames]
+
+
+__all__ = ["Stacks", "FrameView", "StackView", "short_cpp", "tidy_path", "short_path", "path_tail", "NO_FRAMES",
+           "ROLE_CPP"]

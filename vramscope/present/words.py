@@ -1,0 +1,125 @@
+"""Plain words for the analysis' facts: peak types, levers, OOM diagnoses, findings.
+
+Every surface (the viewer's findings and labels, the report, `vramscope summary`) takes
+its sentences from here, so the same fact is never told two ways.
+"""
+from __future__ import annotations
+
+from ..classifiers.results import Advice, Finding, Iteration, Leak, Oom, Peak
+from ..common.units import fmt_bytes
+
+# DESIGN.md §4, after Salisbury's QLoRA study (labels A to I)
+PEAK_TYPE_WORDS = {
+    "quantization": "while quantizing weights at load",
+    "model_load": "while loading the model",
+    "forward": "at the end of the forward pass",
+    "loss": "at the loss (logits and loss after the forward)",
+    "backward_start": "at the start of backward",
+    "backward_top": "in backward through the top layers",
+    "backward_bottom": "in backward through the bottom layers (gradients built up)",
+    "backward_end": "at the end of backward",
+    "optimizer_step": "in the optimizer step",
+    "oom": "right before an out-of-memory error",
+    "other": "outside a recognised training phase",
+}
+
+# What each lever asks the user to do (classifiers/ooms.py names them).
+LEVER_WORDS = {
+    "micro_batch": "a smaller micro-batch with gradient accumulation, or gradient checkpointing "
+                   "(activations dominate)",
+    "quantize_weights": "4-bit/8-bit weights (QLoRA) or LoRA on a frozen base in lower precision (weights dominate)",
+    "optimizer_8bit": "an 8-bit or paged optimizer (bitsandbytes AdamW8bit / PagedAdamW), or LoRA to shrink "
+                      "the trainable set (optimizer state dominates)",
+    "fewer_gradients": "LoRA or freezing layers to cut gradients, or gradients in bf16 (gradients dominate)",
+    "dequant_scratch": "dequantization scratch is large: a smaller micro-batch or sequence length",
+}
+
+
+def peak_words(peak_type: str) -> str:
+    return PEAK_TYPE_WORDS.get(peak_type, peak_type.replace("_", " "))
+
+
+def advice_text(advice: Advice, oom: Oom | None = None) -> str:
+    """One lever as a sentence, with its figures where it has them."""
+    if advice.lever == "expandable_segments":
+        if oom is not None and oom.fragmentation_bytes is not None:
+            return (f"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (fragmentation: "
+                    f"{fmt_bytes(oom.fragmentation_bytes)} reserved but unallocated, more than the "
+                    f"{fmt_bytes(oom.requested)} requested)")
+        return "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    text = LEVER_WORDS.get(advice.lever, advice.lever.replace("_", " "))
+    if advice.saves_bytes:
+        text += f" (up to {fmt_bytes(advice.saves_bytes)} at this moment)"
+    return text
+
+
+def oom_suggestions(oom: Oom) -> list[str]:
+    return [advice_text(a, oom) for a in oom.advice]
+
+
+def oom_diagnosis(oom: Oom) -> str:
+    """Why the request failed, in one sentence (DESIGN.md §5)."""
+    frag = oom.fragmentation_bytes
+    if frag is not None and frag >= oom.requested > 0:
+        text = (f"{fmt_bytes(frag)} was reserved by PyTorch but not allocated, more than the "
+                f"{fmt_bytes(oom.requested)} requested: the cache is fragmented (no free block is big enough)")
+        if oom.expandable_segments:
+            text += ", although expandable segments are on"
+        return text + "."
+    top = max(oom.by_category.items(), key=lambda kv: kv[1]) if oom.by_category else ("unknown", 0)
+    share = top[1] / oom.allocated if oom.allocated else 0.0
+    held = fmt_bytes(frag) if frag is not None else "unknown"
+    return (f"Live tensors fill the device: {fmt_bytes(oom.allocated)} allocated, the largest share "
+            f"{top[0]} ({share:.0%}); reserved-but-free memory ({held}) could not have held the request.")
+
+
+def freed_note() -> str:
+    return "where it was freed (allocated before the trace began)"
+
+
+def moment_text(index: int) -> str:
+    return "at the start of the trace" if index < 0 else f"at entry {index:,}"
+
+
+def iteration_text(number: int | None) -> str:
+    return "" if number is None else f"iteration {number}"
+
+
+# -- findings -------------------------------------------------------------------------------
+def finding_title(f: Finding, where: str = "") -> str:
+    s = f.subject
+    if isinstance(s, Peak):
+        return f"Peak {fmt_bytes(s.bytes)} · {peak_words(s.type)}"
+    if isinstance(s, Oom):
+        return f"OOM at entry {s.index:,}: {fmt_bytes(s.requested)} requested"
+    if isinstance(s, Leak):
+        return f"Leak {fmt_bytes(s.bytes_per_iteration)}/iteration · {s.category}"
+    if isinstance(s, Iteration):
+        return f"Iteration {s.number} peak {fmt_bytes(s.peak_bytes)} · {peak_words(s.peak_type)}"
+    return f.kind
+
+
+def finding_detail(f: Finding, where: str = "") -> str:
+    s = f.subject
+    if isinstance(s, Peak):
+        when = moment_text(s.index)
+        if s.iteration is not None:
+            when += f", {iteration_text(s.iteration)}"
+        if s.phase:
+            when += f", {s.phase} phase"
+        top = sorted(s.by_category.items(), key=lambda kv: -kv[1])[:3]
+        return f"highest live memory {when}" + (": " + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in top) if top else "")
+    if isinstance(s, Oom):
+        detail = f"requested {fmt_bytes(s.requested)}, device free {fmt_bytes(s.device_free)}"
+        if s.advice:
+            detail += f" — next step: {advice_text(s.advice[0], s)}"
+        return detail
+    if isinstance(s, Leak):
+        return f"{where} — {fmt_bytes(s.total_bytes)} never freed in {s.count:,} allocations"
+    if isinstance(s, Iteration):
+        return f"entries {s.start_index:,}–{s.end_index:,}"
+    return ""
+
+
+__all__ = ["PEAK_TYPE_WORDS", "LEVER_WORDS", "peak_words", "advice_text", "oom_suggestions", "oom_diagnosis",
+           "freed_note", "moment_text", "iteration_text", "finding_title", "finding_detail"]

@@ -1,0 +1,221 @@
+"""The report's Markdown: the analysis told for an issue tracker.
+
+Everything quoted from the snapshot or the user (file and frame names, the allocator
+config, notes) goes through `present.markup`: code spans sized to their content, no raw
+HTML, no line break that could start a block. Numbers and words come from the same
+typed results and presentation layer as `vramscope summary` and the viewer.
+"""
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+
+from ..classifiers import Analysis
+from ..classifiers.ooms import expandable_segments_on
+from ..common.units import fmt_bytes
+from ..present.markup import md_code, md_text
+from ..present.stacks import Stacks
+from ..present.words import advice_text, oom_diagnosis, peak_words
+
+MD_LIMIT = 20_000
+STACK_FRAMES = 4
+DEFAULT_LIMITS = {"allocs": 10, "frames": STACK_FRAMES, "leaks": 10, "ooms": 5, "annotations": 50, "note": 500,
+                  "iterations": 30}
+# each step gives up some detail until the report fits MD_LIMIT
+SHRINK_STEPS = ({}, {"note": 200}, {"annotations": 20, "allocs": 8, "iterations": 12}, {"frames": 3, "leaks": 5},
+                {"allocs": 5, "annotations": 10, "note": 120, "ooms": 3, "iterations": 6},
+                {"allocs": 3, "leaks": 3, "ooms": 2, "annotations": 5, "note": 80, "iterations": 3})
+
+
+def largest_groups(da, index: int, k: int = 10) -> list[list[int]]:
+    """The allocations live right after `index`, grouped by (category, stack, size) -- ten
+    identical 172 MiB activations of one layer say more as one line -- the `k` groups
+    with the most bytes, each a list of rows (biggest group first)."""
+    import numpy as np
+    a = da.allocs
+    live = np.flatnonzero(da.live_mask(index))
+    if not len(live):
+        return []
+    groups: dict = {}
+    for r in live[np.argsort(-a.size[live], kind="stable")].tolist():
+        groups.setdefault((int(da.category[r]), int(a.stack[r]), int(a.size[r])), []).append(r)
+    ordered = sorted(groups.values(), key=lambda rows: (-int(a.size[rows[0]]) * len(rows), rows[0]))
+    return ordered[:k]
+
+
+def markdown(an: Analysis, devs: list[int], stacks: Stacks, notes: list[dict], note_warnings: list[str],
+             limits: dict, png_names: dict[int, str], version: str) -> str:
+    snap = an.snapshot
+    name = os.path.basename(snap.path)
+    L = [f"# vramscope report: {md_code(name)}", ""]
+    try:
+        size = fmt_bytes(os.path.getsize(snap.path)) + " "
+    except OSError:
+        size = ""
+    L.append(f"Snapshot {size}({snap.layout or 'dict'} layout), devices "
+             f"{', '.join(map(str, devs)) or 'none'}; report by vramscope {version}, "
+             f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}.")
+    if snap.layout == "profiler":
+        L.append("Converted from a torch profiler trace: no allocator segments, so reserved memory and "
+                 "fragmentation are unknown.")
+    settings = snap.allocator_settings if isinstance(snap.allocator_settings, dict) else None
+    if settings:
+        conf = settings.get("PYTORCH_CUDA_ALLOC_CONF") or ""
+        L.append(f"Allocator: {md_code('PYTORCH_CUDA_ALLOC_CONF=' + str(conf))}, expandable segments "
+                 f"{'on' if expandable_segments_on(settings) else 'off'}.")
+    L.append("")
+    if len(devs) > 1:
+        L += _device_overview(an, devs)
+    for dev in devs:
+        L += _device_section(an, dev, stacks, limits, png_names.get(dev))
+    L += _notes_section(notes, note_warnings, limits)
+    return "\n".join(L)
+
+
+def _device_overview(an: Analysis, devs: list[int]) -> list[str]:
+    first = an.primary_device()
+    L = ["## Devices", "", "| Device | Peak live | Reserved peak | OOMs |", "|---|---:|---:|---:|"]
+    for dev in devs:
+        da = an.devices[dev]
+        res = fmt_bytes(da.live.reserved_peak) if da.live.reserved_peak is not None else "unknown"
+        mark = " (look here first)" if dev == first else ""
+        L.append(f"| cuda:{dev}{mark} | {fmt_bytes(da.peak.bytes)} | {res} | {len(da.ooms)} |")
+    return L + [""]
+
+
+def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: str | None) -> list[str]:
+    da = an.devices[dev]
+    s = da.summary()
+    pk = s.peak
+    L = [f"## Device {dev}", ""]
+    if png:
+        L += [f"![device {dev}: live memory by category]({png})", ""]
+    when = "at the start of the trace" if pk.index < 0 else f"at entry {pk.index:,}"
+    if pk.iteration is not None:
+        when += f" (iteration {pk.iteration})"
+    before = f" ({s.allocations_before_trace:,} live before the trace began)" if s.allocations_before_trace else ""
+    L += ["| | |", "|---|---|",
+          f"| Trace entries | {s.entries:,} |",
+          f"| Allocations | {s.allocations:,}{before} |",
+          f"| Peak live | **{fmt_bytes(pk.bytes)}** {when}, {peak_words(pk.type)} ({md_code(pk.type)}) |",
+          f"| Live at start / end | {fmt_bytes(s.start_live_bytes)} / {fmt_bytes(s.end_live_bytes)} |",
+          f"| Reserved peak | {fmt_bytes(s.reserved_peak_bytes) if s.reserved_peak_bytes is not None else 'unknown'} |",
+          f"| Iterations | {len(s.iterations)} |",
+          f"| Leaks | {len(s.leaks) or 'none found'} |",
+          f"| OOMs | {len(s.ooms) or 'none'} |", ""]
+
+    total = sum(pk.by_category.values()) or 1
+    L += ["### Live memory at the peak, by category", "", "| Category | Bytes | Share |", "|---|---:|---:|"]
+    for c, b in sorted(pk.by_category.items(), key=lambda kv: -kv[1]):
+        L.append(f"| {c} | {fmt_bytes(b)} | {b / total:.1%} |")
+    L.append("")
+
+    if s.iterations:
+        L += ["### Iterations", "", "| # | Entries | Peak | Type |", "|---:|---|---:|---|"]
+        for it in s.iterations[:limits["iterations"]]:
+            L.append(f"| {it.number} | {it.start_index:,}-{it.end_index:,} | {fmt_bytes(it.peak_bytes)} | "
+                     f"{peak_words(it.peak_type)} |")
+        if len(s.iterations) > limits["iterations"]:
+            L.append(f"| ... | {len(s.iterations) - limits['iterations']} more (see analysis.json) | | |")
+        L.append("")
+
+    groups = largest_groups(da, pk.index, limits["allocs"])
+    if groups:
+        L += ["### Largest allocations live at the peak", "",
+              "Grouped when they share category, stack and size; stacks show your code first.", ""]
+        for k, rows in enumerate(groups, 1):
+            a0 = da.allocation(rows[0])
+            allocs = [da.allocation(r) for r in rows] if len(rows) > 1 else [a0]
+            ai = [a.alloc_index for a in allocs]
+            fi = [a.free_index for a in allocs]
+            if len(rows) == 1:
+                born = "live before the trace began" if ai[0] < 0 else f"allocated at entry {ai[0]:,}"
+                if ai[0] < 0 and fi[0] >= 0 and da.frees_record_their_own_stack():
+                    born += " (the stack is where it was freed)"
+                dies = "never freed" if fi[0] < 0 else f"freed at entry {fi[0]:,}"
+                size = f"**{fmt_bytes(a0.size)}**"
+            else:
+                born = (f"allocated at entries {min(ai):,}-{max(ai):,}" if min(ai) >= 0
+                        else "some live before the trace began")
+                dies = "never freed" if max(fi) < 0 else ("some freed later" if min(fi) < 0 else "freed later")
+                size = f"**{fmt_bytes(a0.size * len(rows))}** ({len(rows)} x {fmt_bytes(a0.size)})"
+            L.append(f"{k}. {size} {a0.category} (rule {md_code(a0.rule)}), {born}, {dies}")
+            for fr in stacks.short(a0.stack, limits["frames"], a0.forward_stack):
+                L.append(f"    - {md_code(fr)}")
+        L.append("")
+
+    L += ["### Leaks", ""]
+    if not s.leaks:
+        L.append("None found (live memory does not grow from iteration to iteration).")
+    for lk in s.leaks[:limits["leaks"]]:
+        L.append(f"- **{fmt_bytes(lk.bytes_per_iteration)}/iteration**, {fmt_bytes(lk.total_bytes)} in all, "
+                 f"{lk.category}, in iterations {', '.join(map(str, lk.iterations))}: {md_code(stacks.where(lk.stack))}")
+        for fr in stacks.short(lk.stack, limits["frames"]):
+            L.append(f"    - {md_code(fr)}")
+    if len(s.leaks) > limits["leaks"]:
+        L.append(f"- ... and {len(s.leaks) - limits['leaks']} more (see analysis.json)")
+    L.append("")
+
+    if s.ooms:
+        L += ["### Out of memory", ""]
+    for k, o in enumerate(s.ooms[:limits["ooms"]], 1):
+        frag = fmt_bytes(o.fragmentation_bytes) if o.fragmentation_bytes is not None else "unknown"
+        L.append(f"**OOM {k}** at entry {o.index:,}: requested **{fmt_bytes(o.requested)}**, device free "
+                 f"{fmt_bytes(o.device_free)}, allocated {fmt_bytes(o.allocated)}, reserved "
+                 f"{fmt_bytes(o.reserved) if o.reserved is not None else 'unknown'}, reserved but unallocated {frag}.")
+        L.append("")
+        if o.by_category:
+            L += ["| Category | Live at the OOM |", "|---|---:|"]
+            for c, b in sorted(o.by_category.items(), key=lambda kv: -kv[1]):
+                L.append(f"| {c} | {fmt_bytes(b)} |")
+            L.append("")
+        # our own words (no text from the snapshot): no escaping needed
+        L.append(f"- **Diagnosis**: {oom_diagnosis(o)}")
+        if o.advice:
+            L.append(f"- **Next step**: {advice_text(o.advice[0], o)}")
+            for a in o.advice[1:]:
+                L.append(f"- Also: {advice_text(a, o)}")
+        st = stacks.short(o.stack, limits["frames"])
+        if st:
+            L.append("- Requested from:")
+            L += [f"    - {md_code(fr)}" for fr in st]
+        L.append("")
+    if len(s.ooms) > limits["ooms"]:
+        L += [f"... and {len(s.ooms) - limits['ooms']} more OOMs (see analysis.json)", ""]
+    return L
+
+
+def _notes_section(notes: list[dict], warnings: list[str], limits: dict) -> list[str]:
+    L = ["## Annotations", ""]
+    if not notes:
+        L.append("None.")
+    else:
+        L += ["| # | Where | Note |", "|---|---|---|"]
+        for k, d in enumerate(notes[:limits["annotations"]], 1):
+            note = str(d.get("note", ""))
+            if len(note) > limits["note"]:
+                note = note[:limits["note"]] + "..."
+            L.append(f"| {k} | {md_text(d.get('where', d.get('kind', '')))} | {md_text(note)} |")
+        if len(notes) > limits["annotations"]:
+            L += ["", f"... and {len(notes) - limits['annotations']} more annotations (see analysis.json)"]
+    for w in warnings:
+        L += ["", f"Note: {md_text(w)}"]
+    L.append("")
+    return L
+
+
+def fit_markdown(build) -> str:
+    """`build(limits)` with less and less detail until it fits MD_LIMIT bytes, then cut."""
+    limits = dict(DEFAULT_LIMITS)
+    text = ""
+    for shrink in SHRINK_STEPS:
+        limits.update(shrink)
+        text = build(limits)
+        if len(text.encode()) <= MD_LIMIT:
+            return text
+    cut = "\n\n... (report truncated to stay under 20 KB; analysis.json has everything)\n"
+    data = text.encode()[:MD_LIMIT - len(cut.encode()) - 4].decode("utf-8", "ignore")
+    return data[:data.rfind("\n")] + cut
+
+
+__all__ = ["markdown", "fit_markdown", "largest_groups", "MD_LIMIT", "STACK_FRAMES"]

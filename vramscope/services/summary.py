@@ -1,0 +1,232 @@
+"""The summary document: `vramscope summary --json`, the base of the report's analysis.json.
+
+One function builds it (`summary_document`) from the typed results and the presentation
+layer's words, so the two outputs can never differ; `summary_text` tells the same
+document as the command line's text. Its shape (DESIGN.md §6) is spelled out as
+TypedDicts below: scripts depend on it.
+
+Per device: `allocations` counts the rows of `allocations --csv` (blocks live before the
+trace included, `allocations_before_trace` of them); iterations are numbered from 1
+everywhere (`peak.iteration`, `leaks[].iterations`, `iterations[].number`).
+"""
+from __future__ import annotations
+
+import os
+import zlib
+from pathlib import Path
+from typing import Any, TypedDict
+
+from ..classifiers import Analysis, to_plain
+from ..common.jsonio import dumps, loads
+from ..common.units import fmt_bytes
+from ..present.stacks import Stacks
+from ..present.words import advice_text, oom_diagnosis, peak_words
+
+TOP_AT_PEAK = 10
+
+
+class TopAllocationJSON(TypedDict):
+    size: int
+    category: str
+    rule: str
+    alloc_index: int
+    addr: int
+    where: str
+    stack: list[str]
+
+
+class PeakJSON(TypedDict):
+    bytes: int
+    index: int
+    time_us: int | None
+    type: str
+    type_words: str
+    by_category: dict[str, int]
+    iteration: int | None
+    phase: str
+    top: list[TopAllocationJSON]
+
+
+class LeakJSON(TypedDict):
+    stack: int
+    bytes_per_iteration: int
+    iterations: list[int]
+    total_bytes: int
+    count: int
+    category: str
+    rule: str
+    growth_per_iteration: int
+    where: str
+    frames: list[str]
+
+
+class OomJSON(TypedDict):
+    index: int
+    time_us: int | None
+    requested: int
+    device_free: int | None
+    allocated: int
+    reserved: int | None
+    fragmentation_bytes: int | None
+    by_category: dict[str, int]
+    phase: str
+    expandable_segments: bool
+    stack: int
+    advice: list[dict[str, Any]]
+    where: str
+    diagnosis: str
+    suggestion: str
+    suggestions: list[str]
+
+
+class DeviceJSON(TypedDict):
+    device: int
+    entries: int
+    allocations: int
+    allocations_before_trace: int
+    peak: PeakJSON
+    start_live_bytes: int
+    end_live_bytes: int
+    reserved_peak_bytes: int | None
+    end_by_category: dict[str, int]
+    iterations: list[dict[str, Any]]
+    leaks: list[LeakJSON]
+    ooms: list[OomJSON]
+
+
+class SummaryJSON(TypedDict):
+    file: str
+    primary_device: int | None
+    devices: list[DeviceJSON]
+
+
+def summary_document(an: Analysis, device: int | None = None, stacks: Stacks | None = None) -> SummaryJSON:
+    """The JSON of `vramscope summary --json`: devices in `an.device_order()` (the one
+    to look at first leads), or only `device`."""
+    stacks = stacks or Stacks(an)
+    devices: list[DeviceJSON] = []
+    for dev in an.device_order():
+        if device is not None and dev != device:
+            continue
+        da = an.devices[dev]
+        s = da.summary()
+        peak = s.peak
+        top: list[TopAllocationJSON] = [
+            {"size": a.size, "category": a.category, "rule": a.rule, "alloc_index": a.alloc_index, "addr": a.addr,
+             "where": stacks.where_of(a), "stack": stacks.short(a.stack, 6, a.forward_stack)}
+            for a in da.largest_live(peak.index, TOP_AT_PEAK)]
+        peak_json: PeakJSON = {**to_plain(peak), "type_words": peak_words(peak.type), "top": top}  # type: ignore
+        leaks: list[LeakJSON] = [{**to_plain(lk), "where": stacks.where(lk.stack),  # type: ignore[typeddict-item]
+                                  "frames": stacks.frames_text(lk.stack)} for lk in s.leaks]
+        ooms: list[OomJSON] = []
+        for o in s.ooms:
+            words = [advice_text(a, o) for a in o.advice]
+            ooms.append({**to_plain(o), "where": stacks.where(o.stack),  # type: ignore[typeddict-item]
+                         "diagnosis": oom_diagnosis(o), "suggestion": words[0] if words else "",
+                         "suggestions": words})
+        devices.append({
+            "device": s.device, "entries": s.entries, "allocations": s.allocations,
+            "allocations_before_trace": s.allocations_before_trace, "peak": peak_json,
+            "start_live_bytes": s.start_live_bytes, "end_live_bytes": s.end_live_bytes,
+            "reserved_peak_bytes": s.reserved_peak_bytes, "end_by_category": s.end_by_category,
+            "iterations": to_plain(s.iterations), "leaks": leaks, "ooms": ooms,
+        })
+    return {"file": an.snapshot.path, "primary_device": an.primary_device(), "devices": devices}
+
+
+def _document_key(rules_path) -> str | None:
+    """The analysis' cache key (our version, classifier and parser code, the rules) plus
+    the code that words the document (this module and the presentation layer)."""
+    from ..classifiers.cache import analysis_fingerprint
+    fp = analysis_fingerprint(rules_path)
+    if fp is None:
+        return None
+    from .. import present
+    blob = [fp.encode()]
+    files = sorted(Path(present.__path__[0]).glob("*.py")) + [Path(__file__)]
+    for f in files:
+        try:
+            blob += [f.name.encode(), f.read_bytes()]
+        except OSError:
+            blob.append(b"\0unreadable")
+    data = b"\0".join(blob)
+    return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}{len(data):x}"
+
+
+def cached_summary_document(snap, rules_path=None) -> SummaryJSON:
+    """`summary_document` for a whole snapshot, kept beside its cached columns: a reopen
+    reads one small JSON file instead of the analysis."""
+    from ..classifiers import analyze
+    from ..parsers.cache import read_artifact, write_artifact
+    key = _document_key(rules_path) if snap.cache_entry else None
+    name = f"summary-{key}.json" if key else None
+    if name:
+        raw = read_artifact(snap, name)
+        if raw:
+            try:
+                doc = loads(raw)
+                if isinstance(doc, dict) and isinstance(doc.get("devices"), list):
+                    doc["file"] = snap.path          # the cache is keyed by content, not by path
+                    return doc                        # type: ignore[return-value]
+            except ValueError:
+                pass                                  # damaged: recompute and overwrite
+    doc = summary_document(analyze(snap, rules_path=rules_path))
+    if name:
+        write_artifact(snap, name, dumps(doc))
+    return doc
+
+
+def summary_text(doc: SummaryJSON) -> str:
+    """The command line's text for a summary document."""
+    out = [os.path.basename(doc["file"])]
+    devs = doc["devices"]
+    if not devs:
+        out.append("  no allocations recorded (empty snapshot)")
+    if len(devs) > 1:
+        out.append(device_overview_text(doc))
+    for d in devs:
+        pk = d["peak"]
+        out.append(f"device {d['device']}: {d['entries']:,} trace entries, {d['allocations']:,} allocations"
+                   + (f" ({d['allocations_before_trace']:,} live before the trace began)"
+                      if d["allocations_before_trace"] else ""))
+        when = "at the start of the trace" if pk["index"] < 0 else f"at entry {pk['index']:,}"
+        if pk["iteration"] is not None:
+            when += f" (iteration {pk['iteration']})"
+        out.append(f"  peak live      {fmt_bytes(pk['bytes'])} ({pk['bytes']:,} B) {when}, {pk['type_words']}")
+        for cat, b in sorted(pk["by_category"].items(), key=lambda kv: -kv[1]):
+            out.append(f"    {cat:<13} {fmt_bytes(b):>11}")
+        out.append(f"  live at start  {fmt_bytes(d['start_live_bytes'])}, at end {fmt_bytes(d['end_live_bytes'])}")
+        if d["reserved_peak_bytes"] is None:
+            out.append("  reserved peak  unknown (profiler-converted snapshot: no allocator segments)")
+        else:
+            out.append(f"  reserved peak  {fmt_bytes(d['reserved_peak_bytes'])}")
+        its = d["iterations"]
+        out.append(f"  iterations     {len(its)}")
+        for it in its:
+            out.append(f"    {it['number']:>3}  peak {fmt_bytes(it['peak_bytes']):>11}  {peak_words(it['peak_type'])}")
+        if d["leaks"]:
+            for lk in d["leaks"]:
+                out.append(f"  LEAK           {fmt_bytes(lk['bytes_per_iteration'])}/iteration  {lk['where']}")
+        else:
+            out.append("  leaks          none found")
+        for o in d["ooms"]:
+            out.append(f"  OOM            requested {fmt_bytes(o['requested'])}, device free "
+                       f"{fmt_bytes(o['device_free'])}")
+            if o["suggestion"]:
+                out.append(f"                 next step: {o['suggestion']}")
+    return "\n".join(out)
+
+
+def device_overview_text(doc: SummaryJSON) -> str:
+    """One line per device (peak, reserved, OOMs), the one to look at first marked."""
+    lines = ["devices (the one to look at first is marked *):"]
+    for d in doc["devices"]:
+        mark = "*" if d["device"] == doc["primary_device"] else " "
+        res = "-" if d["reserved_peak_bytes"] is None else fmt_bytes(d["reserved_peak_bytes"])
+        ooms = f", {len(d['ooms'])} OOM{'s' if len(d['ooms']) != 1 else ''}" if d["ooms"] else ""
+        lines.append(f" {mark} cuda:{d['device']:<3} peak {fmt_bytes(d['peak']['bytes']):>11}, reserved peak "
+                     f"{res:>11}{ooms}")
+    return "\n".join(lines)
+
+
+__all__ = ["summary_document", "cached_summary_document", "summary_text", "device_overview_text", "SummaryJSON", "DeviceJSON"]
