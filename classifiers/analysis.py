@@ -44,6 +44,9 @@ from .rules import RuleSet, load_rules
 from .timeline import PHASE_NAMES, Timeline
 
 
+NO_PEAK = Peak(bytes=0, index=-1, time_us=None, type="other", by_category={}, iteration=None, phase="pre")
+
+
 @dataclass(eq=False)
 class DeviceAnalysis:
     device: int
@@ -60,7 +63,7 @@ class DeviceAnalysis:
     oom_indices: np.ndarray
     torch_category: np.ndarray | None = None
     iterations: tuple[Iteration, ...] = ()
-    peak: Peak | None = None
+    peak: Peak = NO_PEAK                 # filled by analyze()
     leaks: tuple[Leak, ...] = ()
     ooms: tuple[Oom, ...] = ()
     # set by `analyze` (not cached): what the queries below need from the whole analysis
@@ -162,7 +165,7 @@ class DeviceAnalysis:
 
     def findings(self) -> list[Finding]:
         """Peak, OOMs, leaks, then each iteration's peak: the order the viewer lists them."""
-        out = [Finding("peak", self.peak.index, self.peak)] if self.peak is not None else []
+        out = [Finding("peak", self.peak.index, self.peak)]
         out += [Finding("oom", o.index, o) for o in self.ooms]
         for lk in self.leaks:
             rows = self.leak_rows(lk)
@@ -204,7 +207,7 @@ class Analysis:
 
         def key(dev):
             da = self.devices[dev]
-            return (0 if da.ooms else 1, -(da.peak.bytes if da.peak else 0), dev)
+            return (0 if da.ooms else 1, -da.peak.bytes, dev)
         return min(self.devices, key=key)
 
     def device_order(self) -> list[int]:

@@ -152,7 +152,8 @@ def save(snap, fp: str, devices: dict, rule_names: list) -> bool:
     nothing was stored (no cache entry, unwritable, or results JSON cannot hold exactly)."""
     if not snap.cache_entry or fp is None:
         return False
-    manifest = {"format": FORMAT, "fingerprint": fp, "rule_names": list(rule_names), "devices": {}}
+    devices_json: dict[str, dict] = {}
+    manifest = {"format": FORMAT, "fingerprint": fp, "rule_names": list(rule_names), "devices": devices_json}
     try:
         for dev, da in devices.items():
             n = len(snap.trace(dev))
@@ -167,7 +168,7 @@ def save(snap, fp: str, devices: dict, rule_names: list) -> bool:
                     return False
                 arrays[name] = [arr.dtype.str, int(arr.shape[0]) if arr.ndim else -1]
             tl = da.timeline
-            manifest["devices"][str(dev)] = {
+            devices_json[str(dev)] = {
                 "n": n, "rows": len(da.allocs), "arrays": arrays,
                 "live": {k: getattr(da.live, k) for k in _LIVE_SCALARS},
                 "timeline": None if tl is None else {"first_start": int(tl.first_start),
@@ -250,13 +251,14 @@ def _load(snap, fp, rule_names, man) -> dict:
         rows = info["rows"]
         _check(info["n"] == n and isinstance(rows, int) and rows >= 0, "lengths")
         want = {"n": n, "rows": rows}
-        arrs = {}
+        arrs: dict[str, np.ndarray] = {}
         for name, (dt, length) in info["arrays"].items():
             _check(name in _ARRAYS, "array name")
             expect = _ARRAYS[name][2]
             _check(expect is None or length == want[expect], f"{name} length")
             a = map_artifact_array(snap, _array_name(fp, dev, name)) if length else np.zeros(0, dtype=dt)
-            _check(a is not None and a.dtype == np.dtype(dt) and a.shape == (length,), f"{name} shape")
+            if a is None or a.dtype != np.dtype(dt) or a.shape != (length,):
+                raise _Mismatch(f"{name} shape")
             arrs[name] = a
         for name, (_, _, expect) in _ARRAYS.items():
             _check(name in arrs or name in ("torch_category",), f"{name} missing")

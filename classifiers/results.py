@@ -180,7 +180,7 @@ def _coerce(tp: Any, v: Any, where: str) -> Any:
         raise ValueError(f"{where}: not None")
     if tp is Any:
         return v
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(v, dict):
             raise ValueError(f"{where}: not an object")
         hints = _HINTS.get(tp)

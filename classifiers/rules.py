@@ -99,7 +99,7 @@ def _read(path: Path) -> dict:
         import tomllib                              # Python 3.11+
     except ModuleNotFoundError:                      # pragma: no cover - 3.10
         try:
-            import tomli as tomllib                  # type: ignore
+            import tomli as tomllib                  # type: ignore[no-redef,unused-ignore]
         except ModuleNotFoundError:
             if path == SHIPPED_TOML:
                 return json.loads(SHIPPED_JSON.read_text(encoding="utf-8"))

@@ -215,7 +215,7 @@ class StackFacts:
             m = fh[t.file_ids] if m is None else m & fh[t.file_ids]
         if matcher.name is not None:
             if m is None:
-                m = self._match_strings(matcher.name, t.names, self._name_cache)[t.name_ids]
+                m = self.name_mask(matcher.name)[t.name_ids]
             else:
                 key = (matcher.name, matcher.kind, matcher.file)
                 hit = self._name_cache.get(key)
@@ -230,7 +230,9 @@ class StackFacts:
 
     def name_mask(self, pattern: str) -> np.ndarray:
         """bool per unique name string (for op matching)."""
-        return self._match_strings(pattern, self.table.names, self._name_cache)
+        hit = self._match_strings(pattern, self.table.names, self._name_cache)
+        assert hit is not None
+        return hit
 
     # -- stack level -------------------------------------------------------------
     def any(self, frame_mask: np.ndarray) -> np.ndarray:

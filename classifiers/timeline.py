@@ -263,9 +263,9 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
         # no phase evidence at all and (almost) no frames to tell: iterations from the
         # periodicity of live memory, without phases
         allocs_with_frames = np.count_nonzero((action == A_ALLOC) & (sid > 0))
-        frameless = allocs_with_frames < 0.1 * max(1, np.count_nonzero(action == A_ALLOC))
+        frameless = allocs_with_frames < 0.1 * max(1, int(np.count_nonzero(action == A_ALLOC)))
         ends = periodic_boundaries(live_after) if live_after is not None and frameless else []
-        its = []
+        its: list[Iteration] = []
         for k in range(1, len(ends)):
             s0, e0 = ends[k - 1] + 1, ends[k]
             iteration[s0:e0 + 1] = len(its)
@@ -313,7 +313,8 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
         if sg > 0 and seg_phase[sg - 1] == P_NONE:
             lo, hi = int(seg_start[sg - 1]), int(seg_end[sg - 1])
             if k == 0:
-                blk = np.flatnonzero(np.isin(evm[lo:hi + 1], blocking_markers)) if len(blocking_markers) else []
+                blk = np.flatnonzero(np.isin(evm[lo:hi + 1], blocking_markers)) if len(blocking_markers) \
+                    else np.zeros(0, dtype=np.int64)
                 ent_start[k] = lo + (int(blk[-1]) + 1 if len(blk) else 0)
             else:
                 ent_start[k] = lo

@@ -18,17 +18,17 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..services.report import write_report
+    from ..services.report import RenderPng, write_report
     out = output_dir(args.output)
     an = analyze_file(args.file, args.no_cache, args.rules)
     check_device(an, args.device)
+    render: RenderPng | None
     try:
-        from ..viewer.report_png import render_timeline
+        from ..viewer.report_png import render_timeline as render
     except ImportError:             # a lean install without Qt: the report without its image
-        render_timeline = None
+        render = None
     try:
-        paths = write_report(an, out, device=args.device, redact_paths=args.redact_paths,
-                             render_png=render_timeline)
+        paths = write_report(an, out, device=args.device, redact_paths=args.redact_paths, render_png=render)
     except OSError as e:
         raise UsageError(f"{out}: cannot write the report: {e.strerror or e}") from None
     for p in paths:

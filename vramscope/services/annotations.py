@@ -425,7 +425,7 @@ def load_annotations(snapshot_path: str) -> tuple[list[Annotation], str | None, 
         cands = [next_to] + ([fb] if fb else [])
     else:
         cands = [fb, next_to]
-    warnings = []
+    warnings: list[str] = []
     for p in cands:
         try:
             with open(p, "rb") as fh:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Callable
+from typing import Any, Callable
 
 from .. import __version__
 from ..classifiers import Analysis
@@ -104,15 +104,17 @@ def write_report(analysis: Analysis, out_dir: str, device: int | None = None, re
     md_path = os.path.join(out_dir, "report.md")
     atomic_write(md_path, md.encode("utf-8"))
 
-    doc = dict(summary_document(analysis, device, stacks))
-    for d in doc["devices"]:
+    base = summary_document(analysis, device, stacks)
+
+    def largest_at_peak(d) -> list[dict]:
         da = analysis.devices[d["device"]]
-        d["largest_at_peak"] = [
-            {"size": a.size, "category": a.category, "rule": a.rule, "alloc_index": a.alloc_index,
-             "free_index": a.free_index, "addr": a.addr, "where": stacks.where_of(a),
-             "stack": stacks.short(a.stack, STACK_FRAMES, a.forward_stack)}
-            for a in da.largest_live(da.peak.index, LARGEST_IN_JSON)]
-    doc["annotations"] = note_dicts
+        return [{"size": a.size, "category": a.category, "rule": a.rule, "alloc_index": a.alloc_index,
+                 "free_index": a.free_index, "addr": a.addr, "where": stacks.where_of(a),
+                 "stack": stacks.short(a.stack, STACK_FRAMES, a.forward_stack)}
+                for a in da.largest_live(d["peak"]["index"], LARGEST_IN_JSON)]
+    # the summary document, added to and never changed
+    doc: dict[str, Any] = {**base, "devices": [{**d, "largest_at_peak": largest_at_peak(d)} for d in base["devices"]],
+                           "annotations": note_dicts}
     if note_warnings:
         doc["annotation_warnings"] = note_warnings
     if redact_paths:

@@ -22,7 +22,7 @@ STACK_FRAMES = 4
 DEFAULT_LIMITS = {"allocs": 10, "frames": STACK_FRAMES, "leaks": 10, "ooms": 5, "annotations": 50, "note": 500,
                   "iterations": 30}
 # each step gives up some detail until the report fits MD_LIMIT
-SHRINK_STEPS = ({}, {"note": 200}, {"annotations": 20, "allocs": 8, "iterations": 12}, {"frames": 3, "leaks": 5},
+SHRINK_STEPS: tuple[dict[str, int], ...] = ({}, {"note": 200}, {"annotations": 20, "allocs": 8, "iterations": 12}, {"frames": 3, "leaks": 5},
                 {"allocs": 5, "annotations": 10, "note": 120, "ooms": 3, "iterations": 6},
                 {"allocs": 3, "leaks": 3, "ooms": 2, "annotations": 5, "note": 80, "iterations": 3})
 
