@@ -13,7 +13,7 @@ from ..present.markup import html as _esc
 from ..present.stacks import short_path
 from ..present.words import freed_note
 from .model import DeviceData, Segments
-from .theme import CATEGORY_COLORS, category_color
+from .theme import category_color
 
 
 def when_text(d: DeviceData, i: int) -> str:
@@ -145,7 +145,7 @@ class SegmentsStrip(QWidget):
         gap = 1.0 if len(s.size) < r.width() / 3 else 0.0
         usable = r.width() - gap * (len(s.size) - 1)
         x = float(r.left())
-        fill = QColor(CATEGORY_COLORS["weights"])
+        fill = category_color("weights")
         empty = QColor(pal.color(QPalette.ColorRole.Text))
         empty.setAlpha(40)
         edge = QPen(pal.color(QPalette.ColorRole.Mid))

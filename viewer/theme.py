@@ -1,23 +1,12 @@
-"""Colours: one per category (readable on light and dark), the rest from the system palette."""
+"""Colours: categories from the category table, markers here, the rest from the system palette."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 
-# Chosen to stay apart for the common colour-vision deficiencies (after Okabe-Ito
-# and Tableau 10), ordered like STACK_ORDER so neighbouring bands differ.
-CATEGORY_COLORS = {
-    "weights": "#4E79A7",        # blue: the model itself
-    "quantization": "#9C755F",   # brown
-    "optimizer": "#B07AA1",      # purple
-    "gradients": "#F28E2B",      # orange
-    "inputs": "#EDC948",         # yellow
-    "activations": "#59A14F",    # green
-    "autograd": "#76B7B2",       # teal
-    "temporary": "#FF9DA7",      # pink
-    "unknown": "#A0A0A0",        # grey
-}
+from ..classifiers import category_color as table_color
+
 PHASE_COLORS = {"forward": "#59A14F", "backward": "#F28E2B", "optimizer": "#B07AA1", "inputs": "#EDC948"}
 PEAK_COLOR = "#D62728"
 OOM_COLOR = "#D62728"
@@ -28,7 +17,8 @@ NOTE_COLOR = "#B5179E"
 
 
 def category_color(name: str) -> QColor:
-    return QColor(CATEGORY_COLORS.get(name, "#A0A0A0"))
+    """The category's colour from the one category table (classifiers/categories.py)."""
+    return QColor(table_color(name))
 
 
 @dataclass

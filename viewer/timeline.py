@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
 from ..classifiers import annotation_regions
 from ..common.units import byte_unit, fmt_bytes, fmt_duration_us, fmt_seconds
+from ..present.markup import html as _esc
 from ..present.words import peak_words
 from .model import DeviceData, Envelope
 from .notes import first_line, note_span
@@ -1230,7 +1231,3 @@ def _over(color: QColor, background: QColor) -> QColor:
     return QColor.fromRgbF(color.redF() * a + background.redF() * (1 - a),
                            color.greenF() * a + background.greenF() * (1 - a),
                            color.blueF() * a + background.blueF() * (1 - a), 1.0)
-
-
-def _esc(s: str) -> str:
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

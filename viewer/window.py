@@ -12,7 +12,7 @@ from PySide6.QtWidgets import (QApplication, QComboBox, QDockWidget, QFileDialog
                                QToolButton, QVBoxLayout, QWidget)
 
 from ..classifiers import STACK_ORDER
-from ..present.words import peak_words
+from ..present.words import error_text, peak_words
 from ..services.annotations import Annotation, AnnotationStore
 
 from ..common.units import fmt_bytes
@@ -1107,8 +1107,6 @@ class MainWindow(QMainWindow):
 
 
 def _one_line(e: BaseException) -> str:
-    """An exception as one line for a message box (no traceback)."""
-    if isinstance(e, OSError) and e.strerror:
-        return f"{e.strerror}: {e.filename}" if e.filename else e.strerror
-    text = " ".join(str(e).split())
-    return text if isinstance(e, ValueError) and text else f"unexpected error ({type(e).__name__}: {text})"
+    """An exception for a message box: expected failures as they are, others marked."""
+    text = error_text(e)
+    return text if isinstance(e, (OSError, ValueError)) else f"unexpected error ({type(e).__name__}: {text})"

@@ -15,6 +15,7 @@ import os
 import sys
 
 from . import allocations, export, report, summary, view
+from ..present.words import error_text as _one_line
 from .errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
 
 VERBS = {m.__name__.rsplit(".", 1)[1]: m for m in (summary, allocations, report, export, view)}
@@ -101,10 +102,6 @@ def main(argv=None) -> int:
         print(f"{verb}: internal error: {type(e).__name__}: {_one_line(e)} "
               f"(VRAMSCOPE_DEBUG=1 shows where; please report it)", file=sys.stderr)
         return EXIT_INTERNAL
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split())
 
 
 def _quiet_stdout() -> None:

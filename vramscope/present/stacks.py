@@ -55,6 +55,16 @@ class StackView:
     freed_here: bool                # the stack is where the block was freed (allocated before the trace)
 
 
+def _dedupe(frames: list[FrameView]) -> list[FrameView]:
+    """Drop a frame that says the same as the one before it (`at::_ops::mm::call` then
+    `at::_ops::mm::redispatch` both read 'aten::mm')."""
+    out: list[FrameView] = []
+    for fv in frames:
+        if not out or out[-1].where != fv.where:
+            out.append(fv)
+    return out
+
+
 def short_cpp(name: str, limit: int = 90) -> str:
     """A C++ signature without its argument list: 'at::native::add_out(…)' (only the
     trailing, balanced group: '(anonymous namespace)' stays), at most `limit` characters."""
@@ -200,14 +210,21 @@ class Stacks:
         hidden, what = 0, ""
         if hide_internals:
             py = [fv for fv in frames if fv.role in ("user", "library")]
+            named = _dedupe([fv for fv in frames if fv.role in ("autograd", "op", "module")])
+            keep = [fv for fv in frames if fv.role != "allocator"]
             if py:
                 hidden, what = len(frames) - len(py), "C++"
                 frames = py
-            else:
-                keep = [fv for fv in frames if fv.role != "allocator"]
-                if keep:
-                    hidden, what = len(frames) - len(keep), "allocator"
-                    frames = keep
+            elif named:
+                # autograd's worker thread records no Python frames: the backward node and
+                # the ops say what ran; kernels, dispatch and the allocator do not
+                best = self.naming_frame(use)
+                lead = [fv for fv in named if best >= 0 and fv is self.frame(best)]
+                hidden, what = len(frames) - len(named), "C++"
+                frames = lead + [fv for fv in named if fv not in lead]
+            elif keep:
+                hidden, what = len(frames) - len(keep), "allocator"
+                frames = keep
         frames = [fv for fv in frames if fv.role != "allocator"] + [fv for fv in frames if fv.role == "allocator"]
         if limit is not None and len(frames) > limit:
             hidden += len(frames) - limit
@@ -233,6 +250,13 @@ class Stacks:
         lib = [fv for fv in others if fv.role == "library"] or [fv for fv in others if fv.role != "allocator"] \
             or others
         lib = [fv for fv in lib if fv.function not in _PLUMBING] or lib
+        if not user:
+            # no code of the user's: the frame that names the stack (the autograd node, the
+            # op) leads, then the innermost others
+            best = self.naming_frame(use)
+            if best >= 0:
+                lead = self.frame(best)
+                lib = [lead] + [fv for fv in lib if fv is not lead]
         chosen = user[:max(1, n - 1)] if user else []
         chosen += lib[:n - len(chosen)]
         return [self._report_text(fv) for fv in chosen]

@@ -85,6 +85,13 @@ def iteration_text(number: int | None) -> str:
     return "" if number is None else f"iteration {number}"
 
 
+def error_text(e: BaseException) -> str:
+    """An exception as one line for a terminal or a message box (never a traceback)."""
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.strerror}: {e.filename}" if e.filename else e.strerror
+    return " ".join(str(e).split()) or type(e).__name__
+
+
 # -- findings -------------------------------------------------------------------------------
 def finding_title(f: Finding, where: str = "") -> str:
     s = f.subject
@@ -122,4 +129,4 @@ def finding_detail(f: Finding, where: str = "") -> str:
 
 
 __all__ = ["PEAK_TYPE_WORDS", "LEVER_WORDS", "peak_words", "advice_text", "oom_suggestions", "oom_diagnosis",
-           "freed_note", "moment_text", "iteration_text", "finding_title", "finding_detail"]
+           "freed_note", "error_text", "moment_text", "iteration_text", "finding_title", "finding_detail"]
