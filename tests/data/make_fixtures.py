@@ -2756,8 +2756,10 @@ def fx_multi_device_oom(capacity1=MDO_CAPACITY_1):
             "highest_peak_device": 0,
             "oom": {"device": 1, "index": oom[1], "iteration": 1, "phase": "forward",
                     "requested": snap["device_traces"][1][oom[1]]["size"]},
-            "iterations": 2,
-            "iteration_table": iters,
+            # steps started, not `iterations`: the second one is cut short in its forward by the
+            # OOM, and on device 0 it is no more than a partial forward
+            "steps": 2,
+            "step_table": iters,
         },
     }
     return sn, info, snap
