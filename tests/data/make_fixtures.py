@@ -2245,14 +2245,12 @@ def fx_forward_frames_213():
     M = module_call(SP, 1784, 1773)
     B, D, H, K = 512, 1024, 4096, 1000
     d.recording = False
-    w1 = d.alloc(H * D * 4, (), "weights")
-    w2 = d.alloc(H * H * 4, (), "weights")
-    w3 = d.alloc(K * H * 4, (), "weights")
+    for n in (H * D * 4, H * H * 4, K * H * 4):      # the three weights, loaded before recording
+        d.alloc(n, (), "weights")
     d.start_recording()
     psizes = [H * D * 4, H * H * 4, K * H * 4]
     main = [(TR, 88, "main"), (TR, 97, "<module>")]
     ctx = [(TR, 61, "train_step")] + main
-    net = [(MD, 0, "forward"), M] + ctx       # line filled per layer below
     src = {  # the source lines format_stack shows, per (file, line)
         (TR, 97): "main()", (TR, 88): "train_step(model, opt, x, y)", (TR, 61): "logits = model(x)",
         (TR, 62): "loss = F.cross_entropy(logits, y)",
@@ -2287,9 +2285,6 @@ def fx_forward_frames_213():
 
     def fwd_alloc(size, cpp_op, py, cat):
         return d.alloc(size, call(CPP_MALLOC_213, cpp_op, CPP_PY_313, py), cat)
-
-    def fwd_free(addr, py):
-        d.free(addr, call(CPP_FREE_213, CPP_PY_313, py))
 
     node_ops = {  # backward node -> its dispatcher frames (innermost first), under the node's apply
         "MmBackward0": _op_frames("mm", "at::native::structured_mm_out_cuda::impl(at::Tensor const&, at::Tensor const&, at::Tensor const&)") +
@@ -2335,7 +2330,6 @@ def fx_forward_frames_213():
                       [(TR, 87, "main"), (TR, 97, "<module>")], "inputs")
         # forward (main thread, anomaly mode on): Linear (mm) + GELU twice, head, cross-entropy
         acts = []   # (addr, forward python stack, node that frees it)
-        h = x
         for name, line, out in layers:
             z = fwd_alloc(B * out * 4, mm_fwd, lin(line), "activations")
             acts.append((z, lin(line), "MmBackward0" if name == "head" else "GeluBackward0"))
@@ -2477,7 +2471,6 @@ def fx_stale_grads():
         sn.tick(600_000)
     snap = sn.build()
     ref = reference(snap, 0)
-    trace = snap["device_traces"][0]
     # the stale gradients of iterations 1 and 2 are the ones the previous backward made
     for k in (1, 2):
         lo = next(p["start_index"] for p in iters[k - 1]["phases"] if p["phase"] == "backward")
