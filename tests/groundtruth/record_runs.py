@@ -30,6 +30,7 @@ regenerations, the categories and event structure do not (fixed seeds).
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import json
 import math
@@ -186,12 +187,12 @@ class LoRALinear(nn.Module):
         return self.base(x) + (x @ self.lora_A.t() @ self.lora_B.t()) * self.scale
 
 
-def add_lora(model: TinyLM, rank=8) -> TinyLM:
+def add_lora(model: TinyLM, rank=8, targets=("qkv", "proj")) -> TinyLM:
     for p in model.parameters():
         p.requires_grad_(False)
     for blk in model.blocks:
-        blk.attn.qkv = LoRALinear(blk.attn.qkv, rank)
-        blk.attn.proj = LoRALinear(blk.attn.proj, rank)
+        for name in targets:
+            setattr(blk.attn, name, LoRALinear(getattr(blk.attn, name), rank))
     return model
 
 
@@ -462,6 +463,161 @@ def run_retain_graph(iters=4):
         retain=dict(function="train_retain", file_basename=os.path.basename(__file__)))
 
 
+# --------------------------------------------------------------------------
+# compare: the same LoRA fine-tuning run in three variants (issue 15).  One code
+# path for all three (train_ft, lm_batch_of, lm_loss, TinyLM, LoRALinear), so the
+# user frames (record_runs.py functions) match across the three files; only the
+# micro-batch size and the checkpointing flag differ.
+# --------------------------------------------------------------------------
+FT_CFG = dict(vocab=512, d_model=128, n_heads=4, n_layers=2, d_ff=512, max_len=128)
+FT_SEQ = 128
+FT_MICRO_BATCH = 4
+FT_ITERS = 2
+
+
+def lm_batch_of(batch, seq, cfg):
+    with phase("inputs"):
+        idx = torch.randint(0, cfg["vocab"], (batch, seq + 1))
+        x = idx[:, :-1].contiguous()
+        y = idx[:, 1:].contiguous()
+    return x, y
+
+
+def train_ft(model, opt, iters, batch, seq, cfg):
+    for i in range(iters):
+        with iteration(i):
+            x, y = lm_batch_of(batch, seq, cfg)
+            with phase("forward"):
+                logits = model(x)
+                loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
+            with phase("backward"):
+                loss.backward()
+            with phase("optimizer"):
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+
+def _ft_run(micro_batch, checkpointing, iters=FT_ITERS):
+    torch.manual_seed(0)
+    model = add_lora(TinyLM(**FT_CFG, checkpointing=checkpointing), rank=8, targets=("qkv",))
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    # fused AdamW (one kernel per step, e.g. HF Trainer's adamw_torch_fused): the
+    # optimizer adds only its state and version bumps, which keeps the files small
+    opt = torch.optim.AdamW(trainable, lr=1e-3, fused=True)
+    # a partial, not a closure: one frame less in every stack (frames are most of the bytes)
+    train = functools.partial(train_ft, model, opt, iters, micro_batch, FT_SEQ, FT_CFG)
+
+    n_tr = sum(p.numel() for p in trainable)
+    n_all = sum(p.numel() for p in model.parameters())
+    variant = ("ft_checkpointing" if checkpointing else
+               "ft_batch2x" if micro_batch != FT_MICRO_BATCH else "ft_base")
+    return train, dict(
+        description=(f"{variant}: LoRA fine-tuning of TinyLM (vocab 512, d_model 128, 4 heads, "
+                     f"2 blocks, d_ff 512, seq {FT_SEQ}), rank-8 adapters on the attention qkv "
+                     f"Linears, fused AdamW on the adapters, micro-batch {micro_batch}"
+                     + (", torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) "
+                        "on every transformer block" if checkpointing else "")
+                     + ". One of the three compare runs ft_base / ft_checkpointing / ft_batch2x "
+                       "(same code path, same seed)."),
+        iterations=iters, expected_leak=False,
+        compare=dict(group="ft", variant=variant, runs=["ft_base", "ft_checkpointing", "ft_batch2x"],
+                     micro_batch_size=micro_batch, seq_len=FT_SEQ, checkpointing=checkpointing,
+                     lora_rank=8, lora_targets=["qkv"], optimizer="AdamW(fused=True)",
+                     model=dict(FT_CFG)),
+        micro_batch_size=micro_batch, checkpointing=checkpointing,
+        trainable_params=n_tr, total_params=n_all, peak_breakdown=True)
+
+
+def run_ft_base():
+    return _ft_run(FT_MICRO_BATCH, False)
+
+
+def run_ft_checkpointing():
+    return _ft_run(FT_MICRO_BATCH, True)
+
+
+def run_ft_batch2x():
+    return _ft_run(2 * FT_MICRO_BATCH, False)
+
+
+# --------------------------------------------------------------------------
+# custom code (issue 13): attention and softmax written with plain tensor ops,
+# parameters as plain tensors (no nn.Module, no nn.Parameter).
+# --------------------------------------------------------------------------
+CA_VOCAB, CA_D, CA_HEADS, CA_SEQ, CA_BATCH = 256, 64, 4, 64, 8
+
+
+def my_softmax(x):
+    m = x.amax(dim=-1, keepdim=True)
+    e = (x - m).exp()
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def my_attention(x, wq, wk, wv, wo, mask):
+    b, t, c = x.shape
+    h = CA_HEADS
+    q = (x @ wq).view(b, t, h, c // h).transpose(1, 2)
+    k = (x @ wk).view(b, t, h, c // h).transpose(1, 2)
+    v = (x @ wv).view(b, t, h, c // h).transpose(1, 2)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(c // h) + mask[:t, :t]
+    y = my_softmax(scores) @ v
+    return y.transpose(1, 2).reshape(b, t, c) @ wo
+
+
+def custom_forward(params, idx, mask):
+    x = params["emb"][idx]
+    x = x + my_attention(x, params["wq"], params["wk"], params["wv"], params["wo"], mask)
+    x = x + torch.relu(x @ params["w1"]) @ params["w2"]
+    return x @ params["head"]
+
+
+def custom_params():
+    def p(*shape):
+        return (torch.randn(*shape) * 0.02).requires_grad_()
+    return {"emb": p(CA_VOCAB, CA_D), "wq": p(CA_D, CA_D), "wk": p(CA_D, CA_D),
+            "wv": p(CA_D, CA_D), "wo": p(CA_D, CA_D), "w1": p(CA_D, 4 * CA_D),
+            "w2": p(4 * CA_D, CA_D), "head": p(CA_D, CA_VOCAB)}
+
+
+def train_custom(params, mask, opt, iters):
+    for i in range(iters):
+        with iteration(i):
+            with phase("inputs"):
+                idx = torch.randint(0, CA_VOCAB, (CA_BATCH, CA_SEQ + 1))
+                x, y = idx[:, :-1].contiguous(), idx[:, 1:].contiguous()
+            with phase("forward"):
+                logits = custom_forward(params, x, mask)
+                loss = F.cross_entropy(logits.reshape(-1, CA_VOCAB), y.reshape(-1))
+            with phase("backward"):
+                loss.backward()
+            with phase("optimizer"):
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+
+def run_custom_attention(iters=3):
+    torch.manual_seed(0)
+    params = custom_params()
+    mask = torch.full((CA_SEQ, CA_SEQ), float("-inf")).triu(1)
+    opt = adamw(list(params.values()))
+
+    train = functools.partial(train_custom, params, mask, opt, iters)
+
+    n = sum(p.numel() for p in params.values())
+    return train, dict(
+        description=("Custom code: a one-block causal LM whose softmax (my_softmax: amax, exp, "
+                     "sum, divide) and attention (my_attention: q/k/v/o matmuls with plain "
+                     "weight tensors, scaled scores + additive causal mask) are written with "
+                     "plain tensor ops; parameters are plain tensors with requires_grad (no "
+                     "nn.Module, no nn.Parameter), a ReLU MLP, cross-entropy, AdamW "
+                     f"(foreach). vocab {CA_VOCAB}, d {CA_D}, {CA_HEADS} heads, seq {CA_SEQ}, "
+                     f"batch {CA_BATCH}."),
+        iterations=iters, expected_leak=False, trainable_params=n, total_params=n,
+        peak_breakdown=True,
+        custom_code=dict(file_basename=os.path.basename(__file__),
+                         functions=["my_softmax", "my_attention", "custom_forward", "train_custom"]))
+
+
 RUNS: dict[str, Callable[[], tuple[Callable[[], None], dict]]] = {
     "mlp_adamw": run_mlp_adamw,
     "mlp_adamw_single_tensor": run_mlp_adamw_single_tensor,
@@ -472,6 +628,10 @@ RUNS: dict[str, Callable[[], tuple[Callable[[], None], dict]]] = {
     "bf16_autocast": run_bf16_autocast,
     "leak": run_leak,
     "retain_graph": run_retain_graph,
+    "ft_base": run_ft_base,
+    "ft_checkpointing": run_ft_checkpointing,
+    "ft_batch2x": run_ft_batch2x,
+    "custom_attention": run_custom_attention,
 }
 WITH_CATEGORY = {"transformer_adamw"}
 
@@ -543,7 +703,7 @@ def convert(prof):
             times.append(t)
         elif action == Action.PREEXISTING:
             live[(key, version)] = (addr, size, cat_of(key, version), -1)
-            preexisting.append(dict(size=size, category=cat_of(key, version)))
+            preexisting.append(dict(size=size, category=cat_of(key, version), addr=addr))
     trace = snapshot["device_traces"][device]
     assert len(times) == len(trace), (len(times), len(trace))
     for i in bumps:
@@ -661,6 +821,64 @@ def live_curve(trace, iters):
     return out
 
 
+def _phase_at(iters, index):
+    for it in iters:
+        for ph in it["phases"]:
+            if ph["start_index"] <= index <= ph["end_index"]:
+                return it["iteration"], ph["phase"]
+        if it["start_index"] <= index <= it["end_index"]:
+            return it["iteration"], None
+    return None, None
+
+
+def peak_breakdown(trace, preexisting, iters):
+    """Absolute live bytes by torch's category (tensors live before the trace
+    included), at the global peak and at each iteration's peak.  Replays the
+    trace from the preexisting tensors: alloc adds (size, its category),
+    free_completed removes the address (a version bump frees and re-adds it)."""
+    live = {p["addr"]: (p["size"], p["category"]) for p in preexisting}
+    cur = sum(sz for sz, _ in live.values())
+    curve = []
+    for e in trace:
+        a = e["action"]
+        if a == "alloc":
+            live[e["addr"]] = (e["size"], e["category"])
+            cur += e["size"]
+        elif a in ("free_completed", "free"):
+            old = live.pop(e["addr"], None)
+            if old is not None:
+                cur -= old[0]
+        curve.append(cur)
+
+    def by_category_at(index):
+        live2 = {p["addr"]: (p["size"], p["category"]) for p in preexisting}
+        for e in trace[:index + 1]:
+            a = e["action"]
+            if a == "alloc":
+                live2[e["addr"]] = (e["size"], e["category"])
+            elif a in ("free_completed", "free"):
+                live2.pop(e["addr"], None)
+        out = collections.Counter()
+        for sz, c in live2.values():
+            out[c] += sz
+        return {c: out[c] for c in CATEGORIES if out.get(c)}
+
+    def peak_in(lo, hi):
+        allocs = [i for i in range(lo, hi + 1) if trace[i]["action"] == "alloc"]
+        i = max(allocs, key=lambda k: (curve[k], -k))
+        it, ph = _phase_at(iters, i)
+        return dict(index=i, bytes=curve[i], iteration=it, phase=ph,
+                    by_category=by_category_at(i))
+
+    return dict(
+        peak_live=peak_in(0, len(trace) - 1),
+        peak_live_per_iteration=[peak_in(it["start_index"], it["end_index"]) for it in iters],
+        peak_live_note=("absolute live bytes: tensors live before the trace "
+                        "(preexisting_bytes_by_category) plus trace allocs, by torch's "
+                        "category of each tensor; index = the alloc that first reached "
+                        "the maximum; phase from iteration_table"))
+
+
 def strip_categories(snapshot):
     """Copy of the snapshot whose trace entries lack 'category'.  Frame lists
     stay the same objects (alloc and free entries share one list in torch's
@@ -710,6 +928,7 @@ def record(name: str, outdir: str = HERE, with_category: bool | None = None,
            write_truth: bool = True, verbose: bool = True):
     """Profile run `name` and write its files.  Returns the truth dict."""
     train, meta = RUNS[name]()
+    want_peak_breakdown = meta.pop("peak_breakdown", False)
     # profiled inline (not through profile_train) to keep one frame less in
     # every stack: frames are ~90% of the pickle bytes
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True,
@@ -783,6 +1002,9 @@ def record(name: str, outdir: str = HERE, with_category: bool | None = None,
     odd = [k for k in truth["frames"]["frame_name_kinds"] if k.startswith("other:")]
     if odd:
         raise CorruptProfile(f"unexpected frame names: {odd}")
+    if want_peak_breakdown:
+        truth.update(peak_breakdown(trace, preexisting, iters))
+        truth["categories"] = truth.pop("categories")   # still the long list at the end
     truth["notes"] = notes_for(truth)
 
     os.makedirs(outdir, exist_ok=True)
