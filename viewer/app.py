@@ -10,10 +10,10 @@ SCREENSHOT_SIZE = (1400, 900)
 def make_app():
     """The QApplication (created once), with pyqtgraph configured and a dark palette
     when the system asks for dark but the style's palette is light."""
+    import pyqtgraph as pg
     from PySide6.QtCore import Qt
     from PySide6.QtGui import QGuiApplication, QPalette
     from PySide6.QtWidgets import QApplication
-    import pyqtgraph as pg
 
     app = QApplication.instance()
     if app is None:
@@ -82,8 +82,9 @@ def run_viewer(path: str | None, screenshot: str | None = None, device: int | No
             print("vramscope: error: --screenshot needs a snapshot FILE", file=sys.stderr)
             return 2
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from ..parsers import Cancelled, SnapshotError
     from PySide6.QtWidgets import QApplication
+
+    from ..parsers import Cancelled, SnapshotError
     if screenshot and QApplication.instance() is None:
         quiet_platform_noise()     # our own process: keep stderr for what matters
     app = make_app()

@@ -24,7 +24,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..classifiers import CATEGORIES, Finding, Iteration
-from ..parsers.tables import A_ALLOC, A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP
+from ..parsers.tables import (
+    A_ALLOC,
+    A_SEGMENT_ALLOC,
+    A_SEGMENT_FREE,
+    A_SEGMENT_MAP,
+    A_SEGMENT_UNMAP,
+)
 from ..present.stacks import Stacks
 from ..present.words import finding_detail, finding_title
 from .lod import MinMaxPyramid, ragged

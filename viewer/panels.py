@@ -1,12 +1,20 @@
 """Side panels: the selected allocation's stack, the moment under the cursor, the findings."""
 from __future__ import annotations
 
-
 import numpy as np
 from PySide6.QtCore import QRectF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPainter, QPalette, QPen
-from PySide6.QtWidgets import (QCheckBox, QHeaderView, QLabel, QSizePolicy, QTextBrowser, QTreeWidget,
-                               QTreeWidgetItem, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QHeaderView,
+    QLabel,
+    QSizePolicy,
+    QTextBrowser,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
 from ..common.units import fmt_bytes, fmt_duration_us, fmt_seconds
 from ..present.markup import html as _esc

@@ -3,15 +3,43 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSignalBlocker, Qt, QTimer, Signal
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QSignalBlocker,
+    Qt,
+    QTimer,
+    Signal,
+)
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import (QAbstractItemView, QApplication, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QMenu, QTableView,
-                               QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QApplication,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QMenu,
+    QTableView,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from ..common.units import fmt_bytes, fmt_duration_us, fmt_seconds, parse_size
 from .model import DeviceData
-from .rows import (COL_ADDR, COL_ALLOC, COL_CATEGORY, COL_FREE, COL_LIFETIME, COL_RULE, COL_SIZE, COL_WHERE, COLUMNS,
-                   RowView)
+from .rows import (
+    COL_ADDR,
+    COL_ALLOC,
+    COL_CATEGORY,
+    COL_FREE,
+    COL_LIFETIME,
+    COL_RULE,
+    COL_SIZE,
+    COL_WHERE,
+    COLUMNS,
+    RowView,
+)
 from .theme import category_color
 
 _RIGHT = int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)

@@ -7,592 +7,42 @@ drag) cost one recompute.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QBrush, QColor, QImage, QPainter, QPainterPath, QPen
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QBrush, QColor, QPen
 from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
 from ..classifiers import annotation_regions
-from ..common.units import byte_unit, fmt_bytes, fmt_duration_us, fmt_seconds
+from ..common.units import fmt_bytes, fmt_duration_us, fmt_seconds
 from ..present.markup import html as _esc
 from ..present.words import peak_words
 from .model import DeviceData, Envelope
 from .notes import first_line, note_span
-from .theme import (ANNOTATION_COLOR, LEAK_COLOR, NOTE_COLOR, OOM_COLOR, PEAK_COLOR, PHASE_COLORS, Theme,
-                    category_color)
-
-
-# -- axes ----------------------------------------------------------------------------
-class BytesAxis(pg.AxisItem):
-    """Bytes in GiB/MiB/KiB with round steps in that unit."""
-
-    def tickSpacing(self, minVal, maxVal, size):
-        _, scale = byte_unit(max(abs(minVal), abs(maxVal)))
-        levels = super().tickSpacing(minVal / scale, maxVal / scale, size)
-        return [(sp * scale, off * scale) for sp, off in levels]
-
-    def tickStrings(self, values, scale, spacing):
-        if not values:
-            return []
-        unit, s = byte_unit(max(abs(v) for v in values) or 1)
-        step = spacing / s
-        digits = 0 if step >= 1 else min(3, int(math.ceil(-math.log10(step))))
-        return [f"{v / s:.{digits}f} {unit}" if v else "0" for v in values]
-
-
-class TimeAxis(pg.AxisItem):
-    """Seconds since the first event (ms/µs when zoomed in), or trace entries."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.has_time = True
-
-    def tickStrings(self, values, scale, spacing):
-        if not self.has_time:
-            return [f"{int(round(v)):,}" for v in values]
-        span = max((abs(v) for v in values), default=0.0)
-        return [fmt_seconds(v, spacing, span) for v in values]
-
-
-# -- items -----------------------------------------------------------------------------
-class DeviceStrokes(pg.GraphicsObject):
-    """Lines given in data coordinates, stroked in device pixels.
-
-    Each stroke is (x, y, connect, pen); connect 'all' draws a polyline, 'pairs'
-    separate segments. The data are mapped to pixels with numpy when the view's
-    transform changes and drawn with an identity transform: handing Qt a path in
-    data coordinates plus a scaling transform cost 2.5 times as much per frame.
-
-    Bands use it too, as one vertical 'pairs' segment per pixel column and band:
-    the envelope has one column per device pixel, so aliased one-pixel lines tile
-    each band exactly, for about 2 ms; filling the same bands as polygons with
-    thousands of vertical spikes took Qt's rasteriser up to a second a frame.
-    """
-
-    def __init__(self):
-        super().__init__()
-        self._strokes: list[tuple[np.ndarray, np.ndarray, str, QPen]] = []
-        self._rect = QRectF()
-        self._key = None
-        self._paths: list[tuple[QPainterPath, QPen]] = []
-
-    def set_strokes(self, strokes):
-        self.prepareGeometryChange()
-        self._strokes = [(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64), c, pen)
-                         for x, y, c, pen in strokes if len(x)]
-        self._key = None
-        if self._strokes:
-            x0 = min(float(s[0].min()) for s in self._strokes)
-            x1 = max(float(s[0].max()) for s in self._strokes)
-            y0 = min(float(s[1].min()) for s in self._strokes)
-            y1 = max(float(s[1].max()) for s in self._strokes)
-            self._rect = QRectF(x0, y0, (x1 - x0) or 1e-9, (y1 - y0) or 1.0)
-        else:
-            self._rect = QRectF()
-        self.update()
-
-    def clear(self):
-        self.set_strokes([])
-
-    def boundingRect(self):
-        return self._rect
-
-    def paint(self, p: QPainter, *args):
-        if not self._strokes:
-            return
-        tr = p.transform()
-        key = (tr.m11(), tr.m12(), tr.m21(), tr.m22(), tr.m31(), tr.m32())
-        if key != self._key:
-            self._paths = []
-            for x, y, connect, pen in self._strokes:
-                dx = x * key[0] + y * key[2] + key[4]
-                dy = x * key[1] + y * key[3] + key[5]
-                if connect in ("columns", "dashed-columns"):
-                    # vertical pairs at least a pixel long: a flat stretch still shows
-                    lo, hi = dy[0::2], dy[1::2]
-                    short = np.abs(hi - lo) < 1.0
-                    dy = dy.copy()
-                    dy[1::2][short] = np.where(hi[short] >= lo[short], lo[short] + 1.0, lo[short] - 1.0)
-                    if connect == "dashed-columns":
-                        # a dash pattern restarts at every segment: dash the columns instead
-                        col = np.round(dx[0::2]).astype(np.int64)
-                        keep = ~short | ((col // 4) % 2 == 0)
-                        keep = np.repeat(keep, 2)
-                        dx, dy = dx[keep], dy[keep]
-                    connect = "pairs"
-                self._paths.append((pg.arrayToQPath(dx, dy, connect=connect), pen))
-            self._key = key
-        p.save()
-        p.resetTransform()
-        p.setRenderHint(QPainter.RenderHint.Antialiasing, False)
-        for path, pen in self._paths:
-            p.setPen(pen)
-            p.drawPath(path)
-        p.restore()
-
-
-class RasterBands(pg.GraphicsObject):
-    """Stacked category bands rasterised with numpy, one pixel column per bucket.
-
-    Each column is a run of background, then the bands top to bottom: the whole
-    image is one `np.repeat` of per-column colours by per-column heights, drawn
-    with one `drawImage`. A frame costs the same at any number of events (2 to 4
-    ms for a 1100x500 plot). Qt's own ways were slower: polygons with thousands
-    of vertical spikes took its rasteriser up to a second, and one-pixel vertical
-    lines per column and band about 7 ms (one span per pixel row).
-    """
-
-    def __init__(self):
-        super().__init__()
-        self.x = np.zeros(0)
-        self.cum = np.zeros((0, 0))
-        self.colors = np.zeros(0, dtype=np.uint32)
-        self._rect = QRectF()
-        self._key = None
-        self._image = None
-        self._pos = QPointF()
-
-    def set_columns(self, x: np.ndarray, cum: np.ndarray, colors: list[QColor]):
-        self.prepareGeometryChange()
-        self.x = np.asarray(x, dtype=np.float64)
-        self.cum = np.asarray(cum, dtype=np.float64)
-        self.colors = np.array([QColor(c).rgba() for c in colors], dtype=np.uint32)
-        self._key = None
-        if len(self.x) and self.cum.shape[1]:
-            half = (self.x[1] - self.x[0]) / 2 if len(self.x) > 1 else 0.5
-            top = float(self.cum[:, -1].max())
-            self._rect = QRectF(float(self.x[0] - half), 0.0, float(self.x[-1] - self.x[0] + 2 * half),
-                                top or 1.0)
-        else:
-            self._rect = QRectF()
-        self.update()
-
-    def clear(self):
-        self.set_columns(np.zeros(0), np.zeros((0, 0)), [])
-
-    def boundingRect(self):
-        return self._rect
-
-    def _render(self, tr, dpr: float, clip_top: float, clip_bottom: float):
-        w, nb = len(self.x), self.cum.shape[1]
-        # device rows of each band's top (values grow upwards, rows downwards)
-        rows = (self.cum * tr.m22() + tr.m32()) * dpr
-        zero = (tr.m32()) * dpr
-        top = int(np.floor(max(clip_top * dpr, min(float(rows.min()), zero))))
-        bottom = int(np.ceil(min(clip_bottom * dpr, max(float(rows.max()), zero))))
-        h = bottom - top
-        if h <= 0 or w == 0:
-            return None, None
-        edges = np.empty((w, nb + 2))
-        edges[:, 0] = top
-        edges[:, 1:nb + 1] = rows[:, ::-1]           # top band first
-        edges[:, nb + 1] = zero
-        edges = np.clip(np.rint(edges), top, bottom).astype(np.int64)
-        edges = np.maximum.accumulate(edges, axis=1)  # rounding must not reverse the order
-        lengths = np.empty((w, nb + 2), dtype=np.int64)
-        lengths[:, :-1] = np.diff(edges, axis=1)
-        lengths[:, -1] = bottom - edges[:, -1]
-        palette = np.concatenate([[0], self.colors[::-1], [0]]).astype(np.uint32)
-        pixels = np.repeat(np.tile(palette, w), lengths.ravel())
-        image_data = np.ascontiguousarray(pixels.reshape(w, h).T)
-        img = QImage(image_data.data, w, h, 4 * w, QImage.Format.Format_ARGB32).copy()
-        img.setDevicePixelRatio(dpr)
-        x_left = (float(self.x[0]) * tr.m11() + tr.m31()) - 0.5 / dpr
-        return img, QPointF(x_left, top / dpr)
-
-    def paint(self, p: QPainter, *args):
-        if not len(self.x) or not self.cum.shape[1]:
-            return
-        tr = p.transform()
-        dev = p.device()
-        dpr = float(dev.devicePixelRatioF()) if dev is not None else 1.0
-        vr = self.viewRect()
-        clip = tr.mapRect(vr) if vr is not None else QRectF(0, -1e6, 1, 2e6)
-        key = (tr.m11(), tr.m22(), tr.m31(), tr.m32(), dpr, clip.top(), clip.bottom())
-        if key != self._key:
-            self._image, self._pos = self._render(tr, dpr, clip.top(), clip.bottom())
-            self._key = key
-        if self._image is not None:
-            p.save()
-            p.resetTransform()
-            p.drawImage(self._pos, self._image)
-            p.restore()
-
-
-def column_strokes(x: np.ndarray, cum: np.ndarray, colors: list[QColor]):
-    """Strokes for stacked bands: per band, one vertical segment per column from the
-    band below's top to its own top (empty segments dropped: they would paint a dot)."""
-    out = []
-    lower = np.zeros(len(x))
-    for j in range(cum.shape[1]):
-        upper = cum[:, j]
-        keep = upper > lower
-        if keep.any():
-            out.append((np.repeat(x[keep], 2), np.column_stack([lower[keep], upper[keep]]).ravel(), "pairs",
-                        cosmetic_pen(colors[j])))
-        lower = upper
-    return out
-
-
-def cosmetic_pen(color, style=Qt.PenStyle.SolidLine) -> QPen:
-    pen = QPen(QColor(color))
-    pen.setWidth(1)
-    pen.setCosmetic(True)
-    pen.setStyle(style)
-    pen.setCapStyle(Qt.PenCapStyle.FlatCap)
-    return pen
-
-
-class _ViewSpanning(pg.GraphicsObject):
-    """An item that covers whatever the view shows and repaints when the view moves."""
-
-    def viewRangeChanged(self):
-        self.prepareGeometryChange()
-        self.update()
-
-    def boundingRect(self):
-        vr = self.viewRect()
-        return QRectF() if vr is None else vr
-
-
-class SpansItem(_ViewSpanning):
-    """Shaded x spans over the full height (phases, annotations) and boundary lines.
-
-    Only what is inside the view is painted (binary search on the starts). With
-    more visible spans than a few hundred (thousands of iterations, zoomed out),
-    each pixel column takes the colour of the span under its centre and is drawn
-    as one line per colour, so the cost stays that of the plot's width.
-    """
-
-    MANY = 200
-
-    def __init__(self):
-        super().__init__()
-        self.starts = np.zeros(0)
-        self.ends = np.zeros(0)
-        self.colors: list[QColor] = []
-        self.color_of = np.zeros(0, dtype=np.int64)
-        self.labels: list[str] = []
-        self.lines = np.zeros(0)
-        self.line_pen = QPen()
-        self.text_color = QColor("#666666")
-        self.setZValue(-100)
-
-    def set_spans(self, starts, ends, colors, lines, line_pen: QPen, labels=None, text_color=None):
-        self.prepareGeometryChange()
-        order = np.argsort(starts, kind="stable") if len(starts) else np.zeros(0, dtype=int)
-        self.starts = np.asarray(starts, dtype=float)[order]
-        self.ends = np.asarray(ends, dtype=float)[order]
-        palette = {}
-        idx = [palette.setdefault(QColor(c).rgba(), len(palette)) for c in colors]
-        self.colors = [QColor.fromRgba(rgba) for rgba in palette]
-        self.color_of = np.asarray(idx, dtype=np.int64)[order] if len(idx) else np.zeros(0, dtype=np.int64)
-        labels = labels or [""] * len(order)
-        self.labels = [labels[i] for i in order]
-        self.lines = np.sort(np.asarray(lines, dtype=float))
-        self.line_pen = QPen(line_pen)
-        self.line_pen.setCosmetic(True)
-        if text_color is not None:
-            self.text_color = QColor(text_color)
-        self.update()
-
-    def paint(self, p: QPainter, *args):
-        vr = self.viewRect()
-        if vr is None or vr.width() <= 0:
-            return
-        x0, x1 = vr.left(), vr.right()
-        tr = p.transform()
-        sx, ox = tr.m11(), tr.m31()
-        dev = tr.mapRect(vr)
-        top, bottom = dev.top(), dev.bottom()
-        p.save()
-        p.resetTransform()
-        p.setRenderHint(QPainter.RenderHint.Antialiasing, False)
-        p.setPen(Qt.PenStyle.NoPen)
-        shown = np.zeros(0, dtype=np.int64)
-        if len(self.starts):
-            hi = int(np.searchsorted(self.starts, x1, side="right"))
-            shown = np.flatnonzero(self.ends[:hi] >= x0)
-        if 0 < len(shown) <= self.MANY:
-            for k in shown:
-                a, b = self.starts[k] * sx + ox, self.ends[k] * sx + ox
-                p.fillRect(QRectF(a, top, max(b - a, 1.0), bottom - top), self.colors[self.color_of[k]])
-        elif len(shown):
-            cols = np.arange(int(dev.left()), int(np.ceil(dev.right()))) + 0.5
-            xd = (cols - ox) / sx
-            k = np.searchsorted(self.starts, xd, side="right") - 1
-            ok = k >= 0
-            ok[ok] = self.ends[k[ok]] >= xd[ok]
-            for c, color in enumerate(self.colors):
-                sel = cols[ok][self.color_of[k[ok]] == c]
-                if len(sel):
-                    pen = QPen(color, 1)
-                    pen.setCosmetic(True)
-                    p.setPen(pen)
-                    ys = np.empty(2 * len(sel))
-                    ys[0::2], ys[1::2] = top, bottom
-                    p.drawPath(pg.arrayToQPath(np.repeat(sel, 2), ys, connect="pairs"))
-        if len(self.lines):
-            lo = int(np.searchsorted(self.lines, x0))
-            hi = int(np.searchsorted(self.lines, x1, side="right"))
-            if hi > lo:
-                xs = np.round(self.lines[lo:hi] * sx + ox) + 0.5
-                ys = np.empty(2 * len(xs))
-                ys[0::2], ys[1::2] = top, bottom
-                p.setPen(self.line_pen)
-                p.drawPath(pg.arrayToQPath(np.repeat(xs, 2), ys, connect="pairs"))
-        if 0 < len(shown) <= self.MANY and any(self.labels):
-            p.setPen(self.text_color)
-            fm = p.fontMetrics()
-            taken = -1e300                  # right end of the last label: overlapping spans
-            for k in shown:                 # (micro-batches) must not print over each other
-                text = self.labels[k]
-                if not text:
-                    continue
-                a = max(self.starts[k], x0) * sx + ox
-                b = min(self.ends[k], x1) * sx + ox
-                tw = fm.horizontalAdvance(text)
-                if b - a > tw + 8 and a + 4 > taken:
-                    p.drawText(QPointF(a + 4, top + fm.ascent() + 3), text)
-                    taken = a + 4 + tw + 6
-        p.restore()
-
-
-@dataclass
-class NoteMark:
-    """One annotation placed on the timeline (data x)."""
-    id: str
-    kind: str                  # range | peak | allocation
-    x0: float
-    x1: float
-    label: str
-    tip: str
-
-
-class NotesItem(_ViewSpanning):
-    """The user's notes: ranges as translucent shaded regions with their edges, peaks and
-    allocations as dashed vertical markers, each with a numbered label near the x axis.
-
-    One item painted in device pixels, not a pyqtgraph item per note: a handful of
-    rectangles and lines per frame. Labels are laid out at paint time, left to right in
-    up to `ROWS` rows, so they never overlap at any zoom; a label that finds no room is
-    left out (its marker stays, and so does its tooltip). The rectangles painted last
-    (`hits`, in the view's pixels) answer `tooltip_at`.
-    """
-
-    ROWS = 3
-    LABEL_WIDTH = 220
-
-    def __init__(self):
-        super().__init__()
-        self.marks: list[NoteMark] = []
-        self.current: str | None = None
-        self.hits: list[tuple[QRectF, str]] = []
-        self.placed: list[str] = []            # ids whose label was drawn in the last paint
-        self.set_colors(QColor(NOTE_COLOR), QColor("#FFFFFF"), QColor("#202020"))
-        self.setZValue(12)
-
-    def set_colors(self, color: QColor, background: QColor, foreground: QColor):
-        self.color = QColor(color)
-        self.fill = QColor(color)
-        self.fill.setAlpha(26 if background.lightness() >= 128 else 20)
-        self.chip_bg = QColor(background)
-        self.chip_bg.setAlpha(235)
-        self.text_color = QColor(color).darker(135) if background.lightness() >= 128 else QColor(color).lighter(160)
-        self.update()
-
-    def set_marks(self, marks: list[NoteMark]):
-        self.marks = list(marks)
-        self.hits = []
-        self.update()
-
-    def set_current(self, ann_id: str | None):
-        self.current = ann_id
-        self.update()
-
-    def tooltip_at(self, x: float, y: float) -> str:
-        """The note under a viewport pixel (labels first, then markers and range edges)."""
-        tips = {m.id: m.tip for m in self.marks}
-        for rect, ann_id in reversed(self.hits):
-            if rect.contains(QPointF(x, y)):
-                return tips.get(ann_id, "")
-        return ""
-
-    def paint(self, p: QPainter, *args):
-        self.hits = []
-        self.placed = []
-        vr = self.viewRect()
-        if vr is None or vr.width() <= 0 or not self.marks:
-            return
-        x0, x1 = vr.left(), vr.right()
-        tr = p.transform()
-        sx, ox = tr.m11(), tr.m31()
-        dev = tr.mapRect(vr)
-        top, bottom, left, right = dev.top(), dev.bottom(), dev.left(), dev.right()
-        shown = [m for m in self.marks if m.x1 >= x0 and m.x0 <= x1]
-        if not shown:
-            return
-        p.save()
-        p.resetTransform()
-        p.setRenderHint(QPainter.RenderHint.Antialiasing, False)
-        for m in shown:
-            cur = m.id == self.current
-            a = round(m.x0 * sx + ox) + 0.5
-            if m.kind == "range":
-                b = round(m.x1 * sx + ox) + 0.5
-                ca, cb = max(a, left - 2), min(max(b, a + 1), right + 2)
-                p.fillRect(QRectF(ca, top, cb - ca, bottom - top), self.fill)
-                pen = QPen(self.color, 2 if cur else 1)
-                p.setPen(pen)
-                for e in (a, b):
-                    if left - 2 <= e <= right + 2:
-                        p.drawLine(QPointF(e, top), QPointF(e, bottom))
-                        self.hits.append((QRectF(e - 3, top, 6, bottom - top), m.id))
-            else:
-                pen = QPen(self.color, 2.5 if cur else 1.5, Qt.PenStyle.DashLine)
-                p.setPen(pen)
-                p.drawLine(QPointF(a, top), QPointF(a, bottom))
-                self.hits.append((QRectF(a - 3, top, 6, bottom - top), m.id))
-        # labels: numbered chips along the bottom, packed into rows without overlaps
-        font = p.font()
-        if font.pointSizeF() > 0:
-            font.setPointSizeF(max(7.0, font.pointSizeF() - 1))
-        p.setFont(font)
-        fm = p.fontMetrics()
-        h = fm.height() + 2
-        rows: list[list[tuple[float, float]]] = [[] for _ in range(self.ROWS)]
-        # left to right, but the note the user picked gets its place first
-        order = sorted(shown, key=lambda m: (m.id != self.current, m.x0))
-        chips = []
-        for m in order:
-            text = fm.elidedText(m.label, Qt.TextElideMode.ElideRight, self.LABEL_WIDTH)
-            w = fm.horizontalAdvance(text) + 8
-            a = m.x0 * sx + ox
-            lx = max(a, left) + 3 if m.kind == "range" else a + 4
-            if lx + w > right:                       # near the right edge: left of the mark
-                lx = (right if m.kind == "range" else min(a, right)) - w - 4
-            lx = max(lx, left + 1)
-            r = next((r for r in range(self.ROWS)
-                      if all(lx >= e + 3 or lx + w + 3 <= b for b, e in rows[r])), None)
-            if r is None:
-                continue
-            rows[r].append((lx, lx + w))
-            chips.append((QRectF(lx, bottom - 3 - (r + 1) * (h + 2), w, h), text, m))
-        p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
-        for rect, text, m in chips:
-            cur = m.id == self.current
-            p.setPen(QPen(self.color, 1.5 if cur else 1))
-            p.setBrush(self.chip_bg)
-            p.drawRoundedRect(rect, 3, 3)
-            p.setPen(self.text_color)
-            p.drawText(rect.adjusted(4, 0, -4, 0), Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, text)
-            self.hits.append((rect, m.id))
-            self.placed.append(m.id)
-        p.restore()
-
-
-class GridItem(_ViewSpanning):
-    """Grid lines at the axes' tick values, drawn in device pixels.
-
-    (pyqtgraph's own grid replays every tick level's translucent lines through a
-    QPicture on each paint: 10 to 25 ms a frame here, most of a frame's budget.)
-    """
-
-    def __init__(self, axis_x: pg.AxisItem, axis_y: pg.AxisItem):
-        super().__init__()
-        self.axes = (axis_x, axis_y)
-        self.pens = (QPen(), QPen())
-        self.setZValue(1)
-
-    def set_color(self, color: QColor):
-        major, minor = QColor(color), QColor(color)
-        major.setAlpha(45)
-        minor.setAlpha(20)
-        self.pens = tuple(QPen(c, 1) for c in (major, minor))
-        for pen in self.pens:
-            pen.setCosmetic(True)
-        self.update()
-
-    def paint(self, p: QPainter, *args):
-        vr = self.viewRect()
-        if vr is None or vr.width() <= 0 or vr.height() <= 0:
-            return
-        tr = p.transform()
-        dev = tr.mapRect(vr)
-        p.save()
-        p.resetTransform()
-        p.setRenderHint(QPainter.RenderHint.Antialiasing, False)
-        ax, ay = self.axes
-        for level, (spacing, values) in enumerate(ax.tickValues(vr.left(), vr.right(), dev.width())[:2]):
-            p.setPen(self.pens[min(level, 1)])
-            for v in values:
-                x = round(tr.map(QPointF(v, 0)).x())
-                p.drawLine(QPointF(x, dev.top()), QPointF(x, dev.bottom()))
-        y0, y1 = sorted((vr.top(), vr.bottom()))
-        for level, (spacing, values) in enumerate(ay.tickValues(y0, y1, dev.height())[:2]):
-            p.setPen(self.pens[min(level, 1)])
-            for v in values:
-                y = round(tr.map(QPointF(0, v)).y())
-                p.drawLine(QPointF(dev.left(), y), QPointF(dev.right(), y))
-        p.restore()
-
-
-class TimelineViewBox(pg.ViewBox):
-    """Wheel zooms time, left-drag draws a zoom box, middle- or shift-drag pans,
-    Ctrl+drag marks a time range (to annotate or export), click selects."""
-
-    sigClicked = Signal(float, float)
-    sigBoxZoom = Signal()
-    sigMark = Signal(float, float, bool)       # x0, x1, finished
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.setMouseMode(pg.ViewBox.RectMode)
-        self.setMouseEnabled(x=True, y=False)
-        self.setMenuEnabled(False)
-        self._marking = False
-
-    def mouseDragEvent(self, ev, axis=None):
-        if ev.button() == Qt.MouseButton.LeftButton and axis is None:
-            if ev.isStart():
-                self._marking = bool(ev.modifiers() & Qt.KeyboardModifier.ControlModifier)
-            if self._marking:
-                ev.accept()
-                a = self.mapToView(ev.buttonDownPos()).x()
-                b = self.mapToView(ev.pos()).x()
-                if ev.isFinish():
-                    self._marking = False
-                self.sigMark.emit(min(a, b), max(a, b), ev.isFinish())
-                return
-        pan = ev.button() == Qt.MouseButton.MiddleButton or (
-            ev.button() == Qt.MouseButton.LeftButton and ev.modifiers() & Qt.KeyboardModifier.ShiftModifier)
-        if pan:
-            self.state["mouseMode"] = pg.ViewBox.PanMode
-            try:
-                super().mouseDragEvent(ev, axis)
-            finally:
-                self.state["mouseMode"] = pg.ViewBox.RectMode
-        elif ev.button() == Qt.MouseButton.LeftButton:
-            super().mouseDragEvent(ev, axis)
-        else:
-            ev.ignore()
-
-    def showAxRect(self, ax, **kw):
-        ax = ax.normalized()
-        self.setRange(xRange=(ax.left(), ax.right()), yRange=(max(0.0, ax.top()), ax.bottom()), padding=0)
-        self.sigBoxZoom.emit()
-
-    def mouseClickEvent(self, ev):
-        if ev.button() == Qt.MouseButton.LeftButton:
-            ev.accept()
-            pt = self.mapSceneToView(ev.scenePos())
-            self.sigClicked.emit(pt.x(), pt.y())
-        else:
-            ev.ignore()
+from .plot_items import (
+    BytesAxis,
+    DeviceStrokes,
+    GridItem,
+    NoteMark,
+    NotesItem,
+    RasterBands,
+    SpansItem,
+    TimeAxis,
+    TimelineViewBox,
+    blend_over,
+    column_strokes,
+    cosmetic_pen,
+)
+from .theme import (
+    ANNOTATION_COLOR,
+    LEAK_COLOR,
+    NOTE_COLOR,
+    OOM_COLOR,
+    PEAK_COLOR,
+    PHASE_COLORS,
+    Theme,
+    category_color,
+)
 
 
 class TimelineWidget(QWidget):
@@ -906,10 +356,10 @@ class TimelineWidget(QWidget):
         for name in PHASE_COLORS:
             col = QColor(PHASE_COLORS[name])
             col.setAlpha(alpha)
-            shade[name] = _over(col, bg)
+            shade[name] = blend_over(col, bg)
         other = QColor("#888888")
         other.setAlpha(alpha)
-        other = _over(other, bg)
+        other = blend_over(other, bg)
         if d.iterations:
             lines = d.x_of_index([it.start_index for it in d.iterations])
             phases = [(name, a, b) for it in d.iterations for name, (a, b) in it.phases.items()]
@@ -927,7 +377,7 @@ class TimelineWidget(QWidget):
                     continue
                 col = QColor(PHASE_COLORS.get(r.phase, ANNOTATION_COLOR))
                 col.setAlpha(alpha)
-                col = _over(col, bg)
+                col = blend_over(col, bg)
                 starts, ends = list(starts), list(ends)
                 starts.append((r.start_us - d.t0) / 1e6)
                 ends.append((r.end_us - d.t0) / 1e6)
@@ -935,7 +385,7 @@ class TimelineWidget(QWidget):
                 labels.append(r.name.split("#")[-1])
         lc = QColor(self.theme.foreground)
         lc.setAlpha(80)
-        self.spans.set_spans(starts, ends, brushes, lines, QPen(_over(lc, bg), 1, Qt.PenStyle.DashLine), labels,
+        self.spans.set_spans(starts, ends, brushes, lines, QPen(blend_over(lc, bg), 1, Qt.PenStyle.DashLine), labels,
                              self.theme.muted)
         self._build_overview()
 
@@ -953,7 +403,7 @@ class TimelineWidget(QWidget):
         env = d.envelope(vx0, vx1, w)
         fill = QColor(self.theme.foreground)
         fill.setAlpha(60)
-        fill = _over(fill, self.theme.background)
+        fill = blend_over(fill, self.theme.background)
         top = env.col_comp.sum(axis=1)[:, None]
         strokes = column_strokes(env.col_x, top, [fill])
         if env.reserved_y is not None:
@@ -1223,11 +673,3 @@ class TimelineWidget(QWidget):
     def leaveEvent(self, ev):
         self.hide_hover()
         super().leaveEvent(ev)
-
-
-def _over(color: QColor, background: QColor) -> QColor:
-    """A translucent colour flattened onto the background (opaque fills are fast)."""
-    a = color.alphaF()
-    return QColor.fromRgbF(color.redF() * a + background.redF() * (1 - a),
-                           color.greenF() * a + background.greenF() * (1 - a),
-                           color.blueF() * a + background.blueF() * (1 - a), 1.0)

@@ -2,166 +2,45 @@
 from __future__ import annotations
 
 import os
-import sys
-import traceback
 
-from PySide6.QtCore import QEvent, QPoint, QRect, QSettings, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QColor, QIcon, QKeySequence, QPixmap, QShortcut
-from PySide6.QtWidgets import (QApplication, QComboBox, QDockWidget, QFileDialog, QInputDialog, QLabel, QLayout,
-                               QMainWindow, QMessageBox, QProgressDialog, QPushButton, QStackedWidget, QToolBar,
-                               QToolButton, QVBoxLayout, QWidget)
-
-from ..classifiers import STACK_ORDER
-from ..present.words import error_text, peak_words
-from ..services.annotations import Annotation, AnnotationStore
+from PySide6.QtCore import QEvent, QSettings, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDockWidget,
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QProgressDialog,
+    QPushButton,
+    QStackedWidget,
+    QToolBar,
+    QVBoxLayout,
+    QWidget,
+)
 
 from ..common.units import fmt_bytes
-from .loader import LoadResult, Loader, load, switch_device
+from ..present.words import peak_words
+from ..services.annotations import AnnotationStore
+from .legend import LegendBar
+from .loader import Loader, LoadResult, load, switch_device
 from .model import DeviceData
-from .notes import NotesPanel, first_line, location_notice, note_row, note_span
+from .notes import NotesPanel
 from .panels import FindingsPanel, MomentPanel, StackPanel
 from .table import AllocationsPanel
-from .theme import PHASE_COLORS, Theme, category_color
+from .theme import Theme
 from .timeline import TimelineWidget
+from .window_exports import ExportsMixin
+from .window_notes import NotesMixin
 
 MAX_RECENT = 10
 FILE_FILTER = "Memory snapshots (*.pickle *.pkl *.pck *.p);;All files (*)"
-TRIM_WINDOW = 2000        # entries around the peak in a trimmed export (as `vramscope export --around-peak`)
 # what the store's undo/redo commands do, for the Edit menu's "Undo Add Note"
 _COMMAND_NAMES = {"_Add": "Add Note", "_Remove": "Delete Note", "_Edit": "Edit Note"}
 
 
-def swatch(color: QColor, w: int = 12, h: int = 12) -> QIcon:
-    pm = QPixmap(w, h)
-    pm.fill(color)
-    return QIcon(pm)
-
-
-class FlowLayout(QLayout):
-    """Left to right, wrapping to a new row when the width runs out (Qt's flow layout
-    example): the legend must never force the window wider than the screen."""
-
-    def __init__(self, parent=None, spacing: int = 4):
-        super().__init__(parent)
-        self._items = []
-        self._spacing = spacing
-
-    def addItem(self, item):
-        self._items.append(item)
-
-    def count(self):
-        return len(self._items)
-
-    def itemAt(self, i):
-        return self._items[i] if 0 <= i < len(self._items) else None
-
-    def takeAt(self, i):
-        return self._items.pop(i) if 0 <= i < len(self._items) else None
-
-    def expandingDirections(self):
-        return Qt.Orientation(0)
-
-    def hasHeightForWidth(self):
-        return True
-
-    def heightForWidth(self, width):
-        return self._do_layout(QRect(0, 0, width, 0), True)
-
-    def setGeometry(self, rect):
-        super().setGeometry(rect)
-        self._do_layout(rect, False)
-
-    def sizeHint(self):
-        return self.minimumSize()
-
-    def minimumSize(self):
-        size = QSize()
-        for it in self._items:
-            size = size.expandedTo(it.minimumSize())
-        m = self.contentsMargins()
-        return size + QSize(m.left() + m.right(), m.top() + m.bottom())
-
-    def _do_layout(self, rect, test_only):
-        m = self.contentsMargins()
-        r = rect.adjusted(m.left(), m.top(), -m.right(), -m.bottom())
-        x, y, line_h = r.x(), r.y(), 0
-        for it in self._items:
-            hint = it.sizeHint()
-            nx = x + hint.width() + self._spacing
-            if nx - self._spacing > r.right() and line_h > 0:
-                x, y = r.x(), y + line_h + self._spacing
-                nx = x + hint.width() + self._spacing
-                line_h = 0
-            if not test_only:
-                it.setGeometry(QRect(QPoint(x, y), hint))
-            x = nx
-            line_h = max(line_h, hint.height())
-        return y + line_h - rect.y() + m.bottom()
-
-
-class LegendBar(QWidget):
-    """One toggle button per category present (the stacked bands), then the line styles."""
-
-    toggled = Signal()
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self.lay = FlowLayout(self)
-        self.lay.setContentsMargins(6, 2, 6, 2)
-        self.buttons: dict[int, QToolButton] = {}
-
-    def set_data(self, data: DeviceData | None):
-        while self.lay.count():
-            it = self.lay.takeAt(0)
-            w = it.widget()
-            if w is not None:
-                w.deleteLater()
-        self.buttons = {}
-        if data is None:
-            return
-        peak_comp = data.composition([data.peak_index])[0]
-        for name in STACK_ORDER + tuple(c for c in data.categories if c not in STACK_ORDER):
-            if name not in data.categories:
-                continue
-            c = data.categories.index(name)
-            if not data.cat_present[c]:
-                continue
-            b = QToolButton(self)
-            b.setText(name)
-            b.setIcon(swatch(category_color(name)))
-            b.setCheckable(True)
-            b.setChecked(True)
-            b.setAutoRaise(True)
-            b.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-            b.setToolTip(f"Show or hide {name} in the stacked timeline "
-                         f"({fmt_bytes(peak_comp[c])} of it live at the peak)")
-            b.toggled.connect(lambda _=False: self.toggled.emit())
-            self.lay.addWidget(b)
-            self.buttons[c] = b
-        fg = self.palette().color(self.foregroundRole()).name()
-        lines = QLabel(f"<span style='color:{fg}'>━ allocated</span>"
-                       + ("&nbsp;&nbsp;<span style='color:#777'>┅ reserved</span>" if data.reserved is not None else "")
-                       + "&nbsp;&nbsp;<span style='color:#D62728'>▲ peak</span>", self)
-        lines.setToolTip("Lines: live allocated bytes (exact at every zoom) and the allocator's reserved bytes")
-        self.lay.addWidget(lines)
-        if data.iterations:
-            phases = "phases: " + "&nbsp;".join(f"<span style='color:{PHASE_COLORS[p]}'>▒</span>{p}"
-                                                for p in ("forward", "backward", "optimizer"))
-            pl = QLabel(phases, self)
-            pl.setToolTip("Shaded phases of each iteration; dashed lines are iteration starts")
-            self.lay.addWidget(pl)
-
-    def visible(self) -> list[int]:
-        """Checked categories, bottom to top."""
-        return [c for c, b in self.buttons.items() if b.isChecked()]
-
-    def set_checked(self, c: int, on: bool):
-        b = self.buttons.get(c)
-        if b is not None:
-            b.setChecked(on)
-
-
-class MainWindow(QMainWindow):
+class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
     """Pass persist=False to leave the user's settings alone (screenshots, tests)."""
 
     loaded = Signal()
@@ -736,325 +615,6 @@ class MainWindow(QMainWindow):
         self.table_panel.text.setFocus()
         self.table_panel.text.selectAll()
 
-    # -- annotations ------------------------------------------------------------------------------------
-    def _use_store(self, path: str):
-        """The notes of `path` (kept when the same file is reopened or another device shown)."""
-        path = os.path.abspath(path)
-        if self.store is not None and self.store.snapshot_path == path:
-            self._refresh_notes()
-            return
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
-        self.store = None
-        problems = []
-        try:
-            self.store = AnnotationStore(path)
-        except Exception as e:     # notes never stop a snapshot from opening
-            problems.append(f"Notes are off for this file: {_one_line(e)}")
-        if self.store is not None:
-            self._unsubscribe = self.store.subscribe(self._on_store_event)
-            problems.extend(self.store.warnings)
-        self._notes_problems = problems
-        self._update_notice()
-        self._refresh_notes()
-
-    def _update_notice(self):
-        """Say where the notes go when that is not next to the snapshot (a read-only folder)."""
-        text = location_notice(self.store)
-        parts = [t for t in [text] + self._notes_problems if t]
-        full = " ".join(parts) or None
-        changed = full != self.notes_notice
-        self.notes_notice = full
-        self.notes_panel.set_notice(full)
-        if text:
-            self.status_notes.setText("✎ notes: user data folder")
-            self.status_notes.setToolTip(text)
-            self.status_notes.show()
-        else:
-            self.status_notes.hide()
-        if changed and full and self.data is not None:
-            self.statusBar().showMessage(self._short_notice(), 20000)
-
-    def _short_notice(self) -> str:
-        """The notice for the status bar (its permanent labels leave little room)."""
-        return location_notice(self.store, short=True) or (self._notes_problems[0] if self._notes_problems else "")
-
-    def _on_store_event(self, event: str, ann):
-        self._refresh_notes()
-
-    def _refresh_notes(self):
-        notes = list(self.store) if self.store is not None else []
-        self.notes_panel.set_notes(notes, self.data)
-        if self.data is not None:
-            self.timeline.set_notes(notes)
-        dock = self.docks["annotations"]
-        dock.setWindowTitle(f"Annotations ({len(notes)})" if notes else "Annotations")
-        self._update_note_actions()
-
-    def _ask_note(self, title: str, label: str, text: str = "") -> str | None:
-        text, ok = QInputDialog.getMultiLineText(self, title, label, text)
-        return text.strip() if ok else None
-
-    def _change_notes(self, fn, *args, **kw):
-        """Run one store change; a failed save is a message, never a traceback."""
-        if self.store is None:
-            return None
-        try:
-            return fn(*args, **kw)
-        except OSError as e:
-            self._show_error("Cannot save the notes",
-                             f"The notes could not be saved to {self.store.path}: {e.strerror or e}")
-            return None
-        finally:
-            self._update_notice()
-            self._update_note_actions()
-
-    def _add_note(self, ann: Annotation, title: str, default: str):
-        note = self._ask_note(title, f"Note on {ann.where()}:", default)
-        if note is None:
-            return None
-        ann.note = note
-        added = self._change_notes(self.store.add, ann)
-        if added is not None:
-            self.notes_panel.select(added.id)
-            self.timeline.set_current_note(added.id)
-            self.docks["annotations"].show()
-            self.docks["annotations"].raise_()
-            self.statusBar().showMessage(f"Note added on {added.where()}, saved to {self.store.path}", 8000)
-        return added
-
-    def _entries_in(self, x0: float, x1: float) -> tuple[int, int] | None:
-        d = self.data
-        if d is None or d.n == 0:
-            return None
-        first = max(0, int(d.index_at_x(x0)))
-        last = min(d.n - 1, d.index_before_x(x1))
-        return (first, last) if last >= first else None
-
-    def annotate_range(self):
-        """A note on the range marked with Ctrl+drag, or else on the visible range."""
-        d = self.data
-        if d is None or self.store is None:
-            return
-        marked = self.timeline.marked_range()
-        span = self._entries_in(*(marked or self.timeline.x_span()))
-        if span is None:
-            self.statusBar().showMessage("No trace entries in that range", 5000)
-            return
-        first, last = span
-        fields = dict(kind="range", device=d.device, start_index=first, end_index=last)
-        if d.has_time:
-            fields.update(start_us=int(d.tkey[first]), end_us=int(d.tkey[last]))
-        peak_bytes, peak_i = d.range_peak(first, last)
-        default = f"up to {fmt_bytes(peak_bytes)} live (entry {peak_i:,})"
-        what = "marked range" if marked else "visible range"
-        if self._add_note(Annotation(**fields), f"Annotate the {what}", default) is not None and marked:
-            self.timeline.clear_mark()
-
-    def annotate_peak(self):
-        """A note on the peak last navigated to (P, N), else the highest one."""
-        d = self.data
-        if d is None or self.store is None:
-            return
-        cur = d.findings[self.finding_pos] if 0 <= self.finding_pos < len(d.findings) else None
-        f = cur if cur is not None and cur.kind in ("peak", "iteration_peak") else \
-            next((f for f in d.findings if f.kind == "peak"), None)
-        i = f.index if f is not None else d.peak_index
-        fields = dict(kind="peak", device=d.device, index=int(i))
-        if d.has_time and i >= 0:
-            fields["time_us"] = int(d.tkey[i])
-        default = f.title if f is not None else f"Peak {fmt_bytes(d.peak_bytes)}"
-        self._add_note(Annotation(**fields), "Annotate the peak", default)
-
-    def annotate_allocation(self):
-        d, row = self.data, self.selected_row
-        if d is None or self.store is None:
-            return
-        if row < 0:
-            self.statusBar().showMessage("Select an allocation first: click the timeline or a table row", 5000)
-            return
-        ann = Annotation(kind="allocation", device=d.device, alloc_index=int(d.alloc_index[row]),
-                         addr=int(d.allocs.addr[row]))
-        sid = int(d.allocs.stack[row])
-        where = " ".join(d.stack_label(sid).split()) if sid >= 0 else ""
-        default = f"{d.category_name(int(d.category[row]))} {fmt_bytes(int(d.allocs.size[row]))}" + \
-            (f" from {where}" if where else "")
-        self._add_note(ann, "Annotate the allocation", default)
-
-    def edit_note(self, ann_id: str | None = None):
-        if self.store is None:
-            return
-        ann_id = ann_id if isinstance(ann_id, str) else self.notes_panel.current_id()
-        if ann_id is None:
-            return
-        ann = self.store.get(ann_id)
-        note = self._ask_note("Edit note", f"Note on {ann.where()}:", ann.note)
-        if note is not None and note != ann.note:
-            self._change_notes(self.store.set_note, ann_id, note)
-
-    def delete_note(self):
-        ann_id = self.notes_panel.current_id()
-        if self.store is None or ann_id is None:
-            return
-        where = self.store.get(ann_id).where()
-        self._change_notes(self.store.remove, ann_id)
-        self.statusBar().showMessage(f"Note on {where} deleted (Ctrl+Z undoes)", 6000)
-
-    def undo_note(self):
-        if self.store is not None and self.store.can_undo:
-            self._change_notes(self.store.undo)
-            self.statusBar().showMessage("Undone", 3000)
-
-    def redo_note(self):
-        if self.store is not None and self.store.can_redo:
-            self._change_notes(self.store.redo)
-            self.statusBar().showMessage("Redone", 3000)
-
-    def go_to_note(self, ann_id: str):
-        """Show a note on the timeline: its range, its peak, its allocation."""
-        d = self.data
-        if self.store is None or d is None:
-            return
-        try:
-            ann = self.store.get(ann_id)
-        except KeyError:
-            return
-        self.notes_panel.select(ann_id)
-        span = note_span(d, ann)
-        if span is None:
-            self.statusBar().showMessage(
-                f"This note is on cuda:{ann.device}: choose it in the Device box to see it"
-                if ann.device is not None and ann.device != d.device else "This note cannot be placed on the trace",
-                6000)
-            return
-        self.timeline.set_current_note(ann_id)
-        first, last = span
-        if ann.kind == "allocation" and note_row(d, ann) >= 0:
-            row = note_row(d, ann)
-            self.select_row(row, source="annotation")
-            self._show_row(row)
-        elif ann.kind == "range":
-            self.timeline.zoom_to_indices(max(first, 0), max(last, 0))
-        else:
-            self.timeline.zoom_to_indices(*d._zoom_around(first))
-            self.timeline.set_cursor_index(first)
-            self.pinned_index = first
-            self.moment_panel.show_index(first)
-        self.statusBar().showMessage(f"{ann.where()}: {first_line(ann.note, 120)}", 10000)
-
-    def _on_marked(self, x0: float, x1: float):
-        span = self._entries_in(x0, x1)
-        if span is not None:
-            self.statusBar().showMessage(
-                f"Marked entries {span[0]:,}–{span[1]:,}: press A to annotate, File > Export Trimmed Snapshot "
-                "to save them, Esc to clear", 10000)
-
-    # -- exports ------------------------------------------------------------------------------------------
-    def _export_start(self) -> str:
-        if self.path:
-            return os.path.dirname(self.path)
-        return self.settings.value("last_dir", "") if self.settings is not None else ""
-
-    def _base_name(self) -> str:
-        return os.path.splitext(os.path.basename(self.path or "vramscope"))[0]
-
-    def _run_export(self, what: str, fn):
-        """Run an export on the GUI thread (the PNG needs Qt) under a busy cursor;
-        errors become a message box."""
-        self.statusBar().showMessage(f"Writing the {what}…")
-        self.statusBar().repaint()
-        QApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
-        try:
-            return fn()
-        except Exception as e:
-            if not isinstance(e, (OSError, ValueError)):
-                traceback.print_exc(file=sys.stderr)
-            self.statusBar().showMessage(f"Could not write the {what}", 5000)
-            self._show_error(f"Cannot export the {what}", _one_line(e))
-            return None
-        finally:
-            QApplication.restoreOverrideCursor()
-
-    def _show_error(self, title: str, msg: str):
-        self._close_error()
-        box = QMessageBox(QMessageBox.Icon.Warning, title, msg, QMessageBox.StandardButton.Ok, self)
-        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        box.open()
-        self.error_box = box
-
-    def export_report(self):
-        """report.md + timeline.png (notes drawn) + analysis.json into a folder, like `vramscope report`."""
-        if self.result is None:
-            return
-        out = QFileDialog.getExistingDirectory(self, "Export report into folder", self._export_start())
-        if not out:
-            return
-        from ..services.report import write_report
-        from .report_png import render_timeline
-        notes = list(self.store) if self.store is not None else None     # None: the report reads the sidecar
-        paths = self._run_export("report", lambda: write_report(self.result.analysis, out, annotations=notes,
-                                                                render_png=render_timeline))
-        if paths:
-            self.statusBar().showMessage(
-                f"Report written to {out}: " + ", ".join(os.path.basename(p) for p in paths), 15000)
-
-    def _save_path(self, title: str, suggested: str, filt: str, ext: str) -> str | None:
-        path, _ = QFileDialog.getSaveFileName(self, title, os.path.join(self._export_start(), suggested), filt)
-        if not path:
-            return None
-        return path if os.path.splitext(path)[1] else path + ext
-
-    def export_trimmed(self):
-        """A window of the shown device's trace as a snapshot pickle: the marked range,
-        the visible range (when zoomed in) or the entries around the peak."""
-        d = self.data
-        if self.result is None or d is None or d.n == 0:
-            return
-        from ..services.export import export_trimmed, window_around
-        choices = []
-        marked = self.timeline.marked_range()
-        if marked is not None and (span := self._entries_in(*marked)) is not None:
-            choices.append((f"The marked range: entries {span[0]:,}–{span[1]:,}", span))
-        span = self._entries_in(*self.timeline.x_span())
-        if span is not None and span[1] - span[0] + 1 < d.n:
-            choices.append((f"The visible range: entries {span[0]:,}–{span[1]:,}", span))
-        s, e = window_around(d.n, max(d.peak_index, 0), TRIM_WINDOW)
-        choices.append((f"{e - s + 1:,} entries around the peak: entries {s:,}–{e:,}", (s, e)))
-        if len(choices) > 1:
-            item, ok = QInputDialog.getItem(self, "Export trimmed snapshot", f"Which entries of cuda:{d.device}:",
-                                            [c[0] for c in choices], 0, False)
-            if not ok:
-                return
-            span = next((c[1] for c in choices if c[0] == item), choices[0][1])
-        else:
-            span = choices[0][1]
-        path = self._save_path("Export trimmed snapshot", f"{self._base_name()}.trimmed.pickle",
-                               "Memory snapshots (*.pickle)", ".pickle")
-        if not path:
-            return
-        snap = self.result.snapshot
-        info = self._run_export("trimmed snapshot",
-                                lambda: export_trimmed(snap, path, device=d.device, start=span[0], end=span[1]))
-        if info:
-            self.statusBar().showMessage(
-                f"Wrote entries {info['start']:,}–{info['end']:,} of cuda:{info['device']} to {path} "
-                f"({fmt_bytes(info['bytes'])})", 15000)
-
-    def export_perfetto(self):
-        """Live bytes per category as Perfetto counter tracks, every device."""
-        if self.result is None:
-            return
-        from ..services.export import export_perfetto
-        path = self._save_path("Export Perfetto trace", f"{self._base_name()}.perfetto.json",
-                               "Chrome trace JSON (*.json)", ".json")
-        if not path:
-            return
-        info = self._run_export("Perfetto trace", lambda: export_perfetto(self.result.analysis, path))
-        if info:
-            self.statusBar().showMessage(
-                f"Wrote {info['counter_events']:,} counter events to {path}: open it in ui.perfetto.dev", 15000)
-
     # -- misc ----------------------------------------------------------------------------------------------
     def export_image(self):
         start = self.settings.value("last_dir", "") if self.settings is not None else ""
@@ -1104,9 +664,3 @@ class MainWindow(QMainWindow):
         super().closeEvent(ev)
         if ev.isAccepted():
             self.timeline.release()
-
-
-def _one_line(e: BaseException) -> str:
-    """An exception for a message box: expected failures as they are, others marked."""
-    text = error_text(e)
-    return text if isinstance(e, (OSError, ValueError)) else f"unexpected error ({type(e).__name__}: {text})"

@@ -1,0 +1,144 @@
+"""The legend bar above the timeline: one toggle per category present, in stacking order,
+wrapping onto more rows (a flow layout) so the docks keep their width."""
+from __future__ import annotations
+
+from PySide6.QtCore import QPoint, QRect, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QIcon, QPixmap
+from PySide6.QtWidgets import QLabel, QLayout, QToolButton, QWidget
+
+from ..classifiers import STACK_ORDER
+from ..common.units import fmt_bytes
+from .model import DeviceData
+from .theme import PHASE_COLORS, category_color
+
+# what the store's undo/redo commands do, for the Edit menu's "Undo Add Note"
+
+
+def swatch(color: QColor, w: int = 12, h: int = 12) -> QIcon:
+    pm = QPixmap(w, h)
+    pm.fill(color)
+    return QIcon(pm)
+
+
+class FlowLayout(QLayout):
+    """Left to right, wrapping to a new row when the width runs out (Qt's flow layout
+    example): the legend must never force the window wider than the screen."""
+
+    def __init__(self, parent=None, spacing: int = 4):
+        super().__init__(parent)
+        self._items = []
+        self._spacing = spacing
+
+    def addItem(self, item):
+        self._items.append(item)
+
+    def count(self):
+        return len(self._items)
+
+    def itemAt(self, i):
+        return self._items[i] if 0 <= i < len(self._items) else None
+
+    def takeAt(self, i):
+        return self._items.pop(i) if 0 <= i < len(self._items) else None
+
+    def expandingDirections(self):
+        return Qt.Orientation(0)
+
+    def hasHeightForWidth(self):
+        return True
+
+    def heightForWidth(self, width):
+        return self._do_layout(QRect(0, 0, width, 0), True)
+
+    def setGeometry(self, rect):
+        super().setGeometry(rect)
+        self._do_layout(rect, False)
+
+    def sizeHint(self):
+        return self.minimumSize()
+
+    def minimumSize(self):
+        size = QSize()
+        for it in self._items:
+            size = size.expandedTo(it.minimumSize())
+        m = self.contentsMargins()
+        return size + QSize(m.left() + m.right(), m.top() + m.bottom())
+
+    def _do_layout(self, rect, test_only):
+        m = self.contentsMargins()
+        r = rect.adjusted(m.left(), m.top(), -m.right(), -m.bottom())
+        x, y, line_h = r.x(), r.y(), 0
+        for it in self._items:
+            hint = it.sizeHint()
+            nx = x + hint.width() + self._spacing
+            if nx - self._spacing > r.right() and line_h > 0:
+                x, y = r.x(), y + line_h + self._spacing
+                nx = x + hint.width() + self._spacing
+                line_h = 0
+            if not test_only:
+                it.setGeometry(QRect(QPoint(x, y), hint))
+            x = nx
+            line_h = max(line_h, hint.height())
+        return y + line_h - rect.y() + m.bottom()
+
+
+class LegendBar(QWidget):
+    """One toggle button per category present (the stacked bands), then the line styles."""
+
+    toggled = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.lay = FlowLayout(self)
+        self.lay.setContentsMargins(6, 2, 6, 2)
+        self.buttons: dict[int, QToolButton] = {}
+
+    def set_data(self, data: DeviceData | None):
+        while self.lay.count():
+            it = self.lay.takeAt(0)
+            w = it.widget()
+            if w is not None:
+                w.deleteLater()
+        self.buttons = {}
+        if data is None:
+            return
+        peak_comp = data.composition([data.peak_index])[0]
+        for name in STACK_ORDER + tuple(c for c in data.categories if c not in STACK_ORDER):
+            if name not in data.categories:
+                continue
+            c = data.categories.index(name)
+            if not data.cat_present[c]:
+                continue
+            b = QToolButton(self)
+            b.setText(name)
+            b.setIcon(swatch(category_color(name)))
+            b.setCheckable(True)
+            b.setChecked(True)
+            b.setAutoRaise(True)
+            b.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+            b.setToolTip(f"Show or hide {name} in the stacked timeline "
+                         f"({fmt_bytes(peak_comp[c])} of it live at the peak)")
+            b.toggled.connect(lambda _=False: self.toggled.emit())
+            self.lay.addWidget(b)
+            self.buttons[c] = b
+        fg = self.palette().color(self.foregroundRole()).name()
+        lines = QLabel(f"<span style='color:{fg}'>━ allocated</span>"
+                       + ("&nbsp;&nbsp;<span style='color:#777'>┅ reserved</span>" if data.reserved is not None else "")
+                       + "&nbsp;&nbsp;<span style='color:#D62728'>▲ peak</span>", self)
+        lines.setToolTip("Lines: live allocated bytes (exact at every zoom) and the allocator's reserved bytes")
+        self.lay.addWidget(lines)
+        if data.iterations:
+            phases = "phases: " + "&nbsp;".join(f"<span style='color:{PHASE_COLORS[p]}'>▒</span>{p}"
+                                                for p in ("forward", "backward", "optimizer"))
+            pl = QLabel(phases, self)
+            pl.setToolTip("Shaded phases of each iteration; dashed lines are iteration starts")
+            self.lay.addWidget(pl)
+
+    def visible(self) -> list[int]:
+        """Checked categories, bottom to top."""
+        return [c for c, b in self.buttons.items() if b.isChecked()]
+
+    def set_checked(self, c: int, on: bool):
+        b = self.buttons.get(c)
+        if b is not None:
+            b.setChecked(on)
