@@ -1,0 +1,342 @@
+"""Live bytes per category over the whole trace, compact enough for 10^7 events, and the
+exact peak of any per-category scaling of them (DESIGN.md §8).
+
+    cl = CategoryLive.build(da)                 # once per device (O(events), bounded memory)
+    cl.peak(factors)                            # -> ScaledPeak(bytes, index, by_category)
+    cl.live_at(index) / cl.live_at_many(idx)    # per-category live bytes at any moment
+    cl.max_bytes                                # each category's maximum over the run
+
+The scaled total at a moment t is  sum over categories c of  round(f_c * live_c(t)),
+`round` being float64 multiplication followed by round-half-to-even (`np.rint`; Python's
+`round(live * f)` on the same numbers gives the same integer). Factor 1 leaves a category
+exact (live bytes stay far below 2^53), so the unscaled peak is the summary's.
+
+Why it is cheap. A per-category int64 series per trace entry costs 8 bytes x categories
+per entry (720 MB at 10^7 entries and 9 categories). Instead we keep:
+  * one int32 (int64 past 2^31 allocation rows) per alloc/free event, naming the
+    allocation row (its size and category are gathered from the row columns on demand);
+  * per block of BLOCK events: the live bytes per category at the block's start and the
+    maximum of each category over the block's events.
+The scaled total can only reach a new maximum at an event (a `free` lowers it, other
+entries leave it unchanged), and because `round(f * x)` is monotone in x for f >= 0,
+sum_c round(f_c * max_c(block)) bounds the scaled total of every moment in a block from
+above. A block whose bound is below the best value already seen cannot hold the peak, so
+only the few blocks near the maximum are replayed, and the answer is exact.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .analysis import CATEGORIES
+
+BLOCK = 256            # events per block: small enough to replay, large enough to prune
+_CHUNK_BLOCKS = 256    # blocks per chunk of the build pass (bounds its temporaries)
+
+
+def scale_live(live, factors) -> np.ndarray:
+    """round(f * live) elementwise (float64 product, round half to even), as int64.
+    `live` is [..., C] and `factors` [C]; the one rounding used everywhere."""
+    return np.rint(np.asarray(live, dtype=np.float64) * np.asarray(factors, dtype=np.float64)).astype(np.int64)
+
+
+def scaled_series(live_by_category, factors):
+    """For the viewer: per-category live bytes at its sample points (int64 [K, C], e.g.
+    from `live_at_many` or classifiers.live_by_category) scaled by `factors` ([C], all
+    CATEGORIES or the model's categories, matching the columns). Returns (scaled [K, C],
+    total [K], first argmax of total or -1 when K == 0). The exact peak between sample
+    points comes from CategoryLive.peak."""
+    scaled = scale_live(live_by_category, factors)
+    total = scaled.sum(axis=1) if scaled.ndim == 2 else scaled
+    return scaled, total, (int(np.argmax(total)) if len(total) else -1)
+
+
+@dataclass(frozen=True)
+class ScaledPeak:
+    bytes: int
+    index: int               # trace entry that reached it; -1: the start state
+    by_category: dict        # {category: scaled live bytes}, non-zero only, in CATEGORIES order
+
+
+class CategoryLive:
+    """Per-category live bytes of one device (see the module docstring)."""
+
+    def __init__(self, categories, row_cat, alloc_index, free_index, size, ev_code, start,
+                 block_start, block_max, block_first_entry):
+        self.categories = tuple(categories)      # the categories present (names), model order
+        self.cat_slot = np.array([self.categories.index(c) if c in self.categories else -1
+                                  for c in CATEGORIES], dtype=np.int64)   # CATEGORIES index -> slot
+        self._row_cat = row_cat                  # uint8 per allocation row: slot
+        self._alloc_index = alloc_index
+        self._free_index = free_index
+        self._size = size
+        self.ev_code = ev_code                   # per event, in trace order: row (alloc) or ~row (free)
+        self.start = start                       # int64 [C]: live before the trace
+        self.block_start = block_start           # int64 [nb, C]: live before each block's first event
+        self.block_max = block_max               # int64 [nb, C]: max over each block's events
+        self.block_first_entry = block_first_entry   # int64 [nb]
+        mx = start.copy()
+        if len(block_max):
+            np.maximum(mx, block_max.max(axis=0), out=mx)
+        self._max = mx
+
+    # -- construction -----------------------------------------------------------------------
+    @classmethod
+    def build(cls, da) -> "CategoryLive":
+        """From a DeviceAnalysis: `allocs` (rows) and `category` (uint8 per row)."""
+        a = da.allocs
+        cat = np.asarray(da.category)
+        present = np.flatnonzero(np.bincount(cat, minlength=len(CATEGORIES)))
+        categories = [CATEGORIES[int(c)] for c in present]
+        lut = np.zeros(max(len(CATEGORIES), int(cat.max()) + 1 if len(cat) else 0), dtype=np.uint8)
+        lut[present] = np.arange(len(present), dtype=np.uint8)
+        row_cat = lut[cat]
+        C = len(categories)
+        ai = np.asarray(a.alloc_index)
+        fi = np.asarray(a.free_index)
+        size = np.asarray(a.size, dtype=np.int64)
+        n_rows = len(size)
+        code_t = np.int32 if n_rows < (1 << 31) - 1 else np.int64
+        start = np.zeros(C, dtype=np.int64)
+        pre = ai < 0
+        np.add.at(start, row_cat[pre], size[pre])
+
+        ev_code = _events_in_trace_order(ai, fi, code_t, len(da.live.live_after))
+        E = len(ev_code)
+        nb = (E + BLOCK - 1) // BLOCK
+        block_start = np.zeros((nb, C), dtype=np.int64)
+        block_max = np.zeros((nb, C), dtype=np.int64)
+        block_first_entry = np.zeros(nb, dtype=np.int64)
+        carry = start.copy()
+        step = BLOCK * _CHUNK_BLOCKS
+        for s in range(0, E, step):
+            codes = ev_code[s:s + step]
+            cum, entries = _replay(codes, row_cat, ai, fi, size, C, carry)
+            m = len(codes)
+            b0 = s // BLOCK
+            nbc = (m + BLOCK - 1) // BLOCK
+            pad = nbc * BLOCK - m
+            if pad:        # repeat the last state: leaves the maxima unchanged
+                cum = np.concatenate([cum, np.repeat(cum[-1:], pad, axis=0)])
+            cum3 = cum.reshape(nbc, BLOCK, C)
+            block_max[b0:b0 + nbc] = cum3.max(axis=1)
+            block_start[b0] = carry
+            block_start[b0 + 1:b0 + nbc] = cum3[:-1, -1]
+            block_first_entry[b0:b0 + nbc] = entries[::BLOCK]
+            carry = cum[m - 1].copy()
+        return cls(categories, row_cat, ai, fi, size, ev_code, start, block_start, block_max, block_first_entry)
+
+    # -- queries ------------------------------------------------------------------------------
+    @property
+    def n_events(self) -> int:
+        return len(self.ev_code)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory this model holds of its own (the row columns are the Allocations')."""
+        return int(self.ev_code.nbytes + self.block_start.nbytes + self.block_max.nbytes
+                   + self.block_first_entry.nbytes + self._row_cat.nbytes)
+
+    @property
+    def max_bytes(self) -> dict:
+        """{category: its highest live bytes over the run (the start state included)}."""
+        return {c: int(v) for c, v in zip(self.categories, self._max)}
+
+    def factors(self, scales: dict | None) -> np.ndarray:
+        """float64 [C] in model order from {category: factor} (absent: 1; categories
+        not present in this run are ignored). Validation is the caller's (whatif)."""
+        f = np.ones(len(self.categories), dtype=np.float64)
+        for name, v in (scales or {}).items():
+            if name in self.categories:
+                f[self.categories.index(name)] = float(v)
+        return f
+
+    def live_at(self, index: int) -> np.ndarray:
+        """int64 [C]: live bytes per category right after trace entry `index` (-1: start)."""
+        return self.live_at_many(np.array([index]))[0]
+
+    def live_at_many(self, indices) -> np.ndarray:
+        """int64 [K, C]: live bytes per category right after each entry (-1: the start).
+        Exact, O(K * BLOCK); for the viewer's sample points (factor-independent: compute
+        once per view, then `scaled_series` per slider move)."""
+        idx = np.asarray(indices, dtype=np.int64).ravel()
+        C = len(self.categories)
+        out = np.empty((len(idx), C), dtype=np.int64)
+        step = 256                      # bounds the [step, BLOCK, C] temporaries (4.7 MB at C = 9)
+        for s in range(0, len(idx), step):
+            out[s:s + step] = self._live_at_chunk(idx[s:s + step])
+        return out
+
+    def _live_at_chunk(self, idx):
+        C = len(self.categories)
+        out = np.empty((len(idx), C), dtype=np.int64)
+        b = np.searchsorted(self.block_first_entry, idx, side="right") - 1
+        before = b < 0
+        out[before] = self.start
+        sel = np.flatnonzero(~before)
+        if len(sel):
+            bs = b[sel]
+            valid, rows, sign, cat = self._gather(bs)
+            entries = np.where(sign > 0, self._alloc_index[rows], self._free_index[rows]).astype(np.int64)
+            take = valid & (entries <= idx[sel][:, None])
+            delta = np.where(take, sign * self._size[rows], 0)
+            onehot = np.zeros((len(sel), BLOCK, C), dtype=np.int64)
+            np.put_along_axis(onehot, cat[..., None].astype(np.int64), delta[..., None], axis=2)
+            out[sel] = self.block_start[bs] + onehot.sum(axis=1)
+        return out
+
+    def by_category(self, live_row) -> dict:
+        """{category: bytes} of a [C] row, non-zero only, in CATEGORIES order."""
+        return {c: int(v) for c, v in zip(self.categories, live_row) if v}
+
+    def peak(self, factors=None) -> ScaledPeak:
+        """The exact maximum over the run of sum_c round(f_c * live_c(t)), its first
+        moment (-1 when nothing beats the start state, as LiveModel.peak_index) and what
+        each category contributes there. `factors`: float64 [C] in model order, or a
+        {category: factor} dict (see `factors`).
+
+        Three filters, each provably keeping the answer: blocks whose bound cannot reach
+        the best exact value found; within the remaining blocks, events whose float64
+        estimate sum_c f_c * live_c (computed per event without a per-category array,
+        with a rigorous bound on its error and on the rounding) cannot reach it; the
+        events left are evaluated exactly."""
+        f = self.factors(factors) if factors is None or isinstance(factors, dict) else \
+            np.asarray(factors, dtype=np.float64)
+        if len(f) != len(self.categories) or not np.all(np.isfinite(f)) or (f < 0).any():
+            raise ValueError("factors: one finite, non-negative factor per category of the model")
+        best = [int(scale_live(self.start, f).sum()), -1]       # value, entry (-1: start)
+        nb = len(self.block_max)
+        if nb:
+            bound = scale_live(self.block_max, f).sum(axis=1)
+            if nb > 1:     # block starts are real states: an exact value to prune from at once
+                starts = scale_live(self.block_start[1:], f).sum(axis=1)
+                k = int(np.argmax(starts))
+                if int(starts[k]) > best[0]:
+                    self._exact_events(np.array([k + 1]), None, f, best, block_start_of=True)
+            order = np.lexsort((np.arange(nb), -bound))
+            cand = order[_keep(bound[order], self.block_first_entry[order], *best)]
+            take = 16
+            while len(cand):
+                chunk, cand = cand[:take], cand[take:]
+                take *= 2
+                self._scan_blocks(chunk, f, best)
+                if len(cand):
+                    cand = cand[_keep(bound[cand], self.block_first_entry[cand], *best)]
+        best_val, best_pos = best
+        scaled = scale_live(self.live_at(best_pos), f)
+        assert int(scaled.sum()) == best_val
+        return ScaledPeak(best_val, best_pos, self.by_category(scaled))
+
+    def _gather(self, blocks):
+        """The events of `blocks` as [k, BLOCK] arrays: valid, rows, sign, category slot."""
+        pos = blocks[:, None] * BLOCK + np.arange(BLOCK)[None, :]
+        valid = pos < self.n_events
+        codes = self.ev_code[np.minimum(pos, self.n_events - 1)]
+        rows, sign = _rows_signs(codes)
+        return valid, rows, sign, self._row_cat[rows]
+
+    def _scan_blocks(self, blocks, f, best):
+        """Update `best` with the events of `blocks` that may beat it."""
+        pos = blocks[:, None] * BLOCK + np.arange(BLOCK)[None, :]
+        valid = pos < self.n_events
+        codes = self.ev_code[np.minimum(pos, self.n_events - 1)].astype(np.int64)
+        rows = codes ^ (codes >> 63)                 # ~code for frees (negative codes)
+        size = self._size[rows].astype(np.float64)
+        x = f[self._row_cat[rows]] * np.where(codes < 0, -size, size)
+        x[~valid] = 0.0
+        base = (self.block_start[blocks] * f).sum(axis=1)            # float64 [k]
+        est = np.cumsum(x, axis=1)
+        est += base[:, None]
+        # |estimate - exact real sum| <= gamma_n * (sum of |terms|) for n float64 terms and
+        # products (gamma_n = n u / (1 - n u), u = 2^-53; 2 n u is safely above it), and
+        # each category's round() moves its term by at most 1/2
+        mag = base + np.abs(x).sum(axis=1)
+        slack = (2.0 * (BLOCK + len(f) + 2) * 2.0 ** -53) * mag + 0.5 * len(f) + 1.0
+        hi = np.floor(est + slack[:, None])
+        hi[~valid] = -np.inf
+        # events that may beat `best` need their trace entry; the rest never do
+        maybe = np.flatnonzero(hi.ravel() >= best[0])
+        if not len(maybe):
+            return
+        r = rows.ravel()[maybe]
+        entries = np.where(codes.ravel()[maybe] >= 0, self._alloc_index[r], self._free_index[r]).astype(np.int64)
+        self._exact_events(hi.ravel()[maybe], entries, f, best)
+
+    def _exact_events(self, hi, entries, f, best, block_start_of=False):
+        """Evaluate exactly, best estimate first, the events whose upper estimate `hi`
+        can still beat `best` (a higher value, or an equal one earlier)."""
+        if block_start_of:          # the state right before block hi[0]: find its entry
+            b = int(hi[0]) - 1
+            valid, rows, sign, _ = self._gather(np.array([b]))
+            ent = np.where(sign > 0, self._alloc_index[rows], self._free_index[rows])[valid]
+            e = int(ent[-1])
+            val = int(scale_live(self.live_at(e), f).sum())
+            if val > best[0]:
+                best[0], best[1] = val, e
+            return
+        live = np.flatnonzero(_keep(hi, entries, *best))
+        if not len(live):
+            return
+        live = live[np.lexsort((entries[live], -hi[live]))]
+        batch = 8
+        while len(live):
+            pick, live = live[:batch], live[batch:]
+            batch *= 2
+            vals = scale_live(self.live_at_many(entries[pick]), f).sum(axis=1)
+            for v, e in zip(vals.tolist(), entries[pick].tolist()):
+                if v > best[0] or (v == best[0] and e < best[1]):
+                    best[0], best[1] = v, e
+            if len(live):
+                live = live[_keep(hi[live], entries[live], *best)]
+
+
+def _keep(bound, first_entry, best_val, best_pos):
+    """Blocks that may still hold the first maximum: a higher bound, or an equal one
+    starting before the best moment found so far."""
+    return (bound > best_val) | ((bound == best_val) & (first_entry < best_pos))
+
+
+def _rows_signs(codes):
+    codes = codes.astype(np.int64, copy=False)
+    neg = codes < 0
+    rows = np.where(neg, ~codes, codes)
+    sign = np.where(neg, -1, 1)
+    return rows, sign
+
+
+def _replay(codes, row_cat, ai, fi, size, C, carry):
+    """Per-category live bytes after each event of `codes` (int64 [m, C]) from `carry`,
+    and each event's trace entry."""
+    rows, sign = _rows_signs(codes)
+    m = len(codes)
+    d = np.zeros((m, C), dtype=np.int64)
+    d[np.arange(m), row_cat[rows]] = sign * size[rows]
+    np.cumsum(d, axis=0, out=d)
+    d += carry
+    entries = np.where(sign > 0, ai[rows], fi[rows]).astype(np.int64)
+    return d, entries
+
+
+def _events_in_trace_order(ai, fi, code_t, n_entries):
+    """Every alloc (row) and free (~row) event, ordered by trace entry. Each entry is one
+    action, so entries are distinct: a scatter into an entry-indexed array orders them in
+    O(n) without a sort (a sort is the fallback should a layout ever break that)."""
+    rows = np.arange(len(ai), dtype=code_t)
+    has_a, has_f = ai >= 0, fi >= 0
+    n_ev = int(np.count_nonzero(has_a) + np.count_nonzero(has_f))
+    hi = int(max(ai.max(initial=-1), fi.max(initial=-1))) + 1
+    if hi <= max(n_entries, 0) * 2 + 16:
+        sentinel = np.iinfo(code_t).min
+        by_entry = np.full(hi, sentinel, dtype=code_t)
+        by_entry[ai[has_a]] = rows[has_a]
+        by_entry[fi[has_f]] = ~rows[has_f]
+        ev = by_entry[by_entry != sentinel]
+        if len(ev) == n_ev:
+            return ev
+    entries = np.concatenate([ai[has_a], fi[has_f]]).astype(np.int64)
+    codes = np.concatenate([rows[has_a], ~rows[has_f]])
+    return codes[np.argsort(entries, kind="stable")]
+
+
+__all__ = ["CategoryLive", "ScaledPeak", "scale_live", "scaled_series", "BLOCK"]
