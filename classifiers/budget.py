@@ -296,11 +296,11 @@ def budget(an, device: int, model: CategoryLive | None = None) -> Budget:
         if hit_bytes >= 0.5 * weight_bytes and sum(hit.values()) >= max(4, 0.5 * n_w):
             evidence.append("every forward makes a half-size copy of most weights: fp32 weights under 16-bit autocast")
             tb = 4.0 if tb is None else tb
-            fb = 4.0 if fb is None else fb
+            fb = (4.0 if frozen_bytes else tb) if fb is None else fb
     assumed = [label for label, cur, nbytes in (("trainable", tb, t_bytes), ("frozen", fb, frozen_bytes))
                if cur is None and nbytes]
     tb = 4.0 if tb is None else tb
-    fb = 4.0 if fb is None else fb
+    fb = (4.0 if frozen_bytes else tb) if fb is None else fb
     if assumed:
         evidence.append(f"sizes do not tell the {' or '.join(assumed)} weights' dtype: fp32 assumed")
     n_train = int(round(t_bytes / tb))
