@@ -31,7 +31,7 @@ import numpy as np
 
 from .analysis import CATEGORIES
 
-BLOCK = 256            # events per block: small enough to replay, large enough to prune
+BLOCK = 128            # events per block: small enough to replay, large enough to prune
 _CHUNK_BLOCKS = 256    # blocks per chunk of the build pass (bounds its temporaries)
 
 
@@ -63,7 +63,7 @@ class CategoryLive:
     """Per-category live bytes of one device (see the module docstring)."""
 
     def __init__(self, categories, row_cat, alloc_index, free_index, size, ev_code, start,
-                 block_start, block_max, block_first_entry):
+                 block_start, block_max, block_first_entry, block_total_max, block_rest_max):
         self.categories = tuple(categories)      # the categories present (names), model order
         self.cat_slot = np.array([self.categories.index(c) if c in self.categories else -1
                                   for c in CATEGORIES], dtype=np.int64)   # CATEGORIES index -> slot
@@ -76,6 +76,13 @@ class CategoryLive:
         self.block_start = block_start           # int64 [nb, C]: live before each block's first event
         self.block_max = block_max               # int64 [nb, C]: max over each block's events
         self.block_first_entry = block_first_entry   # int64 [nb]
+        self.block_total_max = block_total_max   # int64 [nb]: max of the total over each block
+        self.block_rest_max = block_rest_max     # int64 [nb, C]: max of (total - category c)
+        # float64 copies for the bounds (matrix-vector products; exact below 2^53 bytes)
+        self._fmax = block_max.astype(np.float64)
+        self._fstart = block_start.astype(np.float64)
+        self._ftot = block_total_max.astype(np.float64)
+        self._frest = block_rest_max.astype(np.float64)
         mx = start.copy()
         if len(block_max):
             np.maximum(mx, block_max.max(axis=0), out=mx)
@@ -108,6 +115,8 @@ class CategoryLive:
         block_start = np.zeros((nb, C), dtype=np.int64)
         block_max = np.zeros((nb, C), dtype=np.int64)
         block_first_entry = np.zeros(nb, dtype=np.int64)
+        block_total_max = np.zeros(nb, dtype=np.int64)
+        block_rest_max = np.zeros((nb, C), dtype=np.int64)
         carry = start.copy()
         step = BLOCK * _CHUNK_BLOCKS
         for s in range(0, E, step):
@@ -121,11 +130,16 @@ class CategoryLive:
                 cum = np.concatenate([cum, np.repeat(cum[-1:], pad, axis=0)])
             cum3 = cum.reshape(nbc, BLOCK, C)
             block_max[b0:b0 + nbc] = cum3.max(axis=1)
+            tot = cum3.sum(axis=2)
+            block_total_max[b0:b0 + nbc] = tot.max(axis=1)
+            block_rest_max[b0:b0 + nbc] = (tot[:, :, None] - cum3).max(axis=1)
+            del tot
             block_start[b0] = carry
             block_start[b0 + 1:b0 + nbc] = cum3[:-1, -1]
             block_first_entry[b0:b0 + nbc] = entries[::BLOCK]
             carry = cum[m - 1].copy()
-        return cls(categories, row_cat, ai, fi, size, ev_code, start, block_start, block_max, block_first_entry)
+        return cls(categories, row_cat, ai, fi, size, ev_code, start, block_start, block_max, block_first_entry,
+                   block_total_max, block_rest_max)
 
     # -- queries ------------------------------------------------------------------------------
     @property
@@ -136,7 +150,8 @@ class CategoryLive:
     def nbytes(self) -> int:
         """Memory this model holds of its own (the row columns are the Allocations')."""
         return int(self.ev_code.nbytes + self.block_start.nbytes + self.block_max.nbytes
-                   + self.block_first_entry.nbytes + self._row_cat.nbytes)
+                   + self.block_first_entry.nbytes + self.block_total_max.nbytes + self.block_rest_max.nbytes
+                   + self._row_cat.nbytes)
 
     @property
     def max_bytes(self) -> dict:
@@ -208,14 +223,12 @@ class CategoryLive:
         best = [int(scale_live(self.start, f).sum()), -1]       # value, entry (-1: start)
         nb = len(self.block_max)
         if nb:
-            bound = scale_live(self.block_max, f).sum(axis=1)
-            if nb > 1:     # block starts are real states: an exact value to prune from at once
-                starts = scale_live(self.block_start[1:], f).sum(axis=1)
-                k = int(np.argmax(starts))
-                if int(starts[k]) > best[0]:
-                    self._exact_events(np.array([k + 1]), None, f, best, block_start_of=True)
-            order = np.lexsort((np.arange(nb), -bound))
-            cand = order[_keep(bound[order], self.block_first_entry[order], *best)]
+            bound = self._bounds(f)
+            if nb > 1:     # block starts are real states: the highest one prunes at once
+                k = int(np.argmax(self._fstart[1:] @ f))
+                self._exact_events(np.array([k + 1]), None, f, best, block_start_of=True)
+            cand = np.flatnonzero(_keep(bound, self.block_first_entry, *best))
+            cand = cand[np.lexsort((cand, -bound[cand]))]
             take = 16
             while len(cand):
                 chunk, cand = cand[:take], cand[take:]
@@ -227,6 +240,34 @@ class CategoryLive:
         scaled = scale_live(self.live_at(best_pos), f)
         assert int(scaled.sum()) == best_val
         return ScaledPeak(best_val, best_pos, self.by_category(scaled))
+
+    def _bounds(self, f):
+        """int64 [nb]: an upper bound of the scaled total over each block, the least of:
+          box   sum_c f_c * max_c
+          mix   lam * max(total) + sum_c (f_c - lam) * max_c   with lam = min f
+          rest  for each category c whose factor differs from the most common one (m):
+                m * max(total - c) + f_c * max_c + sum_(c' != c) (f_c' - m)+ * max_c'
+        (each term bounded separately: live bytes are >= 0), plus 1/2 per non-integer
+        factor for the rounding and a margin for float64's own. `rest` is tight when one
+        slider moves and the others stay equal, where the box is loose: it adds maxima
+        reached at different moments of a block."""
+        mx = self._fmax
+        box = mx @ f
+        lam = float(f.min())
+        best = np.minimum(box, lam * self._ftot + mx @ (f - lam))
+        vals, counts = np.unique(f, return_counts=True)
+        mode = float(vals[np.argmax(counts)])
+        odd = np.flatnonzero(f != mode)
+        if 0 < len(odd) <= 3:
+            up = np.maximum(f - mode, 0.0)
+            for c in odd.tolist():
+                others = up.copy()
+                others[c] = f[c]
+                np.minimum(best, mode * self._frest[:, c] + mx @ others, out=best)
+        # every term is >= 0, so float64's error on these few (< 16) terms is below
+        # 16 * 2^-53 of the value: 1e-12 relative covers it (and whole factors on whole
+        # bytes are exact)
+        return np.floor(best * (1 + 1e-12) + 0.5 * _rounding_terms(f)).astype(np.int64)
 
     def _gather(self, blocks):
         """The events of `blocks` as [k, BLOCK] arrays: valid, rows, sign, category slot."""
@@ -250,9 +291,10 @@ class CategoryLive:
         est += base[:, None]
         # |estimate - exact real sum| <= gamma_n * (sum of |terms|) for n float64 terms and
         # products (gamma_n = n u / (1 - n u), u = 2^-53; 2 n u is safely above it), and
-        # each category's round() moves its term by at most 1/2
+        # each category's round() moves its term by at most 1/2 (not at all for a whole
+        # factor: f * live is then an integer below 2^53, exact in float64)
         mag = base + np.abs(x).sum(axis=1)
-        slack = (2.0 * (BLOCK + len(f) + 2) * 2.0 ** -53) * mag + 0.5 * len(f) + 1.0
+        slack = (2.0 * (BLOCK + len(f) + 2) * 2.0 ** -53) * mag + 0.5 * _rounding_terms(f)
         hi = np.floor(est + slack[:, None])
         hi[~valid] = -np.inf
         # events that may beat `best` need their trace entry; the rest never do
@@ -289,6 +331,11 @@ class CategoryLive:
                     best[0], best[1] = v, e
             if len(live):
                 live = live[_keep(hi[live], entries[live], *best)]
+
+
+def _rounding_terms(f) -> int:
+    """Categories whose round(f * live) may differ from f * live (non-integer factors)."""
+    return int(np.count_nonzero(f != np.floor(f)))
 
 
 def _keep(bound, first_entry, best_val, best_pos):

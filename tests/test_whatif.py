@@ -208,8 +208,14 @@ def test_pruned_peak_equals_brute_force_on_random_traces(seed):
                          repeat_iterations=seed % 3 == 0)
     cl = CategoryLive.build(da)
     assert cl.n_events == n and len(cl.block_max) >= 2
-    for trial in range(25):
-        f = {c: float(rng.choice([0.0, 1.0, 0.5, 2.0, 0.999, rng.random() * 3])) for c in cl.categories}
+    for trial in range(36):
+        kind = trial % 3
+        if kind == 0:       # anything
+            f = {c: float(rng.choice([0.0, 1.0, 0.5, 2.0, 0.999, rng.random() * 3])) for c in cl.categories}
+        elif kind == 1:     # one slider moved (the bounds' tight case)
+            f = {str(rng.choice(cl.categories)): float(rng.choice([0.0, 0.25, 1.5, 2.0, rng.random() * 3]))}
+        else:               # whole factors: no rounding slack at all, exact ties are common
+            f = {c: float(rng.integers(0, 3)) for c in cl.categories}
         got = cl.peak(f)
         assert (got.bytes, got.index) == _brute(da, n, f), (seed, trial, f)
 
