@@ -107,6 +107,11 @@ class Budget:
 
 
 # -- inference helpers ---------------------------------------------------------------------
+def _get(record, name):
+    """A field of an iteration record (a dict today; a dataclass with the same names later)."""
+    return record[name] if isinstance(record, dict) else getattr(record, name)
+
+
 def _live_rows(da, index: int, cat: int) -> np.ndarray:
     a = da.allocs
     live = (a.alloc_index <= index) & ((a.free_index < 0) | (a.free_index > index))
@@ -211,7 +216,7 @@ def budget(an, device: int, model: CategoryLive | None = None) -> Budget:
     tl = da.timeline
     ref = peak_index
     if da.iterations and tl is not None and tl.first_start >= 0 and peak_index < tl.first_start:
-        ref = int(da.iterations[0]["end_index"])
+        ref = int(_get(da.iterations[0], "end_index"))
     w_rows = _live_rows(da, ref, _I["weights"])
     w_counts = _counts(size[w_rows])
     weight_bytes = int(size[w_rows].sum())
@@ -309,9 +314,9 @@ def budget(an, device: int, model: CategoryLive | None = None) -> Budget:
     # 4-bit quantized weights: packed tensors paired with their absmax constants
     q_rows = _live_rows(da, ref, _I["quantization"])
     if len(q_rows) and da.iterations:
-        its = [it for it in da.iterations if it["start_index"] <= ref <= it["end_index"]]
+        its = [it for it in da.iterations if _get(it, "start_index") <= ref <= _get(it, "end_index")]
         if its:     # persistent = live across the whole iteration (dequantization scratch is not)
-            s0, s1 = its[0]["start_index"], its[0]["end_index"]
+            s0, s1 = _get(its[0], "start_index"), _get(its[0], "end_index")
             fi = a.free_index[q_rows]
             q_rows = q_rows[(a.alloc_index[q_rows] < s0) & ((fi < 0) | (fi > s1))]
     q_counts = _counts(size[q_rows])
