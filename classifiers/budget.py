@@ -286,22 +286,25 @@ def budget(an, device: int, model: CategoryLive | None = None) -> Budget:
         else:
             fb = val
     if (tb is None or fb is None) and weight_bytes:
-        # fp32 weights under 16-bit autocast: a half-size copy of most weights every forward
+        # fp32 weights under 16-bit autocast: a half-size copy of (almost) every weight
+        # matrix in every forward. Power-of-two sizes make chance partners common (an
+        # embedding twice the logits, an adapter twice its activation), so it takes most
+        # of the matrices (>= 64 KiB; norms are not cast) by count and by bytes.
         ai = a.alloc_index
         ph = tl.phase if tl is not None else np.zeros(0, np.uint8)
-        fwd = (ai >= 0) & (da.category != _I["weights"])
+        fwd = (ai >= 0) & (da.category != _I["weights"]) & (da.category != _I["inputs"])
         if len(ph):
             fwd &= ph[np.clip(ai, 0, len(ph) - 1)] == _P_FORWARD
-        copies = _counts(size[fwd])
         n_it = max(1, len(da.iterations))
-        copies = {s: c // n_it for s, c in copies.items()}
-        hit, hit_bytes = _match(w_counts, copies, 0.5)
-        n_w = sum(k for s, k in w_counts.items() if s >= 64)
-        # most tensors, not only most bytes: one big embedding the size of two logits is no evidence
-        if hit_bytes >= 0.5 * weight_bytes and sum(hit.values()) >= max(4, 0.5 * n_w):
-            evidence.append("every forward makes a half-size copy of most weights: fp32 weights under 16-bit autocast")
+        copies = {s: c // n_it for s, c in _counts(size[fwd]).items()}
+        mats = {s: k for s, k in w_counts.items() if s >= 64 * 1024}
+        hit, hit_bytes = _match(mats, copies, 0.5)
+        n_mats = sum(mats.values())
+        if n_mats >= 2 and sum(hit.values()) >= 0.75 * n_mats and hit_bytes >= 0.5 * weight_bytes:
+            evidence.append("every forward makes a half-size copy of most weight matrices: fp32 weights under "
+                            "16-bit autocast")
             tb = 4.0 if tb is None else tb
-            fb = (4.0 if frozen_bytes else tb) if fb is None else fb
+            fb = 4.0 if fb is None else fb
     assumed = [label for label, cur, nbytes in (("trainable", tb, t_bytes), ("frozen", fb, frozen_bytes))
                if cur is None and nbytes]
     tb = 4.0 if tb is None else tb
