@@ -30,7 +30,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..common.units import fmt_bytes
-from .analysis import CATEGORIES, PHASE_NAMES
+from .categories import CATEGORIES
+from .timeline import PHASE_NAMES
 from .category_live import CategoryLive
 
 TOLERANCE = 0.15                 # relative difference above which a row is flagged
@@ -107,11 +108,6 @@ class Budget:
 
 
 # -- inference helpers ---------------------------------------------------------------------
-def _get(record, name):
-    """A field of an iteration record (a dict today; a dataclass with the same names later)."""
-    return record[name] if isinstance(record, dict) else getattr(record, name)
-
-
 def _live_rows(da, index: int, cat: int) -> np.ndarray:
     a = da.allocs
     live = (a.alloc_index <= index) & ((a.free_index < 0) | (a.free_index > index))
@@ -216,7 +212,7 @@ def budget(an, device: int, model: CategoryLive | None = None) -> Budget:
     tl = da.timeline
     ref = peak_index
     if da.iterations and tl is not None and tl.first_start >= 0 and peak_index < tl.first_start:
-        ref = int(_get(da.iterations[0], "end_index"))
+        ref = da.iterations[0].end_index
     w_rows = _live_rows(da, ref, _I["weights"])
     w_counts = _counts(size[w_rows])
     weight_bytes = int(size[w_rows].sum())
@@ -230,7 +226,7 @@ def budget(an, device: int, model: CategoryLive | None = None) -> Budget:
     optimizer_bytes = int(size[o_rows].sum())
     kind, kind_evidence = _optimizer_kind(an, da, o_rows_all)
 
-    best = ({}, 0, None)
+    best: tuple[dict, int, float | None] = ({}, 0, None)
     for r in GRAD_RATIOS:
         m, t = _match(w_counts, g_counts, r)
         if t * r > best[1] * (best[2] or 1):
@@ -317,13 +313,13 @@ def budget(an, device: int, model: CategoryLive | None = None) -> Budget:
     # 4-bit quantized weights: packed tensors paired with their absmax constants
     q_rows = _live_rows(da, ref, _I["quantization"])
     if len(q_rows) and da.iterations:
-        its = [it for it in da.iterations if _get(it, "start_index") <= ref <= _get(it, "end_index")]
+        its = [it for it in da.iterations if it.start_index <= ref <= it.end_index]
         if its:     # persistent = live across the whole iteration (dequantization scratch is not)
-            s0, s1 = _get(its[0], "start_index"), _get(its[0], "end_index")
+            s0, s1 = its[0].start_index, its[0].end_index
             fi = a.free_index[q_rows]
             q_rows = q_rows[(a.alloc_index[q_rows] < s0) & ((fi < 0) | (fi > s1))]
     q_counts = _counts(size[q_rows])
-    q_best = (0, None)
+    q_best: tuple[int, int] = (0, 1)
     for k in QUANT_RATIOS:
         t = _match(q_counts, q_counts, 1.0 / k)[1]
         if t > q_best[0]:
@@ -562,8 +558,7 @@ class _Context:
         return BudgetRow("total", peak_bytes, peak_bytes, e, formula, note)
 
     def _ptype(self):
-        from .analysis import peak_type
-        return peak_type(self.an, self.da, self.peak_index)
+        return self.da.peak_type(self.peak_index)
 
 
 _NO_NAPKIN = {

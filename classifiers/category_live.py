@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .analysis import CATEGORIES
+from .categories import CATEGORIES
 
 BLOCK = 128            # events per block: small enough to replay, large enough to prune
 _CHUNK_BLOCKS = 256    # blocks per chunk of the build pass (bounds its temporaries)

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..common.units import GiB, fmt_bytes, parse_size
-from .analysis import CATEGORIES, peak_type
+from .categories import CATEGORIES
 from .budget import Budget, BudgetFacts, budget as make_budget
 from .category_live import CategoryLive
 
@@ -279,9 +279,9 @@ def what_if(an, device: int, scales: dict | None = None, levers=(), gpu=None,
 
     base = cl.peak()
     scaled = cl.peak(factors) if factors else base
-    baseline = PeakMoment(base.bytes, base.index, peak_type(an, da, base.index), base.by_category)
+    baseline = PeakMoment(base.bytes, base.index, da.peak_type(base.index), base.by_category)
     scaled_m = baseline if scaled is base else \
-        PeakMoment(scaled.bytes, scaled.index, peak_type(an, da, scaled.index), scaled.by_category)
+        PeakMoment(scaled.bytes, scaled.index, da.peak_type(scaled.index), scaled.by_category)
     removes = any(x.removes_overhead for x in lv)
     fits = fits_on(da, base.bytes, base.index, scaled.bytes, gpu_bytes, removes)
     note = ("exact for these factors: the peak of the recorded run with each category's live bytes "

@@ -18,7 +18,6 @@ import pytest
 
 from helpers import DATA, GROUNDTRUTH, SHARED, needs_shared
 from vramscope.classifiers import CATEGORIES, analyze
-from vramscope.classifiers.analysis import peak_type
 from vramscope.classifiers.category_live import BLOCK, CategoryLive, scale_live, scaled_series
 from vramscope.classifiers.whatif import (COMMON_CARDS, LEVERS, WhatIfError, lever, parse_gpu_size, parse_scale,
                                           what_if)
@@ -131,7 +130,7 @@ def test_peak_moves_from_backward_to_optimizer_step():
     b, i, by = replay(an, 0, {"activations": 0.1})
     assert (r.scaled.bytes, r.scaled.index, r.scaled.by_category) == (b, i, by)
     assert r.scaled.index != r.baseline.index
-    assert r.scaled.type == peak_type(an, da, i) == "optimizer_step"
+    assert r.scaled.type == da.peak_type(i) == "optimizer_step"
     assert r.scaled.by_category.get("activations", 0) <= r.baseline.by_category["activations"] * 0.1 + 1
     assert r.scaled.by_category.get("optimizer", 0) > 0
     assert r.scales == {"activations": 0.1}
@@ -232,8 +231,7 @@ def test_live_at_many_and_scaled_series_match_the_replay_at_sample_points():
     assert got.shape == (len(idx), len(cl.categories))
     assert np.array_equal(got.sum(axis=1), np.r_[da.live.start_bytes, da.live.live_after[idx[1:]]])
     # the lead's per-category query agrees, column for column
-    from vramscope.classifiers import live_by_category
-    ref = live_by_category(da, idx)
+    ref = da.live_by_category(idx)
     for k, c in enumerate(cl.categories):
         assert np.array_equal(got[:, k], ref[:, CATEGORIES.index(c)])
     f = cl.factors({"activations": 0.5, "autograd": 0.25})
