@@ -28,7 +28,12 @@ PNG_LIMIT = 300_000
 def render_timeline(an, dev: int, path: str, annotations=(), width: int = 1200, height: int = 520) -> str:
     """Draw the live memory of one device stacked by category into a PNG, offscreen (no
     window is ever mapped: Export Report from the viewer must not flash one)."""
-    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])  # noqa: F841 (keeps Qt alive)
+    app = QtWidgets.QApplication.instance()
+    if app is None:
+        # our own process (`vramscope report` on a box without a display): draw offscreen;
+        # the viewer's Export Report reuses its application
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+        app = QtWidgets.QApplication([])
     cats = CATEGORIES
     snap = an.snapshot
     da = an.devices[dev]

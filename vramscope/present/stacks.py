@@ -25,8 +25,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..classifiers.stacks import (KIND_BUILTIN, KIND_MODULE, ROLE_AUTOGRAD, ROLE_CPP, ROLE_LIBRARY,
-                                  ROLE_NAMES, ROLE_OP, ROLE_USER)
+from ..classifiers.stacks import (
+    KIND_BUILTIN,
+    KIND_MODULE,
+    ROLE_AUTOGRAD,
+    ROLE_CPP,
+    ROLE_LIBRARY,
+    ROLE_NAMES,
+    ROLE_OP,
+    ROLE_USER,
+)
 
 NO_FRAMES = "(no frames)"
 _AUTOGRAD_NODE = re.compile(r"torch::autograd::generated::(\w+)::apply")

@@ -32,8 +32,15 @@ import orjson
 from ..classifiers import CATEGORIES, annotation_regions
 from ..classifiers.liveset import series_at
 from ..common.atomic import atomic_write
-from ..parsers.tables import (A_FREE_REQUESTED, A_OOM, A_SEGMENT_ALLOC,
-                             A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP, LIVE_BLOCK_STATES)
+from ..parsers.tables import (
+    A_FREE_REQUESTED,
+    A_OOM,
+    A_SEGMENT_ALLOC,
+    A_SEGMENT_FREE,
+    A_SEGMENT_MAP,
+    A_SEGMENT_UNMAP,
+    LIVE_BLOCK_STATES,
+)
 
 ROUND = 512   # the caching allocator's block granularity
 

@@ -25,6 +25,7 @@ from ..common.jsonio import dumps_pretty
 from ..present.stacks import Stacks
 from .annotations import Annotation, load_annotations
 from .report_markdown import MD_LIMIT, STACK_FRAMES, fit_markdown, markdown
+from .report_whatif import whatif_json
 from .summary import summary_document
 
 PNG_LIMIT = 300_000
@@ -113,7 +114,8 @@ def write_report(analysis: Analysis, out_dir: str, device: int | None = None, re
                  "stack": stacks.short(a.stack, STACK_FRAMES, a.forward_stack)}
                 for a in da.largest_live(d["peak"]["index"], LARGEST_IN_JSON)]
     # the summary document, added to and never changed
-    doc: dict[str, Any] = {**base, "devices": [{**d, "largest_at_peak": largest_at_peak(d)} for d in base["devices"]],
+    doc: dict[str, Any] = {**base, "devices": [{**d, "largest_at_peak": largest_at_peak(d),
+                                                "whatif": whatif_json(analysis, d["device"])} for d in base["devices"]],
                            "annotations": note_dicts}
     if note_warnings:
         doc["annotation_warnings"] = note_warnings

@@ -16,15 +16,16 @@ from ..common.units import fmt_bytes
 from ..present.markup import md_code, md_text
 from ..present.stacks import Stacks
 from ..present.words import advice_text, oom_diagnosis, peak_words
+from .report_whatif import whatif_section
 
 MD_LIMIT = 20_000
 STACK_FRAMES = 4
 DEFAULT_LIMITS = {"allocs": 10, "frames": STACK_FRAMES, "leaks": 10, "ooms": 5, "annotations": 50, "note": 500,
-                  "iterations": 30}
+                  "iterations": 30, "whatif": 1}
 # each step gives up some detail until the report fits MD_LIMIT
 SHRINK_STEPS: tuple[dict[str, int], ...] = ({}, {"note": 200}, {"annotations": 20, "allocs": 8, "iterations": 12}, {"frames": 3, "leaks": 5},
                 {"allocs": 5, "annotations": 10, "note": 120, "ooms": 3, "iterations": 6},
-                {"allocs": 3, "leaks": 3, "ooms": 2, "annotations": 5, "note": 80, "iterations": 3})
+                {"allocs": 3, "leaks": 3, "ooms": 2, "annotations": 5, "note": 80, "iterations": 3, "whatif": 0})
 
 
 def largest_groups(da, index: int, k: int = 10) -> list[list[int]]:
@@ -182,6 +183,8 @@ def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: s
         L.append("")
     if len(s.ooms) > limits["ooms"]:
         L += [f"... and {len(s.ooms) - limits['ooms']} more OOMs (see analysis.json)", ""]
+    if limits["whatif"]:
+        L += whatif_section(an, dev)
     return L
 
 

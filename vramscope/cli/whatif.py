@@ -1,0 +1,49 @@
+"""`vramscope whatif FILE [--scale CATEGORY=FACTOR]... [--lever NAME]... [--gpu SIZE]`."""
+from __future__ import annotations
+
+import sys
+
+from ..classifiers.whatif import LEVERS, WhatIfError, parse_gpu_size, parse_scale
+from ..common.jsonio import dumps_pretty
+from ..services.whatif import whatif_document, whatif_text
+from .common import add_input, analyze_file, check_device
+from .errors import EXIT_OK, UsageError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("whatif", help="what would fit: the budget, and the peak with categories scaled or levers pulled",
+                       description="Recompute the peak over the whole recorded run with categories' live bytes "
+                                   "scaled (exact for the factors), for named levers (estimates, each stated), and "
+                                   "say whether it fits a GPU; with the napkin-math budget against the measurement.")
+    p.add_argument("file", help="a snapshot written by torch.cuda.memory._dump_snapshot")
+    p.add_argument("--scale", action="append", default=[], metavar="CATEGORY=FACTOR",
+                   help="scale a category's live bytes, e.g. activations=0.5 (repeatable)")
+    p.add_argument("--lever", action="append", default=[], metavar="NAME", choices=list(LEVERS),
+                   help=f"a named change: {', '.join(LEVERS)} (repeatable)")
+    p.add_argument("--gpu", metavar="SIZE", help="a GPU size to fit on: 24, 24GiB, 80GB")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_input(p)
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    try:
+        scales: dict[str, float] = {}
+        for text in args.scale:
+            cat, f = parse_scale(text)
+            scales[cat] = scales.get(cat, 1.0) * f
+        if args.gpu is not None:
+            parse_gpu_size(args.gpu)
+    except WhatIfError as e:
+        raise UsageError(str(e)) from None
+    an = analyze_file(args.file, args.no_cache, args.rules)
+    check_device(an, args.device)
+    try:
+        doc = whatif_document(an, scales, args.lever, args.gpu, args.device)
+    except WhatIfError as e:
+        raise UsageError(str(e)) from None
+    if args.json:
+        sys.stdout.buffer.write(dumps_pretty(doc))
+    else:
+        print(whatif_text(doc))
+    return EXIT_OK
