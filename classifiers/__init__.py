@@ -7,8 +7,19 @@ data (classifiers/rules.toml; users extend or override them, see rules.py).
 from .analysis import Analysis, DeviceAnalysis, analyze
 from .categories import CATEGORIES, CATEGORY_TABLE, STACK_ORDER, category_color
 from .peaks import PEAK_TYPES
-from .results import (Advice, Allocation, DeviceSummary, Finding, Iteration, Leak, Oom, Peak, Region, from_plain,
-                      to_plain)
+from .results import (
+                      Advice,
+                      Allocation,
+                      DeviceSummary,
+                      Finding,
+                      Iteration,
+                      Leak,
+                      Oom,
+                      Peak,
+                      Region,
+                      from_plain,
+                      to_plain,
+)
 from .rules import RulesError, load_rules
 from .timeline import PHASE_NAMES, annotation_regions
 

@@ -31,18 +31,41 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..parsers import Allocations, LiveModel, Progress, Snapshot, allocations, live_model
+from ..parsers import (
+    Allocations,
+    LiveModel,
+    Progress,
+    Snapshot,
+    allocations,
+    live_model,
+)
 from . import cache
 from .categories import CATEGORIES
 from .engine import SnapshotFacts, classify_device, stack_pass
 from .leaks import find_leaks, leak_rows
-from .liveset import CategorySeries, by_category_at, category_series, largest_live_rows, live_mask, series_at
-from .ooms import oom_indices, oom_reports
+from .liveset import (
+    CategorySeries,
+    by_category_at,
+    category_series,
+    largest_live_rows,
+    live_mask,
+    series_at,
+)
+from .ooms import advise, oom_indices, oom_reports
 from .peaks import PEAK_TYPES, peak_type, with_peaks
-from .results import Allocation, DeviceSummary, Finding, Iteration, Leak, Oom, Peak
+from .results import (
+    Allocation,
+    DeviceSummary,
+    Finding,
+    Iteration,
+    Leak,
+    Oom,
+    Peak,
+    StaleGradients,
+)
 from .rules import RuleSet, load_rules
+from .stale import stale_gradients
 from .timeline import PHASE_NAMES, Timeline
-
 
 NO_PEAK = Peak(bytes=0, index=-1, time_us=None, type="other", by_category={}, iteration=None, phase="pre")
 
@@ -66,6 +89,7 @@ class DeviceAnalysis:
     peak: Peak = NO_PEAK                 # filled by analyze()
     leaks: tuple[Leak, ...] = ()
     ooms: tuple[Oom, ...] = ()
+    stale_gradients: StaleGradients | None = None
     # set by `analyze` (not cached): what the queries below need from the whole analysis
     facts: SnapshotFacts | None = field(default=None, repr=False)
     rule_names: list[str] = field(default_factory=list, repr=False)
@@ -167,6 +191,9 @@ class DeviceAnalysis:
         """Peak, OOMs, leaks, then each iteration's peak: the order the viewer lists them."""
         out = [Finding("peak", self.peak.index, self.peak)]
         out += [Finding("oom", o.index, o) for o in self.ooms]
+        if self.stale_gradients is not None:
+            sg = self.stale_gradients
+            out.append(Finding("stale_gradients", sg.freed_last if sg.freed_last >= 0 else self.peak.index, sg))
         for lk in self.leaks:
             rows = self.leak_rows(lk)
             out.append(Finding("leak", int(self.allocs.alloc_index[rows[-1]]) if len(rows) else -1, lk))
@@ -181,7 +208,7 @@ class DeviceAnalysis:
             peak=self.peak, start_live_bytes=int(self.live.start_bytes), end_live_bytes=int(self.live.end_bytes),
             reserved_peak_bytes=None if self.live.reserved_peak is None else int(self.live.reserved_peak),
             end_by_category=self.by_category_at(n - 1), iterations=self.iterations, leaks=self.leaks,
-            ooms=self.ooms)
+            ooms=self.ooms, stale_gradients=self.stale_gradients)
 
 
 @dataclass(eq=False)
@@ -278,12 +305,15 @@ def _analyze_device(snap, dev, facts, rules, rule_names) -> DeviceAnalysis:
     tus = np.asarray(t.columns["time_us"])
     p = live.peak_index
     it = da.iteration_at(p)
+    by_cat = da.by_category_at(p)
     da.peak = Peak(bytes=int(live.peak_bytes), index=int(p),
                    time_us=int(tus[p]) if p >= 0 and tus[p] >= 0 else None,
-                   type=da.peak_type(p), by_category=da.by_category_at(p),
-                   iteration=it.number if it is not None else None, phase=da.phase_at(p))
+                   type=da.peak_type(p), by_category=by_cat,
+                   iteration=it.number if it is not None else None, phase=da.phase_at(p),
+                   advice=advise(by_cat, int(live.peak_bytes)))
     da.leaks = find_leaks(da, rule_names)
     da.ooms = oom_reports(da, snap)
+    da.stale_gradients = stale_gradients(da)
     return da
 
 

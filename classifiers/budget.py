@@ -31,8 +31,8 @@ import numpy as np
 
 from ..common.units import fmt_bytes
 from .categories import CATEGORIES
-from .timeline import PHASE_NAMES
 from .category_live import CategoryLive
+from .timeline import PHASE_NAMES
 
 TOLERANCE = 0.15                 # relative difference above which a row is flagged
 GRAD_RATIOS = (1.0, 2.0, 0.5)    # gradient bytes / weight bytes of one parameter tensor

@@ -39,14 +39,20 @@ import numpy as np
 import orjson
 
 from ..parsers import Allocations, LiveModel
-from ..parsers.cache import (artifact_names, map_artifact_array, prune_artifacts, read_artifact, write_artifact,
-                             write_artifact_array)
+from ..parsers.cache import (
+    artifact_names,
+    map_artifact_array,
+    prune_artifacts,
+    read_artifact,
+    write_artifact,
+    write_artifact_array,
+)
 from .categories import CATEGORIES
-from .results import Iteration, Leak, Oom, Peak, from_plain, to_plain
+from .results import Iteration, Leak, Oom, Peak, StaleGradients, from_plain, to_plain
 from .rules import user_rules_path
 from .timeline import PHASE_NAMES, Timeline
 
-FORMAT = 2                # 2: typed results (results.py), iterations numbered from 1
+FORMAT = 3                # 2: typed results (results.py), iterations numbered from 1
 PREFIX = "an-"
 KEEP = 2                  # analyses kept per snapshot (under different keys)
 
@@ -174,7 +180,7 @@ def save(snap, fp: str, devices: dict, rule_names: list) -> bool:
                 "timeline": None if tl is None else {"first_start": int(tl.first_start),
                                                      "frees_carry_alloc_frames": bool(tl.frees_carry_alloc_frames)},
                 "iterations": to_plain(da.iterations), "peak": to_plain(da.peak), "leaks": to_plain(da.leaks),
-                "ooms": to_plain(da.ooms),
+                "ooms": to_plain(da.ooms), "stale_gradients": to_plain(da.stale_gradients),
             }
         blob = orjson.dumps(manifest)         # TypeError on anything JSON would not give back
     except (TypeError, ValueError, OSError, orjson.JSONEncodeError):
@@ -291,7 +297,8 @@ def _load(snap, fp, rule_names, man) -> dict:
                             row_phase=arrs["row_phase"], trace_action=np.asarray(t.columns["action"]),
                             trace_stack=np.asarray(t.columns["stack"]), oom_indices=arrs["oom_indices"],
                             torch_category=arrs.get("torch_category"), iterations=iterations, peak=peak,
-                            leaks=from_plain(tuple[Leak, ...], info["leaks"]), ooms=ooms)
+                            leaks=from_plain(tuple[Leak, ...], info["leaks"]), ooms=ooms,
+                            stale_gradients=from_plain(StaleGradients | None, info["stale_gradients"]))
         out[dev] = da
     return out
 

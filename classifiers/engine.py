@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..parsers.tables import A_ALLOC, A_OOM
-from .categories import CATEGORIES
+from .categories import CATEGORIES, CATEGORY_CODE
 from .rules import Matcher, RuleSet
 from .stacks import KIND_PYTHON, StackFacts
 from .timeline import P_NEVER, P_PRE, PHASE_CODE, build_timeline, version_bumps
@@ -196,6 +196,28 @@ def _freed_within_run(trace, ai, fi, pre, stack_has) -> np.ndarray:
     return (~pre) & (fi >= 0) & (fi < run_end)
 
 
+def _gradient_sized(size: np.ndarray, category: np.ndarray, pre: np.ndarray, todo: np.ndarray, ok: np.ndarray,
+                    n_iterations: int) -> np.ndarray:
+    """For `size_match = "gradients"`: which of the candidate rows `todo[ok]` are sized like
+    the gradients the trace itself makes (the rows earlier rules called gradients), as a
+    whole set: per size, no more blocks than one step's gradients of that size. The
+    previous step's gradients, left live by a `zero_grad()` that comes late, are exactly
+    that set; a chance match of one size is not."""
+    out = np.zeros(len(todo), dtype=bool)
+    grads = (category == CATEGORY_CODE["gradients"]) & ~pre
+    if not grads.any() or not ok.any():
+        return out
+    g_sizes, g_counts = np.unique(size[grads], return_counts=True)
+    per_step = -(-g_counts // max(1, n_iterations))
+    cand = todo[ok]
+    c_sizes, c_inv, c_counts = np.unique(size[cand], return_inverse=True, return_counts=True)
+    k = np.searchsorted(g_sizes, c_sizes)
+    kc = np.minimum(k, len(g_sizes) - 1)
+    fits = (g_sizes[kc] == c_sizes) & (c_counts <= per_step[kc])
+    out[np.flatnonzero(ok)] = fits[c_inv]
+    return out
+
+
 def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: RuleSet, device: int):
     """-> (Timeline, Classified)."""
     marker_idx = {m: i for i, m in enumerate(sfacts.phase_markers)}
@@ -277,6 +299,8 @@ def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: Rul
             ok &= within[r.freed_within][todo] if n_ent else False
         if r.size_match == "quantized":
             ok &= size_q[todo]
+        elif r.size_match == "gradients":
+            ok &= _gradient_sized(allocs.size[root], category, pre, todo, ok, len(tl.iterations))
         hit = todo[ok]
         category[hit] = CATEGORIES.index(r.category)
         rule[hit] = ri + 1

@@ -14,6 +14,7 @@ import numpy as np
 
 from .categories import CATEGORIES, CATEGORY_CODE
 from .results import Leak
+from .stacks import ROLE_USER
 
 
 def find_leaks(da, rule_names, min_bytes: int = 1) -> tuple[Leak, ...]:
@@ -58,33 +59,82 @@ def find_leaks(da, rule_names, min_bytes: int = 1) -> tuple[Leak, ...]:
     uit = ukey % (K + 1)
     need = max(2, math.ceil(0.5 * K))
     growth = int(end_live[-1] - end_live[0]) // max(1, K - 1)
-    leaks = []
+    per_stack = []
     for s in np.unique(ustk).tolist():
         sel = ustk == s
-        iters = sorted(set(uit[sel].tolist()))
+        iters = tuple(sorted(set(uit[sel].tolist())))
         if len(iters) < need:
             continue
-        per = kb[sel]
+        per_stack.append((int(s), iters, dict(zip(uit[sel].tolist(), kb[sel].tolist())), int(kc[sel].sum())))
+    leaks = []
+    for group in _by_site(per_stack, da.facts):
+        stacks_ = tuple(g[0] for g in group["members"])
+        per_it: dict[int, float] = {}
+        for _, _, by_it, _ in group["members"]:
+            for it, b in by_it.items():
+                per_it[it] = per_it.get(it, 0.0) + b
+        per = np.array([per_it[i] for i in sorted(per_it)])
         total = int(per.sum())
         if total < min_bytes:
             continue
-        sel_rows = rows[stk == s]
-        cats = np.bincount(da.category[sel_rows], minlength=len(CATEGORIES))
+        sel_rows = rows[np.isin(stk, stacks_)]
+        count_per_it = len(sel_rows) / max(1, len(group["iterations"]))
+        cat_bytes = np.bincount(da.category[sel_rows], weights=a.size[sel_rows].astype(np.float64),
+                                minlength=len(CATEGORIES))
+        by_cat = {c: int(b) for c, b in zip(CATEGORIES, cat_bytes) if b}
+        graph = by_cat.get("activations", 0) + by_cat.get("autograd", 0)
         leaks.append(Leak(
-            stack=int(s), bytes_per_iteration=int(np.median(per)),
-            iterations=tuple(int(i) + 1 for i in iters), total_bytes=total, count=int(kc[sel].sum()),
-            category=CATEGORIES[int(np.argmax(cats))],
+            stack=group["members"][0][0], site=group["site"], stacks=stacks_,
+            bytes_per_iteration=int(np.median(per)), iterations=tuple(int(i) + 1 for i in group["iterations"]),
+            total_bytes=total, count=sum(g[3] for g in group["members"]),
+            category=CATEGORIES[int(np.argmax(cat_bytes))], by_category=by_cat,
             rule=rule_names[int(np.bincount(da.rule[sel_rows]).argmax())],
+            # a graph kept alive holds what many ops saved; one or two tensors a step are a
+            # list or a cache that grows (the loss appended without .item(), say)
+            cause="graph" if graph * 2 >= total and count_per_it >= 3 else "container",
             growth_per_iteration=growth))
     leaks.sort(key=lambda lk: -lk.total_bytes)
     return tuple(leaks)
 
 
+def _user_frames(facts, sid: int) -> list[int]:
+    """The user-code frames of a stack, innermost first, the script's top level left out
+    (every stack of a script shares it)."""
+    if facts is None or sid < 0:
+        return []
+    sf = facts.stacks
+    t = sf.table
+    fr = sf.snap.stack(sid)
+    keep = [int(f) for f in fr.tolist() if t.role[f] == ROLE_USER and t.names[t.name_ids[f]] != "<module>"]
+    return keep
+
+
+def _by_site(per_stack: list, facts) -> list[dict]:
+    """Group leaking stacks into causes: the same iterations, and a user frame in common.
+    The largest stack leads each group; `site` is the innermost frame all share."""
+    groups: list[dict] = []
+    for member in sorted(per_stack, key=lambda m: -sum(m[2].values())):
+        sid, iters = member[0], member[1]
+        frames = _user_frames(facts, sid)
+        for g in groups:
+            if g["iterations"] == iters and g["common"] & set(frames):
+                g["common"] &= set(frames)
+                g["members"].append(member)
+                break
+        else:
+            groups.append({"iterations": iters, "common": set(frames), "members": [member], "lead": frames})
+    for g in groups:
+        g["site"] = next((f for f in g["lead"] if f in g["common"]), -1)
+        if g["site"] < 0 and facts is not None and g["members"][0][0] >= 0:
+            g["site"] = int(facts.stacks.best_frame[g["members"][0][0]])
+    return groups
+
+
 def leak_rows(da, leak: Leak) -> np.ndarray:
-    """The allocation rows a leak is about: made in the trace from its stack and still
-    live when the next iteration ends (never freed, mostly)."""
+    """The allocation rows a leak is about: made in the trace from its stacks and never
+    freed."""
     a = da.allocs
-    return np.flatnonzero((a.stack == leak.stack) & (a.free_index < 0) & (a.alloc_index >= 0))
+    return np.flatnonzero(np.isin(a.stack, leak.stacks) & (a.free_index < 0) & (a.alloc_index >= 0))
 
 
 __all__ = ["find_leaks", "leak_rows"]

@@ -1,22 +1,22 @@
 """Out-of-memory reports (DESIGN.md §5): what was asked, what was free, what was live by
 category, how much the allocator held back (reserved minus allocated), and the levers
-to pull, most promising first. Levers are named, not worded: vramscope.present words them.
+to pull, ranked by what each would save at that moment. Levers are named, not worded:
+vramscope.present words them.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..parsers.tables import A_OOM
+from .levers import lever
 from .liveset import by_category_at
 from .results import Advice, Oom
 from .timeline import PHASE_NAMES
 
-# the lever each category's dominance points at
-_CATEGORY_LEVER = {
-    "activations": "micro_batch", "autograd": "micro_batch", "inputs": "micro_batch", "temporary": "micro_batch",
-    "weights": "quantize_weights", "optimizer": "optimizer_8bit", "gradients": "fewer_gradients",
-    "quantization": "dequant_scratch",
-}
+# the levers advice weighs: each with what it would save at one moment (levers.py says how
+# each is estimated); the paged optimizer is said together with the 8-bit one
+ADVICE_LEVERS = ("checkpointing", "half_batch", "adam8bit", "lora", "4bit")
+MIN_SHARE = 0.05            # a lever that saves less than this share of live memory is not worth a line
 
 
 def expandable_segments_on(settings) -> bool:
@@ -59,29 +59,34 @@ def oom_reports(da, snap) -> tuple[Oom, ...]:
         out.append(Oom(index=int(i), time_us=int(tus[i]) if tus[i] >= 0 else None, requested=req,
                        device_free=dev_free, allocated=allocated, reserved=reserved, fragmentation_bytes=frag,
                        by_category=byc, phase=phase, expandable_segments=expandable, stack=int(stack[i]),
-                       advice=advise(req, frag, byc, expandable)))
+                       advice=advise(byc, allocated, frag, req, expandable)))
     return tuple(out)
 
 
-def advise(requested: int, fragmentation: int | None, by_category: dict, expandable: bool) -> tuple[Advice, ...]:
-    """The levers for memory in this state, most promising first: expandable segments when
-    the allocator holds back more than was asked, then one lever per category by its
-    share of live memory."""
+def advise(by_category: dict, live_bytes: int, fragmentation: int | None = None, requested: int = 0,
+           expandable: bool = False) -> tuple[Advice, ...]:
+    """The levers worth pulling for memory in this state, most saving first, each with what
+    it would save here. Expandable segments lead when the allocator holds back more than
+    was asked (an OOM from fragmentation: no other lever is needed); then each lever of
+    levers.py by the bytes its factors take off the categories live now, those that save
+    at least MIN_SHARE of live memory."""
     tips: list[Advice] = []
-    if fragmentation is not None and fragmentation >= requested and not expandable:
-        tips.append(Advice("expandable_segments", None, fragmentation))
-    order = sorted(by_category.items(), key=lambda kv: -kv[1])
-    # a smaller micro-batch only helps when something grows with it
-    per_batch = by_category.get("activations", 0) + by_category.get("autograd", 0)
-    for cat, _ in order:
-        lever = _CATEGORY_LEVER.get(cat)
-        if lever is None or (lever == "micro_batch" and not per_batch):
-            continue
-        if lever not in {t.lever for t in tips}:
-            tips.append(Advice(lever, cat, None))
-    if not tips:
-        tips.append(Advice("micro_batch", None, None))
+    if fragmentation is not None and requested and fragmentation >= requested and not expandable:
+        tips.append(Advice("expandable_segments", None, int(fragmentation)))
+    scored = []
+    for name in ADVICE_LEVERS:
+        lv = lever(name)
+        saves = sum(by_category.get(c, 0) * (1.0 - f) for c, f in lv.scales.items())
+        main = max(lv.scales, key=lambda c: by_category.get(c, 0) * (1.0 - lv.scales[c]))
+        scored.append((int(saves), name, main))
+    scored.sort(key=lambda t: -t[0])
+    for saves, name, main in scored:
+        if saves > 0 and saves >= MIN_SHARE * max(1, live_bytes):
+            tips.append(Advice(name, main, saves))
+    if not tips and scored and scored[0][0] > 0:
+        saves, name, main = scored[0]
+        tips.append(Advice(name, main, saves))
     return tuple(tips)
 
 
-__all__ = ["oom_reports", "oom_indices", "advise", "expandable_segments_on"]
+__all__ = ["oom_reports", "oom_indices", "advise", "expandable_segments_on", "ADVICE_LEVERS"]

@@ -28,11 +28,12 @@ def peak_type(da, facts, index: int) -> str:
         return "other"
     t = da.timeline
     live = da.live.live_after
-    # the next allocation failed: an OOM right after the peak with nothing freed in between
+    # the next request failed: an OOM after the peak with live memory unchanged in between
+    # (a later OOM, after frees and other allocations, types its own moment, not this one)
     ooms = da.oom_indices
     if len(ooms):
         after = ooms[ooms >= index]
-        if len(after) and live[after[0]] >= live[index]:
+        if len(after) and bool((live[index:int(after[0]) + 1] == live[index]).all()):
             return "oom"
     sid = int(da.trace_stack[index])
     marker = facts.stack_marker[sid] if sid > 0 else -1

@@ -27,6 +27,14 @@ from typing import Any, Union
 
 
 @dataclass(frozen=True)
+class Advice:
+    """One lever a user can pull, with what it would save where that is known."""
+    lever: str                      # see vramscope.present.words.LEVER_WORDS
+    category: str | None = None     # the category it acts on
+    saves_bytes: int | None = None  # an estimate at the moment the advice is about
+
+
+@dataclass(frozen=True)
 class Peak:
     """The moment of highest live memory (DESIGN.md §4)."""
     bytes: int
@@ -36,6 +44,7 @@ class Peak:
     by_category: dict[str, int]
     iteration: int | None           # Iteration.number, None outside iterations
     phase: str                      # PHASE_NAMES of the entry ("pre" for the start state)
+    advice: tuple[Advice, ...] = ()  # the levers worth pulling here, most saving first
 
 
 @dataclass(frozen=True)
@@ -67,23 +76,39 @@ class Region:
 
 @dataclass(frozen=True)
 class Leak:
-    """Allocations from one stack that outlive the next iteration, iteration after iteration."""
-    stack: int                      # the stack the kept allocations were made from
+    """One cause of growing memory: allocations kept iteration after iteration by one site.
+
+    Allocations from several stacks are one leak when they are kept in the same iterations
+    and their stacks share a frame of the user's code (a loop that keeps each step's loss
+    keeps everything its graph saved, from many forward ops, all under one line); `site`
+    is the innermost such shared frame, the line to look at."""
+    stack: int                      # the stack with the most kept bytes
+    site: int                       # frame id of the site that keeps them (-1: no user frame)
+    stacks: tuple[int, ...]         # every stack whose allocations are kept
     bytes_per_iteration: int        # median over the iterations it leaks in
     iterations: tuple[int, ...]     # Iteration.number of each iteration it leaked in
     total_bytes: int
     count: int                      # allocations kept
     category: str                   # the category holding most of them
+    by_category: dict[str, int]     # kept bytes per category, in all
     rule: str
+    cause: str                      # "graph": kept with their autograd graph; "container": kept by a list or cache
     growth_per_iteration: int       # of live memory at iteration ends, all causes together
 
 
 @dataclass(frozen=True)
-class Advice:
-    """One lever a user can pull, with what it would save where that is known."""
-    lever: str                      # see vramscope.present.words.LEVER_WORDS
-    category: str | None = None     # the category it acts on
-    saves_bytes: int | None = None  # an estimate at the moment the advice is about
+class StaleGradients:
+    """The previous step's gradients live while the next step's forward runs (a
+    `zero_grad()` that comes after the forward, none before it, or gradients zeroed in
+    place): memory the forward pays for although the backward will replace them."""
+    bytes: int                      # the largest set, at the start of a forward
+    count: int                      # its blocks: about one per trainable parameter
+    iterations: tuple[int, ...]     # Iteration.number of every iteration that starts with some
+    freed_first: int                # trace index of the first free of that set (-1: never freed)
+    freed_last: int                 # ... and of the last
+    phases: tuple[str, ...]         # the phases of that iteration they stay live through, in order
+    live_at_peak: int               # of them, live at the peak
+    free_stack: int                 # the stack of the last free (the zero_grad call), -1: none
 
 
 @dataclass(frozen=True)
@@ -123,9 +148,9 @@ class Allocation:
 class Finding:
     """Something worth going to, in the order the viewer lists them (peak, OOMs, leaks,
     iteration peaks)."""
-    kind: str                       # "peak" | "oom" | "leak" | "iteration_peak"
+    kind: str                       # "peak" | "oom" | "stale_gradients" | "leak" | "iteration_peak"
     index: int                      # the trace entry it is about (-1: the start state)
-    subject: Peak | Oom | Leak | Iteration
+    subject: Peak | Oom | StaleGradients | Leak | Iteration
 
 
 @dataclass(frozen=True)
@@ -143,6 +168,7 @@ class DeviceSummary:
     iterations: tuple[Iteration, ...]
     leaks: tuple[Leak, ...]
     ooms: tuple[Oom, ...]
+    stale_gradients: StaleGradients | None = None
 
 
 # -- plain data -----------------------------------------------------------------------------
@@ -160,9 +186,9 @@ def to_plain(obj: Any) -> Any:
 _HINTS: dict[type, dict[str, Any]] = {}
 
 
-def from_plain(cls: type, data: Any) -> Any:
+def from_plain(cls: Any, data: Any) -> Any:
     """Rebuild a `cls` from `to_plain` data, checking every field's type (ValueError)."""
-    return _coerce(cls, data, cls.__name__)
+    return _coerce(cls, data, getattr(cls, "__name__", str(cls)))
 
 
 def _coerce(tp: Any, v: Any, where: str) -> Any:
@@ -226,5 +252,5 @@ def _coerce(tp: Any, v: Any, where: str) -> Any:
     raise ValueError(f"{where}: cannot check {tp}")
 
 
-__all__ = ["Peak", "Iteration", "Region", "Leak", "Advice", "Oom", "Allocation", "Finding", "DeviceSummary",
+__all__ = ["Peak", "Iteration", "Region", "StaleGradients", "Leak", "Advice", "Oom", "Allocation", "Finding", "DeviceSummary",
            "to_plain", "from_plain", "field"]

@@ -27,7 +27,7 @@ SHIPPED_JSON = HERE / "rules.json"
 PHASES = ("none", "inputs", "forward", "backward", "optimizer", "pre")
 FREE_PHASES = PHASES[:5] + ("never",)
 FREED = ("same_phase", "later_phase", "later_iteration", "never")
-SIZE_MATCHES = ("quantized",)
+SIZE_MATCHES = ("quantized", "gradients")
 
 
 class RulesError(ValueError):
@@ -96,10 +96,10 @@ def _read(path: Path) -> dict:
         except ValueError as e:
             raise RulesError(f"{path}: not valid JSON ({e})") from None
     try:
-        import tomllib                              # Python 3.11+
+        import tomllib  # Python 3.11+
     except ModuleNotFoundError:                      # pragma: no cover - 3.10
         try:
-            import tomli as tomllib                  # type: ignore[no-redef,unused-ignore]
+            import tomli as tomllib  # type: ignore[no-redef,unused-ignore]
         except ModuleNotFoundError:
             if path == SHIPPED_TOML:
                 return json.loads(SHIPPED_JSON.read_text(encoding="utf-8"))

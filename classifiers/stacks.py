@@ -41,6 +41,8 @@ KIND_CODES = {"python": KIND_PYTHON, "cpp": KIND_CPP, "builtin": KIND_BUILTIN, "
 _PROF_PY = re.compile(r"^(.*)\((\d+)\): (.*)$")
 _PROF_MODULE = re.compile(r"^nn\.Module: (.*?)(?:_\d+)?$")
 _PROF_BUILTIN = re.compile(r"^<built-in (?:method|function) ([\w.]+)")
+# torch 2.13 `forward_frames`: Python traceback lines, outermost first
+_TRACEBACK = re.compile(r'^\s*File "(.*)", line (\d+), in ([^\n]*)')
 # The torch op a C++ stack was called for: torch::autograd::THPVariable_linear(...) -> linear
 _CPP_OP = re.compile(r"torch::autograd::THPVariable_(\w+)\(")
 _ATEN_OP = re.compile(r"at::_ops::(\w+)::(?:call|redispatch)")
@@ -85,6 +87,7 @@ class FrameTable:
     profiler_frames: int   # how many frames are profiler-style ('none' file)
     line: np.ndarray       # int32 per frame (profiler frames: the number in 'file.py(N)')
     role: np.ndarray       # uint8 per frame: ROLE_*
+    traceback: np.ndarray  # bool per frame: a traceback line (2.13 forward_frames, outermost first)
 
 
 def build_frame_table(snap) -> FrameTable:
@@ -114,6 +117,7 @@ def build_frame_table(snap) -> FrameTable:
     op_ids = np.full(n, -1, dtype=np.int32)
     kind = np.empty(n, dtype=np.uint8)
     role = np.empty(n, dtype=np.uint8)
+    traceback = np.zeros(n, dtype=bool)
     line = np.asarray(snap.frame_line, dtype=np.int32).copy()
     prof = 0
     ff = snap.frame_file.tolist()
@@ -123,7 +127,12 @@ def build_frame_table(snap) -> FrameTable:
         file = strings[ff[f]]
         name = strings[fn[f]]
         op = None
-        if file == "none":                      # torch.cuda._memory_viz._profile_to_snapshot
+        tb = _TRACEBACK.match(name) if file == "" else None
+        if tb:                                  # a forward_frames line: a Python frame
+            file, name, k = tb.group(1).replace("\\", "/"), tb.group(3).strip(), KIND_PYTHON
+            line[f] = int(tb.group(2)) if len(tb.group(2)) < 10 else 0
+            traceback[f] = True
+        elif file == "none":                    # torch.cuda._memory_viz._profile_to_snapshot
             prof += 1
             m = _PROF_PY.match(name)
             if m:
@@ -162,7 +171,7 @@ def build_frame_table(snap) -> FrameTable:
             role[f] = cpp_role(name)
         if op is not None:
             op_ids[f] = nid(op)
-    return FrameTable(files, names, file_ids, name_ids, kind, op_ids, prof, line, role)
+    return FrameTable(files, names, file_ids, name_ids, kind, op_ids, prof, line, role, traceback)
 
 
 class StackFacts:
@@ -188,6 +197,12 @@ class StackFacts:
             self.op_name_id = np.where(op_frame >= 0, self.table.op_ids[np.maximum(op_frame, 0)], -1)
         else:
             self.op_name_id = np.full(self.n_stacks, -1, dtype=np.int64)
+        # stacks made of traceback lines list their frames outermost first
+        tbc = np.zeros(len(self.frames) + 1, dtype=np.int64)
+        if len(self.frames):
+            np.cumsum(self.table.traceback[self.frames], out=tbc[1:])
+        n_tb = tbc[self.offsets[1:]] - tbc[self.offsets[:-1]]
+        self.outer_first = (n_tb > 0) & (n_tb == lengths)
         self.user_frame, self.best_frame = self._best_frames()
 
     # -- frame level -------------------------------------------------------------
@@ -256,11 +271,31 @@ class StackFacts:
         return out
 
     def first_frame(self, frame_mask: np.ndarray) -> np.ndarray:
-        """int per stack: frame id of the innermost frame in `frame_mask`, -1 if none."""
+        """int per stack: frame id of the first frame (in stack order) in `frame_mask`, -1 if none."""
         pos = self.first_pos(frame_mask)
         out = np.full(self.n_stacks, -1, dtype=np.int64)
         ok = pos >= 0
         out[ok] = self.frames[self.offsets[:-1][ok] + pos[ok]]
+        return out
+
+    def last_frame(self, frame_mask: np.ndarray) -> np.ndarray:
+        """int per stack: frame id of the last frame (in stack order) in `frame_mask`, -1 if none."""
+        out = np.full(self.n_stacks, -1, dtype=np.int64)
+        if not len(self.frames):
+            return out
+        idx = np.flatnonzero(frame_mask[self.frames])
+        if len(idx):
+            st = self.slot_stack[idx]
+            last = np.r_[st[1:] != st[:-1], True]
+            out[st[last]] = self.frames[idx[last]]
+        return out
+
+    def innermost_frame(self, frame_mask: np.ndarray) -> np.ndarray:
+        """int per stack: frame id of the innermost frame in `frame_mask` (the first, or the
+        last for traceback-line stacks, which list the outermost first), -1 if none."""
+        out = self.first_frame(frame_mask)
+        if self.outer_first.any():
+            out[self.outer_first] = self.last_frame(frame_mask)[self.outer_first]
         return out
 
     def top_mask(self, frame_mask: np.ndarray) -> np.ndarray:
@@ -281,13 +316,13 @@ class StackFacts:
     def _best_frames(self) -> tuple[np.ndarray, np.ndarray]:
         """(user frame, best frame) per stack: frame ids, -1 where a stack has none."""
         role = self.table.role
-        user = self.first_frame(role == ROLE_USER) if len(role) else np.full(self.n_stacks, -1, np.int64)
+        user = self.innermost_frame(role == ROLE_USER) if len(role) else np.full(self.n_stacks, -1, np.int64)
         best = user.copy()
         for r in BEST_ORDER[1:]:
             todo = best < 0
             if not todo.any() or not len(role):
                 break
-            best[todo] = self.first_frame(role == r)[todo]
+            best[todo] = self.innermost_frame(role == r)[todo]
         return user, best
 
     # -- presentation --------------------------------------------------------------

@@ -162,9 +162,9 @@ GOLDEN = r'''
  "expandable.pickle": {
   "0": {
    "category_bytes": {"activations": 47340847112, "autograd": 13186891776, "gradients": 649285632, "inputs": 1835008, "optimizer": 649285632, "temporary": 56678400, "weights": 324642816},
-   "iterations": [[0, 526, {"backward": [137, 356], "forward": [2, 136], "inputs": [0, 1], "optimizer": [357, 526]}, 1, 138, "oom"], [527, 992, {"backward": [749, 968], "forward": [679, 748], "inputs": [527, 678], "optimizer": [969, 992]}, 1, 750, "oom"], [993, 1377, {"forward": [1149, 1377], "inputs": [993, 1148]}, 1, 1256, "oom"]],
+   "iterations": [[0, 526, {"backward": [137, 356], "forward": [2, 136], "inputs": [0, 1], "optimizer": [357, 526]}, 1, 138, "backward_start"], [527, 992, {"backward": [749, 968], "forward": [679, 748], "inputs": [527, 678], "optimizer": [969, 992]}, 1, 750, "backward_start"], [993, 1377, {"forward": [1149, 1377], "inputs": [993, 1148]}, 1, 1256, "oom"]],
    "leaks": [],
-   "ooms": [[1257, 754974720, 536614656, 15927296, {"activations": 23172218880, "inputs": 1310720, "optimizer": 649285632, "weights": 324642816}, "a smaller micro-batch with gradient accumulation, or gradient checkpointing (activations dominate)"]],
+   "ooms": [[1257, 754974720, 536614656, 15927296, {"activations": 23172218880, "inputs": 1310720, "optimizer": 649285632, "weights": 324642816}, "gradient checkpointing (torch.utils.checkpoint on the transformer blocks): up to 18.34 GiB of activations at this moment"]],
    "peak": {"by_category": {"activations": 23172218880, "inputs": 1310720, "optimizer": 649285632, "weights": 324642816}, "bytes": 24147458048, "index": 1256, "iteration": 3, "phase": "forward", "type": "oom"},
    "peak_top3": [[1006632960, "activations", "activations.forward"], [1006632960, "activations", "activations.forward"], [1006632960, "activations", "activations.forward"]],
    "rules": {"activations.forward": 197, "autograd.backward": 4, "gradients.backward": 146, "inputs.pre_forward": 6, "optimizer.scratch": 16, "optimizer.state": 146, "weights.preexisting": 73}
@@ -213,7 +213,7 @@ GOLDEN = r'''
  "oom.pickle": {
   "0": {
    "category_bytes": {"activations": 17985916932, "autograd": 2440560640, "gradients": 4194304, "inputs": 319488, "optimizer": 2129920, "quantization": 6931349504, "weights": 528556032},
-   "iterations": [[192, 985, {"backward": [515, 921], "forward": [195, 514], "inputs": [192, 194], "optimizer": [922, 985]}, 1, 515, "oom"], [986, 1331, {"forward": [1027, 1331], "inputs": [986, 1026]}, 1, 1330, "oom"]],
+   "iterations": [[192, 985, {"backward": [515, 921], "forward": [195, 514], "inputs": [192, 194], "optimizer": [922, 985]}, 1, 515, "backward_start"], [986, 1331, {"forward": [1027, 1331], "inputs": [986, 1026]}, 1, 1330, "oom"]],
    "leaks": [],
    "ooms": [[1331, 1048576000, 542380800, 1454563328, {"activations": 8516829184, "inputs": 196608, "optimizer": 2129920, "quantization": 455344128, "weights": 528556032}, "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (fragmentation: 1.35 GiB reserved but unallocated, more than the 1000.0 MiB requested)"]],
    "peak": {"by_category": {"activations": 8516829184, "inputs": 196608, "optimizer": 2129920, "quantization": 455344128, "weights": 528556032}, "bytes": 9503055872, "index": 1330, "iteration": 2, "phase": "forward", "type": "oom"},

@@ -591,7 +591,7 @@ class DeviceData:
                 leak_rows = da.leak_rows(f.subject)
                 row = int(leak_rows[-1]) if len(leak_rows) else -1
                 zoom = (0, max(self.n - 1, 0))
-                where = self.stacks.where(f.subject.stack)
+                where = self.stacks.site(f.subject.site, f.subject.stack)
             elif f.kind == "iteration_peak":
                 zoom = self._zoom_around(f.index, f.subject.start_index, f.subject.end_index)
             out.append(FindingView(f, finding_title(f, where), finding_detail(f, where), zoom, row, leak_rows))

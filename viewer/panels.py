@@ -297,7 +297,8 @@ class FindingsPanel(QWidget):
 
     activated = Signal(int)        # index into DeviceData.findings
 
-    GROUPS = (("peak", "Peak"), ("oom", "Out of memory"), ("leak", "Leaks"), ("iteration_peak", "Iteration peaks"))
+    GROUPS = (("peak", "Peak"), ("oom", "Out of memory"), ("stale_gradients", "Stale gradients"), ("leak", "Leaks"),
+              ("iteration_peak", "Iteration peaks"))
 
     def __init__(self, parent=None):
         super().__init__(parent)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import sys
 
-from ..classifiers.whatif import LEVERS, WhatIfError, parse_gpu_size, parse_scale
+from ..classifiers.levers import LeverError
+from ..classifiers.whatif import LEVERS, parse_gpu_size, parse_scale
 from ..common.jsonio import dumps_pretty
 from ..services.whatif import whatif_document, whatif_text
 from .common import add_input, analyze_file, check_device
@@ -34,13 +35,13 @@ def run(args) -> int:
             scales[cat] = scales.get(cat, 1.0) * f
         if args.gpu is not None:
             parse_gpu_size(args.gpu)
-    except WhatIfError as e:
+    except LeverError as e:
         raise UsageError(str(e)) from None
     an = analyze_file(args.file, args.no_cache, args.rules)
     check_device(an, args.device)
     try:
         doc = whatif_document(an, scales, args.lever, args.gpu, args.device)
-    except WhatIfError as e:
+    except LeverError as e:
         raise UsageError(str(e)) from None
     if args.json:
         sys.stdout.buffer.write(dumps_pretty(doc))

@@ -160,9 +160,11 @@ class Stacks:
 
     # -- stacks ----------------------------------------------------------------------------
     def frame_ids(self, sid: int) -> np.ndarray:
+        """A stack's frames, innermost first (traceback-line stacks are stored outermost first)."""
         if sid is None or sid < 0 or sid >= self.facts.n_stacks:
             return np.zeros(0, dtype=np.int64)
-        return self.snap.stack(int(sid))
+        fr = self.snap.stack(int(sid))
+        return fr[::-1] if self.facts.outer_first[sid] else fr
 
     def naming_frame(self, sid: int) -> int:
         """The frame id that names a stack (its best frame), -1 for none."""
@@ -187,6 +189,10 @@ class Stacks:
         if not self.has_user_frame(stack) and forward_stack >= 0 and self.has_user_frame(forward_stack):
             return forward_stack, True
         return stack, False
+
+    def site(self, frame_id: int, stack: int = -1) -> str:
+        """A frame as a site ('file.py:12:function'), or the stack's name without one."""
+        return self.frame(frame_id).where if frame_id >= 0 else self.where(stack)
 
     def where_of(self, alloc) -> str:
         sid, _ = self._naming_stack(alloc.stack, alloc.forward_stack)

@@ -5,7 +5,15 @@ its sentences from here, so the same fact is never told two ways.
 """
 from __future__ import annotations
 
-from ..classifiers.results import Advice, Finding, Iteration, Leak, Oom, Peak
+from ..classifiers.results import (
+    Advice,
+    Finding,
+    Iteration,
+    Leak,
+    Oom,
+    Peak,
+    StaleGradients,
+)
 from ..common.units import fmt_bytes
 
 # DESIGN.md §4, after Salisbury's QLoRA study (labels A to I)
@@ -23,15 +31,15 @@ PEAK_TYPE_WORDS = {
     "other": "outside a recognised training phase",
 }
 
-# What each lever asks the user to do (classifiers/ooms.py names them).
+# What each lever asks the user to do (classifiers/levers.py names them and estimates them)
 LEVER_WORDS = {
-    "micro_batch": "a smaller micro-batch with gradient accumulation, or gradient checkpointing "
-                   "(activations dominate)",
-    "quantize_weights": "4-bit/8-bit weights (QLoRA) or LoRA on a frozen base in lower precision (weights dominate)",
-    "optimizer_8bit": "an 8-bit or paged optimizer (bitsandbytes AdamW8bit / PagedAdamW), or LoRA to shrink "
-                      "the trainable set (optimizer state dominates)",
-    "fewer_gradients": "LoRA or freezing layers to cut gradients, or gradients in bf16 (gradients dominate)",
-    "dequant_scratch": "dequantization scratch is large: a smaller micro-batch or sequence length",
+    "checkpointing": "gradient checkpointing (torch.utils.checkpoint on the transformer blocks)",
+    "half_batch": "half the micro-batch, with twice the gradient accumulation steps",
+    "adam8bit": "an 8-bit or paged optimizer (bitsandbytes AdamW8bit / PagedAdamW)",
+    "paged_optimizer": "a paged optimizer (bitsandbytes PagedAdamW)",
+    "lora": "LoRA adapters on a frozen base instead of training every weight",
+    "4bit": "4-bit base weights (QLoRA: bitsandbytes NF4)",
+    "expandable_segments": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
 }
 
 
@@ -39,8 +47,9 @@ def peak_words(peak_type: str) -> str:
     return PEAK_TYPE_WORDS.get(peak_type, peak_type.replace("_", " "))
 
 
-def advice_text(advice: Advice, oom: Oom | None = None) -> str:
-    """One lever as a sentence, with its figures where it has them."""
+def advice_text(advice: Advice, oom: Oom | None = None, moment: str = "at this moment") -> str:
+    """One lever as a sentence, with what it would save: 'gradient checkpointing: up to
+    1.60 GiB of activations at this moment'."""
     if advice.lever == "expandable_segments":
         if oom is not None and oom.fragmentation_bytes is not None:
             return (f"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (fragmentation: "
@@ -49,7 +58,8 @@ def advice_text(advice: Advice, oom: Oom | None = None) -> str:
         return "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
     text = LEVER_WORDS.get(advice.lever, advice.lever.replace("_", " "))
     if advice.saves_bytes:
-        text += f" (up to {fmt_bytes(advice.saves_bytes)} at this moment)"
+        of = f" of {advice.category}" if advice.category else ""
+        text += f": up to {fmt_bytes(advice.saves_bytes)}{of} {moment}"
     return text
 
 
@@ -71,6 +81,33 @@ def oom_diagnosis(oom: Oom) -> str:
     held = fmt_bytes(frag) if frag is not None else "unknown"
     return (f"Live tensors fill the device: {fmt_bytes(oom.allocated)} allocated, the largest share "
             f"{top[0]} ({share:.0%}); reserved-but-free memory ({held}) could not have held the request.")
+
+
+def stale_gradients_text(sg: StaleGradients) -> str:
+    """What the previous step's gradients cost, and the fix."""
+    through = (" and ".join(sg.phases) + (" phases" if len(sg.phases) > 1 else " phase")) if sg.phases \
+        else "the next step"
+    until = "until zero_grad frees them" if sg.freed_last >= 0 else "(never freed: zeroed in place)"
+    at_peak = f"; {fmt_bytes(sg.live_at_peak)} of them at the peak" if sg.live_at_peak else ""
+    return (f"{fmt_bytes(sg.bytes)} of the previous step's gradients ({sg.count:,} blocks) stay live through the "
+            f"{through} {until}{at_peak}: call optimizer.zero_grad(set_to_none=True) right after "
+            f"optimizer.step() (or before the forward) to free them before the next forward")
+
+
+LEAK_CAUSE_WORDS = {
+    "graph": "tensors kept with their autograd graph: a loss or an output kept without .detach() (or .item() "
+             "for a number) keeps everything its graph saved; with backward(retain_graph=True) backward does not "
+             "free the graph either",
+    "container": "a tensor added to a list, dict or cache every iteration and never dropped (keep .detach() of "
+                 "it, or .item() for a number, and drop what is no longer needed)",
+}
+
+
+def leak_text(leak: Leak, where: str) -> str:
+    cats = ", ".join(f"{c} {fmt_bytes(b)}" for c, b in sorted(leak.by_category.items(), key=lambda kv: -kv[1]))
+    return (f"{fmt_bytes(leak.bytes_per_iteration)} per iteration kept at {where} ({cats} in all, "
+            f"{leak.count:,} allocations from {len(leak.stacks)} stack{'s' if len(leak.stacks) != 1 else ''}): "
+            f"{LEAK_CAUSE_WORDS.get(leak.cause, leak.cause)}")
 
 
 def freed_note() -> str:
@@ -99,6 +136,8 @@ def finding_title(f: Finding, where: str = "") -> str:
         return f"Peak {fmt_bytes(s.bytes)} · {peak_words(s.type)}"
     if isinstance(s, Oom):
         return f"OOM at entry {s.index:,}: {fmt_bytes(s.requested)} requested"
+    if isinstance(s, StaleGradients):
+        return f"Stale gradients {fmt_bytes(s.bytes)} · previous step's, freed late"
     if isinstance(s, Leak):
         return f"Leak {fmt_bytes(s.bytes_per_iteration)}/iteration · {s.category}"
     if isinstance(s, Iteration):
@@ -115,18 +154,23 @@ def finding_detail(f: Finding, where: str = "") -> str:
         if s.phase:
             when += f", {s.phase} phase"
         top = sorted(s.by_category.items(), key=lambda kv: -kv[1])[:3]
-        return f"highest live memory {when}" + (": " + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in top) if top else "")
+        text = f"highest live memory {when}" + (": " + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in top) if top else "")
+        if s.advice:
+            text += f" — worth trying: {advice_text(s.advice[0], moment='at the peak')}"
+        return text
     if isinstance(s, Oom):
         detail = f"requested {fmt_bytes(s.requested)}, device free {fmt_bytes(s.device_free)}"
         if s.advice:
             detail += f" — next step: {advice_text(s.advice[0], s)}"
         return detail
+    if isinstance(s, StaleGradients):
+        return stale_gradients_text(s)
     if isinstance(s, Leak):
-        return f"{where} — {fmt_bytes(s.total_bytes)} never freed in {s.count:,} allocations"
+        return leak_text(s, where)
     if isinstance(s, Iteration):
         return f"entries {s.start_index:,}–{s.end_index:,}"
     return ""
 
 
 __all__ = ["PEAK_TYPE_WORDS", "LEVER_WORDS", "peak_words", "advice_text", "oom_suggestions", "oom_diagnosis",
-           "freed_note", "error_text", "moment_text", "iteration_text", "finding_title", "finding_detail"]
+           "freed_note", "stale_gradients_text", "leak_text", "LEAK_CAUSE_WORDS", "error_text", "moment_text", "iteration_text", "finding_title", "finding_detail"]

@@ -15,7 +15,13 @@ from ..classifiers.ooms import expandable_segments_on
 from ..common.units import fmt_bytes
 from ..present.markup import md_code, md_text
 from ..present.stacks import Stacks
-from ..present.words import advice_text, oom_diagnosis, peak_words
+from ..present.words import (
+    LEAK_CAUSE_WORDS,
+    advice_text,
+    oom_diagnosis,
+    peak_words,
+    stale_gradients_text,
+)
 from .report_whatif import whatif_section
 
 MD_LIMIT = 20_000
@@ -110,6 +116,11 @@ def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: s
     for c, b in sorted(pk.by_category.items(), key=lambda kv: -kv[1]):
         L.append(f"| {c} | {fmt_bytes(b)} | {b / total:.1%} |")
     L.append("")
+    if pk.advice:
+        L.append("Worth trying, by what each would save at the peak (estimates; see What would fit):")
+        L.append("")
+        L += [f"- {advice_text(a, moment='at the peak')}" for a in pk.advice]
+        L.append("")
 
     if s.iterations:
         L += ["### Iterations", "", "| # | Entries | Peak | Type |", "|---:|---|---:|---|"]
@@ -145,12 +156,21 @@ def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: s
                 L.append(f"    - {md_code(fr)}")
         L.append("")
 
+    if s.stale_gradients is not None:
+        sg = s.stale_gradients
+        L += ["### Stale gradients", "", stale_gradients_text(sg) + "."]
+        if sg.freed_last >= 0:
+            L.append(f"Freed at entries {sg.freed_first:,}-{sg.freed_last:,} from {md_code(stacks.where(sg.free_stack))}.")
+        L.append("")
+
     L += ["### Leaks", ""]
     if not s.leaks:
         L.append("None found (live memory does not grow from iteration to iteration).")
     for lk in s.leaks[:limits["leaks"]]:
-        L.append(f"- **{fmt_bytes(lk.bytes_per_iteration)}/iteration**, {fmt_bytes(lk.total_bytes)} in all, "
-                 f"{lk.category}, in iterations {', '.join(map(str, lk.iterations))}: {md_code(stacks.where(lk.stack))}")
+        cats = ", ".join(f"{c} {fmt_bytes(b)}" for c, b in sorted(lk.by_category.items(), key=lambda kv: -kv[1]))
+        L.append(f"- **{fmt_bytes(lk.bytes_per_iteration)}/iteration** kept at {md_code(stacks.site(lk.site, lk.stack))}"
+                 f" in iterations {', '.join(map(str, lk.iterations))} ({cats} in all, {lk.count:,} allocations): "
+                 f"{LEAK_CAUSE_WORDS.get(lk.cause, lk.cause)}.")
         for fr in stacks.short(lk.stack, limits["frames"]):
             L.append(f"    - {md_code(fr)}")
     if len(s.leaks) > limits["leaks"]:

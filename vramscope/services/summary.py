@@ -20,7 +20,13 @@ from ..classifiers import Analysis, to_plain
 from ..common.jsonio import dumps, loads
 from ..common.units import fmt_bytes
 from ..present.stacks import Stacks
-from ..present.words import advice_text, oom_diagnosis, peak_words
+from ..present.words import (
+    LEAK_CAUSE_WORDS,
+    advice_text,
+    oom_diagnosis,
+    peak_words,
+    stale_gradients_text,
+)
 
 TOP_AT_PEAK = 10
 
@@ -36,6 +42,8 @@ class TopAllocationJSON(TypedDict):
 
 
 class PeakJSON(TypedDict):
+    advice: list[dict[str, Any]]
+    advice_words: list[str]
     bytes: int
     index: int
     time_us: int | None
@@ -49,6 +57,11 @@ class PeakJSON(TypedDict):
 
 class LeakJSON(TypedDict):
     stack: int
+    site: int
+    stacks: list[int]
+    by_category: dict[str, int]
+    cause: str
+    cause_words: str
     bytes_per_iteration: int
     iterations: list[int]
     total_bytes: int
@@ -79,6 +92,19 @@ class OomJSON(TypedDict):
     suggestions: list[str]
 
 
+class StaleGradientsJSON(TypedDict):
+    bytes: int
+    count: int
+    iterations: list[int]
+    freed_first: int
+    freed_last: int
+    phases: list[str]
+    live_at_peak: int
+    free_stack: int
+    where: str
+    advice: str
+
+
 class DeviceJSON(TypedDict):
     device: int
     entries: int
@@ -92,6 +118,7 @@ class DeviceJSON(TypedDict):
     iterations: list[dict[str, Any]]
     leaks: list[LeakJSON]
     ooms: list[OomJSON]
+    stale_gradients: StaleGradientsJSON | None
 
 
 class SummaryJSON(TypedDict):
@@ -115,9 +142,12 @@ def summary_document(an: Analysis, device: int | None = None, stacks: Stacks | N
             {"size": a.size, "category": a.category, "rule": a.rule, "alloc_index": a.alloc_index, "addr": a.addr,
              "where": stacks.where_of(a), "stack": stacks.short(a.stack, 6, a.forward_stack)}
             for a in da.largest_live(peak.index, TOP_AT_PEAK)]
-        peak_json: PeakJSON = {**to_plain(peak), "type_words": peak_words(peak.type), "top": top}  # type: ignore
-        leaks: list[LeakJSON] = [{**to_plain(lk), "where": stacks.where(lk.stack),  # type: ignore[typeddict-item]
-                                  "frames": stacks.frames_text(lk.stack)} for lk in s.leaks]
+        peak_json: PeakJSON = {**to_plain(peak), "type_words": peak_words(peak.type),  # type: ignore[typeddict-item]
+                               "advice_words": [advice_text(a, moment="at the peak") for a in peak.advice],
+                               "top": top}
+        leaks: list[LeakJSON] = [{**to_plain(lk), "where": stacks.site(lk.site, lk.stack),  # type: ignore[typeddict-item]
+                                  "frames": stacks.frames_text(lk.stack),
+                                  "cause_words": LEAK_CAUSE_WORDS.get(lk.cause, lk.cause)} for lk in s.leaks]
         ooms: list[OomJSON] = []
         for o in s.ooms:
             words = [advice_text(a, o) for a in o.advice]
@@ -130,6 +160,9 @@ def summary_document(an: Analysis, device: int | None = None, stacks: Stacks | N
             "start_live_bytes": s.start_live_bytes, "end_live_bytes": s.end_live_bytes,
             "reserved_peak_bytes": s.reserved_peak_bytes, "end_by_category": s.end_by_category,
             "iterations": to_plain(s.iterations), "leaks": leaks, "ooms": ooms,
+            "stale_gradients": None if s.stale_gradients is None else {  # type: ignore[typeddict-item]
+                **to_plain(s.stale_gradients), "where": stacks.where(s.stale_gradients.free_stack),
+                "advice": stale_gradients_text(s.stale_gradients)},
         })
     return {"file": an.snapshot.path, "primary_device": an.primary_device(), "devices": devices}
 
@@ -195,6 +228,8 @@ def summary_text(doc: SummaryJSON) -> str:
         out.append(f"  peak live      {fmt_bytes(pk['bytes'])} ({pk['bytes']:,} B) {when}, {pk['type_words']}")
         for cat, b in sorted(pk["by_category"].items(), key=lambda kv: -kv[1]):
             out.append(f"    {cat:<13} {fmt_bytes(b):>11}")
+        for k, words in enumerate(pk["advice_words"][:3]):
+            out.append(f"  {'worth trying' if k == 0 else '':<14} {words}")
         out.append(f"  live at start  {fmt_bytes(d['start_live_bytes'])}, at end {fmt_bytes(d['end_live_bytes'])}")
         if d["reserved_peak_bytes"] is None:
             out.append("  reserved peak  unknown (profiler-converted snapshot: no allocator segments)")
@@ -204,6 +239,9 @@ def summary_text(doc: SummaryJSON) -> str:
         out.append(f"  iterations     {len(its)}")
         for it in its:
             out.append(f"    {it['number']:>3}  peak {fmt_bytes(it['peak_bytes']):>11}  {peak_words(it['peak_type'])}")
+        sg = d["stale_gradients"]
+        if sg is not None:
+            out.append(f"  STALE GRADIENTS {sg['advice']}")
         if d["leaks"]:
             for lk in d["leaks"]:
                 out.append(f"  LEAK           {fmt_bytes(lk['bytes_per_iteration'])}/iteration  {lk['where']}")

@@ -1,0 +1,123 @@
+"""The named levers (DESIGN.md §8): what a change to training would do to each category's
+live bytes, as factors, with the assumption behind each stated in words. What-if
+(whatif.py) scales the recorded run by them; OOM and peak advice (ooms.py) ranks them by
+what they would save at one moment. Some use the budget's facts (bytes per parameter,
+the trainable share); without facts they assume full fine-tuning in fp32.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class LeverError(ValueError):
+    """An unknown lever name (one-line message)."""
+
+
+@dataclass(frozen=True)
+class Lever:
+    name: str
+    title: str
+    scales: dict            # {category: factor}
+    removes_overhead: bool  # drops the allocator's reserved-but-unallocated memory in `fits`
+    assumption: str         # why these factors: the estimate, in words
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "title": self.title, "scales": dict(self.scales),
+                "removes_overhead": self.removes_overhead, "assumption": self.assumption}
+
+
+CHECKPOINT_FACTOR = 0.15     # (2L + 34) / (34L) for L = 12..32 layers, rounded up (see below)
+LORA_TRAINABLE = 0.01        # LoRA's typical trainable share of the parameters
+NF4_BYTES = 0.5 + 4 / 64     # packed 4-bit weight + fp32 absmax per 64
+ADAM8BIT_BYTES = 2 + 8 / 256 # two uint8 states + fp32 absmax per 256 values
+
+
+def _lever_half_batch(facts):
+    return ({"activations": 0.5, "autograd": 0.5, "inputs": 0.5}, False,
+            "halving the micro-batch halves what grows with it: saved activations, backward intermediates "
+            "and the batch itself (keep the effective batch with 2x gradient accumulation); weights, "
+            "gradients and optimizer state do not change; dequantization scratch and temporaries are "
+            "left as they are")
+
+
+def _lever_checkpointing(facts):
+    return ({"activations": CHECKPOINT_FACTOR}, False,
+            f"gradient checkpointing keeps each layer's input (about 2.s.b.h bytes of the ~34.s.b.h a "
+            f"transformer layer saves) plus one layer's activations while it is recomputed: "
+            f"(2L + 34) / (34L) = 0.09-0.14 for 12-32 layers, so activations x {CHECKPOINT_FACTOR}; the "
+            f"logits and loss are not checkpointed (the estimate is optimistic where they dominate); "
+            f"backward intermediates unchanged; about a third more compute")
+
+
+def _lever_adam8bit(facts):
+    bpp = facts.optimizer_bytes_per_param if facts is not None else None
+    if bpp:
+        f = min(1.0, ADAM8BIT_BYTES / bpp)
+        why = f"{ADAM8BIT_BYTES:.2f} B per trainable parameter instead of the {bpp:.2f} B measured"
+    else:
+        f = 0.25
+        why = f"{ADAM8BIT_BYTES:.2f} B per trainable parameter instead of AdamW's 8 B (fp32 moments)"
+    return ({"optimizer": round(f, 6)}, False,
+            f"an 8-bit optimizer (bitsandbytes AdamW8bit) keeps both moments in uint8 with an fp32 absmax "
+            f"per 256 values: {why}, so optimizer state x {f:.3g}")
+
+
+def _lever_paged(facts):
+    return ({"optimizer": 0.0}, False,
+            "a paged optimizer (bitsandbytes PagedAdamW/PagedAdamW8bit) keeps its state in CUDA unified "
+            "memory, outside the caching allocator, which the driver moves to host RAM under memory "
+            "pressure: counted as 0 on the GPU at the peak (optimistic: steps get slower while paging, and "
+            "state of tensors under 100,000 elements stays on the GPU)")
+
+
+def _lever_lora(facts):
+    frac = facts.trainable_fraction if facts is not None and facts.trainable_fraction else None
+    now = frac if frac else 1.0
+    f = min(1.0, LORA_TRAINABLE / now)
+    said = f"{now:.3%} trainable now" if frac else "full fine-tuning assumed now"
+    return ({"gradients": round(f, 6), "optimizer": round(f, 6)}, False,
+            f"LoRA trains about {LORA_TRAINABLE:.0%} of the parameters (rank 8-16 adapters on the attention "
+            f"and MLP projections) with the base frozen: gradients and optimizer state x {f:.3g} ({said}); "
+            f"the adapters' own weights (~1%) and their activations are ignored")
+
+
+def _lever_4bit(facts):
+    b = facts.frozen_dtype_bytes if facts is not None and facts.frozen_weight_bytes else \
+        (facts.trainable_dtype_bytes if facts is not None else 4.0)
+    src = (facts.dtype_evidence if facts is not None and facts.dtype_evidence else "fp32 assumed")
+    f = min(1.0, NF4_BYTES / b)
+    return ({"weights": round(f, 6)}, False,
+            f"4-bit base weights (bitsandbytes NF4, QLoRA): {NF4_BYTES:.4f} B per parameter (0.5 B packed + an "
+            f"fp32 absmax per 64) instead of {b:g} B ({src}), so weights x {f:.3g}; applies to the whole "
+            f"weights category, so pair it with lora for a full fine-tune (4-bit weights cannot be trained); "
+            f"one layer's dequantization scratch is ignored")
+
+
+def _lever_expandable(facts):
+    return ({}, True,
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True maps memory in small granules and grows "
+            "segments instead of caching many fixed ones: the reserved-but-unallocated memory at the peak "
+            "(fragmentation) is taken as gone; the allocated peak itself does not change")
+
+
+LEVERS = {
+    "half_batch": ("halve the micro-batch", _lever_half_batch),
+    "checkpointing": ("gradient checkpointing", _lever_checkpointing),
+    "adam8bit": ("8-bit optimizer", _lever_adam8bit),
+    "paged_optimizer": ("paged optimizer", _lever_paged),
+    "lora": ("LoRA instead of full fine-tuning", _lever_lora),
+    "4bit": ("4-bit base weights", _lever_4bit),
+    "expandable_segments": ("expandable_segments", _lever_expandable),
+}
+
+
+def lever(name: str, facts=None) -> Lever:
+    """The named lever's factors for this run (`facts`: budget.BudgetFacts, or None)."""
+    if name not in LEVERS:
+        raise LeverError(f"unknown lever {name!r} (known: {', '.join(LEVERS)})")
+    title, fn = LEVERS[name]
+    scales, removes, why = fn(facts)
+    return Lever(name, title, scales, removes, "estimate: " + why)
+
+
+__all__ = ["Lever", "LEVERS", "LeverError", "lever", "CHECKPOINT_FACTOR"]
