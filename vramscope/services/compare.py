@@ -24,6 +24,7 @@ from ..present.words import comparison_headline, moment_text, peak_words, signed
 
 SITES_IN_TEXT = 20
 LINES_IN_TEXT = 4
+ITERATIONS_AT_EACH_END = 5
 
 
 class ComparePeakJSON(TypedDict):
@@ -161,9 +162,15 @@ def compare_text(doc: CompareJSON, sites: int = SITES_IN_TEXT) -> str:
             pk = side["peak"]
             when = moment_text(pk["index"]) + (f" (iteration {pk['iteration']})" if pk["iteration"] is not None else "")
             out.append(f"  {name} peak {when}, {pk['type_words']}")
-        if d["iterations"]:
-            out.append("  iteration peaks")
-            for it in d["iterations"]:
+        its = d["iterations"]
+        if its:
+            out.append(f"  iteration peaks ({len(a['iterations'])} iterations in A, {len(b['iterations'])} in B)")
+            # hundreds of steps say no more than their first and last few
+            cut = len(its) > 2 * ITERATIONS_AT_EACH_END + 1
+            shown = its[:ITERATIONS_AT_EACH_END] + its[-ITERATIONS_AT_EACH_END:] if cut else its
+            for k, it in enumerate(shown):
+                if cut and k == ITERATIONS_AT_EACH_END:
+                    out.append(f"    ... {len(its) - len(shown)} more (--json lists every iteration)")
                 out.append(_row(str(it["number"]), _opt(it["a_bytes"]), _opt(it["b_bytes"]),
                                 "-" if it["delta"] is None else signed_bytes(it["delta"])))
         else:
