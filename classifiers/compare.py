@@ -22,7 +22,7 @@ as 'proj/train.py') are matched when the function is the same and the pairing is
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -31,7 +31,7 @@ from ..parsers import SnapshotError
 from .categories import CATEGORIES
 from .results import Iteration, Peak
 
-SiteOf = Callable[[int], "tuple[str, str]"]     # stack id -> (path tail, function)
+SiteOf = Callable[[int], tuple[str, str]]      # stack id -> (path tail, function)
 
 
 class CompareError(SnapshotError):
@@ -161,21 +161,29 @@ def sites_at(da, index: int, site_of: SiteOf) -> tuple[SiteBytes, ...]:
     stack_ids = naming[starts]
 
     line_of = _line_getter(da)
-    groups: dict[tuple[str, str], list] = {}
-    for sid, b, c in zip(stack_ids.tolist(), stack_bytes.tolist(), stack_count.tolist()):
-        key = site_of(int(sid))
-        g = groups.setdefault((str(key[0]), str(key[1])), [0, 0, {}, []])
-        g[0] += b
-        g[1] += c
+    groups: dict[tuple[str, str], _Group] = {}
+    for sid, nbytes, count in zip(stack_ids.tolist(), stack_bytes.tolist(), stack_count.tolist()):
+        file, function = site_of(int(sid))
+        g = groups.setdefault((str(file), str(function)), _Group())
+        g.bytes += nbytes
+        g.count += count
         line = line_of(sid)
-        g[2][line] = g[2].get(line, 0) + b
-        g[3].append((b, sid))
-    out = [SiteBytes(file=k[0], function=k[1], bytes=int(g[0]), count=int(g[1]),
-                     lines=tuple(sorted(g[2].items(), key=lambda kv: (-kv[1], kv[0]))),
-                     stacks=tuple(s for _, s in sorted(g[3], key=lambda bs: (-bs[0], bs[1]))))
+        g.lines[line] = g.lines.get(line, 0) + nbytes
+        g.stacks.append((nbytes, sid))
+    out = [SiteBytes(file=k[0], function=k[1], bytes=g.bytes, count=g.count,
+                     lines=tuple(sorted(g.lines.items(), key=lambda kv: (-kv[1], kv[0]))),
+                     stacks=tuple(sid for _, sid in sorted(g.stacks, key=lambda bs: (-bs[0], bs[1]))))
            for k, g in groups.items()]
     out.sort(key=lambda s: (-s.bytes, s.file, s.function))
     return tuple(out)
+
+
+@dataclass
+class _Group:
+    bytes: int = 0
+    count: int = 0
+    lines: dict[int, int] = field(default_factory=dict)
+    stacks: list[tuple[int, int]] = field(default_factory=list)     # (bytes, stack id)
 
 
 def _line_getter(da) -> Callable[[int], int]:

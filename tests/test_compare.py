@@ -12,14 +12,16 @@ import pickle
 import re
 import shutil
 
+import numpy as np
 import pytest
 
-from helpers import GROUNDTRUTH, load_trusted, needs_shared, shared
+from helpers import DATA, GROUNDTRUTH, REPO, load_trusted, needs_shared, shared
 from vramscope.classifiers import analyze
-from vramscope.classifiers.compare import (CompareError, SiteBytes, _pair_keys, _tails_agree, paired_devices,
-                                           site_changes)
+from vramscope.classifiers.compare import (CompareError, SiteBytes, _pair_keys, _tails_agree, naming_stacks,
+                                           paired_devices, site_changes, sites_at)
 from vramscope.cli import main
 from vramscope.parsers import open_snapshot
+from vramscope.present.stacks import Stacks
 from vramscope.services.compare import compare_analyses, compare_document, compare_text
 from vramscope.services.summary import summary_document
 
@@ -355,3 +357,48 @@ def test_real_fullstep_against_forward_only():
     assert sum(s["b_bytes"] for s in d["sites"]) == d["b"]["peak"]["bytes"]
     assert d["delta"]["peak_bytes"] == 23873313792 - 54802667524
     assert not any(s["where"].startswith("/") for s in d["sites"])   # path tails, never absolute paths
+
+
+# -- the grouping is the report's --------------------------------------------------------------
+@pytest.mark.parametrize("path", [DATA / "forward_frames_213.pickle", DATA / "multi_device.pickle",
+                                  GROUNDTRUTH / "ft_checkpointing.pickle", REPO / "assets" / "example.pickle"],
+                         ids=lambda p: p.name)
+def test_sites_name_allocations_as_the_report_does(path):
+    """The vectorized naming (classifiers.compare.naming_stacks) picks, row for row, the stack
+    `Stacks.where_of` names an allocation by (its forward stack for a C++-only backward
+    allocation, torch 2.13), and `sites_at` groups the live bytes by `Stacks.site_key` of it."""
+    an = an_of(str(path))
+    st = Stacks(an)
+    used_forward = 0
+    for dev, da in an.devices.items():
+        rows = np.arange(len(da.allocs))
+        naming = naming_stacks(da, rows)
+        for r, n in zip(rows.tolist(), naming.tolist()):
+            a = da.allocation(r)
+            assert st.where(n) == st.where_of(a), (dev, r)
+            used_forward += n != a.stack
+        live = np.flatnonzero(da.live_mask(da.peak.index))
+        expected: dict = {}
+        for r in live.tolist():
+            key = st.site_key(int(naming[r]))
+            expected[key] = expected.get(key, 0) + int(da.allocs.size[r])
+        got = sites_at(da, da.peak.index, st.site_key)
+        assert {(s.file, s.function): s.bytes for s in got} == expected
+        assert sum(s.bytes for s in got) == da.peak.bytes
+        assert [s.bytes for s in got] == sorted((s.bytes for s in got), reverse=True)
+    # forward_frames are kept as traceback strings (C++ frames to the classifier), so no forward
+    # stack holds a user frame yet and both name these rows by their autograd node
+    assert used_forward == 0
+
+
+def test_forward_stack_names_a_cpp_only_row_when_it_holds_user_code():
+    """The rule of Stacks._naming_stack, on made-up columns: a row whose own stack has no user
+    frame is named by its entry's forward stack when that one has one, else by its own."""
+    from types import SimpleNamespace as NS
+    user_frame = np.array([-1, 7, -1, 3])           # stacks 1 and 3 hold user code
+    da = NS(allocs=NS(stack=np.array([0, 1, 2, 0, -1]), alloc_index=np.array([0, 1, 2, -1, 3])),
+            trace_forward_stack=np.array([3, 3, 0, 1], dtype=np.int32),
+            facts=NS(stacks=NS(user_frame=user_frame)))
+    assert naming_stacks(da, np.arange(5)).tolist() == [3, 1, 2, 0, 1]
+    da.trace_forward_stack = None
+    assert naming_stacks(da, np.arange(5)).tolist() == [0, 1, 2, 0, -1]
