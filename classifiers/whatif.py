@@ -24,7 +24,6 @@ from .categories import CATEGORIES
 from .category_live import CategoryLive
 from .levers import LEVERS, Lever, LeverError, lever
 
-
 # a bad scale, lever or GPU size (the command line exits 2 on it); one-line message
 WhatIfError = LeverError
 

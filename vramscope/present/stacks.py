@@ -16,6 +16,8 @@ best frame; here those facts become text. Every surface takes its words from her
                          library frames that called the allocator
   site_key(sid)          (path tail, function) of the naming frame: the same code site in
                          two files recorded on different machines
+  site_where(file, fn)   a site key as text: 'dir/file.py:function' (no line: lines move
+                         between the two versions of the code a comparison is about)
 """
 from __future__ import annotations
 
@@ -112,6 +114,12 @@ def path_tail(path: str, keep: int = 2) -> str:
     """The last `keep` components: what stays the same when one project is checked out
     on two machines or in two virtual environments."""
     return "/".join(tidy_path(path).split("/")[-keep:])
+
+
+def site_where(file: str, function: str) -> str:
+    """A code site (`Stacks.site_key`) as text: 'dir/file.py:function'; a C++ or frameless
+    site is already worded ('MmBackward0 (autograd)', '(no frames)')."""
+    return f"{file}:{function}" if file else function
 
 
 class Stacks:
@@ -287,5 +295,5 @@ class Stacks:
         return [fv.where for fv in self.view(sid, limit=limit).frames]
 
 
-__all__ = ["Stacks", "FrameView", "StackView", "short_cpp", "tidy_path", "short_path", "path_tail", "NO_FRAMES",
+__all__ = ["Stacks", "FrameView", "StackView", "short_cpp", "tidy_path", "short_path", "path_tail", "site_where", "NO_FRAMES",
            "ROLE_CPP"]

@@ -129,6 +129,27 @@ def error_text(e: BaseException) -> str:
     return " ".join(str(e).split()) or type(e).__name__
 
 
+# -- comparisons ----------------------------------------------------------------------------
+def signed_bytes(n: int) -> str:
+    """A change in bytes: '+1.50 MiB', '-512 B', '0 B'."""
+    return ("+" if n > 0 else "") + fmt_bytes(n)
+
+
+def comparison_headline(dc) -> str:
+    """What changed between two recordings of one device (classifiers.compare.DeviceComparison),
+    in one sentence: the peak, then the categories that moved most."""
+    a, b, d = dc.a.peak.bytes, dc.b.peak.bytes, dc.peak_delta
+    if d == 0:
+        change = "unchanged"
+    else:
+        change = f"{fmt_bytes(abs(d))} {'lower' if d < 0 else 'higher'}" + (f" ({d / a:+.1%})" if a else "")
+    text = f"peak from {fmt_bytes(a)} to {fmt_bytes(b)}, {change}"
+    moved = sorted((kv for kv in dc.by_category_delta.items() if kv[1]), key=lambda kv: (-abs(kv[1]), kv[0]))[:3]
+    if moved:
+        text += "; at the two peaks " + ", ".join(f"{c} {signed_bytes(v)}" for c, v in moved)
+    return text
+
+
 # -- findings -------------------------------------------------------------------------------
 def finding_title(f: Finding, where: str = "") -> str:
     s = f.subject
@@ -173,4 +194,5 @@ def finding_detail(f: Finding, where: str = "") -> str:
 
 
 __all__ = ["PEAK_TYPE_WORDS", "LEVER_WORDS", "peak_words", "advice_text", "oom_suggestions", "oom_diagnosis",
-           "freed_note", "stale_gradients_text", "leak_text", "LEAK_CAUSE_WORDS", "error_text", "moment_text", "iteration_text", "finding_title", "finding_detail"]
+           "freed_note", "stale_gradients_text", "leak_text", "LEAK_CAUSE_WORDS", "error_text", "signed_bytes",
+           "comparison_headline", "moment_text", "iteration_text", "finding_title", "finding_detail"]

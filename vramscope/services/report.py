@@ -10,6 +10,10 @@ or cluster layout.
 The PNG is drawn by the viewer's code (Qt lives only there): the caller passes
 `render_png(analysis, device, path, notes)`, e.g. `vramscope.viewer.report_png.render_timeline`;
 without one the report has no image.
+
+With `compare_with` (a second analysis, B: `vramscope report A --compare B`), report.md
+ends with the comparison section, analysis.json gains `compare` (the `compare --json`
+document) and `render_compare_png` draws both timelines (services/report_compare.py).
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from ..common.atomic import atomic_write
 from ..common.jsonio import dumps_pretty
 from ..present.stacks import Stacks
 from .annotations import Annotation, load_annotations
+from .report_compare import RenderComparePng, compare_markdown, write_compare_pngs
 from .report_markdown import MD_LIMIT, STACK_FRAMES, fit_markdown, markdown
 from .report_whatif import whatif_json
 from .summary import summary_document
@@ -77,10 +82,14 @@ def _note_dict(a: Annotation) -> dict:
 
 
 def write_report(analysis: Analysis, out_dir: str, device: int | None = None, redact_paths: bool = False,
-                 annotations=None, render_png: RenderPng | None = None) -> list[str]:
+                 annotations=None, render_png: RenderPng | None = None, compare_with: Analysis | None = None,
+                 render_compare_png: RenderComparePng | None = None) -> list[str]:
     """Write report.md, analysis.json and (with `render_png`) one timeline PNG per device
     into `out_dir` (created when missing), each atomically; returns the written paths,
-    report.md and analysis.json first. Raises OSError when the folder cannot be written."""
+    report.md and analysis.json first. Raises OSError when the folder cannot be written,
+    CompareError (before writing anything) when `compare_with` cannot be compared."""
+    from .compare import compare_analyses, compare_document
+    cmp = compare_analyses(analysis, compare_with, device) if compare_with is not None else None
     os.makedirs(out_dir, exist_ok=True)
     snap = analysis.snapshot
     devs = [d for d in analysis.device_order() if device is None or d == device]
@@ -98,8 +107,15 @@ def write_report(analysis: Analysis, out_dir: str, device: int | None = None, re
             png_names[dev] = name
             pngs.append(p)
 
+    cmp_pngs: dict[int, str] = {}
+    if cmp is not None and compare_with is not None and render_compare_png is not None:
+        cmp_pngs = write_compare_pngs(analysis, compare_with, cmp, out_dir, render_compare_png)
+        pngs += [os.path.join(out_dir, n) for n in cmp_pngs.values()]
+
     md = fit_markdown(lambda limits: markdown(analysis, devs, stacks, note_dicts, note_warnings, limits, png_names,
-                                              __version__))
+                                              __version__)
+                      + (compare_markdown(cmp, snap.path, compare_with.snapshot.path, limits, cmp_pngs)
+                         if cmp is not None and compare_with is not None else ""))
     if redact_paths:
         md = redact(md)
     md_path = os.path.join(out_dir, "report.md")
@@ -119,9 +135,13 @@ def write_report(analysis: Analysis, out_dir: str, device: int | None = None, re
                            "annotations": note_dicts}
     if note_warnings:
         doc["annotation_warnings"] = note_warnings
+    if cmp is not None and compare_with is not None:
+        doc["compare"] = compare_document(cmp, snap.path, compare_with.snapshot.path)
     if redact_paths:
         doc = _redact_obj(doc)
         doc["file"] = os.path.basename(snap.path)
+        if "compare" in doc:
+            doc["compare"].update(a=os.path.basename(doc["compare"]["a"]), b=os.path.basename(doc["compare"]["b"]))
     js_path = os.path.join(out_dir, "analysis.json")
     atomic_write(js_path, dumps_pretty(doc))
     return [md_path, js_path] + pngs

@@ -16,7 +16,7 @@ import zlib
 from pathlib import Path
 from typing import Any, TypedDict
 
-from ..classifiers import Analysis, to_plain
+from ..classifiers import Analysis, Peak, to_plain
 from ..common.jsonio import dumps, loads
 from ..common.units import fmt_bytes
 from ..present.stacks import Stacks
@@ -127,6 +127,13 @@ class SummaryJSON(TypedDict):
     devices: list[DeviceJSON]
 
 
+def peak_document(peak: Peak) -> dict[str, Any]:
+    """A peak as every document tells it (summary, report, compare): its facts, the plain
+    words for its type, and its advice worded."""
+    return {**to_plain(peak), "type_words": peak_words(peak.type),
+            "advice_words": [advice_text(a, moment="at the peak") for a in peak.advice]}
+
+
 def summary_document(an: Analysis, device: int | None = None, stacks: Stacks | None = None) -> SummaryJSON:
     """The JSON of `vramscope summary --json`: devices in `an.device_order()` (the one
     to look at first leads), or only `device`."""
@@ -142,9 +149,7 @@ def summary_document(an: Analysis, device: int | None = None, stacks: Stacks | N
             {"size": a.size, "category": a.category, "rule": a.rule, "alloc_index": a.alloc_index, "addr": a.addr,
              "where": stacks.where_of(a), "stack": stacks.short(a.stack, 6, a.forward_stack)}
             for a in da.largest_live(peak.index, TOP_AT_PEAK)]
-        peak_json: PeakJSON = {**to_plain(peak), "type_words": peak_words(peak.type),  # type: ignore[typeddict-item]
-                               "advice_words": [advice_text(a, moment="at the peak") for a in peak.advice],
-                               "top": top}
+        peak_json: PeakJSON = {**peak_document(peak), "top": top}  # type: ignore[typeddict-item]
         leaks: list[LeakJSON] = [{**to_plain(lk), "where": stacks.site(lk.site, lk.stack),  # type: ignore[typeddict-item]
                                   "frames": stacks.frames_text(lk.stack),
                                   "cause_words": LEAK_CAUSE_WORDS.get(lk.cause, lk.cause)} for lk in s.leaks]
@@ -267,4 +272,4 @@ def device_overview_text(doc: SummaryJSON) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["summary_document", "cached_summary_document", "summary_text", "device_overview_text", "SummaryJSON", "DeviceJSON"]
+__all__ = ["peak_document", "summary_document", "cached_summary_document", "summary_text", "device_overview_text", "SummaryJSON", "DeviceJSON"]
