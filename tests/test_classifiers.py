@@ -462,12 +462,7 @@ def test_fixture_iteration_counts_from_expected_json():
 
 # Fixtures made to expose a classifier weakness a later change is to fix: expected to stay
 # below the bar until then (strict: a pass means the marker must go).
-INTENT_KNOWN_BELOW = {
-    "multi_device_oom.pickle": ("issue 11: nn.DataParallel's per-step parameter replicas on devices 1 and 2 "
-                                "(torch/nn/parallel/replicate.py, comm.broadcast_coalesced; 30% of their "
-                                "bytes) are classified activations (allocated in forward, freed in "
-                                "backward); the generator means weights"),
-}
+INTENT_KNOWN_BELOW: dict[str, str] = {}
 _FIXTURE_NAMES = sorted(json.loads((DATA / "expected.json").read_text())["fixtures"])
 
 
