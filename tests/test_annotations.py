@@ -115,8 +115,7 @@ def test_failed_save_switches_to_fallback(snap, monkeypatch):
     assert st.location_note and os.path.exists(st.path) and st.path != st.next_to_snapshot
 
 
-@pytest.mark.parametrize("content", [b"", b"{\"annotations\": [", b"\x00\xff garbage", b"[1, 2]",
-                                     b"{\"annotations\": [{\"kind\": \"nonsense\"}]}"])
+@pytest.mark.parametrize("content", [b"", b"{\"annotations\": [", b"\x00\xff garbage", b"{\"format\": 3}"])
 def test_corrupt_sidecar_is_moved_aside(snap, content):
     side = snap + ".vramscope.json"
     with open(side, "wb") as fh:
@@ -178,3 +177,81 @@ def test_sigkill_while_saving_never_corrupts(snap, tmp_path):
     # the store reads what survived, and nothing was moved aside
     assert len(AnnotationStore(snap)) == last
     assert not [n for n in os.listdir(os.path.dirname(snap)) if "corrupt" in n]
+
+
+# -- the sidecar as untrusted input ----------------------------------------------------------
+def _side(snap):
+    return snap + ".vramscope.json"
+
+
+@pytest.mark.parametrize("bad", [[1, 2], [{"kind": "nonsense"}], [{"kind": "peak", "index": "12"}],
+                                 [{"kind": "range", "note": ["not", "text"]}], [{"no": "kind"}],
+                                 [{"kind": "peak", "note": "x" * 100_001}]])
+def test_a_bad_note_is_set_aside_and_the_others_load(snap, bad):
+    import orjson
+    good = [{"kind": "peak", "index": 3, "note": "keep me", "id": "good1"},
+            {"kind": "range", "start_index": 1, "end_index": 9, "note": "me too", "id": "good2"}]
+    with open(_side(snap), "wb") as fh:
+        fh.write(orjson.dumps({"format": "vramscope-annotations", "version": 1, "annotations": good + bad}))
+    st = AnnotationStore(snap)
+    assert [a.note for a in st] == ["keep me", "me too"]
+    assert any("set aside" in w for w in st.warnings)
+    st.add(kind="peak", index=5, note="new")
+    doc = orjson.loads(open(_side(snap), "rb").read())
+    assert len(doc["annotations"]) == 3
+    assert doc["set_aside"] == bad                     # nothing lost without a word
+    assert not [n for n in os.listdir(os.path.dirname(snap)) if ".corrupt-" in n]
+
+
+def test_unknown_fields_and_newer_versions_are_kept(snap):
+    import orjson
+    with open(_side(snap), "wb") as fh:
+        fh.write(orjson.dumps({"format": "vramscope-annotations", "version": 7, "theme": {"color": "teal"},
+                               "annotations": [{"kind": "peak", "index": 3, "note": "n", "id": "a1",
+                                                "pinned": True, "tags": ["x"]}]}))
+    st = AnnotationStore(snap)
+    assert len(st) == 1 and any("newer vramscope" in w for w in st.warnings)
+    st.edit("a1", note="edited")
+    doc = orjson.loads(open(_side(snap), "rb").read())
+    assert doc["version"] == 7 and doc["theme"] == {"color": "teal"}
+    (note,) = doc["annotations"]
+    assert note["note"] == "edited" and note["pinned"] is True and note["tags"] == ["x"]
+
+
+def test_an_oversized_sidecar_is_not_read_and_not_lost(snap, monkeypatch):
+    from vramscope.services import sidecar
+    monkeypatch.setattr(sidecar, "MAX_BYTES", 1000)
+    content = b"[" + b",".join([b'{"kind": "peak", "index": 1, "note": "xxxxxxxxxx"}'] * 40) + b"]"
+    with open(_side(snap), "wb") as fh:
+        fh.write(content)
+    st = AnnotationStore(snap)
+    assert len(st) == 0 and st.warnings and "bytes" in st.warnings[0]
+    aside = [n for n in os.listdir(os.path.dirname(snap)) if ".corrupt-" in n]
+    assert len(aside) == 1 and open(os.path.join(os.path.dirname(snap), aside[0]), "rb").read() == content
+
+
+def test_a_fifo_as_the_sidecar_does_not_hang(snap):
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs here")
+    os.mkfifo(_side(snap))
+    st = AnnotationStore(snap)             # would block forever if it opened the FIFO
+    assert len(st) == 0 and st.warnings
+    st.add(kind="peak", index=1, note="saved elsewhere")
+    assert st.path != _side(snap) and os.path.isfile(st.path)
+    assert load_annotations(snap)[0] == [] or load_annotations(snap)[0][0].note == "saved elsewhere"
+
+
+def test_two_stores_saving_in_turn_merge_instead_of_overwriting(snap):
+    """Two windows on one snapshot: each keeps the other's notes, deletions and edits."""
+    a = AnnotationStore(snap)
+    b = AnnotationStore(snap)
+    n1 = a.add(kind="peak", index=1, note="from A")
+    n2 = b.add(kind="peak", index=2, note="from B")         # B had not seen A's note
+    assert {x.note for x in b} == {"from A", "from B"}
+    assert any("merged" in w for w in b.warnings)
+    a.add(kind="peak", index=3, note="A again")             # A had not seen B's note
+    assert {x.note for x in a} == {"from A", "from B", "A again"}
+    b.remove(n1.id)                                         # a deletion stays deleted
+    a.edit(n2.id, note="B's note, edited in A")
+    final = AnnotationStore(snap)
+    assert sorted(x.note for x in final) == ["A again", "B's note, edited in A"]

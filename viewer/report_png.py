@@ -44,7 +44,8 @@ def render_timeline(an, dev: int, path: str, annotations=(), width: int = 1200, 
     if has_time:
         # When nearly all entries crowd into a sliver of the time range (a long idle gap, a slow
         # data loader), a time axis hides the interesting part: fall back to entry numbers.
-        counts = np.histogram(tus, bins=100)[0]
+        # (relative to the first entry: µs since the epoch are too large for float bins)
+        counts = np.histogram((tus - tus[0]).astype(np.float64), bins=100)[0]
         if np.sort(counts)[-10:].sum() > 0.85 * n:
             has_time = False
     if has_time:

@@ -34,14 +34,14 @@ import uuid
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 
-import orjson
-
 from ..common.atomic import atomic_write, is_temp_of
+from ..common.jsonio import dumps
+from . import sidecar
+from .sidecar import FORMAT, FORMAT_VERSION
 
 SIDECAR_SUFFIX = ".vramscope.json"
-FORMAT = "vramscope-annotations"
-FORMAT_VERSION = 1
 KINDS = ("range", "peak", "allocation")
+_INT_FIELDS = ("device", "start_index", "end_index", "start_us", "end_us", "index", "time_us", "alloc_index", "addr")
 
 
 def _now() -> str:
@@ -70,24 +70,40 @@ class Annotation:
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     created: str = field(default_factory=_now)
     modified: str = ""
+    extra: dict = field(default_factory=dict, compare=False)   # fields we do not know, written back
 
     def __post_init__(self):
-        if self.kind not in KINDS:
+        if not isinstance(self.kind, str) or self.kind not in KINDS:
             raise ValueError(f"annotation kind must be one of {KINDS}, not {self.kind!r}")
         if not self.modified:
             self.modified = self.created
 
     def to_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        d = {k: v for k, v in asdict(self).items() if v is not None and k != "extra"}
+        return {**self.extra, **d}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Annotation":
+        """A note from its JSON; ValueError when a known field has the wrong type (the
+        sidecar reader sets such a note aside). Unknown fields go to `extra`."""
         if not isinstance(d, dict) or "kind" not in d:
             raise ValueError("an annotation must be an object with a 'kind'")
-        names = {f.name for f in fields(cls)}
-        kw = {k: v for k, v in d.items() if k in names}
-        kw["note"] = str(kw.get("note", ""))
-        return cls(**kw)
+        kw: dict = {}
+        for name in _INT_FIELDS:
+            v = d.get(name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+                raise ValueError(f"{name} must be an integer, not {type(v).__name__}")
+            kw[name] = v
+        for name in ("note", "id", "created", "modified"):
+            v = d.get(name)
+            if v is not None and not isinstance(v, str):
+                raise ValueError(f"{name} must be text, not {type(v).__name__}")
+            if v is not None:
+                kw[name] = v
+        if not kw.get("id"):
+            kw.pop("id", None)
+        known = {f.name for f in fields(cls)}
+        return cls(kind=d["kind"], extra={k: v for k, v in d.items() if k not in known}, **kw)
 
     def where(self) -> str:
         """A short human description of what the note is attached to."""
@@ -178,15 +194,17 @@ def dir_writable(directory: str) -> bool:
     return True
 
 
-def _parse_sidecar(data: bytes) -> list[Annotation]:
-    doc = orjson.loads(data)
-    if isinstance(doc, list):          # tolerate a bare list of annotations
-        items = doc
-    elif isinstance(doc, dict) and isinstance(doc.get("annotations"), list):
-        items = doc["annotations"]
-    else:
-        raise ValueError("not a vramscope annotations file")
-    return [Annotation.from_dict(d) for d in items]
+def _check_note(d: dict) -> None:
+    Annotation.from_dict(d)
+
+
+def _read(path: str) -> tuple[sidecar.Contents, list[Annotation]]:
+    """A sidecar's contents and notes. FileNotFoundError when absent; SidecarError when it
+    is not a readable sidecar; OSError for I/O errors."""
+    data, st = sidecar.read_bytes(path)
+    contents = sidecar.parse(data, _check_note)
+    contents.identity = sidecar.Identity.of(data, st)
+    return contents, [Annotation.from_dict(d) for d in contents.notes]
 
 
 class AnnotationStore:
@@ -201,6 +219,13 @@ class AnnotationStore:
         self._undo: list = []
         self._redo: list = []
         self._callbacks: list = []
+        # what the file held besides our notes, kept on save; and what we saw on disk last,
+        # to notice another writer
+        self._kept = sidecar.Contents(notes=[])
+        self._seen: sidecar.Identity | None = None
+        self._synced: set[str] = set()     # note ids in the file at the last read or write
+        self._deleted: set[str] = set()    # ... and what this store changed since
+        self._edited: set[str] = set()
         self.next_to_snapshot = self.snapshot_path + SIDECAR_SUFFIX
         if sidecar_path is not None:
             self.path = sidecar_path
@@ -224,29 +249,44 @@ class AnnotationStore:
         return cands
 
     def load(self) -> None:
-        """(Re)read the sidecar; a corrupt one is moved aside and reported."""
+        """(Re)read the sidecar; one that cannot be read at all is moved aside and reported,
+        bad notes in it are set aside (kept in the file) and reported."""
         self.annotations = []
         self._undo.clear()
         self._redo.clear()
+        self._deleted.clear()
+        self._edited.clear()
+        self._kept = sidecar.Contents(notes=[])
+        self._seen = None
         for p in self._candidates():
             try:
-                with open(p, "rb") as fh:
-                    data = fh.read()
+                contents, notes = _read(p)
             except FileNotFoundError:
+                continue
+            except sidecar.SidecarError as e:
+                self._move_aside(p, e)
                 continue
             except OSError as e:
                 self.warnings.append(f"cannot read {p}: {e.strerror or e}")
+                if p == self.path:
+                    self._use_fallback("the sidecar next to the snapshot cannot be read")
                 continue
-            try:
-                self.annotations = _parse_sidecar(data)
-            except (ValueError, TypeError, orjson.JSONDecodeError) as e:
-                self._move_aside(p, e)
-                continue
+            self.annotations = notes
+            self._kept = contents
+            if p == self.path:
+                self._seen = contents.identity
+                self._synced = {a.id for a in notes}
+            self.warnings += [f"{p}: {w}" for w in contents.warnings]
             break
         self._clean_temp_files()
         self._notify("reset", None)
 
     def _move_aside(self, p: str, err) -> None:
+        if os.path.exists(p) and not os.path.isfile(p):   # a FIFO or a folder: never touch it
+            self.warnings.append(f"{p} is not a regular file ({err}); saving elsewhere")
+            if p == self.path:
+                self._use_fallback("the sidecar's name is taken by something that is not a file")
+            return
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         dest = f"{p}.corrupt-{stamp}"
         n = 1
@@ -281,12 +321,39 @@ class AnnotationStore:
 
     # -- saving ----------------------------------------------------------------------
     def to_json(self) -> bytes:
-        doc = {"format": FORMAT, "version": FORMAT_VERSION,
+        kept = self._kept
+        doc = {**kept.extra, "format": FORMAT, "version": max(FORMAT_VERSION, kept.version),
                "snapshot": os.path.basename(self.snapshot_path),
                "annotations": [a.to_dict() for a in self.annotations]}
-        return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+        if kept.set_aside:
+            doc["set_aside"] = kept.set_aside
+        return dumps(doc, pretty=True)
+
+    def _merge_from_disk(self) -> None:
+        """Another writer saved since we read: take in what it added or changed (by note id),
+        keep what we deleted deleted, and say so."""
+        try:
+            contents, notes = _read(self.path)
+        except (FileNotFoundError, OSError, sidecar.SidecarError):
+            return
+        if self._seen is not None and contents.identity == self._seen:
+            return
+        merged, added = sidecar.merge_for_save(self.annotations, notes, self._synced, self._deleted, self._edited)
+        changed = [a.id for a in merged] != [a.id for a in self.annotations] or any(
+            x is not y for x, y in zip(merged, self.annotations))
+        self.annotations = merged
+        for d in contents.set_aside:
+            if d not in self._kept.set_aside:
+                self._kept.set_aside.append(d)
+        self._kept.extra = {**contents.extra, **self._kept.extra}
+        self._kept.version = max(self._kept.version, contents.version)
+        if changed:
+            self.warnings.append(f"{self.path} was changed by another window or program: its notes were merged "
+                                 f"with these ({added} added there)")
+            self._notify("reset", None)
 
     def save(self) -> str:
+        self._merge_from_disk()
         data = self.to_json()
         try:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
@@ -298,6 +365,14 @@ class AnnotationStore:
                 atomic_write(self.path, data)
             else:
                 raise
+        try:
+            st = os.stat(self.path)
+            self._seen = sidecar.Identity.of(data, st)
+        except OSError:
+            self._seen = None
+        self._synced = {a.id for a in self.annotations}
+        self._deleted.clear()
+        self._edited.clear()
         return self.path
 
     # -- queries -------------------------------------------------------------------------
@@ -390,6 +465,8 @@ class AnnotationStore:
 
     # -- primitive mutations (commands call these; they notify) -----------------------------
     def _insert(self, ann: Annotation, pos: int | None) -> None:
+        self._deleted.discard(ann.id)
+        self._edited.add(ann.id)
         if pos is None or pos > len(self.annotations):
             self.annotations.append(ann)
         else:
@@ -400,12 +477,14 @@ class AnnotationStore:
         for i, a in enumerate(self.annotations):
             if a.id == ann_id:
                 del self.annotations[i]
+                self._deleted.add(ann_id)
                 self._notify("removed", a)
                 return i
         raise KeyError(ann_id)
 
     def _set(self, ann_id: str, values: dict) -> None:
         ann = self.get(ann_id)
+        self._edited.add(ann_id)
         for k, v in values.items():
             setattr(ann, k, v)
         self._notify("changed", ann)
@@ -428,12 +507,11 @@ def load_annotations(snapshot_path: str) -> tuple[list[Annotation], str | None, 
     warnings: list[str] = []
     for p in cands:
         try:
-            with open(p, "rb") as fh:
-                data = fh.read()
-        except OSError:
+            contents, notes = _read(p)
+        except FileNotFoundError:
             continue
-        try:
-            return _parse_sidecar(data), p, warnings
-        except (ValueError, TypeError, orjson.JSONDecodeError) as e:
+        except (OSError, sidecar.SidecarError) as e:
             warnings.append(f"the annotations file {p} could not be read ({e})")
+            continue
+        return notes, p, warnings + [f"{p}: {w}" for w in contents.warnings]
     return [], None, warnings
