@@ -59,6 +59,31 @@ ROLE_NAMES = ("user", "library", "module", "op", "autograd", "cpp", "allocator")
 BEST_ORDER = (ROLE_USER, ROLE_LIBRARY, ROLE_MODULE, ROLE_AUTOGRAD, ROLE_OP, ROLE_CPP, ROLE_ALLOCATOR)
 
 
+# forward ops whose autograd nodes are named after what they call (the rest match by name)
+_COMPOSITE_OPS = {"linear": ("mm", "addmm", "t"), "crossentropyloss": ("nllloss", "logsoftmax"),
+                  "scaleddotproductattention": ("scaleddotproductefficientattention",
+                                                "scaleddotproductflashattention", "scaleddotproductcudnnattention",
+                                                "scaleddotproductattentionmath"),
+                  "dropout": ("nativedropout",), "to": ("tocopy",), "totype": ("tocopy",),
+                  "reshape": ("view", "unsafeview"), "matmul": ("mm", "bmm"), "layernorm": ("nativelayernorm",),
+                  "groupnorm": ("nativegroupnorm",), "batchnorm": ("nativebatchnorm",)}
+_NODE_OPS: dict[str, list[str]] = {}
+for _op, _nodes in _COMPOSITE_OPS.items():
+    for _n in _nodes:
+        _NODE_OPS.setdefault(_n, []).append(_op)
+
+
+def _op_key(name: str) -> str:
+    """'_log_softmax' / 'log_softmax' / 'cross_entropy_loss' -> 'logsoftmax', ..."""
+    return name.replace("_", "").lower()
+
+
+def _node_ops(node: str) -> list[str]:
+    """The op keys whose forward makes autograd node `node` ('MmBackward0' -> mm, linear, matmul)."""
+    key = re.sub(r"Backward\d*$", "", node).replace("_", "").lower()
+    return [key] + _NODE_OPS.get(key, [])
+
+
 def is_library_file(file: str) -> bool:
     return file.startswith("torch/") or any(p in file for p in LIBRARY_PATH)
 
@@ -204,6 +229,7 @@ class StackFacts:
         n_tb = tbc[self.offsets[1:]] - tbc[self.offsets[:-1]]
         self.outer_first = (n_tb > 0) & (n_tb == lengths)
         self.user_frame, self.best_frame = self._best_frames()
+        self.forward_user_frame = self._forward_user_frames()
 
     # -- frame level -------------------------------------------------------------
     def _match_strings(self, pattern: str | None, strings: list, cache: dict) -> np.ndarray | None:
@@ -324,6 +350,38 @@ class StackFacts:
                 break
             best[todo] = self.innermost_frame(role == r)[todo]
         return user, best
+
+    def _forward_user_frames(self) -> np.ndarray:
+        """Per stack named by an autograd node (a backward allocation on autograd's thread,
+        no Python frames): the user frame of the forward op that made the node, where the
+        file's other stacks tell it without doubt (every stack that ran that op from user
+        code has the same user frame), else -1. torch 2.13 records it (forward_frames);
+        older files only name the node (`LogSoftmaxBackward0`), so the op is matched by name."""
+        out = np.full(self.n_stacks, -1, dtype=np.int64)
+        t = self.table
+        best = self.best_frame
+        if not len(t.role) or not (t.role[np.maximum(best, 0)] == ROLE_AUTOGRAD).any():
+            return out
+        sites: dict[str, set] = {}
+        has = (self.op_name_id >= 0) & (self.user_frame >= 0)
+        for s in np.flatnonzero(has).tolist():
+            sites.setdefault(_op_key(t.names[self.op_name_id[s]]), set()).add(int(self.user_frame[s]))
+        node_site: dict[str, int] = {}
+        for s in np.flatnonzero((best >= 0) & (self.user_frame < 0)).tolist():
+            f = int(best[s])
+            if t.role[f] != ROLE_AUTOGRAD:
+                continue
+            m = _AUTOGRAD_NODE.search(t.names[t.name_ids[f]])
+            if not m:
+                continue
+            node = m.group(1)
+            if node not in node_site:
+                found: set = set()
+                for op in _node_ops(node):
+                    found |= sites.get(op, set())
+                node_site[node] = next(iter(found)) if len(found) == 1 else -1
+            out[s] = node_site[node]
+        return out
 
     # -- presentation --------------------------------------------------------------
     def frame_text(self, f: int) -> str:

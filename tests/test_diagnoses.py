@@ -150,3 +150,21 @@ def test_backward_allocations_show_their_forward_user_frame():
         assert st.where_of(a) == case["forward_user_frame"], (i, st.where_of(a), case)
         view = st.view_of(da, a)
         assert view.from_forward and view.frames[0].role in ("user", "library")
+
+
+def test_autograd_nodes_of_older_files_are_matched_to_their_forward_op():
+    """Before torch 2.13 a backward allocation only names its autograd node; where the file
+    shows the op behind the node run from one user frame, that frame is named too."""
+    from helpers import SHARED
+    an = analysis(SHARED / "cranberrii+ftcourse__memory_snapshot.pickle")
+    st = Stacks(an)
+    da = an.devices[0]
+    names = {st.where_of(a) for a in da.largest_live(da.peak.index, 10)}
+    assert "LogSoftmaxBackward0 (autograd) of /tmp/ipykernel_114/3105878423.py:21:<module>" in names
+    assert "NllLossBackward0 (autograd) of /tmp/ipykernel_114/3105878423.py:21:<module>" in names
+    # never a guess: a node whose op ran from several user frames keeps its bare name
+    sf = an.facts.stacks
+    for s in range(sf.n_stacks):
+        f = int(sf.forward_user_frame[s])
+        if f >= 0:
+            assert sf.user_frame[s] < 0 and sf.table.role[f] == 0

@@ -183,13 +183,26 @@ class Stacks:
     def has_user_frame(self, sid: int) -> bool:
         return sid is not None and 0 <= sid < self.facts.n_stacks and int(self.facts.user_frame[sid]) >= 0
 
+    def forward_site(self, sid: int) -> int:
+        """For a stack named by an autograd node: the user frame of the forward op that made
+        the node, matched in this file (classifiers/stacks.py), else -1."""
+        if sid is None or sid < 0 or sid >= self.facts.n_stacks:
+            return -1
+        return int(self.facts.forward_user_frame[sid])
+
     def where(self, sid: int) -> str:
         f = self.naming_frame(sid)
-        return self.frame(f).where if f >= 0 else NO_FRAMES
+        if f < 0:
+            return NO_FRAMES
+        fwd = self.forward_site(sid)
+        return self.frame(f).where + (f" of {self.frame(fwd).where}" if fwd >= 0 else "")
 
     def label(self, sid: int) -> str:
         f = self.naming_frame(sid)
-        return self.frame(f).label if f >= 0 else "(no stack)"
+        if f < 0:
+            return "(no stack)"
+        fwd = self.forward_site(sid)
+        return self.frame(f).label + (f" of {self.frame(fwd).label}" if fwd >= 0 else "")
 
     def _naming_stack(self, stack: int, forward_stack: int) -> tuple[int, bool]:
         """The stack to name an allocation by: its own, or, when that holds no code of the
