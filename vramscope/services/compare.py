@@ -21,22 +21,14 @@ from ..classifiers.compare import Comparison, DeviceComparison, compare
 from ..common.units import fmt_bytes
 from ..present.stacks import Stacks, site_where
 from ..present.words import comparison_headline, moment_text, signed_bytes
-from .summary import peak_document
+from .summary import PeakDocJSON, peak_document
 
 SITES_IN_TEXT = 20
 LINES_IN_TEXT = 4
 ITERATIONS_AT_EACH_END = 5
 
 
-class ComparePeakJSON(TypedDict):
-    bytes: int
-    index: int
-    time_us: int | None
-    type: str
-    type_words: str
-    by_category: dict[str, int]
-    iteration: int | None
-    phase: str
+ComparePeakJSON = PeakDocJSON          # the peak as summary tells it, without its `top` list
 
 
 class OriginJSON(TypedDict):
@@ -102,7 +94,7 @@ def compare_analyses(an_a: Analysis, an_b: Analysis, device: int | None = None) 
 
 
 def _side_json(side) -> CompareSideJSON:
-    peak: ComparePeakJSON = peak_document(side.peak)  # type: ignore[assignment]
+    peak: ComparePeakJSON = peak_document(side.peak)
     return {"entries": side.entries, "peak": peak, "iterations": to_plain(side.iterations),
             "origin": {"index": side.origin_index, "time_us": side.origin_us}}
 

@@ -41,9 +41,8 @@ class TopAllocationJSON(TypedDict):
     stack: list[str]
 
 
-class PeakJSON(TypedDict):
-    advice: list[dict[str, Any]]
-    advice_words: list[str]
+class PeakDocJSON(TypedDict):
+    """A peak as every document tells it (peak_document)."""
     bytes: int
     index: int
     time_us: int | None
@@ -52,6 +51,11 @@ class PeakJSON(TypedDict):
     by_category: dict[str, int]
     iteration: int | None
     phase: str
+    advice: list[dict[str, Any]]
+    advice_words: list[str]
+
+
+class PeakJSON(PeakDocJSON):
     top: list[TopAllocationJSON]
 
 
@@ -127,10 +131,10 @@ class SummaryJSON(TypedDict):
     devices: list[DeviceJSON]
 
 
-def peak_document(peak: Peak) -> dict[str, Any]:
+def peak_document(peak: Peak) -> PeakDocJSON:
     """A peak as every document tells it (summary, report, compare): its facts, the plain
     words for its type, and its advice worded."""
-    return {**to_plain(peak), "type_words": peak_words(peak.type),
+    return {**to_plain(peak), "type_words": peak_words(peak.type),  # type: ignore[typeddict-item]
             "advice_words": [advice_text(a, moment="at the peak") for a in peak.advice]}
 
 
@@ -149,7 +153,7 @@ def summary_document(an: Analysis, device: int | None = None, stacks: Stacks | N
             {"size": a.size, "category": a.category, "rule": a.rule, "alloc_index": a.alloc_index, "addr": a.addr,
              "where": stacks.where_of(a), "stack": stacks.short(a.stack, 6, a.forward_stack)}
             for a in da.largest_live(peak.index, TOP_AT_PEAK)]
-        peak_json: PeakJSON = {**peak_document(peak), "top": top}  # type: ignore[typeddict-item]
+        peak_json: PeakJSON = {**peak_document(peak), "top": top}
         leaks: list[LeakJSON] = [{**to_plain(lk), "where": stacks.site(lk.site, lk.stack),  # type: ignore[typeddict-item]
                                   "frames": stacks.frames_text(lk.stack),
                                   "cause_words": LEAK_CAUSE_WORDS.get(lk.cause, lk.cause)} for lk in s.leaks]
@@ -272,4 +276,4 @@ def device_overview_text(doc: SummaryJSON) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["peak_document", "summary_document", "cached_summary_document", "summary_text", "device_overview_text", "SummaryJSON", "DeviceJSON"]
+__all__ = ["PeakDocJSON", "peak_document", "summary_document", "cached_summary_document", "summary_text", "device_overview_text", "SummaryJSON", "DeviceJSON"]
