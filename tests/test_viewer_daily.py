@@ -36,6 +36,23 @@ def header_click(qt, table, column: int):
     qt.mouseClick(hh.viewport(), Qt.MouseButton.LeftButton, pos=pos)
 
 
+def drag(widget, start: QPoint, end: QPoint, steps: int = 10, modifiers=Qt.KeyboardModifier.NoModifier,
+         button=Qt.MouseButton.LeftButton):
+    """A real press, moves (with the button held: QTest's mouseMove carries no buttons)
+    and release on `widget`."""
+    from PySide6.QtCore import QEvent
+    from PySide6.QtGui import QMouseEvent
+
+    def send(kind, pos, btn, buttons):
+        p = QPointF(pos)
+        QApplication.sendEvent(widget, QMouseEvent(kind, p, QPointF(widget.mapToGlobal(pos)), btn, buttons,
+                                                   modifiers))
+    send(QEvent.Type.MouseButtonPress, start, button, button)
+    for k in range(1, steps + 1):
+        send(QEvent.Type.MouseMove, start + (end - start) * (k / steps), Qt.MouseButton.NoButton, button)
+    send(QEvent.Type.MouseButtonRelease, end, button, Qt.MouseButton.NoButton)
+
+
 def focus_key(qt, w, widget, key, modifier=Qt.KeyboardModifier.NoModifier):
     w.activateWindow()
     widget.setFocus()
@@ -87,3 +104,56 @@ def test_frame_search_finds_file_and_line_as_the_where_column_shows_it(qt, windo
     qt.keyClicks(panel.text, f"({file_line})")
     qt.waitUntil(lambda: panel.text.text() == f"({file_line})" and not panel._timer.isActive(), timeout=2000)
     assert sorted(panel.model.view.rows.tolist()) == sorted(rows.tolist())
+
+
+# -- the view stays on the data ----------------------------------------------------------------------
+def test_views_stay_on_the_data(qt, window):
+    d = open_and_wait(qt, window, EXAMPLE)
+    tl = window.timeline
+    lo, hi = tl.x_limits()
+    assert lo < 0 < d.x_range[1] < hi and hi - lo < d.x_range[1] * 1.03
+    # an allocation live before the trace: its lifetime starts at the run's start, no earlier
+    panel = window.table_panel
+    pre = np.flatnonzero(d.alloc_index < 0)
+    assert len(pre)
+    panel.set_categories(None)
+    pos = panel.model.view.position_of(int(pre[0]))
+    panel.table.scrollTo(panel.model.index(pos, 0))
+    qt.mouseClick(panel.table.viewport(), Qt.MouseButton.LeftButton,
+                  pos=panel.table.visualRect(panel.model.index(pos, 1)).center())
+    assert window.selected_row == int(pre[0])
+    a, b = tl.x_span()
+    assert lo - 1e-9 <= a < b <= hi + 1e-9
+    # panning with the arrow keys stops at the end
+    tl.set_x_range(d.x_range[1] * 0.5, d.x_range[1] * 0.7)
+    window.activateWindow()
+    tl.plot.setFocus()
+    for _ in range(12):
+        qt.keyClick(tl.plot, Qt.Key.Key_Right)
+    a, b = tl.x_span()
+    assert b == pytest.approx(hi) and b - a == pytest.approx(d.x_range[1] * 0.2)
+    # dragging the overview's region far past the end stops there too
+    ov = tl.overview
+    ovb = ov.getPlotItem().getViewBox()
+    vp = ov.viewport()
+
+    def at(x):
+        return ov.mapFromScene(ovb.mapViewToScene(QPointF(x, 0.5 * ovb.viewRange()[1][1])))
+    tl.set_x_range(d.x_range[1] * 0.2, d.x_range[1] * 0.4)
+    qt.wait(5)
+    start = at(d.x_range[1] * 0.3)
+    drag(vp, start, start + QPoint(1200, 0))
+    ra, rb = tl.ov_region.getRegion()
+    a, b = tl.x_span()
+    assert rb <= hi + 1e-9 and b <= hi + 1e-9 and a > d.x_range[1] * 0.4
+    # the mouse wheel cannot zoom out past the whole run
+    from PySide6.QtGui import QWheelEvent
+    vp = tl.plot.viewport()
+    p = vp.rect().center()
+    for _ in range(8):
+        ev = QWheelEvent(QPointF(p), QPointF(vp.mapToGlobal(p)), QPoint(0, 0), QPoint(0, -240),
+                         Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase,
+                         False)
+        QApplication.sendEvent(vp, ev)
+    a, b = tl.x_span()
+    assert lo - 1e-6 <= a and b <= hi + 1e-6

@@ -160,6 +160,7 @@ class TimelineWidget(QWidget):
         self.ov_region.setZValue(10)
         ovb.addItem(self.ov_region, ignoreBounds=True)
         self.ov_region.sigRegionChanged.connect(self._on_region)
+        self.ov_region.sigRegionChangeFinished.connect(self._on_region)    # a drag's last move
         ovb.sigResized.connect(self._build_overview)
         self.overview.setToolTip("The whole run. Drag the highlighted region to move the view, "
                                  "drag its edges to zoom.")
@@ -256,6 +257,7 @@ class TimelineWidget(QWidget):
             return
         self.axis_x.has_time = data.has_time
         self.axis_x.setLabel("time since the first event" if data.has_time else "trace entry")
+        self._apply_limits()
         self._build_static()
         self.reset_view()
 
@@ -394,9 +396,8 @@ class TimelineWidget(QWidget):
         d = self.data
         if d is None or self._released:
             return
-        x0, x1 = d.x_range
         ovb = self.overview.getPlotItem().getViewBox()
-        ovb.setXRange(x0, x1, padding=0.01)
+        ovb.setXRange(*self.x_limits(), padding=0)
         # one column per pixel of the strip's plot area, over its whole x range
         (vx0, vx1), _ = ovb.viewRange()
         w = max(50, int(round(ovb.width() * self.overview.devicePixelRatioF())))
@@ -421,12 +422,40 @@ class TimelineWidget(QWidget):
         self.marker_lines.append(ln)
 
     # -- view -------------------------------------------------------------------------------
+    def x_limits(self) -> tuple[float, float]:
+        """The widest view: the run plus 1% each side (what Home shows). Views, pans,
+        zooms and the overview's region stay inside it: beyond the data there is nothing
+        to draw but the last value carried on."""
+        if self.data is None:
+            return 0.0, 1.0
+        x0, x1 = self.data.x_range
+        pad = (x1 - x0) * 0.01
+        return x0 - pad, x1 + pad
+
+    def _apply_limits(self):
+        lo, hi = self.x_limits()
+        d = self.data
+        # the narrowest view: a few entries (an index axis), or a microsecond
+        min_w = 4.0 if not d.has_time else 1e-6
+        self.vb.setLimits(xMin=lo, xMax=hi, minXRange=min(min_w, (hi - lo) / 2), maxXRange=hi - lo)
+
+    def clamp(self, x0: float, x1: float) -> tuple[float, float]:
+        """[x0, x1] moved (not shrunk) inside the limits; the whole when it is wider."""
+        lo, hi = self.x_limits()
+        w = x1 - x0
+        if w >= hi - lo or w <= 0:
+            return lo, hi
+        if x0 < lo:
+            x0, x1 = lo, lo + w
+        elif x1 > hi:
+            x0, x1 = hi - w, hi
+        return x0, x1
+
     def reset_view(self):
         if self.data is None:
             return
-        x0, x1 = self.data.x_range
         self._auto_y = True
-        self.vb.setXRange(x0, x1, padding=0.01)
+        self.vb.setXRange(*self.x_limits(), padding=0)
         self._refresh()
 
     def x_span(self) -> tuple[float, float]:
@@ -434,7 +463,7 @@ class TimelineWidget(QWidget):
         return x0, x1
 
     def set_x_range(self, x0: float, x1: float):
-        self.vb.setXRange(x0, x1, padding=0)
+        self.vb.setXRange(*self.clamp(x0, x1), padding=0)
 
     def zoom(self, factor: float, center: float | None = None):
         """factor < 1 zooms in."""
@@ -519,7 +548,16 @@ class TimelineWidget(QWidget):
             return
         a, b = self.ov_region.getRegion()
         if b > a:
-            self.set_x_range(a, b)
+            # moved, not squeezed, at the ends: the region keeps its width and stops there
+            # (pyqtgraph's own bounds clamp each edge alone and collapse the region)
+            ca, cb = self.clamp(a, b)
+            self.set_x_range(ca, cb)
+            if (ca, cb) != (a, b):
+                self._syncing_region = True
+                try:
+                    self.ov_region.setRegion((ca, cb))
+                finally:
+                    self._syncing_region = False
 
     # -- hover, click, selection ------------------------------------------------------------------
     def _on_mouse_moved(self, pos):
