@@ -37,6 +37,7 @@ from .lod import MinMaxPyramid, ragged
 
 CHECKPOINT = 64
 NO_CATEGORY = 255
+SMALL_SEGMENT = 2 << 20        # the caching allocator's small-pool segment (kSmallBuffer)
 
 
 @dataclass
@@ -171,6 +172,9 @@ class DeviceData:
         self.cat_present = np.bincount(self.category, minlength=self.n_categories) > 0
         self._step(progress, "timeline", 0.8)
 
+        self._rank = None
+        self._alloc_stack = None
+        self._segment_stack = None
         self._build_segments()
         self.stacks = stacks or Stacks(analysis)
         self.iterations: list[Iteration] = list(da.iterations)
@@ -449,15 +453,71 @@ class DeviceData:
         return self.allocation_at_index(self.index_before_x(x), y, visible)
 
     def allocation_at_index(self, i: int, y: float, visible: list[int]) -> tuple[int, int]:
+        """(row, category) of the allocation drawn at bytes y after entry i in the category
+        view: the category band y falls in, then, inside it, the allocation at that height
+        with the band's allocations stacked oldest first (as the per-allocation view and
+        the selection outline stack them)."""
         comp = self.composition([i])[0]
         top = 0.0
         for c in visible:
             v = max(0.0, comp[c])
             if top <= y < top + v:
-                rows = self.largest_live(i, 1, c)
-                return (int(rows[0]) if len(rows) else -1), c
+                rows = self.live_rows(i)
+                rows = rows[self.category[rows] == c]
+                if not len(rows):
+                    return -1, c
+                cum = np.cumsum(np.asarray(self.allocs.size)[rows])
+                k = int(np.searchsorted(cum, y - top, side="right"))
+                return int(rows[min(k, len(rows) - 1)]), c
             top += v
         return -1, -1
+
+    def older_in_category(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        """The allocations of `row`'s category live when it was allocated and older than it
+        (below it in its band): (their free entries, -1 never; their sizes)."""
+        a = int(self.alloc_index[row])
+        rows = self.live_rows(a) if a >= 0 else np.flatnonzero(self.alloc_index < 0)
+        rank = self.alloc_rank()
+        rows = rows[(self.category[rows] == self.category[row]) & (rank[rows] < rank[row])]
+        return self.free_index[rows].astype(np.int64), np.asarray(self.allocs.size)[rows].astype(np.int64)
+
+    def offset_in_category(self, row: int, moments) -> np.ndarray:
+        """Bytes below `row` inside its category's band at each moment of its lifetime
+        (older allocations of its category still live): the band drops as they are freed."""
+        ends, sizes = self.older_in_category(row)
+        ends = np.where(ends < 0, np.iinfo(np.int64).max, ends)
+        order = np.argsort(ends, kind="stable")
+        ends, sizes = ends[order], sizes[order]
+        still = np.concatenate([np.cumsum(sizes[::-1])[::-1], [0]])   # bytes freed after ends[k-1]
+        k = np.searchsorted(ends, np.asarray(moments, dtype=np.int64), side="right")
+        return still[k]
+
+    def alloc_rank(self) -> np.ndarray:
+        """Each row's position in allocation order (the stacks' order: older lower)."""
+        if self._rank is None:
+            if self._alloc_order is None:
+                self._rank = np.arange(self.n_rows, dtype=np.int64)
+            else:
+                self._rank = np.empty(self.n_rows, dtype=np.int64)
+                self._rank[self._alloc_order] = np.arange(self.n_rows)
+        return self._rank
+
+    def alloc_stack(self):
+        """Every allocation as a band (viewer/alloc_stack.py), built on first use."""
+        if self._alloc_stack is None:
+            from .alloc_stack import AllocStack
+            self._alloc_stack = AllocStack(self.alloc_index, self.free_index, self.allocs.size, self.category,
+                                           self.n)
+        return self._alloc_stack
+
+    def segment_stack(self):
+        """Every allocator segment as a band (reserved memory by segment), keyed by its
+        stream (several streams) or its pool (small / large), built on first use."""
+        if self._segment_stack is None and self.segments_known:
+            from .alloc_stack import AllocStack
+            end = np.where(self.seg_end > self.n, -1, self.seg_end)
+            self._segment_stack = AllocStack(self.seg_start, end, self.seg_size, self.seg_key, self.n)
+        return self._segment_stack
 
     def row_of_alloc_event(self, i: int) -> int:
         """The row allocated by entry i, or -1."""
@@ -504,44 +564,79 @@ class DeviceData:
         self.segments_known = self.reserved is not None
         if not self.segments_known:
             self.seg_addr = self.seg_size = self.seg_start = self.seg_end = np.zeros(0, dtype=np.int64)
+            self.seg_stream = self.seg_key = np.zeros(0, dtype=np.int64)
+            self.streams = np.zeros(0, dtype=np.int64)
             return
+        cols = self.snap.trace(self.device).columns
+        stream_col = np.asarray(cols["stream"]) if "stream" in cols else np.zeros(self.n, dtype=np.int64)
         act = self.action
         up_mask = (act == A_SEGMENT_ALLOC) | (act == A_SEGMENT_MAP)
         ev = np.flatnonzero(up_mask | (act == A_SEGMENT_FREE) | (act == A_SEGMENT_UNMAP))
-        addr_col = self.snap.trace(self.device).columns["addr"]
-        ev_addr = np.asarray(addr_col[ev], dtype=np.int64)
-        ev_size = np.asarray(self.size[ev], dtype=np.int64)
-        ev_up = up_mask[ev]
-        order = np.lexsort((ev, ev_addr))
-        ev, ev_addr, ev_size, ev_up = ev[order], ev_addr[order], ev_size[order], ev_up[order]
-        same_next = np.zeros(len(ev), dtype=bool)
-        if len(ev) > 1:
-            same_next[:-1] = ev_addr[:-1] == ev_addr[1:]
-        nxt_down = np.zeros(len(ev), dtype=bool)
-        nxt_down[:-1] = ~ev_up[1:]
-        paired = ev_up & same_next & nxt_down
+        ev_addr = np.asarray(cols["addr"][ev], dtype=np.int64).tolist()
+        ev_size = np.asarray(self.size[ev], dtype=np.int64).tolist()
+        ev_up = up_mask[ev].tolist()
+        ev_stream = stream_col[ev].tolist()
         big = self.n + 1
-        starts, ends, addrs, sizes = [], [], [], []
-        up_pos = np.flatnonzero(ev_up)
-        end_of_up = np.full(len(up_pos), big, dtype=np.int64)
-        p = paired[up_pos]
-        end_of_up[p] = ev[up_pos[p] + 1]
-        starts.append(ev[up_pos]); ends.append(end_of_up)
-        addrs.append(ev_addr[up_pos]); sizes.append(ev_size[up_pos])
-        prev_up = np.zeros(len(ev), dtype=bool)
-        prev_up[1:] = ev_up[:-1] & same_next[:-1]
-        lone_down = ~ev_up & ~prev_up                      # freed, never allocated in the trace
-        starts.append(np.full(int(lone_down.sum()), -1, dtype=np.int64)); ends.append(ev[lone_down])
-        addrs.append(ev_addr[lone_down]); sizes.append(ev_size[lone_down])
-        alive_addr = ev_addr[up_pos][end_of_up == big]
-        untraced = ~np.isin(seg["address"], alive_addr)    # live at the end, never allocated in the trace
-        starts.append(np.full(int(untraced.sum()), -1, dtype=np.int64)); ends.append(np.full(int(untraced.sum()), big))
-        addrs.append(np.asarray(seg["address"][untraced], dtype=np.int64))
-        sizes.append(np.asarray(seg["total_size"][untraced], dtype=np.int64))
-        self.seg_start = np.concatenate(starts).astype(np.int64)
-        self.seg_end = np.concatenate(ends).astype(np.int64)
-        self.seg_addr = np.concatenate(addrs).astype(np.int64)
-        self.seg_size = np.concatenate(sizes).astype(np.int64)
+        # Address ranges, not whole segments: an expandable segment maps and unmaps pieces of
+        # itself, and an unmap may cover several maps or part of one. A free or unmap of a
+        # range nobody mapped in the trace was mapped before it began. Segment events are
+        # rare (one per thousands of entries), so a plain loop over them is cheap.
+        out_start, out_end, out_addr, out_size, out_stream = [], [], [], [], []
+        live: dict[int, tuple[int, int, int]] = {}          # start address -> (end address, entry, stream)
+        for e, a, n_bytes, up, st in zip(ev.tolist(), ev_addr, ev_size, ev_up, ev_stream):
+            b = a + n_bytes
+            if up:
+                live[a] = (b, e, st)
+                continue
+            covered = 0
+            for pa in [pa for pa, (pb, _, _) in live.items() if pa < b and pb > a]:
+                pb, pe, pst = live.pop(pa)
+                out_start.append(pe); out_end.append(e); out_addr.append(pa); out_size.append(pb - pa)
+                out_stream.append(pst)
+                covered += min(pb, b) - max(pa, a)
+                if pa < a:                                  # the parts outside the range stay
+                    live[pa] = (a, e, pst)
+                if pb > b:
+                    live[b] = (pb, e, pst)
+            if n_bytes - covered > 0:
+                out_start.append(-1); out_end.append(e); out_addr.append(a); out_size.append(n_bytes - covered)
+                out_stream.append(st)
+        for pa, (pb, pe, pst) in live.items():
+            out_start.append(pe); out_end.append(big); out_addr.append(pa); out_size.append(pb - pa); out_stream.append(pst)
+        # segments of the final state that no live range covers: mapped before the trace
+        alive = sorted((pa, pb) for pa, (pb, _, _) in live.items())
+        for sa, sz, sst in zip(np.asarray(seg["address"]).tolist(), np.asarray(seg["total_size"]).tolist(),
+                               np.asarray(seg["stream"]).tolist()):
+            cur, sb = sa, sa + sz
+            for pa, pb in alive:
+                if pb <= cur or pa >= sb:
+                    continue
+                if pa > cur:
+                    out_start.append(-1); out_end.append(big); out_addr.append(cur); out_size.append(pa - cur)
+                    out_stream.append(sst)
+                cur = max(cur, pb)
+            if cur < sb:
+                out_start.append(-1); out_end.append(big); out_addr.append(cur); out_size.append(sb - cur)
+                out_stream.append(sst)
+        self.seg_start = np.asarray(out_start, dtype=np.int64)
+        self.seg_end = np.asarray(out_end, dtype=np.int64)
+        self.seg_addr = np.asarray(out_addr, dtype=np.int64)
+        self.seg_size = np.asarray(out_size, dtype=np.int64)
+        self.seg_stream = np.asarray(out_stream, dtype=np.int64)
+        self.streams = np.unique(self.seg_stream)
+        if len(self.streams) > 1:
+            self.seg_key = np.searchsorted(self.streams, self.seg_stream).astype(np.int64)
+        else:
+            # the small pool's segments are 2 MiB (its buffer size); every large one is bigger
+            self.seg_key = (self.seg_size != SMALL_SEGMENT).astype(np.int64)
+
+    def allocated_in_segment(self, seg: int, i: int) -> int:
+        """Bytes of the allocations live after entry i inside segment `seg`'s address range."""
+        rows = self.live_rows(i)
+        a0 = int(self.seg_addr[seg])
+        ra = np.asarray(self.allocs.addr)[rows]
+        inside = (ra >= a0) & (ra < a0 + int(self.seg_size[seg]))
+        return int(np.asarray(self.allocs.size)[rows][inside].sum())
 
     def segments_at(self, i: int) -> Segments:
         if not self.segments_known:

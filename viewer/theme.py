@@ -55,3 +55,7 @@ class Theme:
         c = category_color(name)
         # opaque bands, a little lighter on light backgrounds so the lines stay readable
         return c.lighter(112) if not self.dark else c.darker(105)
+
+# By segment: streams (several) or the small / large pool (one stream), muted so the
+# allocated line stays readable over them.
+SEGMENT_COLORS = ("#E8C468", "#8FB8DE", "#A8D5A2", "#E6A57E", "#C7A8D6", "#9FD3CF", "#E7A3A8", "#C9B27C")

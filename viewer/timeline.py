@@ -27,14 +27,17 @@ from .plot_items import (
     NotesItem,
     RasterBands,
     SpansItem,
+    StackImage,
     TimeAxis,
     TimelineViewBox,
     blend_over,
     column_strokes,
     cosmetic_pen,
 )
+from .alloc_stack import SHADES
 from .theme import (
     ANNOTATION_COLOR,
+    SEGMENT_COLORS,
     LEAK_COLOR,
     NOTE_COLOR,
     OOM_COLOR,
@@ -45,20 +48,34 @@ from .theme import (
 )
 
 
+MODES = ("categories", "allocations", "segments")
+
+
 class TimelineWidget(QWidget):
-    """Main plot plus an overview strip of the whole run."""
+    """Main plot plus an overview strip of the whole run.
+
+    Three ways to stack the memory (`set_mode`): by category (live bytes per category),
+    by allocation (each live allocation its own band, oldest at the bottom, memory_viz's
+    Active Memory Timeline) and by segment (the allocator's reserved memory, each segment
+    a band). The lines (allocated, reserved) and the markers are the same in all three.
+    """
 
     hovered = Signal(int, int, float)          # row under the cursor (-1 none), entry index, x
     clicked = Signal(int, int, float)          # row clicked (-1 none), entry index, x
     viewChanged = Signal(float, float)
     hoverLeft = Signal()
     marked = Signal(float, float)              # a Ctrl+drag marked this x range
+    modeChanged = Signal(str)
+    segmentClicked = Signal(int, int)          # segment (DeviceData.seg_*), entry
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.data: DeviceData | None = None
         self.theme = Theme.from_palette()
         self.visible_categories: list[int] = []
+        self.mode = "categories"
+        self._cols = None                          # the stacks drawn (allocation / segment modes)
+        self._col_u = np.zeros(0, dtype=np.int64)  # view column -> position in _cols.moments
         self._auto_y = True
         self._refresh_pending = False
         self._last_env: Envelope | None = None
@@ -82,20 +99,23 @@ class TimelineWidget(QWidget):
         self.spans = SpansItem()
         self.bands = RasterBands()
         self.bands.setZValue(0)
+        self.stack_bands = StackImage()
+        self.stack_bands.setZValue(0)
         self.reserved_curve = DeviceStrokes()
         self.reserved_curve.setZValue(5)
         self.live_curve = DeviceStrokes()
         self.live_curve.setZValue(6)
         self.live_pen = self.reserved_pen = QPen()
         self.grid = GridItem(self.axis_x, self.axis_y)
-        for it in (self.spans, self.bands, self.grid, self.reserved_curve, self.live_curve):
+        for it in (self.spans, self.bands, self.stack_bands, self.grid, self.reserved_curve, self.live_curve):
             self.vb.addItem(it, ignoreBounds=True)
 
         self.selection = pg.LinearRegionItem(movable=False)
         self.selection.setZValue(3)
         self.selection.hide()
         self.vb.addItem(self.selection, ignoreBounds=True)
-        self.sel_bar = pg.PlotCurveItem(connect="all", skipFiniteCheck=True)
+        # the selected allocation's outline, at its place in the stack (its band's edges)
+        self.sel_bar = pg.PlotCurveItem(connect="finite")
         self.sel_bar.setZValue(7)
         self.vb.addItem(self.sel_bar, ignoreBounds=True)
 
@@ -207,7 +227,7 @@ class TimelineWidget(QWidget):
         self.selection.setBrush(QBrush(sel))
         for ln in self.selection.lines:
             ln.setPen(pg.mkPen(theme.accent, width=1))
-        self.sel_bar.setPen(pg.mkPen(theme.accent, width=3))
+        self.sel_bar.setPen(pg.mkPen(theme.accent, width=2))
         self.peak_marker.setBrush(QBrush(QColor(PEAK_COLOR)))
         self.peak_marker.setPen(pg.mkPen(theme.background, width=1))
         self.peak_label.setColor(QColor(PEAK_COLOR))
@@ -246,8 +266,9 @@ class TimelineWidget(QWidget):
         self.clear_mark()
         self.notes.set_marks([])
         if data is None:
-            for it in (self.bands, self.live_curve, self.reserved_curve, self.ov_curve):
+            for it in (self.bands, self.stack_bands, self.live_curve, self.reserved_curve, self.ov_curve):
                 it.clear()
+            self._cols = None
             self.peak_marker.setData([], [])
             self.iter_peaks.setData([], [])
             self.leak_marks.setData([], [])
@@ -255,6 +276,9 @@ class TimelineWidget(QWidget):
             self.spans.set_spans([], [], [], [], QPen())
             self._clear_markers()
             return
+        if self.mode == "segments" and not data.segments_known:
+            self.mode = "categories"
+            self.modeChanged.emit(self.mode)
         self.axis_x.has_time = data.has_time
         self.axis_x.setLabel("time since the first event" if data.has_time else "trace entry")
         self._apply_limits()
@@ -264,6 +288,34 @@ class TimelineWidget(QWidget):
     def set_visible_categories(self, cats: list[int]):
         self.visible_categories = list(cats)
         self._refresh()
+
+    def set_mode(self, mode: str) -> bool:
+        """Stack by 'categories', 'allocations' or 'segments' (False: not for this file)."""
+        if mode not in MODES:
+            raise ValueError(mode)
+        if mode == "segments" and (self.data is None or not self.data.segments_known):
+            return False
+        if mode != self.mode:
+            self.mode = mode
+            self._refresh()
+            self.select_row(self._selected_row)
+            self.modeChanged.emit(mode)
+        return True
+
+    def stack_palette(self) -> np.ndarray:
+        """uint32 [keys, SHADES]: neighbouring bands of one colour alternate shades."""
+        d = self.data
+        if self.mode == "segments":
+            names = SEGMENT_COLORS
+            base = [QColor(names[k % len(names)]) for k in range(max(1, int(d.seg_key.max()) + 1 if len(d.seg_key)
+                                                                       else 1))]
+        else:
+            base = [self.theme.band_color(name) for name in d.categories]
+        shades = []
+        for c in base:
+            row = [c, c.lighter(112), c.darker(108), c.lighter(124)][:SHADES]
+            shades.append([q.rgba() for q in row])
+        return np.array(shades, dtype=np.uint32)
 
     # -- notes and the marked range -------------------------------------------------------------
     def set_notes(self, notes):
@@ -517,8 +569,15 @@ class TimelineWidget(QWidget):
         self.refresh_count += 1
         vis = self.visible_categories
         order = [c for c in vis]
-        cum = np.cumsum(np.maximum(env.col_comp[:, order], 0.0), axis=1) if order else np.zeros((len(env.col_x), 0))
-        self.bands.set_columns(env.col_x, cum, [self.theme.band_color(d.categories[c]) for c in order])
+        if self.mode == "categories":
+            cum = np.cumsum(np.maximum(env.col_comp[:, order], 0.0), axis=1) if order else \
+                np.zeros((len(env.col_x), 0))
+            self.bands.set_columns(env.col_x, cum, [self.theme.band_color(d.categories[c]) for c in order])
+            self.stack_bands.clear()
+            self._cols = None
+        else:
+            self.bands.clear()
+            self._draw_stack(env)
         cx = np.repeat(env.col_x, 2)
         self.live_curve.set_strokes([(cx, env.col_live.ravel(), "columns", self.live_pen)])
         if env.col_reserved is not None:
@@ -542,6 +601,22 @@ class TimelineWidget(QWidget):
             self.peak_label.setAnchor((1, 1) if px > x0 + 0.6 * (x1 - x0) else (0, 1))
         self._update_selection_bar()
         self.viewChanged.emit(x0, x1)
+
+    def _draw_stack(self, env: Envelope):
+        """Allocation or segment bands at the moments the columns show (each distinct
+        moment's stack computed once)."""
+        d = self.data
+        if self.mode == "segments":
+            stack, keep = d.segment_stack(), None
+        else:
+            stack = d.alloc_stack()
+            keep = np.zeros(256, dtype=bool)
+            keep[self.visible_categories] = True
+        moments, col_u = np.unique(env.col_index, return_inverse=True)
+        cols = stack.columns(moments, keep)
+        self._cols, self._col_u = cols, col_u.astype(np.int64)
+        top = float(cols.top.max()) if len(cols.top) else 0.0
+        self.stack_bands.set_stack(env.col_x, stack, cols, self._col_u, self.stack_palette(), top)
 
     def _on_region(self):
         if self._syncing_region or self.data is None:
@@ -587,14 +662,47 @@ class TimelineWidget(QWidget):
             return int(env.col_index[min(max(k, 0), len(env.col_index) - 1)])
         return self.data.index_before_x(x)
 
+    def column_under(self, x: float) -> int:
+        env = self._last_env
+        if env is None or not env.x1 > env.x0 or not env.x0 <= x <= env.x1:
+            return -1
+        k = int((x - env.x0) / (env.x1 - env.x0) * len(env.col_index))
+        return min(max(k, 0), len(env.col_index) - 1)
+
+    def thing_under(self, x: float, y: float) -> tuple[int, int, int]:
+        """(allocation row, category, segment) drawn at (x, y) in the current mode (-1: none)
+        and the entry the column shows, as (row, cat, seg, i)."""
+        d = self.data
+        i = self.index_under(x)
+        if self.mode == "categories" or self._cols is None:
+            row, cat = d.allocation_at_index(i, y, self.visible_categories)
+            return row, cat, -1, i
+        k = self.column_under(x)
+        if k < 0:
+            return -1, -1, -1, i
+        u = int(self._col_u[k])
+        rank = self._cols.rank_at(u, y)
+        if self.mode == "segments":
+            return -1, -1, d.segment_stack().row_of(rank), i
+        row = d.alloc_stack().row_of(rank)
+        return row, (int(d.category[row]) if row >= 0 else -1), -1, i
+
     def hover_at(self, x: float, y: float) -> int:
         """Show what is under (x, y); returns the allocation row or -1."""
         d = self.data
-        i = self.index_under(x)
-        row, cat = d.allocation_at_index(i, y, self.visible_categories)
+        row, cat, seg, i = self.thing_under(x, y)
+        if seg >= 0:
+            self._show_hover(x, y, self._segment_html(seg, i))
+            self.hovered.emit(-1, i, x)
+            return -1
+        self._show_hover(x, y, self._hover_html(row, cat, i))
+        self.hovered.emit(row, i, x)
+        return row
+
+    def _show_hover(self, x: float, y: float, html: str):
         self.hover_line.setPos(x)
         self.hover_line.show()
-        self.hover_label.setHtml(self._hover_html(row, cat, i))
+        self.hover_label.setHtml(html)
         (vx0, vx1), (vy0, vy1) = self.vb.viewRange()
         # keep the label inside the view: flip to the left/bottom near the edges
         ax = 1.0 if x > vx0 + (vx1 - vx0) * 0.6 else 0.0
@@ -603,8 +711,19 @@ class TimelineWidget(QWidget):
         dx = (vx1 - vx0) * 0.008 * (-1 if ax else 1)
         self.hover_label.setPos(x + dx, y)
         self.hover_label.show()
-        self.hovered.emit(row, i, x)
-        return row
+
+    def _segment_html(self, seg: int, i: int) -> str:
+        d = self.data
+        when = self._when(i)
+        size = int(d.seg_size[seg])
+        inside = d.allocated_in_segment(seg, i)
+        stream = f" · stream {int(d.seg_stream[seg])}" if len(d.streams) > 1 else ""
+        pool = "small pool" if size == 2 << 20 else "large pool"
+        return (f"<div style='font-size:9pt'><span style='opacity:0.75'>{when} · reserved "
+                f"{fmt_bytes(d.reserved_at(i))}</span><br>"
+                f"<b>segment 0x{int(d.seg_addr[seg]):x}</b> · {fmt_bytes(size)} ({pool}{stream})<br>"
+                f"allocated in it {fmt_bytes(inside)} · free {fmt_bytes(size - inside)}<br>"
+                f"<i style='opacity:0.7'>click: its blocks at this moment (Allocator panel)</i></div>")
 
     def _hover_html(self, row: int, cat: int, i: int) -> str:
         d = self.data
@@ -653,9 +772,10 @@ class TimelineWidget(QWidget):
     def _on_click(self, x: float, y: float):
         if self.data is None:
             return
-        i = self.index_under(x)
-        row, _ = self.data.allocation_at_index(i, y, self.visible_categories)
+        row, _, seg, i = self.thing_under(x, y)
         self.set_cursor_x(x)
+        if seg >= 0:
+            self.segmentClicked.emit(seg, i)
         self.clicked.emit(row, i, x)
 
     def set_cursor_x(self, x: float):
@@ -682,13 +802,52 @@ class TimelineWidget(QWidget):
         self._update_selection_bar()
 
     def _update_selection_bar(self):
-        """A bar at the bottom of the plot as tall as the selected allocation, over its lifetime."""
-        row, d = self._selected_row, self.data
-        if d is None or row < 0:
+        """The selected allocation's outline at its place in the stack, over the columns
+        it is live in: its category's band plus the older allocations of its category below
+        it (by category), or its own band (by allocation). By segment: none."""
+        row, d, env = self._selected_row, self.data, self._last_env
+        self.sel_bar.setData([], [])
+        if d is None or row < 0 or env is None or self.mode == "segments":
             return
-        xa, xb = self.selection.getRegion()
-        h = float(d.allocs.size[row])
-        self.sel_bar.setData([xa, xa, xb, xb], [0.0, h, h, 0.0])
+        a, f = int(d.alloc_index[row]), int(d.free_index[row])
+        ci = env.col_index
+        live = np.flatnonzero((ci >= a) & ((ci < f) | (f < 0)))
+        if not len(live):
+            return
+        if self.mode == "allocations" and self._cols is not None:
+            rank = d.alloc_stack().rank_of(row)
+            u, bottom, top = self._cols.band_of(rank)
+            if not len(u):
+                return
+            lo = np.full(len(self._cols.moments), np.nan)
+            hi = np.full(len(self._cols.moments), np.nan)
+            lo[u], hi[u] = bottom, top
+            k = live[np.isfinite(lo[self._col_u[live]])]
+            if not len(k):
+                return
+            y0, y1 = lo[self._col_u[k]], hi[self._col_u[k]]
+        else:
+            c = int(d.category[row])
+            if c not in self.visible_categories:
+                return
+            below = self.visible_categories[:self.visible_categories.index(c)]
+            base = np.maximum(env.col_comp[live][:, below], 0.0).sum(axis=1) if below else np.zeros(len(live))
+            y0 = base + d.offset_in_category(row, ci[live])
+            y1 = y0 + float(d.allocs.size[row])
+            k = live
+        # runs of neighbouring columns: one closed outline each (top left to right, bottom back)
+        half = (env.col_x[1] - env.col_x[0]) / 2 if len(env.col_x) > 1 else 0.5
+        breaks = np.flatnonzero(np.diff(k) > 1) + 1
+        xs, ys = [], []
+        for part in np.split(np.arange(len(k)), breaks):
+            cx = env.col_x[k[part]]
+            left, right = cx - half, cx + half
+            tx = np.column_stack([left, right]).ravel()
+            top_y = np.repeat(y1[part], 2)
+            bot_y = np.repeat(y0[part], 2)
+            xs += [tx, tx[::-1], tx[:1], [np.nan]]
+            ys += [top_y, bot_y[::-1], top_y[:1], [np.nan]]
+        self.sel_bar.setData(np.concatenate(xs), np.concatenate(ys), connect="finite")
 
     def release(self):
         """Let pyqtgraph drop its context menus (parentless top-level QMenus that

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 from PySide6.QtCore import QEvent, QSettings, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QKeySequence, QShortcut
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QComboBox,
     QDockWidget,
@@ -244,6 +244,25 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self.act_filter = self._act(vm, "&Find in Stacks", self.focus_filter, ["Ctrl+F"],
                                     "Filter the allocations table by text in the frames")
         vm.addSeparator()
+        self.mode_group = QActionGroup(self)
+        self.mode_group.setExclusive(True)
+        self.mode_actions = {}
+        for mode, text, key, tip in (
+                ("categories", "Stack by &Category", "C", "Live memory stacked by category"),
+                ("allocations", "Stack by A&llocation", "L",
+                 "Every live allocation as its own band, oldest at the bottom, coloured by category "
+                 "(as PyTorch's memory_viz Active Memory Timeline); hover or click a band for its allocation"),
+                ("segments", "Stack by &Segment", "S",
+                 "The allocator's reserved memory, each segment a band (by stream, or small / large pool); "
+                 "click one for its blocks in the Allocator panel")):
+            a = self._act(vm, text, lambda _=False, m=mode: self.set_mode(m), [key], tip, checkable=True)
+            a.setIconText(text.replace("&", "").replace("Stack by ", "") + "s" if mode != "categories"
+                          else "Categories")
+            self.mode_group.addAction(a)
+            self.mode_actions[mode] = a
+        self.mode_actions["categories"].setChecked(True)
+        self.timeline.modeChanged.connect(self._on_mode_changed)
+        vm.addSeparator()
         for n, key in enumerate(("selection", "moment", "findings", "allocations", "annotations"), 1):
             a = self.docks[key].toggleViewAction()
             a.setShortcut(QKeySequence(f"Ctrl+{n}"))
@@ -277,6 +296,9 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         for a in (self.act_zoom_in, self.act_zoom_out, self.act_reset):
             tb.addAction(a)
         tb.addSeparator()
+        for mode in ("categories", "allocations", "segments"):
+            tb.addAction(self.mode_actions[mode])
+        tb.addSeparator()
         tb.addAction(self.act_peak)
         tb.addAction(self.act_prev)
         tb.addAction(self.act_next)
@@ -285,6 +307,10 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self._set_loaded_actions(False)
 
     def _set_loaded_actions(self, on: bool):
+        for a in self.mode_actions.values():
+            a.setEnabled(on)
+        if on and self.data is not None and not self.data.segments_known:
+            self.mode_actions["segments"].setEnabled(False)
         for a in (self.act_reload, self.act_zoom_in, self.act_zoom_out, self.act_reset, self.act_peak,
                   self.act_next, self.act_prev, self.act_export, self.act_export_report, self.act_export_trimmed,
                   self.act_export_perfetto):
@@ -530,6 +556,18 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self.pinned_index = i
         self.moment_panel.show_index(i)
         self.select_row(row, source="timeline")
+
+    def set_mode(self, mode: str):
+        """Stack the timeline by category, allocation or segment."""
+        if self.data is None:
+            return
+        if not self.timeline.set_mode(mode):
+            self.statusBar().showMessage("This snapshot has no allocator segments (profiler-converted): "
+                                         "no segment view", 6000)
+            self.mode_actions[self.timeline.mode].setChecked(True)
+
+    def _on_mode_changed(self, mode: str):
+        self.mode_actions[mode].setChecked(True)
 
     def clear_selection(self):
         self.select_row(-1)
