@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 
-from PySide6.QtWidgets import QInputDialog
-
 from ..common.units import fmt_bytes
 from ..services.annotations import Annotation, AnnotationStore
+from . import dialogs
 from .notes import first_line, location_notice, note_row, note_span
 from .window_exports import _one_line
 
@@ -75,8 +74,7 @@ class NotesMixin:
         self._update_note_actions()
 
     def _ask_note(self, title: str, label: str, text: str = "") -> str | None:
-        text, ok = QInputDialog.getMultiLineText(self, title, label, text)
-        return text.strip() if ok else None
+        return dialogs.ask_note(self, title, label, text)
 
     def _change_notes(self, fn, *args, **kw):
         """Run one store change; a failed save is a message, never a traceback."""
