@@ -241,3 +241,33 @@ def test_note_dialog_keys_wrap_and_title(qt, window, copy_of_example):
     annotate_peak(qt, window)
     assert len(seen) == 1, seen
     assert len(list(window.store)) == 2
+
+
+# -- the status bar ------------------------------------------------------------------------------------
+def test_status_bar_gap_and_esc_clears_the_mark_message(qt, window):
+    d = open_and_wait(qt, window, EXAMPLE)
+    sb = window.statusBar()
+    # mark a range with a real Ctrl+drag: its instructions appear...
+    tl = window.timeline
+    vb = tl.vb
+
+    def at(x):
+        return tl.plot.mapFromScene(vb.mapViewToScene(QPointF(x, d.peak_bytes / 3)))
+    drag(tl.plot.viewport(), at(float(d.x_of_index(500))), at(float(d.x_of_index(900))),
+         modifiers=Qt.KeyboardModifier.ControlModifier)
+    assert tl.marked_range() is not None
+    assert sb.currentMessage().startswith("Marked entries") and "Esc to clear" in sb.currentMessage()
+    # ...and go with the mark on Esc
+    window.activateWindow()
+    tl.plot.setFocus()
+    qt.keyClick(tl.plot, Qt.Key.Key_Escape)
+    assert tl.marked_range() is None and sb.currentMessage() == ""
+    # a long message stops short of the file name: background pixels between them
+    sb.showMessage("W" * 400)
+    qt.wait(5)
+    img = sb.grab().toImage()
+    label = window.status_file
+    left = label.geometry().x() + label.contentsMargins().left()       # where the label's text starts
+    bg = img.pixelColor(img.width() - 1, 1)
+    gap = [img.pixelColor(x, y) for x in range(left - 10, left - 1) for y in range(4, img.height() - 4)]
+    assert gap and all(c == bg for c in gap)

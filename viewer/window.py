@@ -347,8 +347,12 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
                        (self.status_entries, "Trace entries and allocations on this device"),
                        (self.status_peak, "Highest live allocated memory and its type")):
             w.setToolTip(tip)
+            # a gap between a temporary message and the labels (Qt draws the message right up
+            # to the first permanent widget), and between the labels themselves
+            w.setContentsMargins(14, 0, 2, 0)
             sb.addPermanentWidget(w)
         self.status_notes.hide()
+        self._mark_message = None
 
     def _update_status(self):
         d = self.data
@@ -572,6 +576,10 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
     def clear_selection(self):
         self.select_row(-1)
         self.timeline.clear_mark()
+        # the marked range's instructions go with it
+        if self._mark_message is not None and self.statusBar().currentMessage() == self._mark_message:
+            self.statusBar().clearMessage()
+        self._mark_message = None
 
     def select_row(self, row: int, source: str = "api"):
         """Select an allocation everywhere: stack panel, timeline highlight, table."""

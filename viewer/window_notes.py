@@ -226,6 +226,6 @@ class NotesMixin:
     def _on_marked(self, x0: float, x1: float):
         span = self._entries_in(x0, x1)
         if span is not None:
-            self.statusBar().showMessage(
-                f"Marked entries {span[0]:,}–{span[1]:,}: press A to annotate, File > Export Trimmed Snapshot "
-                "to save them, Esc to clear", 10000)
+            self._mark_message = (f"Marked entries {span[0]:,}–{span[1]:,}: press A to annotate, "
+                                  "File > Export Trimmed Snapshot to save them, Esc to clear")
+            self.statusBar().showMessage(self._mark_message, 10000)
