@@ -202,8 +202,10 @@ def test_notes_come_back_drawn_and_navigable(qt, env, snap):
     label = next(r for r, i in tl.notes.hits if i == rng.id and r.height() < 40)
     assert "second line" in tl.notes.tooltip_at(label.center().x(), label.center().y())
     vp_point = label.center().toPoint()
-    tl._on_mouse_moved(tl.plot.mapToScene(vp_point))
-    assert "third step" in tl.notes.toolTip()
+    qt.mouseMove(tl.plot.viewport(), vp_point)
+    qt.waitUntil(lambda: tl.hover_label.isVisible(), timeout=2000)
+    # one box tells the note: the hover label, and no Qt tooltip on top of it
+    assert "third step" in tl.hover_label.textItem.toPlainText() and tl.notes.toolTip() == ""
 
     # clicking a note in the list goes there
     tl.set_x_range(0, 50)

@@ -271,3 +271,158 @@ def test_status_bar_gap_and_esc_clears_the_mark_message(qt, window):
     bg = img.pixelColor(img.width() - 1, 1)
     gap = [img.pixelColor(x, y) for x in range(left - 10, left - 1) for y in range(4, img.height() - 4)]
     assert gap and all(c == bg for c in gap)
+
+
+# -- small things around the window ------------------------------------------------------------------------
+def test_open_recent_tells_same_names_apart(qt, tmp_path):
+    import shutil
+    from PySide6.QtCore import QSettings
+    from vramscope.viewer.app import make_app
+    from vramscope.viewer.window import MainWindow
+    make_app()
+    paths = []
+    for run in ("run_a", "run_b"):
+        (tmp_path / run).mkdir()
+        p = tmp_path / run / "memory.pickle"
+        shutil.copyfile(EXAMPLE, p)
+        paths.append(str(p))
+    settings = QSettings(str(tmp_path / "vramscope.ini"), QSettings.Format.IniFormat)
+    settings.setValue("recent", paths)
+    w = MainWindow(settings=settings, use_cache=False)
+    qt.addWidget(w)
+    w.show()
+    w.recent_menu.aboutToShow.emit()
+    texts = [a.text() for a in w.recent_menu.actions() if a.isEnabled() and a.toolTip() in paths]
+    assert len(texts) == 2 and texts[0] != texts[1]
+    assert "run_a" in texts[0] and "run_b" in texts[1] and all(t.startswith("memory.pickle") for t in texts)
+
+
+def test_a_step_without_progress_shows_a_busy_bar(qt, window):
+    window._show_progress("Opening x.pickle…")
+    dlg = window.progress_dialog
+    window._on_progress("analyzing", 0.0, 1.0)
+    assert dlg.maximum() == 0 and "Analyzing" in dlg.labelText()          # busy, not "0%"
+    window._on_progress("timeline", 0.5, 1.0)
+    assert dlg.maximum() == 1000 and dlg.value() == 499
+    window._hide_progress()
+
+
+def test_one_hover_box_over_a_note(qt, window, copy_of_example):
+    from vramscope.services.annotations import Annotation
+    d = open_and_wait(qt, window, copy_of_example)
+    window.store.add(Annotation(kind="range", device=d.device, start_index=200, end_index=900,
+                                note="warm-up\nthe first steps allocate the optimizer state"))
+    tl = window.timeline
+    tl.refresh_now()
+    tl.plot.viewport().repaint()
+    chip = next(r for r, _ in tl.notes.hits if r.height() < 40)
+    qt.mouseMove(tl.plot.viewport(), chip.center().toPoint())
+    qt.waitUntil(lambda: tl.hover_label.isVisible(), timeout=2000)
+    assert "optimizer state" in tl.hover_label.textItem.toPlainText()
+    assert tl.notes.toolTip() == "" and tl.plot.toolTip() == ""
+
+
+# -- the panels' room -------------------------------------------------------------------------------------
+def test_findings_wrap_and_show_the_oom_advice(qt, window):
+    d = open_and_wait(qt, window, str(DATA / "oom.pickle"))
+    panel = window.findings_panel
+    qt.wait(60)                                               # the re-wrap after the layout settles
+    tree = panel.tree
+    fm = tree.fontMetrics()
+    texts = []
+    stack = [(tree.topLevelItem(k), 0) for k in range(tree.topLevelItemCount())]
+    while stack:
+        it, depth = stack.pop()
+        texts.append(it.text(0))
+        avail = tree.viewport().width() - tree.indentation() * (depth + 1)
+        for line in it.text(0).split("\n"):
+            assert fm.horizontalAdvance(line) <= avail + 2, line           # nothing cut with '…'
+        stack.extend((it.child(k), depth + 1) for k in range(it.childCount()))
+    flat = " ".join(t.replace("\n", " ") for t in texts)
+    oom = next(f for f in d.findings if f.kind == "oom").subject
+    from vramscope.present.words import oom_suggestions
+    for advice in oom_suggestions(oom):
+        assert advice.split(" (")[0][:40] in flat                     # the advice is on screen, not a tooltip
+    # narrower: the lines wrap again
+    before = sum(t.count("\n") for t in texts)
+    window.resizeDocks([window.docks["findings"]], [240], Qt.Orientation.Horizontal)
+    qt.wait(80)
+    after = []
+    stack = [tree.topLevelItem(k) for k in range(tree.topLevelItemCount())]
+    while stack:
+        it = stack.pop()
+        after.append(it.text(0))
+        stack.extend(it.child(k) for k in range(it.childCount()))
+    assert sum(t.count("\n") for t in after) > before
+
+
+def test_moment_categories_fit_above_the_next_heading(qt, window):
+    d = open_and_wait(qt, window, str(SHARED / "kkaitlyn111+cs336-a2-systems__memory_files_memory_ctx128_fullstep.pickle")
+                      if SHARED.is_dir() else EXAMPLE)
+    window.docks["moment"].raise_()
+    window.moment_panel.show_index(d.peak_index)
+    qt.wait(10)
+    cats = window.moment_panel.cats
+    n = cats.topLevelItemCount()
+    assert n >= 3
+    last = cats.visualItemRect(cats.topLevelItem(n - 1))
+    assert last.bottom() < cats.viewport().height()                       # the last row is whole
+    assert cats.verticalScrollBar().maximum() == 0
+
+
+def test_layout_at_1024x700_gives_the_table_rows(qt, window):
+    open_and_wait(qt, window, EXAMPLE)
+    window.resize(1024, 700)
+    qt.wait(120)                                              # the window follows (debounced)
+    t = window.table_panel.table
+    rows_visible = t.viewport().height() // t.verticalHeader().defaultSectionSize()
+    assert rows_visible >= 7
+    assert window.timeline.plot.height() >= 200
+    # the right column runs the full height next to the table
+    right = window.docks["selection"].geometry()
+    table = window.docks["allocations"].geometry()
+    assert right.left() >= table.right() and right.bottom() >= table.top()
+    # and at 1600x1000 the table is not squeezed either
+    window.resize(1600, 1000)
+    qt.wait(120)
+    assert t.viewport().height() // t.verticalHeader().defaultSectionSize() >= 12
+
+
+def test_empty_snapshot_says_so_without_stray_panels(qt, window):
+    path = SHARED / "SunnySood80+unsupervised_finetune_resnet50__dump_snapshot.pickle"
+    if not path.exists():
+        pytest.skip("no empty snapshot here")
+    from PySide6.QtWidgets import QTabBar
+    open_and_wait(qt, window, EXAMPLE)
+    assert window.docks["allocations"].isVisible()
+    open_and_wait(qt, window, str(path))
+    assert window.data is None and window.stack.currentWidget() is window.empty_page
+    assert path.name in window.empty_msg.text() and "no memory" in window.empty_msg.text()
+    assert not any(dock.isVisible() for dock in window.docks.values())
+    qt.wait(20)
+    assert not any(b.isVisible() and b.count() and window.rect().intersects(b.geometry())
+                   for b in window.findChildren(QTabBar) if b.parent() is window)
+    # a file with data brings the panels back
+    open_and_wait(qt, window, EXAMPLE)
+    assert window.docks["allocations"].isVisible() and window.docks["findings"].isVisible()
+
+
+def test_state_only_snapshot_axis_and_lifetimes(qt, window):
+    path = SHARED / "volcengine+verl__mem.pickle"
+    if not path.exists():
+        pytest.skip("no state-only snapshot here")
+    from vramscope.viewer.rows import COL_LIFETIME
+    d = open_and_wait(qt, window, str(path))
+    assert d.n == 0
+    ax = window.timeline.axis_x
+    assert ax.tickSpacing(0, 1, 800) == [] and "no trace" in ax.labelText
+    m = window.table_panel.model
+    assert m.data(m.index(0, COL_LIFETIME)) == "at the snapshot"
+    assert window.timeline.peak_label.fill.color().alpha() > 150        # readable over the reserved line
+
+
+def test_entry_axis_ticks_are_whole(qt, window):
+    from vramscope.viewer.plot_items import TimeAxis
+    ax = TimeAxis("bottom")
+    ax.has_time = False
+    assert all(sp >= 1 for sp, _ in ax.tickSpacing(0, 3, 800))

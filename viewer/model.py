@@ -37,6 +37,7 @@ from .lod import MinMaxPyramid, ragged
 
 CHECKPOINT = 64
 NO_CATEGORY = 255
+IDLE_GAP_SHARE = 0.5           # an idle gap longer than this share of the run: entries on the x axis
 SMALL_SEGMENT = 2 << 20        # the caching allocator's small-pool segment (kSmallBuffer)
 
 
@@ -138,6 +139,18 @@ class DeviceData:
         else:
             self.t0 = 0
             self.tkey = None
+        # the x axis: time, unless one idle stretch (loading, a pause before the first step)
+        # takes most of it and squeezes the run into a sliver; then the entry index
+        self.idle_gap_us = 0
+        self.time_axis = self.has_time
+        if self.has_time and n > 2:
+            gaps = np.diff(tus)
+            k = int(np.argmax(gaps))
+            span = int(tus[-1] - tus[0])
+            self.idle_gap_us = int(gaps[k])
+            self.idle_gap_at = k
+            if span > 0 and gaps[k] > IDLE_GAP_SHARE * span:
+                self.time_axis = False
 
         curves = [self.live] + ([self.reserved] if self.reserved is not None else [])
         self.pyramid = MinMaxPyramid(curves) if n else None
@@ -251,19 +264,46 @@ class DeviceData:
         return out
 
     # -- x axis ------------------------------------------------------------------------
+    def set_time_axis(self, on: bool) -> bool:
+        """x in seconds (when the trace has times) or in entries; returns the axis now in use."""
+        self.time_axis = bool(on) and self.has_time
+        return self.time_axis
+
     def x_of_index(self, i):
         """Plot x of entry i (seconds since the first event, or the index)."""
         i = np.asarray(i, dtype=np.int64)
-        if self.tkey is None:
+        if not self.time_axis:
             return np.maximum(i, 0).astype(np.float64)
         if self.n == 0:
             return np.zeros(i.shape)
         return (self.tkey[np.clip(i, 0, self.n - 1)] - self.t0) / 1e6
 
+    def seconds_of(self, i):
+        """Seconds since the first event at entry i (needs times), whatever the x axis."""
+        i = np.asarray(i, dtype=np.int64)
+        if self.tkey is None or self.n == 0:
+            return np.zeros(i.shape)
+        return (self.tkey[np.clip(i, 0, self.n - 1)] - self.t0) / 1e6
+
+    @property
+    def time_span(self) -> float:
+        """Seconds from the first event to the last (0 without times)."""
+        return (int(self.tkey[-1]) - self.t0) / 1e6 if self.tkey is not None and self.n else 0.0
+
+    def x_of_us(self, us):
+        """Plot x of a time stamp (µs since the epoch): where it falls among the entries on
+        an entry axis."""
+        us = np.asarray(us, dtype=np.int64)
+        if self.time_axis:
+            return (us - self.t0) / 1e6
+        if self.tkey is None or self.n == 0:
+            return np.zeros(us.shape)
+        return np.searchsorted(self.tkey, us, side="left").astype(np.float64)
+
     def index_at_x(self, x):
         """The first entry whose x is >= x (n if none)."""
         x = np.asarray(x, dtype=np.float64)
-        if self.tkey is None:
+        if not self.time_axis:
             return np.clip(np.ceil(x), 0, self.n).astype(np.int64)
         key = np.ceil(self.t0 + x * 1e6)
         key = np.clip(key, -(1 << 62), 1 << 62).astype(np.int64)
@@ -272,7 +312,7 @@ class DeviceData:
     def index_before_x(self, x) -> int:
         """The last entry at or before x (-1: before the first): the state shown at x."""
         x = float(x)
-        if self.tkey is None:
+        if not self.time_axis:
             return int(min(self.n - 1, np.floor(x)))
         key = int(np.floor(self.t0 + x * 1e6))
         return int(np.searchsorted(self.tkey, key, side="right")) - 1
@@ -281,7 +321,7 @@ class DeviceData:
     def x_range(self) -> tuple[float, float]:
         if self.n == 0:
             return 0.0, 1.0
-        if self.tkey is None:
+        if not self.time_axis:
             return 0.0, float(self.n)
         x1 = (int(self.tkey[-1]) - self.t0) / 1e6
         return 0.0, x1 if x1 > 0 else 1e-6

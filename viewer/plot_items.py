@@ -41,6 +41,16 @@ class TimeAxis(pg.AxisItem):
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         self.has_time = True
+        self.state_only = False      # a snapshot without a trace: one moment, no ticks
+
+    def tickSpacing(self, minVal, maxVal, size):
+        if self.state_only:
+            return []
+        levels = super().tickSpacing(minVal, maxVal, size)
+        if not self.has_time:
+            # entries are whole numbers: no ticks between them (0 0 0 1 1 1)
+            levels = [(sp, off) for sp, off in levels if sp >= 1] or [(1.0, 0.0)]
+        return levels
 
     def tickStrings(self, values, scale, spacing):
         if not self.has_time:
@@ -338,6 +348,8 @@ class SpansItem(_ViewSpanning):
     """
 
     MANY = 200
+    MIN_SPAN_PX = 4           # spans narrower than this (median) are not shaded
+    MIN_LINE_GAP_PX = 6       # nor lines closer than this
 
     def __init__(self):
         super().__init__()
@@ -349,6 +361,7 @@ class SpansItem(_ViewSpanning):
         self.lines = np.zeros(0)
         self.line_pen = QPen()
         self.text_color = QColor("#666666")
+        self.avoid = np.zeros(0)                 # x of marker lines whose labels sit at the top
         self.setZValue(-100)
 
     def set_spans(self, starts, ends, colors, lines, line_pen: QPen, labels=None, text_color=None):
@@ -386,6 +399,10 @@ class SpansItem(_ViewSpanning):
         if len(self.starts):
             hi = int(np.searchsorted(self.starts, x1, side="right"))
             shown = np.flatnonzero(self.ends[:hi] >= x0)
+        # spans a few pixels wide, side by side, only hatch the plot: leave them out
+        dense = len(shown) > 1 and float(np.median(self.ends[shown] - self.starts[shown])) * sx < self.MIN_SPAN_PX
+        if dense:
+            shown = shown[:0]
         if 0 < len(shown) <= self.MANY:
             for k in shown:
                 a, b = self.starts[k] * sx + ox, self.ends[k] * sx + ox
@@ -408,7 +425,8 @@ class SpansItem(_ViewSpanning):
         if len(self.lines):
             lo = int(np.searchsorted(self.lines, x0))
             hi = int(np.searchsorted(self.lines, x1, side="right"))
-            if hi > lo:
+            # boundary lines closer than a few pixels are a texture, not information
+            if hi > lo and (hi - lo) * self.MIN_LINE_GAP_PX <= (dev.right() - dev.left()):
                 xs = np.round(self.lines[lo:hi] * sx + ox) + 0.5
                 ys = np.empty(2 * len(xs))
                 ys[0::2], ys[1::2] = top, bottom
@@ -425,6 +443,9 @@ class SpansItem(_ViewSpanning):
                 a = max(self.starts[k], x0) * sx + ox
                 b = min(self.ends[k], x1) * sx + ox
                 tw = fm.horizontalAdvance(text)
+                near = self.avoid * sx + ox
+                if len(near) and bool(np.any((near > a - 40) & (near < a + tw + 44))):
+                    continue                # a marker's label (OOM, leak) sits there
                 if b - a > tw + 8 and a + 4 > taken:
                     p.drawText(QPointF(a + 4, top + fm.ascent() + 3), text)
                     taken = a + 4 + tw + 6

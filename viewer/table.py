@@ -112,7 +112,7 @@ class AllocationsModel(QAbstractTableModel):
         if i < 0:
             return missing
         if d.has_time:
-            return fmt_seconds(float(d.x_of_index(i)), 1e-6, d.x_range[1])
+            return fmt_seconds(float(d.seconds_of(i)), 1e-6, d.time_span)
         return f"#{i:,}"
 
     def _text(self, d: DeviceData, row: int, col: int):

@@ -7,7 +7,8 @@ from PySide6.QtGui import QColor, QGuiApplication, QPalette
 
 from ..classifiers import category_color as table_color
 
-PHASE_COLORS = {"forward": "#59A14F", "backward": "#F28E2B", "optimizer": "#B07AA1", "inputs": "#EDC948"}
+PHASE_COLORS = {"forward": "#59A14F", "backward": "#F28E2B", "optimizer": "#B07AA1", "inputs": "#EDC948",
+                "eval": "#76B7B2"}
 PEAK_COLOR = "#D62728"
 OOM_COLOR = "#D62728"
 LEAK_COLOR = "#E15759"

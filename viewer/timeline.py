@@ -74,12 +74,16 @@ class TimelineWidget(QWidget):
         self.theme = Theme.from_palette()
         self.visible_categories: list[int] = []
         self.mode = "categories"
+        self._notes = []
+        self._iter_peak_x = np.zeros(0)
+        self._iter_peak_y = np.zeros(0)
         self._cols = None                          # the stacks drawn (allocation / segment modes)
         self._col_u = np.zeros(0, dtype=np.int64)  # view column -> position in _cols.moments
         self._auto_y = True
         self._refresh_pending = False
         self._last_env: Envelope | None = None
         self._hover_pos = None
+        self._note_tip = ""
         self._selected_row = -1
         self.refresh_count = 0
         self._released = False
@@ -159,7 +163,7 @@ class TimelineWidget(QWidget):
 
         # the overview strip: the whole run, with the main view as a draggable region
         self.overview = pg.PlotWidget()
-        self.overview.setFixedHeight(70)
+        self.overview.setFixedHeight(52)
         opi = self.overview.getPlotItem()
         opi.hideButtons()
         opi.setMenuEnabled(False)
@@ -231,6 +235,11 @@ class TimelineWidget(QWidget):
         self.peak_marker.setBrush(QBrush(QColor(PEAK_COLOR)))
         self.peak_marker.setPen(pg.mkPen(theme.background, width=1))
         self.peak_label.setColor(QColor(PEAK_COLOR))
+        # over a line (reserved memory sits right above a state-only snapshot's peak) the
+        # label stays readable on its own patch of background
+        label_bg = QColor(theme.background)
+        label_bg.setAlpha(215)
+        self.peak_label.fill = pg.mkBrush(label_bg)
         self.leak_marks.setBrush(QBrush(QColor(LEAK_COLOR)))
         self.leak_marks.setPen(pg.mkPen(theme.background, width=1))
         ip = QColor(PEAK_COLOR)
@@ -279,15 +288,42 @@ class TimelineWidget(QWidget):
         if self.mode == "segments" and not data.segments_known:
             self.mode = "categories"
             self.modeChanged.emit(self.mode)
-        self.axis_x.has_time = data.has_time
-        self.axis_x.setLabel("time since the first event" if data.has_time else "trace entry")
+        self._label_axis()
         self._apply_limits()
         self._build_static()
         self.reset_view()
 
+    def _label_axis(self):
+        d = self.data
+        self.axis_x.has_time = d.time_axis
+        self.axis_x.state_only = d.n == 0
+        self.axis_x.setLabel("the snapshot's state (no trace recorded)" if d.n == 0 else
+                             "time since the first event" if d.time_axis else "trace entry")
+        self.axis_x.picture = None
+        self.axis_x.update()
+
     def set_visible_categories(self, cats: list[int]):
         self.visible_categories = list(cats)
         self._refresh()
+
+    def set_time_axis(self, on: bool):
+        """Seconds or trace entries on the x axis (the same entries stay in view)."""
+        d = self.data
+        if d is None:
+            return
+        x0, x1 = self.x_span()
+        first, last = int(d.index_at_x(x0)), d.index_before_x(x1)
+        whole = self.x_span() == self.x_limits()
+        d.set_time_axis(on)
+        self._label_axis()
+        self._apply_limits()
+        self._build_static()
+        self.set_notes(self._notes)
+        if whole or last <= first:
+            self.reset_view()
+        else:
+            self.zoom_to_indices(first, last)
+        self.select_row(self._selected_row)
 
     def set_mode(self, mode: str) -> bool:
         """Stack by 'categories', 'allocations' or 'segments' (False: not for this file)."""
@@ -322,6 +358,7 @@ class TimelineWidget(QWidget):
         """Draw the user's annotations (in the store's order, numbered from 1 as in reports);
         those on another device are left out."""
         d = self.data
+        self._notes = list(notes)
         marks = []
         for k, a in enumerate(notes, 1):
             span = note_span(d, a)
@@ -384,11 +421,9 @@ class TimelineWidget(QWidget):
             self.peak_marker.setData([], [])
             self.peak_label.hide()
         ips = d.iterations
-        if ips:
-            self.iter_peaks.setData(d.x_of_index(np.maximum([it.peak_index for it in ips], 0)),
-                                    np.array([it.peak_bytes for it in ips], dtype=float))
-        else:
-            self.iter_peaks.setData([], [])
+        self._iter_peak_x = d.x_of_index(np.maximum([it.peak_index for it in ips], 0)) if ips else np.zeros(0)
+        self._iter_peak_y = np.array([it.peak_bytes for it in ips], dtype=float)
+        self.iter_peaks.setData([], [])
         leak_x, leak_y = [], []
         for f in d.findings:
             if f.kind == "oom":
@@ -402,6 +437,7 @@ class TimelineWidget(QWidget):
                 elif f.index >= 0:
                     self._marker(f.index, LEAK_COLOR, "leak", Qt.PenStyle.DashLine)
         self.leak_marks.setData(leak_x, leak_y)
+        self.spans.avoid = np.array([ln.value() for ln in self.marker_lines], dtype=float)
         # iterations and phases
         starts, ends, brushes, lines, labels = [], [], [], [], []
         alpha = 34 if not self.theme.dark else 30
@@ -433,8 +469,8 @@ class TimelineWidget(QWidget):
                 col.setAlpha(alpha)
                 col = blend_over(col, bg)
                 starts, ends = list(starts), list(ends)
-                starts.append((r.start_us - d.t0) / 1e6)
-                ends.append((r.end_us - d.t0) / 1e6)
+                starts.append(float(d.x_of_us(r.start_us)))
+                ends.append(float(d.x_of_us(r.end_us)))
                 brushes.append(col)
                 labels.append(r.name.split("#")[-1])
         lc = QColor(self.theme.foreground)
@@ -488,7 +524,7 @@ class TimelineWidget(QWidget):
         lo, hi = self.x_limits()
         d = self.data
         # the narrowest view: a few entries (an index axis), or a microsecond
-        min_w = 4.0 if not d.has_time else 1e-6
+        min_w = 4.0 if not d.time_axis else 1e-6
         self.vb.setLimits(xMin=lo, xMax=hi, minXRange=min(min_w, (hi - lo) / 2), maxXRange=hi - lo)
 
     def clamp(self, x0: float, x1: float) -> tuple[float, float]:
@@ -600,7 +636,29 @@ class TimelineWidget(QWidget):
             px = float(self.peak_marker.data["x"][0])
             self.peak_label.setAnchor((1, 1) if px > x0 + 0.6 * (x1 - x0) else (0, 1))
         self._update_selection_bar()
+        self._thin_iteration_peaks(x0, x1)
         self.viewChanged.emit(x0, x1)
+
+    ITER_PEAK_PX = 16             # at most one iteration-peak marker per this many pixels
+
+    def _thin_iteration_peaks(self, x0: float, x1: float):
+        """The iteration peaks in view, the highest of each ITER_PEAK_PX-wide bin (hundreds
+        of triangles side by side are a red smear, not markers); the run's peak has its own."""
+        xs, ys = self._iter_peak_x, self._iter_peak_y
+        if not len(xs):
+            self.iter_peaks.setData([], [])
+            return
+        inside = np.flatnonzero((xs >= x0) & (xs <= x1))
+        width = max(1.0, self.vb.width())
+        bins = ((xs[inside] - x0) / max(x1 - x0, 1e-12) * width // self.ITER_PEAK_PX).astype(np.int64)
+        if len(inside):
+            order = np.lexsort((-ys[inside], bins))
+            first = np.ones(len(order), dtype=bool)
+            first[1:] = bins[order][1:] != bins[order][:-1]
+            inside = inside[order][first]
+        px = self.peak_marker.data["x"][0] if len(self.peak_marker.data) else None
+        keep = inside if px is None else inside[np.abs(xs[inside] - px) > (x1 - x0) / width * 4]
+        self.iter_peaks.setData(xs[keep], ys[keep])
 
     def _draw_stack(self, env: Envelope):
         """Allocation or segment bands at the moments the columns show (each distinct
@@ -639,11 +697,12 @@ class TimelineWidget(QWidget):
         if self.data is None or not self.vb.sceneBoundingRect().contains(pos):
             self.hide_hover()
             return
+        # over a note's label the hover box tells the note (one box: a Qt tooltip on top
+        # of it made two at once)
+        self._note_tip = ""
         if self.notes.marks:
             vp = self.plot.mapFromScene(pos)
-            tip = self.notes.tooltip_at(vp.x(), vp.y())
-            if tip != self.notes.toolTip():
-                self.notes.setToolTip(tip)
+            self._note_tip = self.notes.tooltip_at(vp.x(), vp.y())
         self._hover_pos = self.vb.mapSceneToView(pos)
         self._hover_timer.start()
 
@@ -651,7 +710,16 @@ class TimelineWidget(QWidget):
         if self._hover_pos is None or self.data is None:
             return
         x, y = self._hover_pos.x(), self._hover_pos.y()
-        self.hover_at(x, y)
+        if self._note_tip:
+            self.note_hover_at(x, y, self._note_tip)
+        else:
+            self.hover_at(x, y)
+
+    def note_hover_at(self, x: float, y: float, tip: str):
+        head, _, body = tip.partition("\n")
+        html = (f"<div style='font-size:9pt'><b>{_esc(head)}</b>"
+                + (f"<br>{_esc(body).replace(chr(10), '<br>')}" if body else "") + "</div>")
+        self._show_hover(x, y, html)
 
     def index_under(self, x: float) -> int:
         """The entry drawn at x: the highest moment of the pixel column's bucket
@@ -749,7 +817,7 @@ class TimelineWidget(QWidget):
         if i < 0:
             return "before the trace"
         if d.has_time:
-            return f"{fmt_seconds(float(d.x_of_index(i)), 1e-4)} · entry {i:,}"
+            return f"{fmt_seconds(float(d.seconds_of(i)), 1e-4)} · entry {i:,}"
         return f"entry {i:,}"
 
     def lifetime_text(self, row: int) -> str:
@@ -757,10 +825,10 @@ class TimelineWidget(QWidget):
         a, f = int(d.alloc_index[row]), int(d.free_index[row])
         if d.has_time and a >= 0 and f >= 0:
             return f"lived {fmt_duration_us(int(d.tkey[f]) - int(d.tkey[a]))}"
-        span = d.x_range[1]
+        span = d.time_span
 
         def at(i):
-            return fmt_seconds(float(d.x_of_index(i)), 1e-4, span) if d.has_time else f"entry {i:,}"
+            return fmt_seconds(float(d.seconds_of(i)), 1e-4, span) if d.has_time else f"entry {i:,}"
         if a < 0 and f < 0:
             return "live for the whole trace"
         if a < 0:

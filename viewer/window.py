@@ -15,18 +15,20 @@ from PySide6.QtWidgets import (
     QProgressDialog,
     QPushButton,
     QStackedWidget,
+    QTabBar,
     QToolBar,
     QVBoxLayout,
     QWidget,
 )
 
-from ..common.units import fmt_bytes
+from ..common.units import fmt_bytes, fmt_seconds
+from ..present.markup import html as _esc
 from ..present.words import peak_words
 from ..services.annotations import AnnotationStore
 from .legend import LegendBar
 from .loader import Loader, LoadResult, load, switch_device
 from .model import DeviceData
-from .notes import NotesPanel
+from .notes import NotesPanel, home_short
 from .panels import FindingsPanel, MomentPanel, StackPanel
 from .table import AllocationsPanel
 from .theme import Theme
@@ -35,9 +37,22 @@ from .window_exports import ExportsMixin
 from .window_notes import NotesMixin
 
 MAX_RECENT = 10
+PAGE_WELCOME, PAGE_TIMELINE, PAGE_EMPTY = range(3)
 FILE_FILTER = "Memory snapshots (*.pickle *.pkl *.pck *.p);;All files (*)"
 # what the store's undo/redo commands do, for the Edit menu's "Undo Add Note"
 _COMMAND_NAMES = {"_Add": "Add Note", "_Remove": "Delete Note", "_Edit": "Edit Note"}
+
+
+def recent_labels(paths: list[str], width: int = 60) -> list[str]:
+    """Menu texts for recent files: the name, then its folder (two runs' `memory.pickle`
+    are told apart), the folder shortened in the middle."""
+    out = []
+    for p in paths:
+        folder = home_short(os.path.dirname(p))
+        if len(folder) > width:
+            folder = folder[:width // 3] + "…" + folder[-(width - width // 3 - 1):]
+        out.append(f"{os.path.basename(p)}    {folder}")
+    return out
 
 
 class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
@@ -96,10 +111,25 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         ph.addWidget(msg)
         ph.addWidget(open_btn, 0, Qt.AlignmentFlag.AlignHCenter)
         ph.addStretch(2)
+        # a file that records nothing: say so, with its name (not the welcome page)
+        self.empty_page = QWidget(self)
+        ep = QVBoxLayout(self.empty_page)
+        self.empty_msg = QLabel(self.empty_page)
+        self.empty_msg.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_msg.setWordWrap(True)
+        self.empty_msg.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        other_btn = QPushButton("Open another snapshot…", self.empty_page)
+        other_btn.clicked.connect(self.open_dialog)
+        ep.addStretch(1)
+        ep.addWidget(self.empty_msg)
+        ep.addWidget(other_btn, 0, Qt.AlignmentFlag.AlignHCenter)
+        ep.addStretch(2)
         self.stack = QStackedWidget(self)
         self.stack.addWidget(self.placeholder)
         self.stack.addWidget(page)
+        self.stack.addWidget(self.empty_page)
         self.setCentralWidget(self.stack)
+        self._docks_shown: set[str] | None = None
 
         # panels
         self.stack_panel = StackPanel(self)
@@ -124,6 +154,13 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self.tabifyDockWidget(self.docks["selection"], self.docks["moment"])
         # the notes share the bottom with the table: a wide list, and the right column keeps its height
         self.tabifyDockWidget(self.docks["allocations"], self.docks["annotations"])
+        # the right column runs the full height; the table sits under the timeline only
+        self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
+        self.setCorner(Qt.Corner.TopRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
+        self._relayout = QTimer(self)
+        self._relayout.setSingleShot(True)
+        self._relayout.setInterval(30)
+        self._relayout.timeout.connect(self.default_layout)
         self.docks["selection"].raise_()
         self.docks["allocations"].raise_()
 
@@ -142,6 +179,7 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self._build_status()
         self.apply_theme()
         self.resize(1400, 900)
+        self._auto_layout = True
         self.default_layout()
         if self.settings is not None:
             geo = self.settings.value("window/geometry")
@@ -150,12 +188,41 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
                 self.restoreGeometry(geo)
             if state is not None:
                 self.restoreState(state)
+                self._auto_layout = False          # the user's own layout
+        self._show_docks(False)                    # the welcome page alone
 
     def default_layout(self):
-        """Dock sizes for a 1400x900 window: the timeline gets most of it."""
-        self.resizeDocks([self.docks["findings"]], [360], Qt.Orientation.Horizontal)
-        self.resizeDocks([self.docks["findings"], self.docks["selection"]], [170, 400], Qt.Orientation.Vertical)
-        self.resizeDocks([self.docks["allocations"]], [240], Qt.Orientation.Vertical)
+        """Dock sizes in proportion to the window: the right column (findings above the
+        selection) runs the full height, the table gets about a third of it below the
+        timeline, so at 1024x700 it still shows eight rows and the timeline most of the rest."""
+        w, h = self.width(), self.height()
+        right = max(280, min(440, int(w * 0.27)))
+        column = max(300, h - self.menuBar().height() - self.toolbar.height() - self.statusBar().height() - 8)
+        self.resizeDocks([self.docks["findings"]], [right], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.docks["findings"], self.docks["selection"]],
+                         [int(column * 0.40), int(column * 0.60)], Qt.Orientation.Vertical)
+        self.resizeDocks([self.docks["allocations"]], [max(180, int(h * 0.40))], Qt.Orientation.Vertical)
+        self._auto_layout = getattr(self, "_auto_layout", True)
+
+    def _follow_window(self):
+        if getattr(self, "_auto_layout", False) and not getattr(self, "_user_layout", False):
+            self._relayout.start()
+
+    def resizeEvent(self, ev):
+        super().resizeEvent(ev)
+        # the docks follow the window until the user drags a separator (their sizes then stay)
+        self._follow_window()
+
+    def showEvent(self, ev):
+        super().showEvent(ev)
+        self._follow_window()
+
+    def event(self, ev):
+        # a press that reaches the main window itself is on a dock separator: the user
+        # is sizing the panels by hand
+        if ev.type() == QEvent.Type.MouseButtonPress:
+            self._user_layout = True
+        return super().event(ev)
 
     # -- actions ----------------------------------------------------------------------------
     def _act(self, menu, text, slot, keys=(), tip="", checkable=False):
@@ -263,6 +330,11 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self.mode_actions["categories"].setChecked(True)
         self.timeline.modeChanged.connect(self._on_mode_changed)
         vm.addSeparator()
+        self.act_time_axis = self._act(
+            vm, "&Time Axis", self._on_time_axis, ["T"],
+            "Seconds on the x axis (checked) or trace entries; entries are chosen when one idle stretch "
+            "takes most of the run's time", checkable=True)
+        vm.addSeparator()
         for n, key in enumerate(("selection", "moment", "findings", "allocations", "annotations"), 1):
             a = self.docks[key].toggleViewAction()
             a.setShortcut(QKeySequence(f"Ctrl+{n}"))
@@ -282,6 +354,10 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         tb.setMovable(False)
         tb.setIconSize(QSize(16, 16))
         tb.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        # short labels: the toolbar fits a 1024-pixel window (menus and tooltips say it all)
+        for a, text in ((self.act_zoom_in, "Zoom +"), (self.act_zoom_out, "Zoom −"), (self.act_reset, "Whole Run"),
+                        (self.act_peak, "Peak"), (self.act_prev, "◂ Finding"), (self.act_next, "Finding ▸")):
+            a.setIconText(text)
         tb.addAction(self.act_open)
         tb.addAction(self.act_reload)
         tb.addSeparator()
@@ -421,23 +497,60 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self.moment_panel.set_data(d)
         self.findings_panel.set_data(d)
         self.table_panel.set_data(d)
-        self.stack.setCurrentIndex(1 if d is not None else 0)
+        if d is not None:
+            self.stack.setCurrentIndex(PAGE_TIMELINE)
+        else:
+            self.empty_msg.setText(
+                f"<h3>{_esc(os.path.basename(result.path))}</h3><p>This snapshot records no memory on any device: "
+                "no trace entries and no allocator segments. It was probably dumped before anything was allocated "
+                "on the GPU, or from a process that never used it, or without "
+                "<code>torch.cuda.memory._record_memory_history()</code> turned on.</p>")
+            self.stack.setCurrentIndex(PAGE_EMPTY)
+        self._show_docks(d is not None)
         self._use_store(result.path)
         self._set_loaded_actions(d is not None)
         self.act_reload.setEnabled(True)
         self.setWindowTitle(f"{os.path.basename(result.path)} — vramscope")
         self._update_status()
         if d is not None:
+            self.act_time_axis.setChecked(d.time_axis)
+            self.act_time_axis.setEnabled(d.has_time)
             self.moment_panel.show_index(max(d.peak_index, -1))
             self.statusBar().showMessage(
+                self._axis_notice() or
                 "Wheel: zoom · drag: box zoom · Shift+drag: pan · Ctrl+drag: mark a range · click: select · "
-                "F1: keys", 8000)
+                "F1: keys", 12000)
         else:
             self.statusBar().showMessage("This snapshot records no memory on any device.", 8000)
         if self.notes_notice:
             self.statusBar().showMessage(self._short_notice(), 20000)
         self._add_recent(result.path)
         self.loaded.emit()
+
+    def _show_docks(self, on: bool):
+        """The panels only with something to show (the welcome and empty pages stand alone);
+        the ones the user had open come back."""
+        if not on and self._docks_shown is None:
+            self._docks_shown = {k for k, dock in self.docks.items() if not dock.isHidden()}
+            for dock in self.docks.values():
+                dock.hide()
+            # Qt leaves the tab bar of a group of tabbed docks on screen when they all hide
+            # (and shows it again when it lays the window out after the hide)
+            self._hide_dock_tabs()
+            QTimer.singleShot(0, self._hide_dock_tabs)
+        elif on and self._docks_shown is not None:
+            for k in self._docks_shown:
+                self.docks[k].show()
+            self._docks_shown = None
+            self.docks["selection"].raise_()
+            self.docks["allocations"].raise_()
+
+    def _hide_dock_tabs(self):
+        if self._docks_shown is None:
+            return
+        for bar in self.findChildren(QTabBar):
+            if bar.parent() is self:
+                bar.hide()
 
     def _show_progress(self, label: str):
         self._hide_progress()
@@ -467,7 +580,14 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
             return
         frac = 0.0 if total <= 0 else min(1.0, done / total)
         dlg.setLabelText(f"{self._progress_title}\n{label.capitalize()}…")
-        dlg.setValue(int(frac * 999))
+        if frac <= 0.0:
+            # a step that reports no progress of its own (the analysis of one device, the
+            # timeline's model): a busy bar, not a bar stuck at 0%
+            dlg.setRange(0, 0)
+        else:
+            if dlg.maximum() == 0:
+                dlg.setRange(0, 1000)
+            dlg.setValue(int(frac * 999))
 
     def _on_loaded(self, result: LoadResult):
         self._hide_progress()
@@ -524,8 +644,9 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
             a = self.recent_menu.addAction("(none)")
             a.setEnabled(False)
             return
-        for p in rec:
-            a = self.recent_menu.addAction(os.path.basename(p), lambda p=p: self.open_path(p))
+        self.recent_menu.setToolTipsVisible(True)
+        for p, label in zip(rec, recent_labels(rec)):
+            a = self.recent_menu.addAction(label, lambda p=p: self.open_path(p))
             a.setToolTip(p)
             a.setEnabled(os.path.exists(p))
         self.recent_menu.addSeparator()
@@ -569,6 +690,26 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
             self.statusBar().showMessage("This snapshot has no allocator segments (profiler-converted): "
                                          "no segment view", 6000)
             self.mode_actions[self.timeline.mode].setChecked(True)
+
+    def _on_time_axis(self, on: bool):
+        d = self.data
+        if d is None:
+            return
+        if on and not d.has_time:
+            self.act_time_axis.setChecked(False)
+            self.statusBar().showMessage("This trace has no time stamps: the x axis is the entry index", 6000)
+            return
+        self.timeline.set_time_axis(on)
+
+    def _axis_notice(self) -> str | None:
+        """Why the x axis is entries although the trace has times (None: it is time)."""
+        d = self.data
+        if d is None or not d.has_time or d.time_axis:
+            return None
+        span = max(d.time_span, 1e-9)
+        gap = d.idle_gap_us / 1e6
+        return (f"x axis in entries: one idle stretch ({fmt_seconds(gap, gap / 100)}) is {gap / span:.0%} of the run "
+                f"(T: seconds)")
 
     def _on_mode_changed(self, mode: str):
         self.mode_actions[mode].setChecked(True)
@@ -698,6 +839,7 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         box.open()
 
     def closeEvent(self, ev):
+        self._show_docks(True)          # the layout saved is the user's, not the welcome page's
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
