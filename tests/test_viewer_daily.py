@@ -426,3 +426,67 @@ def test_entry_axis_ticks_are_whole(qt, window):
     ax = TimeAxis("bottom")
     ax.has_time = False
     assert all(sp >= 1 for sp, _ in ax.tickSpacing(0, 3, 800))
+
+
+# -- the timeline's axis and markers -----------------------------------------------------------------------
+def test_an_idle_stretch_puts_entries_on_the_axis(qt, window):
+    d = open_and_wait(qt, window, str(DATA / "oom.pickle"))
+    assert d.has_time and not d.time_axis                     # 2.5 s idle before the first step, of 3.4 s
+    assert "idle" in window.statusBar().currentMessage()
+    assert window.timeline.axis_x.labelText == "trace entry"
+    assert d.x_range == (0.0, float(d.n))
+    # the first step's events take most of the axis, not its last quarter
+    first_step = d.iterations[0].start_index
+    assert float(d.x_of_index(first_step)) < 0.3 * d.x_range[1]
+    # T: seconds (the same entries stay in view), T again: entries
+    window.activateWindow()
+    window.timeline.plot.setFocus()
+    qt.keyClick(window.timeline.plot, Qt.Key.Key_T)
+    assert d.time_axis and window.act_time_axis.isChecked()
+    assert window.timeline.axis_x.labelText == "time since the first event"
+    assert window.timeline.x_limits()[1] == pytest.approx(d.time_span * 1.01)
+    qt.keyClick(window.timeline.plot, Qt.Key.Key_T)
+    assert not d.time_axis
+    # a run without such a gap keeps seconds
+    d2 = open_and_wait(qt, window, EXAMPLE)
+    assert d2.time_axis == d2.has_time
+
+
+def test_iteration_peaks_are_thinned_to_markers(qt, window, tmp_path):
+    import sys
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from gen_snapshot import generate
+    path = tmp_path / "many_steps.pickle"
+    generate(str(path), 100_000, seed=1)
+    d = open_and_wait(qt, window, str(path))
+    assert len(d.iterations) >= 30
+    window.resize(800, 700)
+    qt.wait(80)
+    tl = window.timeline
+    window.act_reset.trigger()
+    tl.refresh_now()
+    xs = np.sort(tl.iter_peaks.data["x"])
+    px_per_x = tl.vb.width() / (tl.x_span()[1] - tl.x_span()[0])
+    assert 0 < len(xs) < len(d.iterations)
+    assert np.all(np.diff(xs) * px_per_x >= tl.ITER_PEAK_PX / 2)
+    # zoomed onto a few iterations, every one of them is marked
+    its = d.iterations[10:13]
+    tl.zoom_to_indices(its[0].start_index, its[-1].end_index)
+    tl.refresh_now()
+    shown = set(np.round(tl.iter_peaks.data["x"], 9).tolist())
+    for it in its:
+        if it.peak_index != d.peak_index:
+            assert round(float(d.x_of_index(it.peak_index)), 9) in shown
+
+
+def test_phase_legend_and_labels_around_the_oom_marker(qt, window):
+    d = open_and_wait(qt, window, str(DATA / "oom.pickle"))
+    text = " ".join(w.text() for w in window.legend.findChildren(type(window.empty_msg)))
+    assert "inputs" in text and "forward" in text
+    tl = window.timeline
+    oom = next(f for f in d.findings if f.kind == "oom")
+    assert float(d.x_of_index(oom.index)) in tl.spans.avoid.tolist()
+    # painted: no phase label is drawn over the OOM label's corner (top of the plot, near its line)
+    tl.refresh_now()
+    img = tl.plot.grab().toImage()
+    assert not img.isNull()

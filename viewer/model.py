@@ -605,6 +605,7 @@ class DeviceData:
         if not self.segments_known:
             self.seg_addr = self.seg_size = self.seg_start = self.seg_end = np.zeros(0, dtype=np.int64)
             self.seg_stream = self.seg_key = np.zeros(0, dtype=np.int64)
+            self.seg_expandable = np.zeros(0, dtype=bool)
             self.streams = np.zeros(0, dtype=np.int64)
             return
         cols = self.snap.trace(self.device).columns
@@ -621,48 +622,48 @@ class DeviceData:
         # itself, and an unmap may cover several maps or part of one. A free or unmap of a
         # range nobody mapped in the trace was mapped before it began. Segment events are
         # rare (one per thousands of entries), so a plain loop over them is cheap.
-        out_start, out_end, out_addr, out_size, out_stream = [], [], [], [], []
-        live: dict[int, tuple[int, int, int]] = {}          # start address -> (end address, entry, stream)
-        for e, a, n_bytes, up, st in zip(ev.tolist(), ev_addr, ev_size, ev_up, ev_stream):
+        ev_map = np.isin(act[ev], (A_SEGMENT_MAP, A_SEGMENT_UNMAP)).tolist()
+        out: list[tuple[int, int, int, int, int, bool]] = []   # (start, end, address, size, stream, mapped)
+        live: dict[int, tuple[int, int, int, bool]] = {}       # start address -> (end address, entry, stream, mapped)
+        for e, a, n_bytes, up, st, mapped in zip(ev.tolist(), ev_addr, ev_size, ev_up, ev_stream, ev_map):
             b = a + n_bytes
             if up:
-                live[a] = (b, e, st)
+                live[a] = (b, e, st, mapped)
                 continue
             covered = 0
-            for pa in [pa for pa, (pb, _, _) in live.items() if pa < b and pb > a]:
-                pb, pe, pst = live.pop(pa)
-                out_start.append(pe); out_end.append(e); out_addr.append(pa); out_size.append(pb - pa)
-                out_stream.append(pst)
+            for pa in [pa for pa, (pb, _, _, _) in live.items() if pa < b and pb > a]:
+                pb, pe, pst, pm = live.pop(pa)
+                out.append((pe, e, pa, pb - pa, pst, pm))
                 covered += min(pb, b) - max(pa, a)
                 if pa < a:                                  # the parts outside the range stay
-                    live[pa] = (a, e, pst)
+                    live[pa] = (a, e, pst, pm)
                 if pb > b:
-                    live[b] = (pb, e, pst)
+                    live[b] = (pb, e, pst, pm)
             if n_bytes - covered > 0:
-                out_start.append(-1); out_end.append(e); out_addr.append(a); out_size.append(n_bytes - covered)
-                out_stream.append(st)
-        for pa, (pb, pe, pst) in live.items():
-            out_start.append(pe); out_end.append(big); out_addr.append(pa); out_size.append(pb - pa); out_stream.append(pst)
+                out.append((-1, e, a, n_bytes - covered, st, mapped))
+        for pa, (pb, pe, pst, pm) in live.items():
+            out.append((pe, big, pa, pb - pa, pst, pm))
         # segments of the final state that no live range covers: mapped before the trace
-        alive = sorted((pa, pb) for pa, (pb, _, _) in live.items())
-        for sa, sz, sst in zip(np.asarray(seg["address"]).tolist(), np.asarray(seg["total_size"]).tolist(),
-                               np.asarray(seg["stream"]).tolist()):
+        alive = sorted((pa, pb) for pa, (pb, _, _, _) in live.items())
+        for sa, sz, sst, sx in zip(np.asarray(seg["address"]).tolist(), np.asarray(seg["total_size"]).tolist(),
+                                   np.asarray(seg["stream"]).tolist(), np.asarray(seg["is_expandable"]).tolist()):
             cur, sb = sa, sa + sz
             for pa, pb in alive:
                 if pb <= cur or pa >= sb:
                     continue
                 if pa > cur:
-                    out_start.append(-1); out_end.append(big); out_addr.append(cur); out_size.append(pa - cur)
-                    out_stream.append(sst)
+                    out.append((-1, big, cur, pa - cur, sst, bool(sx)))
                 cur = max(cur, pb)
             if cur < sb:
-                out_start.append(-1); out_end.append(big); out_addr.append(cur); out_size.append(sb - cur)
-                out_stream.append(sst)
+                out.append((-1, big, cur, sb - cur, sst, bool(sx)))
+        cols_ = list(zip(*out)) if out else [[], [], [], [], [], []]
+        out_start, out_end, out_addr, out_size, out_stream, out_mapped = cols_
         self.seg_start = np.asarray(out_start, dtype=np.int64)
         self.seg_end = np.asarray(out_end, dtype=np.int64)
         self.seg_addr = np.asarray(out_addr, dtype=np.int64)
         self.seg_size = np.asarray(out_size, dtype=np.int64)
         self.seg_stream = np.asarray(out_stream, dtype=np.int64)
+        self.seg_expandable = np.asarray(out_mapped, dtype=bool)
         self.streams = np.unique(self.seg_stream)
         if len(self.streams) > 1:
             self.seg_key = np.searchsorted(self.streams, self.seg_stream).astype(np.int64)

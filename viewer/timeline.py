@@ -842,9 +842,9 @@ class TimelineWidget(QWidget):
             return
         row, _, seg, i = self.thing_under(x, y)
         self.set_cursor_x(x)
+        self.clicked.emit(row, i, x)
         if seg >= 0:
             self.segmentClicked.emit(seg, i)
-        self.clicked.emit(row, i, x)
 
     def set_cursor_x(self, x: float):
         self.cursor_line.setPos(x)

@@ -25,6 +25,7 @@ from ..common.units import fmt_bytes, fmt_seconds
 from ..present.markup import html as _esc
 from ..present.words import peak_words
 from ..services.annotations import AnnotationStore
+from .allocator_panel import AllocatorPanel
 from .legend import LegendBar
 from .loader import Loader, LoadResult, load, switch_device
 from .model import DeviceData
@@ -137,13 +138,15 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self.findings_panel = FindingsPanel(self)
         self.table_panel = AllocationsPanel(self)
         self.notes_panel = NotesPanel(self)
+        self.allocator_panel = AllocatorPanel(self)
         self.docks = {}
         for key, title, widget, area in (
                 ("selection", "Selection", self.stack_panel, Qt.DockWidgetArea.RightDockWidgetArea),
                 ("moment", "At this moment", self.moment_panel, Qt.DockWidgetArea.RightDockWidgetArea),
                 ("findings", "Findings", self.findings_panel, Qt.DockWidgetArea.RightDockWidgetArea),
                 ("allocations", "Allocations", self.table_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
-                ("annotations", "Annotations", self.notes_panel, Qt.DockWidgetArea.BottomDockWidgetArea)):
+                ("annotations", "Annotations", self.notes_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
+                ("allocator", "Allocator", self.allocator_panel, Qt.DockWidgetArea.BottomDockWidgetArea)):
             dock = QDockWidget(title, self)
             dock.setObjectName(f"dock_{key}")
             dock.setWidget(widget)
@@ -154,6 +157,7 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self.tabifyDockWidget(self.docks["selection"], self.docks["moment"])
         # the notes share the bottom with the table: a wide list, and the right column keeps its height
         self.tabifyDockWidget(self.docks["allocations"], self.docks["annotations"])
+        self.tabifyDockWidget(self.docks["annotations"], self.docks["allocator"])
         # the right column runs the full height; the table sits under the timeline only
         self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
         self.setCorner(Qt.Corner.TopRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
@@ -174,6 +178,10 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self.notes_panel.editRequested.connect(self.edit_note)
         self.notes_panel.tree.currentItemChanged.connect(lambda *_: self._update_note_actions())
         self.timeline.marked.connect(self._on_marked)
+        self.timeline.segmentClicked.connect(self._on_segment_clicked)
+        self.allocator_panel.indexChanged.connect(self._on_allocator_step)
+        self.allocator_panel.rowClicked.connect(lambda r: self.select_row(r, source="allocator"))
+        self.docks["allocator"].visibilityChanged.connect(self._on_allocator_visible)
 
         self._build_actions()
         self._build_status()
@@ -335,7 +343,7 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
             "Seconds on the x axis (checked) or trace entries; entries are chosen when one idle stretch "
             "takes most of the run's time", checkable=True)
         vm.addSeparator()
-        for n, key in enumerate(("selection", "moment", "findings", "allocations", "annotations"), 1):
+        for n, key in enumerate(("selection", "moment", "findings", "allocations", "annotations", "allocator"), 1):
             a = self.docks[key].toggleViewAction()
             a.setShortcut(QKeySequence(f"Ctrl+{n}"))
             a.setToolTip(f"Show or hide the {self.docks[key].windowTitle()} panel (Ctrl+{n})")
@@ -497,6 +505,7 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self.moment_panel.set_data(d)
         self.findings_panel.set_data(d)
         self.table_panel.set_data(d)
+        self.allocator_panel.set_data(d)
         if d is not None:
             self.stack.setCurrentIndex(PAGE_TIMELINE)
         else:
@@ -680,7 +689,35 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
     def _on_timeline_click(self, row: int, i: int, x: float):
         self.pinned_index = i
         self.moment_panel.show_index(i)
+        if self.allocator_panel.isVisible():
+            self.allocator_panel.show_index(i)
         self.select_row(row, source="timeline")
+
+    # -- the allocator panel -------------------------------------------------------------------
+    def _on_segment_clicked(self, seg: int, i: int):
+        d = self.data
+        self.docks["allocator"].show()
+        self.docks["allocator"].raise_()
+        self.allocator_panel.show_index(i, int(d.seg_addr[seg]))
+
+    def _on_allocator_visible(self, visible: bool):
+        d = self.data
+        if visible and d is not None and self.allocator_panel.index is None:
+            self.allocator_panel.show_index(self.pinned_index if self.pinned_index is not None else d.peak_index)
+
+    def _on_allocator_step(self, i: int):
+        """The allocator panel stepped to entry i: the cursor, the moment and the view follow."""
+        d = self.data
+        if d is None:
+            return
+        self.pinned_index = i
+        self.timeline.set_cursor_index(i)
+        self.moment_panel.request_index(i)
+        x = float(d.x_of_index(max(i, 0)))
+        x0, x1 = self.timeline.x_span()
+        if not x0 <= x <= x1:
+            w = x1 - x0
+            self.timeline.set_x_range(x - w / 2, x + w / 2)
 
     def set_mode(self, mode: str):
         """Stack the timeline by category, allocation or segment."""
@@ -764,6 +801,8 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self.timeline.set_cursor_index(f.index)
         self.pinned_index = f.index
         self.moment_panel.show_index(f.index)
+        if self.allocator_panel.isVisible():
+            self.allocator_panel.show_index(f.index)
         self.findings_panel.select(k)
         if f.row >= 0:
             self.select_row(f.row, source="finding")
@@ -824,7 +863,11 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
                 ("Shift+A", "annotate the selected allocation"),
                 ("F2 / Del", "edit / delete the note chosen in Annotations"),
                 ("Ctrl+Z / Ctrl+Shift+Z", "undo / redo a change to the notes"),
-                ("Ctrl+F", "search the stacks"), ("Ctrl+1…5", "show / hide panels")]
+                ("Ctrl+F", "search the stacks (file, function, file.py:line)"),
+                ("C / L / S", "stack by category / allocation / segment"),
+                ("T", "seconds or trace entries on the x axis"),
+                ("← / → in Allocator", "step one entry (Ctrl: to the previous / next segment event)"),
+                ("Ctrl+Return", "save a note"), ("Ctrl+1…7", "show / hide panels")]
         html = "<table>" + "".join(f"<tr><td><b>{k}</b>&nbsp;&nbsp;</td><td>{v}</td></tr>" for k, v in rows) + "</table>"
         box = QMessageBox(QMessageBox.Icon.NoIcon, "Keyboard shortcuts", html, QMessageBox.StandardButton.Ok, self)
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
