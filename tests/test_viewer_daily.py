@@ -490,3 +490,77 @@ def test_phase_legend_and_labels_around_the_oom_marker(qt, window):
     tl.refresh_now()
     img = tl.plot.grab().toImage()
     assert not img.isNull()
+
+
+# -- per-allocation view and the outline of the selection --------------------------------------------------
+def live_in_stack_order(d, i):
+    rows = np.flatnonzero((d.alloc_index <= i) & ((d.free_index < 0) | (d.free_index > i)))
+    return rows[np.lexsort((rows, d.alloc_index[rows]))]
+
+
+def outline_at(tl, x):
+    """(bottom, top) of the selection outline over the column at x."""
+    xs, ys = tl.sel_bar.getData()
+    half = (tl._last_env.col_x[1] - tl._last_env.col_x[0]) / 2
+    near = np.isfinite(ys) & (np.abs(xs - x) <= half + 1e-12)
+    return float(np.nanmin(ys[near])), float(np.nanmax(ys[near]))
+
+
+def test_per_allocation_view_hover_click_and_outline(qt, window):
+    d = open_and_wait(qt, window, EXAMPLE)
+    tl = window.timeline
+    window.activateWindow()
+    tl.plot.setFocus()
+    qt.keyClick(tl.plot, Qt.Key.Key_L)
+    assert tl.mode == "allocations" and window.mode_actions["allocations"].isChecked()
+    x = float(d.x_of_index(d.peak_index))
+    i = tl.index_under(x)
+    rows = live_in_stack_order(d, i)
+    sizes = np.asarray(d.allocs.size)[rows]
+    tops = np.cumsum(sizes)
+    k = int(np.argmax(sizes))                      # the biggest band: easy to hit
+    y = float(tops[k] - sizes[k] / 2)
+    pos = tl.plot.mapFromScene(tl.vb.mapViewToScene(QPointF(x, y)))
+    qt.mouseMove(tl.plot.viewport(), pos)
+    qt.waitUntil(lambda: tl.hover_label.isVisible(), timeout=2000)
+    from vramscope.common.units import fmt_bytes
+    text = tl.hover_label.textItem.toPlainText()
+    assert d.category_name(int(d.category[rows[k]])) in text and fmt_bytes(int(sizes[k])) in text
+    qt.mouseClick(tl.plot.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+    assert window.selected_row == int(rows[k])
+    lo, hi = outline_at(tl, tl._last_env.col_x[tl.column_under(x)])
+    assert lo == pytest.approx(tops[k] - sizes[k]) and hi == pytest.approx(tops[k])
+    # hidden categories drop out of the stack, and the rest moves down
+    c = int(d.category[rows[0]])
+    window.legend.buttons[c].click()
+    qt.wait(5)
+    below = rows[:k][d.category[rows[:k]] != c]
+    if int(d.category[rows[k]]) != c:
+        lo2, hi2 = outline_at(tl, tl._last_env.col_x[tl.column_under(x)])
+        assert lo2 == pytest.approx(float(np.asarray(d.allocs.size)[below].sum()))
+
+
+def test_category_outline_sits_at_its_place_in_the_band(qt, window):
+    d = open_and_wait(qt, window, EXAMPLE)
+    tl = window.timeline
+    i = d.peak_index
+    rows = live_in_stack_order(d, i)
+    vis = tl.visible_categories
+    # an allocation in the middle of its band: older ones of its category are below it
+    cats = d.category[rows]
+    c = max(vis, key=lambda c: int((cats == c).sum()))
+    mine = rows[cats == c]
+    row = int(mine[len(mine) // 2])
+    window.select_row(row)
+    tl.zoom_to_indices(max(0, i - 40), min(d.n - 1, i + 40))
+    tl.refresh_now()
+    x = float(d.x_of_index(i))
+    col = tl.column_under(x)
+    j = int(tl._last_env.col_index[col])
+    live = live_in_stack_order(d, j)
+    base = sum(float(np.asarray(d.allocs.size)[live][d.category[live] == cc].sum()) for cc in vis[:vis.index(c)])
+    older = live[:np.flatnonzero(live == row)[0]]
+    offset = float(np.asarray(d.allocs.size)[older][d.category[older] == c].sum())
+    lo, hi = outline_at(tl, tl._last_env.col_x[col])
+    assert lo == pytest.approx(base + offset) and hi == pytest.approx(base + offset + float(d.allocs.size[row]))
+    assert lo > 0                                   # not drawn from 0 at the bottom of the chart
