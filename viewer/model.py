@@ -56,6 +56,8 @@ class Envelope:
     col_index: np.ndarray           # the entry each column shows (its bucket's highest moment)
     visible_max: float
     events: int                     # events inside the view
+    col_comp_last: np.ndarray | None = None   # (columns, n_categories) at each bucket's last entry
+    col_index_last: np.ndarray | None = None  # that entry (what-if: a second candidate per column)
 
 
 @dataclass
@@ -391,6 +393,10 @@ class DeviceData:
             col_index = np.empty(buckets, dtype=np.int64)
             col_index[ne] = arg
             col_index[empty] = np.where(r >= 0, last_i[np.maximum(r, 0)], first_prev)
+            col_last = col_comp.copy()
+            col_last[ne] = comp[2::2]
+            col_index_last = col_index.copy()
+            col_index_last[ne] = last_i
             col_live = self._column_ranges(buckets, ne, empty, r, live_prev, mx[:, 0], mn[:, 0], live_last)
             col_res = None
             if has_res:
@@ -419,8 +425,9 @@ class DeviceData:
             col_res = np.full((buckets, 2), res_y[0]) if has_res else None
             visible_max = max(v, res_y[0] if has_res else 0.0)
             events = 0
+            col_last, col_index_last = col_comp, col_index
         return Envelope(x0, x1, line_x, live_y, res_y, col_x, col_comp, col_live, col_res, col_index,
-                        visible_max, events)
+                        visible_max, events, col_last, col_index_last)
 
     @staticmethod
     def _column_ranges(w, ne, empty, rank, prev, mx, mn, last) -> np.ndarray:

@@ -15,6 +15,8 @@ LEAK_COLOR = "#E15759"
 ANNOTATION_COLOR = "#4E79A7"     # the snapshot's own record_function regions
 # The user's notes: a magenta no category band uses, apart from the peak's red.
 NOTE_COLOR = "#B5179E"
+WHATIF_COLOR = "#7B3FE4"          # the what-if peak: apart from the measured peak's red
+GPU_COLOR = "#1F77B4"
 
 
 def category_color(name: str) -> QColor:

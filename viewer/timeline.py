@@ -37,6 +37,8 @@ from .plot_items import (
 from .alloc_stack import SHADES
 from .theme import (
     ANNOTATION_COLOR,
+    GPU_COLOR,
+    WHATIF_COLOR,
     SEGMENT_COLORS,
     LEAK_COLOR,
     NOTE_COLOR,
@@ -138,6 +140,21 @@ class TimelineWidget(QWidget):
         self.peak_label = pg.TextItem(anchor=(0, 1))
         self.peak_label.setZValue(11)
         self.vb.addItem(self.peak_label, ignoreBounds=True)
+        # what-if: the scaled peak, its words, and a GPU's size
+        self.whatif_marker = pg.ScatterPlotItem(size=12, symbol="t1")
+        self.whatif_marker.setZValue(10)
+        self.vb.addItem(self.whatif_marker, ignoreBounds=True)
+        self.whatif_label = pg.TextItem(anchor=(0, 1))
+        self.whatif_label.setZValue(11)
+        self.whatif_label.hide()
+        self.vb.addItem(self.whatif_label, ignoreBounds=True)
+        self.gpu_line = pg.InfiniteLine(angle=0, movable=False,
+                                        label="GPU", labelOpts={"position": 0.02, "anchors": [(0, 1), (0, 1)]})
+        self.gpu_line.setZValue(9)
+        self.gpu_line.hide()
+        self.vb.addItem(self.gpu_line, ignoreBounds=True)
+        self.scales = None
+        self._whatif_peak = None
         self.iter_peaks = pg.ScatterPlotItem(size=7, symbol="t1")
         self.iter_peaks.setZValue(9)
         self.vb.addItem(self.iter_peaks, ignoreBounds=True)
@@ -240,6 +257,15 @@ class TimelineWidget(QWidget):
         label_bg = QColor(theme.background)
         label_bg.setAlpha(215)
         self.peak_label.fill = pg.mkBrush(label_bg)
+        self.whatif_marker.setBrush(QBrush(QColor(WHATIF_COLOR)))
+        self.whatif_marker.setPen(pg.mkPen(theme.background, width=1))
+        self.whatif_label.setColor(QColor(WHATIF_COLOR))
+        self.whatif_label.fill = pg.mkBrush(label_bg)
+        self.gpu_line.setPen(pg.mkPen(GPU_COLOR, width=1.5, style=Qt.PenStyle.DashDotLine))
+        self.gpu_line.label.setColor(QColor(GPU_COLOR))
+        measured = QColor(theme.foreground)
+        measured.setAlpha(110)
+        self.measured_pen = cosmetic_pen(blend_over(measured, theme.background))
         self.leak_marks.setBrush(QBrush(QColor(LEAK_COLOR)))
         self.leak_marks.setPen(pg.mkPen(theme.background, width=1))
         ip = QColor(PEAK_COLOR)
@@ -274,6 +300,11 @@ class TimelineWidget(QWidget):
         self.hover_line.hide()
         self.clear_mark()
         self.notes.set_marks([])
+        self.scales = None
+        self._whatif_peak = None
+        self.whatif_marker.setData([], [])
+        self.whatif_label.hide()
+        self.gpu_line.hide()
         if data is None:
             for it in (self.bands, self.stack_bands, self.live_curve, self.reserved_curve, self.ov_curve):
                 it.clear()
@@ -603,41 +634,110 @@ class TimelineWidget(QWidget):
         env = d.envelope(x0, x1, self.buckets())
         self._last_env = env
         self.refresh_count += 1
+        self._draw(env)
+
+    def _draw(self, env: Envelope):
+        """Hand one envelope to the items (a what-if slider redraws from the last one)."""
+        d = self.data
+        x0, x1 = env.x0, env.x1
         vis = self.visible_categories
         order = [c for c in vis]
+        scaled_top = None
         if self.mode == "categories":
-            cum = np.cumsum(np.maximum(env.col_comp[:, order], 0.0), axis=1) if order else \
+            comp = self._scaled_columns(env) if self.scales is not None else env.col_comp
+            cum = np.cumsum(np.maximum(comp[:, order], 0.0), axis=1) if order else \
                 np.zeros((len(env.col_x), 0))
             self.bands.set_columns(env.col_x, cum, [self.theme.band_color(d.categories[c]) for c in order])
             self.stack_bands.clear()
             self._cols = None
+            if self.scales is not None:
+                scaled_top = np.maximum(comp, 0.0).sum(axis=1)
         else:
             self.bands.clear()
             self._draw_stack(env)
         cx = np.repeat(env.col_x, 2)
-        self.live_curve.set_strokes([(cx, env.col_live.ravel(), "columns", self.live_pen)])
-        if env.col_reserved is not None:
-            self.reserved_curve.set_strokes([(cx, env.col_reserved.ravel(), "dashed-columns", self.reserved_pen)])
+        if scaled_top is None:
+            self.live_curve.set_strokes([(cx, env.col_live.ravel(), "columns", self.live_pen)])
+            if env.col_reserved is not None:
+                self.reserved_curve.set_strokes([(cx, env.col_reserved.ravel(), "dashed-columns",
+                                                  self.reserved_pen)])
+            else:
+                self.reserved_curve.clear()
         else:
-            self.reserved_curve.clear()
+            # what-if: the scaled total on top, the run as measured in grey beneath
+            self.live_curve.set_strokes([(cx, np.repeat(scaled_top, 2), "columns", self.live_pen)])
+            self.reserved_curve.set_strokes([(cx, env.col_live.ravel(), "columns", self.measured_pen)])
         if self._auto_y:
-            top = env.visible_max
+            top = env.visible_max if scaled_top is None else max(float(scaled_top.max()), float(env.col_live.max()))
             if self.peak_label.isVisible():
                 px = self.peak_marker.data["x"][0] if len(self.peak_marker.data) else None
                 if px is not None and x0 <= px <= x1:
                     top = max(top, float(self.peak_marker.data["y"][0]))
+            if self.gpu_line.isVisible():
+                top = max(top, float(self.gpu_line.value()))
             self.vb.setYRange(0, max(top, 1.0) * 1.12, padding=0)
         self._syncing_region = True
         try:
             self.ov_region.setRegion((x0, x1))
         finally:
             self._syncing_region = False
-        if self.peak_label.isVisible() and len(self.peak_marker.data):
-            px = float(self.peak_marker.data["x"][0])
-            self.peak_label.setAnchor((1, 1) if px > x0 + 0.6 * (x1 - x0) else (0, 1))
+        for label, marker in ((self.peak_label, self.peak_marker), (self.whatif_label, self.whatif_marker)):
+            if label.isVisible() and len(marker.data):
+                px = float(marker.data["x"][0])
+                label.setAnchor((1, 1) if px > x0 + 0.6 * (x1 - x0) else (0, 1))
         self._update_selection_bar()
         self._thin_iteration_peaks(x0, x1)
         self.viewChanged.emit(x0, x1)
+
+    # -- what if ------------------------------------------------------------------------------
+    def set_whatif(self, factors: np.ndarray | None, peak_index: int = -1, peak_bytes: int = 0,
+                   peak_text: str = "", gpu_bytes: int | None = None):
+        """Draw the bands with each category's live bytes times its factor (None: as
+        measured), the exact scaled peak with its words, and a card's size as a line. Redraws
+        from the last envelope: no envelope is recomputed while a slider moves."""
+        d = self.data
+        self.scales = None if factors is None else np.asarray(factors, dtype=np.float64)
+        self._whatif_peak = (int(peak_index), int(peak_bytes)) if factors is not None else None
+        if factors is not None and d is not None:
+            px = float(d.x_of_index(max(peak_index, 0)))
+            self.whatif_marker.setData([px], [float(peak_bytes)])
+            self.whatif_label.setText(peak_text)
+            self.whatif_label.setPos(px, float(peak_bytes))
+            self.whatif_label.show()
+            self.peak_label.hide()           # the measured peak keeps its marker; the words are the new peak's
+        else:
+            self.whatif_marker.setData([], [])
+            self.whatif_label.hide()
+            if d is not None and d.da.peak is not None:
+                self.peak_label.show()
+        if gpu_bytes:
+            self.gpu_line.setValue(float(gpu_bytes))
+            self.gpu_line.label.setFormat(f"{fmt_bytes(gpu_bytes)} GPU")
+            self.gpu_line.label.valueChanged()
+            self.gpu_line.show()
+        else:
+            self.gpu_line.hide()
+        if d is not None and self.mode != "categories" and factors is not None:
+            self.set_mode("categories")
+        elif self._last_env is not None and d is not None:
+            self._draw(self._last_env)
+
+    def _scaled_columns(self, env: Envelope) -> np.ndarray:
+        """Each column's composition times the factors: of the two moments each column keeps
+        (its highest measured total, its last entry) the one whose scaled total is higher,
+        and in the what-if peak's own column the peak itself (so the top meets the marker)."""
+        f = self.scales
+        a = env.col_comp * f
+        b = env.col_comp_last * f if env.col_comp_last is not None else a
+        pick = b.sum(axis=1) > a.sum(axis=1)
+        comp = np.where(pick[:, None], b, a)
+        pk = self._whatif_peak
+        if pk is not None and pk[0] >= -1:
+            x = float(self.data.x_of_index(max(pk[0], 0)))
+            if env.x0 <= x <= env.x1 and len(env.col_x):
+                k = min(len(env.col_x) - 1, max(0, int((x - env.x0) / (env.x1 - env.x0) * len(env.col_x))))
+                comp[k] = self.data.composition([pk[0]])[0] * f
+        return comp
 
     ITER_PEAK_PX = 16             # at most one iteration-peak marker per this many pixels
 

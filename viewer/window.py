@@ -26,6 +26,7 @@ from ..present.markup import html as _esc
 from ..present.words import peak_words
 from ..services.annotations import AnnotationStore
 from .allocator_panel import AllocatorPanel
+from .whatif_panel import WhatIfPanel
 from .legend import LegendBar
 from .loader import Loader, LoadResult, load, switch_device
 from .model import DeviceData
@@ -139,6 +140,7 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self.table_panel = AllocationsPanel(self)
         self.notes_panel = NotesPanel(self)
         self.allocator_panel = AllocatorPanel(self)
+        self.whatif_panel = WhatIfPanel(self)
         self.docks = {}
         for key, title, widget, area in (
                 ("selection", "Selection", self.stack_panel, Qt.DockWidgetArea.RightDockWidgetArea),
@@ -146,7 +148,8 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
                 ("findings", "Findings", self.findings_panel, Qt.DockWidgetArea.RightDockWidgetArea),
                 ("allocations", "Allocations", self.table_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
                 ("annotations", "Annotations", self.notes_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
-                ("allocator", "Allocator", self.allocator_panel, Qt.DockWidgetArea.BottomDockWidgetArea)):
+                ("allocator", "Allocator", self.allocator_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
+                ("whatif", "What if", self.whatif_panel, Qt.DockWidgetArea.BottomDockWidgetArea)):
             dock = QDockWidget(title, self)
             dock.setObjectName(f"dock_{key}")
             dock.setWidget(widget)
@@ -158,6 +161,7 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         # the notes share the bottom with the table: a wide list, and the right column keeps its height
         self.tabifyDockWidget(self.docks["allocations"], self.docks["annotations"])
         self.tabifyDockWidget(self.docks["annotations"], self.docks["allocator"])
+        self.tabifyDockWidget(self.docks["allocator"], self.docks["whatif"])
         # the right column runs the full height; the table sits under the timeline only
         self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
         self.setCorner(Qt.Corner.TopRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
@@ -182,6 +186,8 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self.allocator_panel.indexChanged.connect(self._on_allocator_step)
         self.allocator_panel.rowClicked.connect(lambda r: self.select_row(r, source="allocator"))
         self.docks["allocator"].visibilityChanged.connect(self._on_allocator_visible)
+        self.docks["whatif"].visibilityChanged.connect(self._on_whatif_visible)
+        self.whatif_panel.changed.connect(self._on_whatif)
 
         self._build_actions()
         self._build_status()
@@ -343,7 +349,8 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
             "Seconds on the x axis (checked) or trace entries; entries are chosen when one idle stretch "
             "takes most of the run's time", checkable=True)
         vm.addSeparator()
-        for n, key in enumerate(("selection", "moment", "findings", "allocations", "annotations", "allocator"), 1):
+        for n, key in enumerate(("selection", "moment", "findings", "allocations", "annotations", "allocator",
+                                 "whatif"), 1):
             a = self.docks[key].toggleViewAction()
             a.setShortcut(QKeySequence(f"Ctrl+{n}"))
             a.setToolTip(f"Show or hide the {self.docks[key].windowTitle()} panel (Ctrl+{n})")
@@ -506,6 +513,9 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self.findings_panel.set_data(d)
         self.table_panel.set_data(d)
         self.allocator_panel.set_data(d)
+        self.whatif_panel.set_data(d)
+        if d is not None and self.docks["whatif"].isVisible():
+            self.whatif_panel.ensure_model()
         if d is not None:
             self.stack.setCurrentIndex(PAGE_TIMELINE)
         else:
@@ -692,6 +702,14 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         if self.allocator_panel.isVisible():
             self.allocator_panel.show_index(i)
         self.select_row(row, source="timeline")
+
+    # -- what if ---------------------------------------------------------------------------------
+    def _on_whatif_visible(self, visible: bool):
+        if visible and self.data is not None:
+            self.whatif_panel.ensure_model()
+
+    def _on_whatif(self, factors, peak_index: int, peak_bytes, text: str, gpu_bytes):
+        self.timeline.set_whatif(factors, peak_index, int(peak_bytes or 0), text, gpu_bytes)
 
     # -- the allocator panel -------------------------------------------------------------------
     def _on_segment_clicked(self, seg: int, i: int):
