@@ -382,6 +382,12 @@ def test_layout_at_1024x700_gives_the_table_rows(qt, window):
     right = window.docks["selection"].geometry()
     table = window.docks["allocations"].geometry()
     assert right.left() >= table.right() and right.bottom() >= table.top()
+    # every panel of the bottom area fits a 1024-pixel window, and leaves the plot its room
+    for key in ("annotations", "allocator", "whatif", "allocations"):
+        window.docks[key].raise_()
+        qt.wait(30)
+        assert window.minimumSizeHint().width() <= 1024, key
+        assert window.width() == 1024 and window.timeline.plot.height() >= 200, key
     # and at 1600x1000 the table is not squeezed either
     window.resize(1600, 1000)
     qt.wait(120)

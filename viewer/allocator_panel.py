@@ -208,13 +208,15 @@ class AllocatorPanel(QWidget):
             "&nbsp;<span style='color:#555'>■</span> rounding &nbsp;"
             f"<span style='color:{PENDING_COLOR}'>▨</span> pending free &nbsp;"
             "<span style='color:#bbb'>■</span> cached &nbsp;·&nbsp; ← → step, Ctrl+← → segment events", self)
-        legend.setEnabled(True)
+        legend.setWordWrap(True)           # the panel must fit a 1024-pixel window's bottom area
+        legend.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        legend.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
         top.addWidget(self.prev_btn)
         top.addWidget(self.next_btn)
-        top.addWidget(self.where, 1)
-        top.addWidget(legend)
+        top.addWidget(self.where)
+        top.addWidget(legend, 1)
         self.map = SegmentMap(self)
         self.map.rowClicked.connect(self.rowClicked)
         self.scroll = QScrollArea(self)

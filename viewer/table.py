@@ -365,6 +365,8 @@ class AllocationsPanel(QWidget):
                 self.table.setCurrentIndex(idx)
                 self.table.selectRow(pos)
                 self.table.scrollTo(idx, QAbstractItemView.ScrollHint.PositionAtCenter)
+        # the selection model's signals were blocked: the view repaints the rows itself
+        self.table.viewport().update()
         if emit and pos >= 0:
             self.rowSelected.emit(row)
 

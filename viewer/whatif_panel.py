@@ -234,8 +234,10 @@ class WhatIfPanel(QWidget):
         # the formulas and notes wrap in columns of their own width (scroll sideways on a
         # narrow window rather than a column one word wide)
         hh.setSectionResizeMode(4, QHeaderView.ResizeMode.Interactive)
-        hh.setSectionResizeMode(5, QHeaderView.ResizeMode.Stretch)
+        hh.setSectionResizeMode(5, QHeaderView.ResizeMode.Interactive)
+        hh.setStretchLastSection(True)
         self.table.setColumnWidth(4, 300)
+        self.table.setColumnWidth(5, 300)
         hh.setMinimumSectionSize(60)
         self._rows_timer.start()
         f = self.facts
