@@ -819,7 +819,7 @@ class TimelineWidget(QWidget):
         head, _, body = tip.partition("\n")
         html = (f"<div style='font-size:9pt'><b>{_esc(head)}</b>"
                 + (f"<br>{_esc(body).replace(chr(10), '<br>')}" if body else "") + "</div>")
-        self._show_hover(x, y, html)
+        self._show_hover(x, y, html, width=min(420, max(200, int(self.vb.width() * 0.45))))
 
     def index_under(self, x: float) -> int:
         """The entry drawn at x: the highest moment of the pixel column's bucket
@@ -867,7 +867,9 @@ class TimelineWidget(QWidget):
         self.hovered.emit(row, i, x)
         return row
 
-    def _show_hover(self, x: float, y: float, html: str):
+    def _show_hover(self, x: float, y: float, html: str, width: int = -1):
+        """The hover box at (x, y); `width` wraps long text (a note) in that many pixels."""
+        self.hover_label.setTextWidth(width)
         self.hover_line.setPos(x)
         self.hover_line.show()
         self.hover_label.setHtml(html)
