@@ -701,6 +701,8 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self.moment_panel.show_index(i)
         if self.allocator_panel.isVisible():
             self.allocator_panel.show_index(i)
+        if row < 0 and self.timeline.mode == "segments":
+            return          # a segment picked: the selected allocation stays
         self.select_row(row, source="timeline")
 
     # -- what if ---------------------------------------------------------------------------------
