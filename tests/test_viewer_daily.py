@@ -2,7 +2,6 @@
 through real input events where it is about input (pytest-qt, offscreen)."""
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 

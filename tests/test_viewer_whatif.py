@@ -52,7 +52,7 @@ def test_sliders_redraw_with_the_exact_scaled_peak(qt, window):
     want = cl.peak({"activations": 1.5})
     assert tl.whatif_marker.data["y"][0] == want.bytes
     assert tl.whatif_marker.data["x"][0] == pytest.approx(float(d.x_of_index(max(want.index, 0))))
-    assert panel.peak_line.text().startswith(f"<b>Peak ")
+    assert panel.peak_line.text().startswith("<b>Peak ")
     ref = what_if(d.analysis, d.device, {"activations": 1.5})
     assert ref.scaled.bytes == want.bytes
     from vramscope.present.words import peak_words

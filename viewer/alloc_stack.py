@@ -14,12 +14,13 @@ block of events, and a view asks only for the moments its pixel columns show.
 Ranks: allocation order (blocks from before the trace first, in row order), which is the
 stack's order. `rank_row[rank]` is the allocation row (the table's, the analysis').
 
-Checkpoints: every `block` entries, the ranks live at that moment (CSR). The live set
-after entry i is the checkpoint before it, minus what was freed since, plus what was
-allocated since and is still live: ranks allocated since are all younger, so the stack
-is the checkpoint's survivors followed by a contiguous run of new ranks, already in
-stack order. `block` adapts to the run (about twice the mean live count), so the
-checkpoints hold about half an int32 per entry, and a column costs O(live + block).
+Checkpoints: every `block` entries, the ranks live at that moment followed by the ranks
+allocated in the block (CSR). The live set after entry i is the checkpoint before it,
+minus what was freed since, plus what was allocated since and is still live: ranks
+allocated since are all younger, so the candidates are already in stack order and one
+pass filters them. `block` adapts to the run (a power of two of at least 1.5 times the
+mean live count), so the candidate lists hold about an int32 per entry (5.5 MB at 10^6
+events) and a column costs O(live + block).
 
 Rendering merges what is under a pixel: each column is the exact stack at the moment it
 shows (the bucket's highest moment, as the category view's), and a band's edges are

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..parsers.tables import A_ALLOC, A_FREE_REQUESTED
+from ..parsers.tables import A_FREE_REQUESTED
+from .segments import SMALL_SEGMENT
 
 ROUND = 512           # CUDACachingAllocator kMinBlockSize
 
@@ -176,7 +177,7 @@ class AllocatorState:
             ends = np.concatenate([[base], pa + pr])
             starts = np.concatenate([pa, [base + n_bytes]])
             gaps = np.maximum(starts - ends, 0)
-            segs.append(SegmentView(base, n_bytes, int(st[k]), n_bytes == 2 << 20,
+            segs.append(SegmentView(base, n_bytes, int(st[k]), n_bytes == SMALL_SEGMENT,
                                     int(psz[~pp].sum()), int((pr[~pp] - psz[~pp]).sum()), int(pr[pp].sum()),
                                     max(0, n_bytes - used), int(gaps.max()) if len(gaps) else n_bytes, a, b - a))
         return cls(i, segs, ra, size, rnd, rows, pending)

@@ -20,7 +20,8 @@ from ..common.units import fmt_bytes, fmt_duration_us, fmt_seconds
 from ..present.markup import html as _esc
 from ..present.stacks import short_path
 from ..present.words import freed_note, oom_diagnosis, oom_suggestions
-from .model import DeviceData, Segments
+from .model import DeviceData
+from .segments import Segments
 from .theme import category_color
 
 

@@ -14,11 +14,12 @@ from PySide6.QtGui import QBrush, QColor, QPen
 from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
 from ..classifiers import annotation_regions
-from ..common.units import fmt_bytes, fmt_duration_us, fmt_seconds
-from ..present.markup import html as _esc
+from ..common.units import fmt_bytes
 from ..present.words import peak_words
 from .model import DeviceData, Envelope
 from .notes import first_line, note_span
+from .timeline_modes import ModesMixin
+from .timeline_pointer import PointerMixin
 from .plot_items import (
     BytesAxis,
     DeviceStrokes,
@@ -34,26 +35,20 @@ from .plot_items import (
     column_strokes,
     cosmetic_pen,
 )
-from .alloc_stack import SHADES
 from .theme import (
     ANNOTATION_COLOR,
     GPU_COLOR,
-    WHATIF_COLOR,
-    SEGMENT_COLORS,
     LEAK_COLOR,
     NOTE_COLOR,
     OOM_COLOR,
     PEAK_COLOR,
     PHASE_COLORS,
+    WHATIF_COLOR,
     Theme,
-    category_color,
 )
 
 
-MODES = ("categories", "allocations", "segments")
-
-
-class TimelineWidget(QWidget):
+class TimelineWidget(PointerMixin, ModesMixin, QWidget):
     """Main plot plus an overview strip of the whole run.
 
     Three ways to stack the memory (`set_mode`): by category (live bytes per category),
@@ -355,34 +350,6 @@ class TimelineWidget(QWidget):
         else:
             self.zoom_to_indices(first, last)
         self.select_row(self._selected_row)
-
-    def set_mode(self, mode: str) -> bool:
-        """Stack by 'categories', 'allocations' or 'segments' (False: not for this file)."""
-        if mode not in MODES:
-            raise ValueError(mode)
-        if mode == "segments" and (self.data is None or not self.data.segments_known):
-            return False
-        if mode != self.mode:
-            self.mode = mode
-            self._refresh()
-            self.select_row(self._selected_row)
-            self.modeChanged.emit(mode)
-        return True
-
-    def stack_palette(self) -> np.ndarray:
-        """uint32 [keys, SHADES]: neighbouring bands of one colour alternate shades."""
-        d = self.data
-        if self.mode == "segments":
-            names = SEGMENT_COLORS
-            base = [QColor(names[k % len(names)]) for k in range(max(1, int(d.seg_key.max()) + 1 if len(d.seg_key)
-                                                                       else 1))]
-        else:
-            base = [self.theme.band_color(name) for name in d.categories]
-        shades = []
-        for c in base:
-            row = [c, c.lighter(112), c.darker(108), c.lighter(124)][:SHADES]
-            shades.append([q.rgba() for q in row])
-        return np.array(shades, dtype=np.uint32)
 
     # -- notes and the marked range -------------------------------------------------------------
     def set_notes(self, notes):
@@ -689,93 +656,6 @@ class TimelineWidget(QWidget):
         self._thin_iteration_peaks(x0, x1)
         self.viewChanged.emit(x0, x1)
 
-    # -- what if ------------------------------------------------------------------------------
-    def set_whatif(self, factors: np.ndarray | None, peak_index: int = -1, peak_bytes: int = 0,
-                   peak_text: str = "", gpu_bytes: int | None = None):
-        """Draw the bands with each category's live bytes times its factor (None: as
-        measured), the exact scaled peak with its words, and a card's size as a line. Redraws
-        from the last envelope: no envelope is recomputed while a slider moves."""
-        d = self.data
-        self.scales = None if factors is None else np.asarray(factors, dtype=np.float64)
-        self._whatif_peak = (int(peak_index), int(peak_bytes)) if factors is not None else None
-        if factors is not None and d is not None:
-            px = float(d.x_of_index(max(peak_index, 0)))
-            self.whatif_marker.setData([px], [float(peak_bytes)])
-            self.whatif_label.setText(peak_text)
-            self.whatif_label.setPos(px, float(peak_bytes))
-            self.whatif_label.show()
-            self.peak_label.hide()           # the measured peak keeps its marker; the words are the new peak's
-        else:
-            self.whatif_marker.setData([], [])
-            self.whatif_label.hide()
-            if d is not None and d.da.peak is not None:
-                self.peak_label.show()
-        if gpu_bytes:
-            self.gpu_line.setValue(float(gpu_bytes))
-            self.gpu_line.label.setFormat(f"{fmt_bytes(gpu_bytes)} GPU")
-            self.gpu_line.label.valueChanged()
-            self.gpu_line.show()
-        else:
-            self.gpu_line.hide()
-        if d is not None and self.mode != "categories" and factors is not None:
-            self.set_mode("categories")
-        elif self._last_env is not None and d is not None:
-            self._draw(self._last_env)
-
-    def _scaled_columns(self, env: Envelope) -> np.ndarray:
-        """Each column's composition times the factors: of the two moments each column keeps
-        (its highest measured total, its last entry) the one whose scaled total is higher,
-        and in the what-if peak's own column the peak itself (so the top meets the marker)."""
-        f = self.scales
-        a = env.col_comp * f
-        b = env.col_comp_last * f if env.col_comp_last is not None else a
-        pick = b.sum(axis=1) > a.sum(axis=1)
-        comp = np.where(pick[:, None], b, a)
-        pk = self._whatif_peak
-        if pk is not None and pk[0] >= -1:
-            x = float(self.data.x_of_index(max(pk[0], 0)))
-            if env.x0 <= x <= env.x1 and len(env.col_x):
-                k = min(len(env.col_x) - 1, max(0, int((x - env.x0) / (env.x1 - env.x0) * len(env.col_x))))
-                comp[k] = self.data.composition([pk[0]])[0] * f
-        return comp
-
-    ITER_PEAK_PX = 16             # at most one iteration-peak marker per this many pixels
-
-    def _thin_iteration_peaks(self, x0: float, x1: float):
-        """The iteration peaks in view, the highest of each ITER_PEAK_PX-wide bin (hundreds
-        of triangles side by side are a red smear, not markers); the run's peak has its own."""
-        xs, ys = self._iter_peak_x, self._iter_peak_y
-        if not len(xs):
-            self.iter_peaks.setData([], [])
-            return
-        inside = np.flatnonzero((xs >= x0) & (xs <= x1))
-        width = max(1.0, self.vb.width())
-        bins = ((xs[inside] - x0) / max(x1 - x0, 1e-12) * width // self.ITER_PEAK_PX).astype(np.int64)
-        if len(inside):
-            order = np.lexsort((-ys[inside], bins))
-            first = np.ones(len(order), dtype=bool)
-            first[1:] = bins[order][1:] != bins[order][:-1]
-            inside = inside[order][first]
-        px = self.peak_marker.data["x"][0] if len(self.peak_marker.data) else None
-        keep = inside if px is None else inside[np.abs(xs[inside] - px) > (x1 - x0) / width * 4]
-        self.iter_peaks.setData(xs[keep], ys[keep])
-
-    def _draw_stack(self, env: Envelope):
-        """Allocation or segment bands at the moments the columns show (each distinct
-        moment's stack computed once)."""
-        d = self.data
-        if self.mode == "segments":
-            stack, keep = d.segment_stack(), None
-        else:
-            stack = d.alloc_stack()
-            keep = np.zeros(256, dtype=bool)
-            keep[self.visible_categories] = True
-        moments, col_u = np.unique(env.col_index, return_inverse=True)
-        cols = stack.columns(moments, keep)
-        self._cols, self._col_u = cols, col_u.astype(np.int64)
-        top = float(cols.top.max()) if len(cols.top) else 0.0
-        self.stack_bands.set_stack(env.col_x, stack, cols, self._col_u, self.stack_palette(), top)
-
     def _on_region(self):
         if self._syncing_region or self.data is None:
             return
@@ -792,233 +672,6 @@ class TimelineWidget(QWidget):
                 finally:
                     self._syncing_region = False
 
-    # -- hover, click, selection ------------------------------------------------------------------
-    def _on_mouse_moved(self, pos):
-        if self.data is None or not self.vb.sceneBoundingRect().contains(pos):
-            self.hide_hover()
-            return
-        # over a note's label the hover box tells the note (one box: a Qt tooltip on top
-        # of it made two at once)
-        self._note_tip = ""
-        if self.notes.marks:
-            vp = self.plot.mapFromScene(pos)
-            self._note_tip = self.notes.tooltip_at(vp.x(), vp.y())
-        self._hover_pos = self.vb.mapSceneToView(pos)
-        self._hover_timer.start()
-
-    def _do_hover(self):
-        if self._hover_pos is None or self.data is None:
-            return
-        x, y = self._hover_pos.x(), self._hover_pos.y()
-        if self._note_tip:
-            self.note_hover_at(x, y, self._note_tip)
-        else:
-            self.hover_at(x, y)
-
-    def note_hover_at(self, x: float, y: float, tip: str):
-        head, _, body = tip.partition("\n")
-        html = (f"<div style='font-size:9pt'><b>{_esc(head)}</b>"
-                + (f"<br>{_esc(body).replace(chr(10), '<br>')}" if body else "") + "</div>")
-        self._show_hover(x, y, html, width=min(420, max(200, int(self.vb.width() * 0.45))))
-
-    def index_under(self, x: float) -> int:
-        """The entry drawn at x: the highest moment of the pixel column's bucket
-        (what the bands show there), or the state at x outside the last envelope."""
-        env = self._last_env
-        if env is not None and env.x1 > env.x0 and env.x0 <= x <= env.x1:
-            k = int((x - env.x0) / (env.x1 - env.x0) * len(env.col_index))
-            return int(env.col_index[min(max(k, 0), len(env.col_index) - 1)])
-        return self.data.index_before_x(x)
-
-    def column_under(self, x: float) -> int:
-        env = self._last_env
-        if env is None or not env.x1 > env.x0 or not env.x0 <= x <= env.x1:
-            return -1
-        k = int((x - env.x0) / (env.x1 - env.x0) * len(env.col_index))
-        return min(max(k, 0), len(env.col_index) - 1)
-
-    def thing_under(self, x: float, y: float) -> tuple[int, int, int]:
-        """(allocation row, category, segment) drawn at (x, y) in the current mode (-1: none)
-        and the entry the column shows, as (row, cat, seg, i)."""
-        d = self.data
-        i = self.index_under(x)
-        if self.mode == "categories" or self._cols is None:
-            row, cat = d.allocation_at_index(i, y, self.visible_categories)
-            return row, cat, -1, i
-        k = self.column_under(x)
-        if k < 0:
-            return -1, -1, -1, i
-        u = int(self._col_u[k])
-        rank = self._cols.rank_at(u, y)
-        if self.mode == "segments":
-            return -1, -1, d.segment_stack().row_of(rank), i
-        row = d.alloc_stack().row_of(rank)
-        return row, (int(d.category[row]) if row >= 0 else -1), -1, i
-
-    def hover_at(self, x: float, y: float) -> int:
-        """Show what is under (x, y); returns the allocation row or -1."""
-        d = self.data
-        row, cat, seg, i = self.thing_under(x, y)
-        if seg >= 0:
-            self._show_hover(x, y, self._segment_html(seg, i))
-            self.hovered.emit(-1, i, x)
-            return -1
-        self._show_hover(x, y, self._hover_html(row, cat, i))
-        self.hovered.emit(row, i, x)
-        return row
-
-    def _show_hover(self, x: float, y: float, html: str, width: int = -1):
-        """The hover box at (x, y); `width` wraps long text (a note) in that many pixels."""
-        self.hover_label.setTextWidth(width)
-        self.hover_line.setPos(x)
-        self.hover_line.show()
-        self.hover_label.setHtml(html)
-        (vx0, vx1), (vy0, vy1) = self.vb.viewRange()
-        # keep the label inside the view: flip to the left/bottom near the edges
-        ax = 1.0 if x > vx0 + (vx1 - vx0) * 0.6 else 0.0
-        ay = 0.0 if y > vy0 + (vy1 - vy0) * 0.45 else 1.0
-        self.hover_label.setAnchor((ax, ay))
-        dx = (vx1 - vx0) * 0.008 * (-1 if ax else 1)
-        self.hover_label.setPos(x + dx, y)
-        self.hover_label.show()
-
-    def _segment_html(self, seg: int, i: int) -> str:
-        d = self.data
-        when = self._when(i)
-        size = int(d.seg_size[seg])
-        inside = d.allocated_in_segment(seg, i)
-        stream = f" · stream {int(d.seg_stream[seg])}" if len(d.streams) > 1 else ""
-        pool = "small pool" if size == 2 << 20 else "large pool"
-        return (f"<div style='font-size:9pt'><span style='opacity:0.75'>{when} · reserved "
-                f"{fmt_bytes(d.reserved_at(i))}</span><br>"
-                f"<b>segment 0x{int(d.seg_addr[seg]):x}</b> · {fmt_bytes(size)} ({pool}{stream})<br>"
-                f"allocated in it {fmt_bytes(inside)} · free {fmt_bytes(size - inside)}<br>"
-                f"<i style='opacity:0.7'>click: its blocks at this moment (Allocator panel)</i></div>")
-
-    def _hover_html(self, row: int, cat: int, i: int) -> str:
-        d = self.data
-        when = self._when(i)
-        live = fmt_bytes(d.live_at(i))
-        head = f"<span style='opacity:0.75'>{when} · live {live}</span>"
-        if row < 0:
-            return f"<div style='font-size:9pt'>{head}</div>"
-        a = d.allocs
-        name = d.category_name(cat)
-        col = category_color(name).name()
-        size = fmt_bytes(int(a.size[row]))
-        life = self.lifetime_text(row)
-        view = d.stacks.view_of(d.da, d.da.allocation(row))
-        lines = "<br>".join(_esc(fv.label)[:110] for fv in view.frames[:4]) or "(no stack recorded)"
-        return (f"<div style='font-size:9pt'>{head}<br>"
-                f"<b><span style='color:{col}'>■</span> {name}</b> · {size} · {life}<br>"
-                f"<span style='font-family:monospace; font-size:8pt'>{lines}</span><br>"
-                f"<i style='opacity:0.7'>click to select</i></div>")
-
-    def _when(self, i: int) -> str:
-        d = self.data
-        if i < 0:
-            return "before the trace"
-        if d.has_time:
-            return f"{fmt_seconds(float(d.seconds_of(i)), 1e-4)} · entry {i:,}"
-        return f"entry {i:,}"
-
-    def lifetime_text(self, row: int) -> str:
-        d = self.data
-        a, f = int(d.alloc_index[row]), int(d.free_index[row])
-        if d.has_time and a >= 0 and f >= 0:
-            return f"lived {fmt_duration_us(int(d.tkey[f]) - int(d.tkey[a]))}"
-        span = d.time_span
-
-        def at(i):
-            return fmt_seconds(float(d.seconds_of(i)), 1e-4, span) if d.has_time else f"entry {i:,}"
-        if a < 0 and f < 0:
-            return "live for the whole trace"
-        if a < 0:
-            return f"from before the trace to {at(f)}"
-        if f < 0:
-            return f"from {at(a)}, never freed"
-        return f"entries {a:,}–{f:,}"
-
-    def _on_click(self, x: float, y: float):
-        if self.data is None:
-            return
-        row, _, seg, i = self.thing_under(x, y)
-        self.set_cursor_x(x)
-        self.clicked.emit(row, i, x)
-        if seg >= 0:
-            self.segmentClicked.emit(seg, i)
-
-    def set_cursor_x(self, x: float):
-        self.cursor_line.setPos(x)
-        self.cursor_line.show()
-
-    def set_cursor_index(self, i: int):
-        if self.data is not None:
-            self.set_cursor_x(float(self.data.x_of_index(max(i, 0))))
-
-    def select_row(self, row: int):
-        """Highlight a row's lifetime (or clear with -1)."""
-        self._selected_row = row
-        d = self.data
-        if d is None or row < 0:
-            self.selection.hide()
-            self.sel_bar.setData([], [])
-            return
-        first, last = d.row_span(row)
-        xa = float(d.x_of_index(first)) if d.alloc_index[row] >= 0 else d.x_range[0]
-        xb = float(d.x_of_index(last)) if d.free_index[row] >= 0 else d.x_range[1]
-        self.selection.setRegion((xa, xb))
-        self.selection.show()
-        self._update_selection_bar()
-
-    def _update_selection_bar(self):
-        """The selected allocation's outline at its place in the stack, over the columns
-        it is live in: its category's band plus the older allocations of its category below
-        it (by category), or its own band (by allocation). By segment: none."""
-        row, d, env = self._selected_row, self.data, self._last_env
-        self.sel_bar.setData([], [])
-        if d is None or row < 0 or env is None or self.mode == "segments":
-            return
-        a, f = int(d.alloc_index[row]), int(d.free_index[row])
-        ci = env.col_index
-        live = np.flatnonzero((ci >= a) & ((ci < f) | (f < 0)))
-        if not len(live):
-            return
-        if self.mode == "allocations" and self._cols is not None:
-            rank = d.alloc_stack().rank_of(row)
-            u, bottom, top = self._cols.band_of(rank)
-            if not len(u):
-                return
-            lo = np.full(len(self._cols.moments), np.nan)
-            hi = np.full(len(self._cols.moments), np.nan)
-            lo[u], hi[u] = bottom, top
-            k = live[np.isfinite(lo[self._col_u[live]])]
-            if not len(k):
-                return
-            y0, y1 = lo[self._col_u[k]], hi[self._col_u[k]]
-        else:
-            c = int(d.category[row])
-            if c not in self.visible_categories:
-                return
-            below = self.visible_categories[:self.visible_categories.index(c)]
-            base = np.maximum(env.col_comp[live][:, below], 0.0).sum(axis=1) if below else np.zeros(len(live))
-            y0 = base + d.offset_in_category(row, ci[live])
-            y1 = y0 + float(d.allocs.size[row])
-            k = live
-        # runs of neighbouring columns: one closed outline each (top left to right, bottom back)
-        half = (env.col_x[1] - env.col_x[0]) / 2 if len(env.col_x) > 1 else 0.5
-        breaks = np.flatnonzero(np.diff(k) > 1) + 1
-        xs, ys = [], []
-        for part in np.split(np.arange(len(k)), breaks):
-            cx = env.col_x[k[part]]
-            left, right = cx - half, cx + half
-            tx = np.column_stack([left, right]).ravel()
-            top_y = np.repeat(y1[part], 2)
-            bot_y = np.repeat(y0[part], 2)
-            xs += [tx, tx[::-1], tx[:1], [np.nan]]
-            ys += [top_y, bot_y[::-1], top_y[:1], [np.nan]]
-        self.sel_bar.setData(np.concatenate(xs), np.concatenate(ys), connect="finite")
-
     def release(self):
         """Let pyqtgraph drop its context menus (parentless top-level QMenus that
         would otherwise outlive the window)."""
@@ -1028,15 +681,3 @@ class TimelineWidget(QWidget):
         for w in (self.plot, self.overview):
             w.close()          # pyqtgraph's close() also unparents the widget...
             w.deleteLater()    # ...so it must go explicitly
-
-    def hide_hover(self):
-        self._hover_timer.stop()
-        self._hover_pos = None
-        if self.hover_label.isVisible():
-            self.hover_label.hide()
-            self.hover_line.hide()
-            self.hoverLeft.emit()
-
-    def leaveEvent(self, ev):
-        self.hide_hover()
-        super().leaveEvent(ev)
