@@ -27,7 +27,7 @@ from ..services.annotations import AnnotationStore
 from .allocator_panel import AllocatorPanel
 from .whatif_panel import WhatIfPanel
 from .legend import LegendBar
-from .loader import Loader, LoadResult, load, switch_device
+from .loader import Loader, LoadResult
 from .model import DeviceData
 from .notes import NotesPanel
 from .panels import FindingsPanel, MomentPanel, StackPanel
@@ -35,16 +35,16 @@ from .table import AllocationsPanel
 from .theme import Theme
 from .timeline import TimelineWidget
 from .window_exports import ExportsMixin
+from .window_loading import LoadingMixin
 from .window_notes import NotesMixin
 from .window_views import ViewsMixin
 
 PAGE_WELCOME, PAGE_TIMELINE, PAGE_EMPTY = range(3)
-FILE_FILTER = "Memory snapshots (*.pickle *.pkl *.pck *.p);;All files (*)"
 # what the store's undo/redo commands do, for the Edit menu's "Undo Add Note"
 _COMMAND_NAMES = {"_Add": "Add Note", "_Remove": "Delete Note", "_Edit": "Edit Note"}
 
 
-class MainWindow(ViewsMixin, NotesMixin, ExportsMixin, QMainWindow):
+class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow):
     """Pass persist=False to leave the user's settings alone (screenshots, tests)."""
 
     loaded = Signal()
@@ -459,26 +459,6 @@ class MainWindow(ViewsMixin, NotesMixin, ExportsMixin, QMainWindow):
             QTimer.singleShot(0, self.apply_theme)
         super().changeEvent(ev)
 
-    # -- opening ---------------------------------------------------------------------------------
-    def open_dialog(self):
-        start = self.settings.value("last_dir", "") if self.settings is not None else ""
-        path, _ = QFileDialog.getOpenFileName(self, "Open memory snapshot", start or "", FILE_FILTER)
-        if path:
-            self.open_path(path)
-
-    def open_path(self, path: str, device: int | None = None):
-        """Load in the background (a newer request replaces an older one)."""
-        path = os.path.abspath(path)
-        use_cache = self.use_cache
-        self._close_error()
-        self.loader.submit(lambda progress: load(path, device, use_cache, progress))
-        self._show_progress(f"Opening {os.path.basename(path)}…")
-        self.statusBar().showMessage(f"Opening {path}…")
-
-    def reload(self):
-        if self.path:
-            self.open_path(self.path, self.data.device if self.data is not None else None)
-
     def apply_result(self, result: LoadResult):
         """Show a loaded snapshot (GUI thread)."""
         self.result = result
@@ -532,87 +512,6 @@ class MainWindow(ViewsMixin, NotesMixin, ExportsMixin, QMainWindow):
             self.statusBar().showMessage(self._short_notice(), 20000)
         self._add_recent(result.path)
         self.loaded.emit()
-
-    def _show_progress(self, label: str):
-        self._hide_progress()
-        self._progress_title = label
-        dlg = QProgressDialog(label, "Cancel", 0, 1000, self)
-        dlg.setWindowTitle("vramscope")
-        dlg.setWindowModality(Qt.WindowModality.WindowModal)
-        dlg.setMinimumDuration(400)
-        dlg.setAutoClose(False)
-        dlg.setAutoReset(False)
-        dlg.canceled.connect(self.loader.cancel)
-        dlg.setValue(0)
-        self.progress_dialog = dlg
-
-    def _hide_progress(self):
-        dlg = self.progress_dialog
-        if dlg is not None:
-            self.progress_dialog = None
-            dlg.canceled.disconnect(self.loader.cancel)
-            dlg.reset()
-            dlg.hide()
-            dlg.deleteLater()
-
-    def _on_progress(self, label: str, done: float, total: float):
-        dlg = self.progress_dialog
-        if dlg is None:
-            return
-        frac = 0.0 if total <= 0 else min(1.0, done / total)
-        dlg.setLabelText(f"{self._progress_title}\n{label.capitalize()}…")
-        if frac <= 0.0:
-            # a step that reports no progress of its own (the analysis of one device, the
-            # timeline's model): a busy bar, not a bar stuck at 0%
-            dlg.setRange(0, 0)
-        else:
-            if dlg.maximum() == 0:
-                dlg.setRange(0, 1000)
-            dlg.setValue(int(frac * 999))
-
-    def _on_loaded(self, result: LoadResult):
-        self._hide_progress()
-        self.statusBar().clearMessage()
-        self.apply_result(result)
-
-    def _on_failed(self, msg: str):
-        self._hide_progress()
-        self.statusBar().showMessage("Could not open the snapshot", 5000)
-        self._close_error()
-        box = QMessageBox(QMessageBox.Icon.Warning, "Cannot open snapshot", msg, QMessageBox.StandardButton.Ok, self)
-        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        box.open()
-        self.error_box = box
-
-    def _close_error(self):
-        if self.error_box is not None:
-            self.error_box.close()
-            self.error_box.deleteLater()
-            self.error_box = None
-
-    def _on_cancelled(self):
-        self._hide_progress()
-        self.statusBar().showMessage("Loading cancelled", 5000)
-
-    def _on_device_chosen(self, idx: int):
-        dev = self.device_combo.itemData(idx)
-        if self.result is None or dev is None or (self.data is not None and dev == self.data.device):
-            return
-        result = self.result
-        self.loader.submit(lambda progress: switch_device(result, dev, progress))
-        self._show_progress(f"Preparing cuda:{dev}…")
-
-    # -- drag and drop -------------------------------------------------------------------------------
-    def dragEnterEvent(self, ev):
-        if ev.mimeData().hasUrls() and any(u.isLocalFile() for u in ev.mimeData().urls()):
-            ev.acceptProposedAction()
-
-    def dropEvent(self, ev):
-        for u in ev.mimeData().urls():
-            if u.isLocalFile():
-                self.open_path(u.toLocalFile())
-                ev.acceptProposedAction()
-                return
 
     # -- interaction ------------------------------------------------------------------------------------
     def _on_legend(self):
