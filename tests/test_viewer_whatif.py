@@ -93,3 +93,11 @@ def test_levers_gpu_and_reset(qt, window):
     assert tl.scales is None and not tl.gpu_line.isVisible() and not tl.whatif_label.isVisible()
     assert not cb.isChecked() and all(s.value() == 100 for s in panel.sliders.values())
     assert tl.peak_label.isVisible()
+
+
+def test_the_model_is_built_only_when_the_panel_is_shown(qt, window):
+    d = open_and_wait(qt, window, str(QLORA))
+    qt.wait(20)
+    assert window.whatif_panel.model is None and d.__dict__.get("_alloc_stack") is None
+    window.docks["whatif"].raise_()
+    qt.waitUntil(lambda: window.whatif_panel.model is not None, timeout=5000)

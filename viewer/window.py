@@ -481,8 +481,8 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow
         self.table_panel.set_data(d)
         self.allocator_panel.set_data(d)
         self.whatif_panel.set_data(d)
-        if d is not None and self.docks["whatif"].isVisible():
-            self.whatif_panel.ensure_model()
+        if d is not None:
+            QTimer.singleShot(0, self._whatif_if_shown)
         if d is not None:
             self.stack.setCurrentIndex(PAGE_TIMELINE)
         else:
@@ -519,7 +519,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow
             self.timeline.set_visible_categories(self.legend.visible())
 
     def _on_hover(self, row: int, i: int, x: float):
-        if self.moment_panel.isVisible():
+        if self.on_screen("moment"):
             self.moment_panel.request_index(i)
 
     def _on_hover_left(self):
@@ -529,7 +529,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow
     def _on_timeline_click(self, row: int, i: int, x: float):
         self.pinned_index = i
         self.moment_panel.show_index(i)
-        if self.allocator_panel.isVisible():
+        if self.on_screen("allocator"):
             self.allocator_panel.show_index(i)
         if row < 0 and self.timeline.mode == "segments":
             return          # a segment picked: the selected allocation stays
@@ -585,7 +585,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow
         self.timeline.set_cursor_index(f.index)
         self.pinned_index = f.index
         self.moment_panel.show_index(f.index)
-        if self.allocator_panel.isVisible():
+        if self.on_screen("allocator"):
             self.allocator_panel.show_index(f.index)
         self.findings_panel.select(k)
         if f.row >= 0:

@@ -84,8 +84,19 @@ class ViewsMixin:
         self.recent_menu.addSeparator()
         self.recent_menu.addAction("Clear", lambda: self.settings.setValue("recent", []))
 
+    def on_screen(self, key: str) -> bool:
+        """Whether a panel is really shown (a dock behind another's tab says it is visible)."""
+        dock = self.docks[key]
+        return dock.isVisible() and not dock.visibleRegion().isEmpty()
+
     def _on_whatif_visible(self, visible: bool):
-        if visible and self.data is not None:
+        # after the event loop turn: the panels shown again after a load pass through
+        # "visible" on their way behind the table's tab, and must not build the model then
+        if visible:
+            QTimer.singleShot(0, self._whatif_if_shown)
+
+    def _whatif_if_shown(self):
+        if self.data is not None and self.on_screen("whatif"):
             self.whatif_panel.ensure_model()
 
     def _on_whatif(self, factors, peak_index: int, peak_bytes, text: str, gpu_bytes):
@@ -98,8 +109,12 @@ class ViewsMixin:
         self.allocator_panel.show_index(i, int(d.seg_addr[seg]))
 
     def _on_allocator_visible(self, visible: bool):
+        if visible:
+            QTimer.singleShot(0, self._allocator_if_shown)
+
+    def _allocator_if_shown(self):
         d = self.data
-        if visible and d is not None and self.allocator_panel.index is None:
+        if d is not None and self.on_screen("allocator") and self.allocator_panel.index is None:
             self.allocator_panel.show_index(self.pinned_index if self.pinned_index is not None else d.peak_index)
 
     def _on_allocator_step(self, i: int):
