@@ -173,3 +173,20 @@ def test_a_segment_click_on_the_timeline_opens_its_blocks(qt):
     panel = w.allocator_panel
     assert panel.index is not None and abs(panel.index - i) < d.n // 50
     assert panel.map.highlight_segment in [s.address for s in panel.state.segments]
+
+
+@pytest.mark.parametrize("name", ["oom.pickle", "keep_loss.pickle", "streams"])
+def test_free_requested_pairs_with_the_block_it_frees(name, tmp_path):
+    from vramscope.parsers.tables import A_FREE_REQUESTED
+    from vramscope.viewer.allocator_state import free_requested_index
+    path = two_stream_snapshot(tmp_path / "s.pickle") if name == "streams" else DATA / name
+    d = model(path)
+    got = free_requested_index(d)
+    addr = np.asarray(d.snap.trace(d.device).columns["addr"])
+    ra = np.asarray(d.allocs.addr)
+    want = np.full(d.n_rows, -1)
+    for e in np.flatnonzero(d.action == A_FREE_REQUESTED).tolist():     # a plain scan: the block live there
+        live = np.flatnonzero((ra == addr[e]) & (d.alloc_index < e) & ((d.free_index < 0) | (d.free_index >= e)))
+        if len(live):
+            want[live[-1]] = e
+    assert np.array_equal(got, want)

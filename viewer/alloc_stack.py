@@ -74,11 +74,15 @@ class Columns:
 class AllocStack:
     """Allocations (or any intervals of entries: segments) stacked oldest at the bottom."""
 
+    CHUNK = 64            # checkpoints built at a time (bounds the build's temporaries)
+
     def __init__(self, alloc_index, free_index, size, key, n_entries: int):
-        alloc = np.asarray(alloc_index, dtype=np.int64)
-        free = np.asarray(free_index, dtype=np.int64)
         n = int(n_entries)
         self.n = n
+        # entries in 32 bits below 2^31 (half the memory and traffic of int64)
+        ent_t = np.int32 if n < (1 << 31) - 1 else np.int64
+        alloc = np.asarray(alloc_index)
+        free = np.asarray(free_index)
         if len(alloc) > 1 and not bool(np.all(alloc[1:] >= alloc[:-1])):
             order = np.argsort(alloc, kind="stable")
             self.rank_row = order
@@ -87,8 +91,12 @@ class AllocStack:
             key = np.asarray(key)[order]
         else:
             self.rank_row = None
-        self.alloc = alloc                                       # sorted: -1 first
-        self.end = np.where(free < 0, n, np.minimum(free, n))     # first entry it is not live after
+        self.alloc = alloc.astype(ent_t, copy=False)             # sorted: -1 first
+        end = free.astype(ent_t)                                  # first entry it is not live after
+        end[end < 0] = n
+        np.minimum(end, n, out=end)
+        self.end = end
+        self._end_t = end
         self.size = np.asarray(size, dtype=np.int64)
         self.key = np.asarray(key, dtype=np.uint8)
         R = len(alloc)
@@ -97,39 +105,51 @@ class AllocStack:
         # checkpoint j: the state before entry j*block (after entry j*block - 1). Its
         # candidates: the ranks live then, followed by those allocated in its block (the
         # live set of any moment in the block is a subset, already in stack order)
-        life = np.maximum(self.end - np.maximum(alloc + 1, 0), 0)
-        mean_live = float(life.sum()) / max(n, 1)
+        lived = int(end.sum(dtype=np.int64)) - int(np.maximum(self.alloc + 1, 0).sum(dtype=np.int64))
+        mean_live = max(lived, 0) / max(n, 1)
         block = 256
         while block < 1.5 * mean_live and block < (1 << 16):
             block <<= 1
         self.block = block
         nb = n // block + 1
-        j0 = (alloc + block) // block                           # first checkpoint it is live at
-        j1 = np.where(self.end >= n, nb, np.minimum(self.end // block + 1, nb))
-        counts = np.maximum(j1 - j0, 0)
-        cp_j, cp_rank = ragged(j0, counts)                       # (checkpoint, rank) pairs, by rank
+        j0 = (self.alloc.astype(np.int64) + block) // block      # first checkpoint each is live at
+        j1 = np.where(end >= n, nb, np.minimum(end // block + 1, nb))
         # ranks allocated inside block j: a contiguous run [first_new[j], first_new[j+1])
-        first_new = np.searchsorted(alloc, np.arange(nb + 1, dtype=np.int64) * block, side="left")
-        new_counts = np.diff(first_new)
-        nj, nr = ragged(first_new[:-1], new_counts)              # positions are the ranks themselves
-        new_j = np.repeat(np.arange(nb), new_counts)
-        # candidates of checkpoint j = its live ranks, then its block's new ones (all younger)
-        key_j = np.concatenate([cp_j * 2, new_j * 2 + 1])
-        ranks = np.concatenate([cp_rank, nj])
-        order = np.argsort(key_j, kind="stable")
-        self.cand = ranks[order].astype(idx_t)
-        self.cand_start = np.zeros(nb + 1, dtype=np.int64)
-        self.cp_count = np.bincount(cp_j, minlength=nb).astype(np.int64)
-        np.cumsum(self.cp_count + new_counts, out=self.cand_start[1:])
+        first_new = np.searchsorted(self.alloc, np.arange(nb + 1, dtype=np.int64) * block, side="left")
         self.first_new = first_new
-        # the live test in the entries' own width (int32 below 2^31 entries: half the traffic)
-        self._end_t = self.end.astype(np.int32) if n < (1 << 31) - 1 else self.end
+        self.cp_count = np.zeros(nb, dtype=np.int64)
+        parts = []
+        # a chunk of checkpoints at a time: the ranks live at any of them (those allocated
+        # before its end and freed after its start) carried from chunk to chunk
+        active = np.zeros(0, dtype=np.int64)
+        taken = 0                                                  # ranks with j0 below the chunk's end
+        for ja in range(0, nb, self.CHUNK):
+            jb = min(nb, ja + self.CHUNK)
+            upto = int(np.searchsorted(j0, jb, side="left"))
+            active = np.concatenate([active, np.arange(taken, upto, dtype=np.int64)])
+            taken = upto
+            active = active[j1[active] > ja]
+            lo = np.maximum(j0[active], ja)
+            cnt = np.minimum(j1[active], jb) - lo
+            ok = cnt > 0
+            local, owner = ragged(lo[ok] - ja, cnt[ok])
+            cp_rank = active[ok][owner]
+            self.cp_count[ja:jb] = np.bincount(local, minlength=jb - ja)
+            newc = np.diff(first_new[ja:jb + 1])
+            new_rank, _ = ragged(first_new[ja:jb], newc)
+            new_local = np.repeat(np.arange(jb - ja), newc)
+            # each checkpoint's live ranks, then its block's new ones (all younger)
+            order = np.argsort(np.concatenate([local * 2, new_local * 2 + 1]), kind="stable")
+            parts.append(np.concatenate([cp_rank, new_rank])[order].astype(idx_t))
+        self.cand = np.concatenate(parts) if parts else np.zeros(0, dtype=idx_t)
+        self.cand_start = np.zeros(nb + 1, dtype=np.int64)
+        np.cumsum(self.cp_count + np.diff(first_new), out=self.cand_start[1:])
         self._colors = None
         self._palette_key = None
 
     @property
     def nbytes(self) -> int:
-        n = self.cand.nbytes + self.cand_start.nbytes + self.end.nbytes
+        n = self.cand.nbytes + self.cand_start.nbytes + self.end.nbytes + self.cp_count.nbytes
         if self.rank_row is not None:
             n += self.rank_row.nbytes + self.alloc.nbytes + self.size.nbytes + self.key.nbytes
         return int(n)
@@ -163,7 +183,9 @@ class AllocStack:
         j = state // self.block
         c0 = self.cand_start[j]
         # the checkpoint's live ranks, then only the new ones allocated by this moment
-        per = self.cp_count[j] + np.searchsorted(self.alloc, state, side="left") - self.first_new[j]
+        # (the key in the column's own dtype: an int64 key would copy an int32 column per call)
+        upto = np.searchsorted(self.alloc, state.astype(self.alloc.dtype), side="left")
+        per = self.cp_count[j] + upto - self.first_new[j]
         pos, col = ragged(c0, per)
         ranks = self.cand[pos]
         live = self._end_t[ranks] > i.astype(self._end_t.dtype)[col]

@@ -39,40 +39,56 @@ def rounded(size: np.ndarray) -> np.ndarray:
 
 
 def free_requested_index(d) -> np.ndarray:
-    """Per allocation row, the entry of its `free_requested` (-1: none recorded): pairs each
-    free_requested with the last allocation at its address before it (as frees are paired)."""
+    """Per allocation row, the entry of its `free_requested` (-1: none recorded).
+
+    Nearly always the entry right before the row's `free_completed` at the same address
+    (the stream had nothing pending): those pair in one pass over the rows. The others (a
+    free held back by another stream) are few; each is paired with the allocation live at
+    its address when it happened."""
     cached = getattr(d, "_free_requested", None)
     if cached is not None:
         return cached
+    out = np.full(d.n_rows, -1, dtype=np.int32 if d.n < (1 << 31) - 1 else np.int64)
     act = d.action
-    addr = np.asarray(d.snap.trace(d.device).columns["addr"], dtype=np.int64) if d.n else np.zeros(0, np.int64)
-    fr = np.flatnonzero(act == A_FREE_REQUESTED)
-    out = np.full(d.n_rows, -1, dtype=np.int64)
-    if len(fr) and d.n_rows:
-        ai = d.alloc_index.astype(np.int64)
-        row_addr = np.asarray(d.allocs.addr, dtype=np.int64)
-        # alloc events (row ids) and free_requested events (-1), by address then entry
-        ev_entry = np.concatenate([ai, fr])
-        ev_addr = np.concatenate([row_addr, addr[fr]])
-        ev_row = np.concatenate([np.arange(d.n_rows, dtype=np.int64), np.full(len(fr), -1, dtype=np.int64)])
-        order = np.lexsort((ev_entry, ev_addr))
-        e, a, r = ev_entry[order], ev_addr[order], ev_row[order]
-        # for each event, the latest row allocated at its address so far
-        is_row = r >= 0
-        last_row_pos = np.where(is_row, np.arange(len(r)), -1)
-        np.maximum.accumulate(last_row_pos, out=last_row_pos)
-        k = np.flatnonzero(~is_row)
-        src = last_row_pos[k]
-        ok = src >= 0
-        ok[ok] = a[src[ok]] == a[k[ok]]
-        rows = r[src[ok]]
-        fe = e[k[ok]]
-        # a row's own free_requested comes before its free_completed
-        fi = d.free_index[rows].astype(np.int64)
-        good = (fi < 0) | (fe <= fi)
-        out[rows[good]] = fe[good]
+    if d.n and d.n_rows:
+        addr = d.snap.trace(d.device).columns["addr"]
+        fi = np.asarray(d.free_index)
+        row_addr = np.asarray(d.allocs.addr)
+        step = 1 << 20                       # rows at a time: bounded temporaries at 10^7 events
+        for s in range(0, d.n_rows, step):
+            prev = fi[s:s + step].astype(np.int64) - 1
+            k = np.flatnonzero(prev >= 0)
+            pe = prev[k]
+            instant = (act[pe] == A_FREE_REQUESTED) & (np.asarray(addr[pe]) == row_addr[s + k])
+            out[s + k[instant]] = pe[instant]
+        is_fr = act == A_FREE_REQUESTED
+        if int(np.count_nonzero(is_fr)) > int(np.count_nonzero(out >= 0)):
+            is_fr[out[out >= 0]] = False          # the rest: frees some stream held back
+            rest = np.flatnonzero(is_fr)
+            _pair_the_rest(d, rest, np.asarray(addr[rest], dtype=np.int64), np.asarray(row_addr, dtype=np.int64),
+                           out)
     d._free_requested = out
     return out
+
+
+def _pair_the_rest(d, fr, fr_addr, row_addr, out):
+    """Each free_requested in `fr` to the row live at its address then (rows sorted by
+    address, then allocation)."""
+    ai = np.asarray(d.alloc_index, dtype=np.int64)
+    fi = np.asarray(d.free_index, dtype=np.int64)
+    order = np.lexsort((ai, row_addr))
+    sa = row_addr[order]
+    lo = np.searchsorted(sa, fr_addr, side="left")
+    hi = np.searchsorted(sa, fr_addr, side="right")
+    for e, a, b in zip(fr.tolist(), lo.tolist(), hi.tolist()):
+        if a == b:
+            continue
+        rows = order[a:b]
+        j = int(np.searchsorted(ai[rows], e, side="left")) - 1       # the last allocated before e
+        if j >= 0:
+            r = int(rows[j])
+            if (fi[r] < 0 or fi[r] >= e) and out[r] < 0:
+                out[r] = e
 
 
 @dataclass
