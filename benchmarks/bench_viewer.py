@@ -20,8 +20,16 @@ means something:
   recompute the envelope, and paint the whole timeline (plot + overview) with
   `grab()`; median and 95th percentile.
 
+- the same views stacked by allocation and by segment, and a hover (what is under a
+  random point, answered and drawn) after each;
+- the Allocator panel at random entries and stepping one entry (state + paint);
+- a what-if slider moved (exact scaled peak, words, scaled redraw and paint);
+- the frame search: from the last keystroke to the table showing the result.
+
 Targets (issue 4): usable <= 3x pickle.load; viewer RSS <= 0.5x pickle.load RSS
-+ 150 MB; repaint <= 16 ms median and <= 33 ms p95.
++ 150 MB; repaint <= 16 ms median and <= 33 ms p95. Issue 16: allocation / segment
+views and the allocator panel <= 16 ms median, hover <= 30 ms, search settles <= 100 ms;
+issue 14: a slider redraw <= 16 ms median.
 """
 from __future__ import annotations
 
@@ -106,35 +114,156 @@ def child_viewer(path: str, changes: int, seed: int) -> dict:
 
     if changes and win.data is not None:
         import numpy as np
-        rng = np.random.default_rng(seed)
+        q = lambda xs, p: float(np.percentile(xs, p)) if xs else 0.0     # noqa: E731
         tl = win.timeline
         x0, x1 = win.data.x_range
         full = x1 - x0
-        total, compute, paint, cpu = [], [], [], []
-        for _ in range(changes):
-            width = full * 10 ** rng.uniform(-4, 0)
-            c = rng.uniform(x0 + width / 2, x1 - width / 2) if width < full else (x0 + x1) / 2
-            a, ca = time.perf_counter(), time.thread_time()
-            tl.set_x_range(c - width / 2, c + width / 2)
+        for mode in MODES:
+            if not win.timeline.set_mode(mode):
+                continue
+            rng = np.random.default_rng(seed)                   # the same views for every mode
             tl.refresh_now()
-            b = time.perf_counter()
-            tl.grab()
-            e, ce = time.perf_counter(), time.thread_time()
-            app.processEvents()      # let coalesced timers run (not timed: already refreshed)
-            total.append((e - a) * 1e3)
-            compute.append((b - a) * 1e3)
-            paint.append((e - b) * 1e3)
-            cpu.append((ce - ca) * 1e3)
-        q = lambda xs, p: float(np.percentile(xs, p))     # noqa: E731
-        # wall time is the target; the GUI thread's CPU time says how much of it was
-        # ours when other processes share the machine
-        out.update({"repaint_median_ms": q(total, 50), "repaint_p95_ms": q(total, 95),
-                    "repaint_cpu_median_ms": q(cpu, 50), "repaint_cpu_p95_ms": q(cpu, 95),
-                    "envelope_median_ms": q(compute, 50), "envelope_p95_ms": q(compute, 95),
-                    "paint_median_ms": q(paint, 50), "paint_p95_ms": q(paint, 95)})
+            tl.grab()                                            # a first frame (lazy models built)
+            total, compute, paint, cpu, hover = [], [], [], [], []
+            for _ in range(changes):
+                width = full * 10 ** rng.uniform(-4, 0)
+                c = rng.uniform(x0 + width / 2, x1 - width / 2) if width < full else (x0 + x1) / 2
+                a, ca = time.perf_counter(), time.thread_time()
+                tl.set_x_range(c - width / 2, c + width / 2)
+                tl.refresh_now()
+                b = time.perf_counter()
+                tl.grab()
+                e, ce = time.perf_counter(), time.thread_time()
+                app.processEvents()      # let coalesced timers run (not timed: already refreshed)
+                total.append((e - a) * 1e3)
+                compute.append((b - a) * 1e3)
+                paint.append((e - b) * 1e3)
+                cpu.append((ce - ca) * 1e3)
+                # hover: what is under a random point of this view, answered and drawn
+                (vx0, vx1), (vy0, vy1) = tl.vb.viewRange()
+                hx, hy = rng.uniform(vx0, vx1), rng.uniform(vy0, vy1) * 0.9
+                h0 = time.perf_counter()
+                tl.hover_at(hx, hy)
+                tl.plot.viewport().grab()
+                hover.append((time.perf_counter() - h0) * 1e3)
+            tl.hide_hover()
+            # wall time is the target; the GUI thread's CPU time says how much of it was
+            # ours when other processes share the machine
+            key = "" if mode == "categories" else f"{mode}_"
+            out.update({f"{key}repaint_median_ms": q(total, 50), f"{key}repaint_p95_ms": q(total, 95),
+                        f"{key}repaint_cpu_median_ms": q(cpu, 50), f"{key}repaint_cpu_p95_ms": q(cpu, 95),
+                        f"{key}envelope_median_ms": q(compute, 50), f"{key}envelope_p95_ms": q(compute, 95),
+                        f"{key}paint_median_ms": q(paint, 50), f"{key}paint_p95_ms": q(paint, 95),
+                        f"{key}hover_median_ms": q(hover, 50), f"{key}hover_p95_ms": q(hover, 95)})
+        tl.set_mode("categories")
+        tl.reset_view()
+        out.update(bench_allocator(app, win, changes, seed))
+        out.update(bench_whatif(app, win, changes, seed))
+        out.update(bench_search(app, win))
     out["rss_mb"] = rss_mb()
     win.close()
     return out
+
+
+MODES = ("categories", "allocations", "segments")
+
+
+def bench_allocator(app, win, changes: int, seed: int) -> dict:
+    """The Allocator panel at random entries: its state computed and the panel painted."""
+    import numpy as np
+    d = win.data
+    dock = win.docks["allocator"]
+    dock.show()
+    dock.raise_()
+    app.processEvents()
+    panel = win.allocator_panel
+    rng = np.random.default_rng(seed)
+    panel.show_index(d.peak_index)
+    panel.grab()                                    # first use: pairs the free_requested entries
+    times = []
+    for i in rng.integers(0, d.n, changes).tolist():
+        a = time.perf_counter()
+        panel.show_index(int(i))
+        panel.grab()
+        times.append((time.perf_counter() - a) * 1e3)
+    # stepping: the key the user holds (one entry at a time)
+    steps = []
+    for _ in range(min(changes, 50)):
+        a = time.perf_counter()
+        panel.step(1)
+        panel.grab()
+        steps.append((time.perf_counter() - a) * 1e3)
+    win.docks["allocations"].raise_()
+    q = lambda xs, p: float(np.percentile(xs, p))     # noqa: E731
+    return {"allocator_median_ms": q(times, 50), "allocator_p95_ms": q(times, 95),
+            "allocator_step_median_ms": q(steps, 50), "allocator_step_p95_ms": q(steps, 95),
+            "allocator_segments": len(panel.state.segments) if panel.state else 0}
+
+
+def bench_whatif(app, win, changes: int, seed: int) -> dict:
+    """A slider moved: the exact scaled peak, the panel's words and the timeline redrawn
+    scaled and painted (the whole run in view, as when one compares)."""
+    import numpy as np
+    dock = win.docks["whatif"]
+    panel = win.whatif_panel
+    t0 = time.perf_counter()
+    panel.ensure_model()             # CategoryLive and the budget, built on the panel's first show
+    build = time.perf_counter() - t0
+    dock.show()
+    dock.raise_()
+    app.processEvents()
+    tl = win.timeline
+    tl.reset_view()
+    rng = np.random.default_rng(seed)
+    names = list(panel.sliders)
+    times, peak_ms = [], []
+    for _ in range(changes):
+        name = names[int(rng.integers(len(names)))]
+        v = int(rng.integers(0, 201))
+        a = time.perf_counter()
+        sl = panel.sliders[name]
+        sl.blockSignals(True)
+        sl.setValue(v)
+        sl.blockSignals(False)
+        panel.update_now()
+        b = time.perf_counter()
+        tl.grab()
+        times.append((time.perf_counter() - a) * 1e3)
+        peak_ms.append((b - a) * 1e3)
+    panel.reset()
+    win.docks["allocations"].raise_()
+    q = lambda xs, p: float(np.percentile(xs, p))     # noqa: E731
+    return {"whatif_build_s": build, "slider_median_ms": q(times, 50), "slider_p95_ms": q(times, 95),
+            "slider_compute_median_ms": q(peak_ms, 50)}
+
+
+def bench_search(app, win) -> dict:
+    """Typing into the frame search: from the last keystroke to the table showing the result
+    (the filter's short pause, the filter, the repaint)."""
+    from PySide6.QtTest import QTest
+    panel = win.table_panel
+    win.docks["allocations"].show()
+    win.docks["allocations"].raise_()
+    app.processEvents()
+    settle = []
+    for text in ("forward", "model.py:203", "optimizer", "zzz_nothing"):
+        panel.text.clear()
+        panel.apply_filter()
+        app.processEvents()
+        panel.text.setFocus()
+        for ch in text:
+            QTest.keyClicks(panel.text, ch)
+            app.processEvents()
+        last = time.perf_counter()
+        while panel._timer.isActive():
+            app.processEvents()
+            time.sleep(0.0005)
+        app.processEvents()
+        panel.table.viewport().grab()
+        settle.append((time.perf_counter() - last) * 1e3)
+    panel.text.clear()
+    panel.apply_filter()
+    return {"search_settle_ms": max(settle), "search_settle_each_ms": settle}
 
 
 def run_child(args: list[str], env: dict | None = None) -> dict:
@@ -172,6 +301,12 @@ def bench(events: int, changes: int, seed: int) -> dict:
             "rss": cold["rss_mb"] <= rss_budget,
             "repaint_median": cold.get("repaint_median_ms", 0) <= 16,
             "repaint_p95": cold.get("repaint_p95_ms", 0) <= 33,
+            "allocations_repaint_median": cold.get("allocations_repaint_median_ms", 0) <= 16,
+            "segments_repaint_median": cold.get("segments_repaint_median_ms", 0) <= 16,
+            "allocator_median": cold.get("allocator_median_ms", 0) <= 16,
+            "hover": max(cold.get(f"{m}hover_median_ms", 0) for m in ("", "allocations_", "segments_")) <= 30,
+            "search_settle": cold.get("search_settle_ms", 0) <= 100,
+            "slider_median": cold.get("slider_median_ms", 0) <= 16,
         },
     }
 
@@ -189,6 +324,25 @@ def report(rows: list[dict]) -> str:
             f"| {c.get('repaint_median_ms', 0):.1f} / {c.get('repaint_p95_ms', 0):.1f} ms "
             f"| {c.get('repaint_cpu_median_ms', 0):.1f} / {c.get('repaint_cpu_p95_ms', 0):.1f} ms "
             f"| {c.get('envelope_median_ms', 0):.1f} / {c.get('envelope_p95_ms', 0):.1f} ms |")
+    lines += ["", "| events | view | repaint median / p95 | hover median / p95 |", "|---:|---|---:|---:|"]
+    for r in rows:
+        c = r["cold"]
+        for mode in MODES:
+            key = "" if mode == "categories" else f"{mode}_"
+            if f"{key}repaint_median_ms" in c:
+                lines.append(f"| {r['events']:,} | {mode} | {c[f'{key}repaint_median_ms']:.1f} / "
+                             f"{c[f'{key}repaint_p95_ms']:.1f} ms | {c[f'{key}hover_median_ms']:.1f} / "
+                             f"{c[f'{key}hover_p95_ms']:.1f} ms |")
+        if "allocator_median_ms" in c:
+            lines.append(f"| {r['events']:,} | allocator panel ({c['allocator_segments']} segments) | "
+                         f"{c['allocator_median_ms']:.1f} / {c['allocator_p95_ms']:.1f} ms (step "
+                         f"{c['allocator_step_median_ms']:.1f} / {c['allocator_step_p95_ms']:.1f}) | |")
+        if "slider_median_ms" in c:
+            lines.append(f"| {r['events']:,} | what-if slider (model built in {c['whatif_build_s']:.2f} s) | "
+                         f"{c['slider_median_ms']:.1f} / {c['slider_p95_ms']:.1f} ms | |")
+        if "search_settle_ms" in c:
+            lines.append(f"| {r['events']:,} | frame search settle (worst of 4 queries) | "
+                         f"{c['search_settle_ms']:.1f} ms | |")
     return "\n".join(lines)
 
 

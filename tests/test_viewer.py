@@ -259,7 +259,7 @@ def test_state_only_and_empty_snapshots(qt, window):
     assert window.moment_panel.strip.segs is not None and len(window.moment_panel.strip.segs.size) > 0
     window.act_peak.trigger()
     open_and_wait(qt, window, str(SHARED / "SunnySood80+unsupervised_finetune_resnet50__dump_snapshot.pickle"))
-    assert window.data is None and window.stack.currentIndex() == 0
+    assert window.data is None and window.stack.currentIndex() == 2          # the "records nothing" page
 
 
 def test_recent_files_window_state_and_drop(qt, tmp_path):

@@ -56,14 +56,15 @@ class Notes:
     """Stands in for the note dialog: answers queued texts (or cancels) and records what it was shown."""
 
     def __init__(self, monkeypatch):
+        from vramscope.viewer import dialogs
         self.answers: list[str | None] = []
         self.asked: list[tuple[str, str, str]] = []
-        monkeypatch.setattr(QInputDialog, "getMultiLineText", self)
+        monkeypatch.setattr(dialogs, "ask_note", self)
 
     def __call__(self, parent, title, label, text="", *args, **kwargs):
         self.asked.append((title, label, text))
         answer = self.answers.pop(0)
-        return ("", False) if answer is None else (answer, True)
+        return None if answer is None else answer.strip()
 
 
 @pytest.fixture
@@ -201,8 +202,10 @@ def test_notes_come_back_drawn_and_navigable(qt, env, snap):
     label = next(r for r, i in tl.notes.hits if i == rng.id and r.height() < 40)
     assert "second line" in tl.notes.tooltip_at(label.center().x(), label.center().y())
     vp_point = label.center().toPoint()
-    tl._on_mouse_moved(tl.plot.mapToScene(vp_point))
-    assert "third step" in tl.notes.toolTip()
+    qt.mouseMove(tl.plot.viewport(), vp_point)
+    qt.waitUntil(lambda: tl.hover_label.isVisible(), timeout=2000)
+    # one box tells the note: the hover label, and no Qt tooltip on top of it
+    assert "third step" in tl.hover_label.textItem.toPlainText() and tl.notes.toolTip() == ""
 
     # clicking a note in the list goes there
     tl.set_x_range(0, 50)
@@ -366,9 +369,12 @@ def test_export_report_from_the_menu(qt, window, snap, env, notes, monkeypatch):
     window.act_note_peak.trigger()
     out = env / "report"
     asked = []
-    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: asked.append(a) or str(out))
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (asked.append(a) or str(out), ""))
     window.act_export_report.trigger()
     assert asked and window.error_box is None
+    # a new folder is proposed next to the snapshot, and made
+    assert asked[0][2] == os.path.join(os.path.dirname(snap), "example-report")
+    assert out.is_dir()
     md = (out / "report.md").read_text(encoding="utf-8")
     assert "my peak note for the report" in md
     analysis = json.loads((out / "analysis.json").read_text())
@@ -384,7 +390,7 @@ def test_export_report_error_is_a_message_box(qt, window, snap, env, monkeypatch
     open_and_wait(qt, window, snap)
     blocker = env / "a-file"
     blocker.write_text("not a folder")
-    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(blocker / "report"))
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(blocker / "report"), ""))
     window.act_export_report.trigger()
     box = window.error_box
     assert box is not None and "report" in box.windowTitle()
@@ -445,7 +451,6 @@ def test_export_perfetto_from_the_menu(qt, window, snap, env, monkeypatch):
 
 def test_cancelled_export_dialogs_write_nothing(qt, window, snap, env, monkeypatch):
     open_and_wait(qt, window, snap)
-    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: "")
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: ("", ""))
     before = sorted(os.listdir(env))
     for a in (window.act_export_report, window.act_export_trimmed, window.act_export_perfetto):

@@ -127,9 +127,12 @@ class LegendBar(QWidget):
                        + "&nbsp;&nbsp;<span style='color:#D62728'>▲ peak</span>", self)
         lines.setToolTip("Lines: live allocated bytes (exact at every zoom) and the allocator's reserved bytes")
         self.lay.addWidget(lines)
-        if data.iterations:
-            phases = "phases: " + "&nbsp;".join(f"<span style='color:{PHASE_COLORS[p]}'>▒</span>{p}"
-                                                for p in ("forward", "backward", "optimizer"))
+        present = {name for it in data.iterations for name in it.phases}
+        if present:
+            order = [p for p in ("inputs", "forward", "backward", "optimizer", "eval") if p in present]
+            order += sorted(present - set(order))
+            phases = "phases: " + "&nbsp;".join(
+                f"<span style='color:{PHASE_COLORS.get(p, '#888888')}'>▒</span>{p}" for p in order)
             pl = QLabel(phases, self)
             pl.setToolTip("Shaded phases of each iteration; dashed lines are iteration starts")
             self.lay.addWidget(pl)

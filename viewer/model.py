@@ -24,19 +24,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..classifiers import CATEGORIES, Finding, Iteration
-from ..parsers.tables import (
-    A_ALLOC,
-    A_SEGMENT_ALLOC,
-    A_SEGMENT_FREE,
-    A_SEGMENT_MAP,
-    A_SEGMENT_UNMAP,
-)
+from ..parsers.tables import A_ALLOC
 from ..present.stacks import Stacks
 from ..present.words import finding_detail, finding_title
 from .lod import MinMaxPyramid, ragged
+from .segments import SegmentsMixin
 
 CHECKPOINT = 64
 NO_CATEGORY = 255
+IDLE_GAP_SHARE = 0.5           # an idle gap longer than this share of the run: entries on the x axis
 
 
 @dataclass
@@ -54,6 +50,8 @@ class Envelope:
     col_index: np.ndarray           # the entry each column shows (its bucket's highest moment)
     visible_max: float
     events: int                     # events inside the view
+    col_comp_last: np.ndarray | None = None   # (columns, n_categories) at each bucket's last entry
+    col_index_last: np.ndarray | None = None  # that entry (what-if: a second candidate per column)
 
 
 @dataclass
@@ -80,31 +78,8 @@ class FindingView:
         return self.finding.subject
 
 
-@dataclass
-class Segments:
-    """The allocator's segments live after one entry, and what is allocated in them."""
-    address: np.ndarray
-    size: np.ndarray
-    allocated: np.ndarray
-    known: bool = True              # False: the snapshot has no allocator segments
-
-    @property
-    def reserved_bytes(self) -> int:
-        return int(self.size.sum())
-
-    @property
-    def allocated_bytes(self) -> int:
-        return int(self.allocated.sum())
-
-    @property
-    def fragmentation(self) -> float:
-        """Reserved but unallocated, as a fraction of reserved."""
-        r = self.reserved_bytes
-        return 0.0 if r <= 0 else max(0.0, 1.0 - self.allocated_bytes / r)
-
-
 # -- the device model -----------------------------------------------------------------
-class DeviceData:
+class DeviceData(SegmentsMixin):
     def __init__(self, snap, analysis, device: int, progress=None, stacks: Stacks | None = None):
         self.snap = snap
         self.analysis = analysis
@@ -137,6 +112,18 @@ class DeviceData:
         else:
             self.t0 = 0
             self.tkey = None
+        # the x axis: time, unless one idle stretch (loading, a pause before the first step)
+        # takes most of it and squeezes the run into a sliver; then the entry index
+        self.idle_gap_us = 0
+        self.time_axis = self.has_time
+        if self.has_time and n > 2:
+            gaps = np.diff(tus)
+            k = int(np.argmax(gaps))
+            span = int(tus[-1] - tus[0])
+            self.idle_gap_us = int(gaps[k])
+            self.idle_gap_at = k
+            if span > 0 and gaps[k] > IDLE_GAP_SHARE * span:
+                self.time_axis = False
 
         curves = [self.live] + ([self.reserved] if self.reserved is not None else [])
         self.pyramid = MinMaxPyramid(curves) if n else None
@@ -171,6 +158,9 @@ class DeviceData:
         self.cat_present = np.bincount(self.category, minlength=self.n_categories) > 0
         self._step(progress, "timeline", 0.8)
 
+        self._rank = None
+        self._alloc_stack = None
+        self._segment_stack = None
         self._build_segments()
         self.stacks = stacks or Stacks(analysis)
         self.iterations: list[Iteration] = list(da.iterations)
@@ -247,19 +237,46 @@ class DeviceData:
         return out
 
     # -- x axis ------------------------------------------------------------------------
+    def set_time_axis(self, on: bool) -> bool:
+        """x in seconds (when the trace has times) or in entries; returns the axis now in use."""
+        self.time_axis = bool(on) and self.has_time
+        return self.time_axis
+
     def x_of_index(self, i):
         """Plot x of entry i (seconds since the first event, or the index)."""
         i = np.asarray(i, dtype=np.int64)
-        if self.tkey is None:
+        if not self.time_axis:
             return np.maximum(i, 0).astype(np.float64)
         if self.n == 0:
             return np.zeros(i.shape)
         return (self.tkey[np.clip(i, 0, self.n - 1)] - self.t0) / 1e6
 
+    def seconds_of(self, i):
+        """Seconds since the first event at entry i (needs times), whatever the x axis."""
+        i = np.asarray(i, dtype=np.int64)
+        if self.tkey is None or self.n == 0:
+            return np.zeros(i.shape)
+        return (self.tkey[np.clip(i, 0, self.n - 1)] - self.t0) / 1e6
+
+    @property
+    def time_span(self) -> float:
+        """Seconds from the first event to the last (0 without times)."""
+        return (int(self.tkey[-1]) - self.t0) / 1e6 if self.tkey is not None and self.n else 0.0
+
+    def x_of_us(self, us):
+        """Plot x of a time stamp (µs since the epoch): where it falls among the entries on
+        an entry axis."""
+        us = np.asarray(us, dtype=np.int64)
+        if self.time_axis:
+            return (us - self.t0) / 1e6
+        if self.tkey is None or self.n == 0:
+            return np.zeros(us.shape)
+        return np.searchsorted(self.tkey, us, side="left").astype(np.float64)
+
     def index_at_x(self, x):
         """The first entry whose x is >= x (n if none)."""
         x = np.asarray(x, dtype=np.float64)
-        if self.tkey is None:
+        if not self.time_axis:
             return np.clip(np.ceil(x), 0, self.n).astype(np.int64)
         key = np.ceil(self.t0 + x * 1e6)
         key = np.clip(key, -(1 << 62), 1 << 62).astype(np.int64)
@@ -268,7 +285,7 @@ class DeviceData:
     def index_before_x(self, x) -> int:
         """The last entry at or before x (-1: before the first): the state shown at x."""
         x = float(x)
-        if self.tkey is None:
+        if not self.time_axis:
             return int(min(self.n - 1, np.floor(x)))
         key = int(np.floor(self.t0 + x * 1e6))
         return int(np.searchsorted(self.tkey, key, side="right")) - 1
@@ -277,7 +294,7 @@ class DeviceData:
     def x_range(self) -> tuple[float, float]:
         if self.n == 0:
             return 0.0, 1.0
-        if self.tkey is None:
+        if not self.time_axis:
             return 0.0, float(self.n)
         x1 = (int(self.tkey[-1]) - self.t0) / 1e6
         return 0.0, x1 if x1 > 0 else 1e-6
@@ -347,6 +364,10 @@ class DeviceData:
             col_index = np.empty(buckets, dtype=np.int64)
             col_index[ne] = arg
             col_index[empty] = np.where(r >= 0, last_i[np.maximum(r, 0)], first_prev)
+            col_last = col_comp.copy()
+            col_last[ne] = comp[2::2]
+            col_index_last = col_index.copy()
+            col_index_last[ne] = last_i
             col_live = self._column_ranges(buckets, ne, empty, r, live_prev, mx[:, 0], mn[:, 0], live_last)
             col_res = None
             if has_res:
@@ -375,8 +396,9 @@ class DeviceData:
             col_res = np.full((buckets, 2), res_y[0]) if has_res else None
             visible_max = max(v, res_y[0] if has_res else 0.0)
             events = 0
+            col_last, col_index_last = col_comp, col_index
         return Envelope(x0, x1, line_x, live_y, res_y, col_x, col_comp, col_live, col_res, col_index,
-                        visible_max, events)
+                        visible_max, events, col_last, col_index_last)
 
     @staticmethod
     def _column_ranges(w, ne, empty, rank, prev, mx, mn, last) -> np.ndarray:
@@ -449,15 +471,62 @@ class DeviceData:
         return self.allocation_at_index(self.index_before_x(x), y, visible)
 
     def allocation_at_index(self, i: int, y: float, visible: list[int]) -> tuple[int, int]:
+        """(row, category) of the allocation drawn at bytes y after entry i in the category
+        view: the category band y falls in, then, inside it, the allocation at that height
+        with the band's allocations stacked oldest first (as the per-allocation view and
+        the selection outline stack them)."""
         comp = self.composition([i])[0]
         top = 0.0
         for c in visible:
             v = max(0.0, comp[c])
             if top <= y < top + v:
-                rows = self.largest_live(i, 1, c)
-                return (int(rows[0]) if len(rows) else -1), c
+                rows = self.live_rows(i)
+                rows = rows[self.category[rows] == c]
+                if not len(rows):
+                    return -1, c
+                cum = np.cumsum(np.asarray(self.allocs.size)[rows])
+                k = int(np.searchsorted(cum, y - top, side="right"))
+                return int(rows[min(k, len(rows) - 1)]), c
             top += v
         return -1, -1
+
+    def older_in_category(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        """The allocations of `row`'s category live when it was allocated and older than it
+        (below it in its band): (their free entries, -1 never; their sizes)."""
+        a = int(self.alloc_index[row])
+        rows = self.live_rows(a) if a >= 0 else np.flatnonzero(self.alloc_index < 0)
+        rank = self.alloc_rank()
+        rows = rows[(self.category[rows] == self.category[row]) & (rank[rows] < rank[row])]
+        return self.free_index[rows].astype(np.int64), np.asarray(self.allocs.size)[rows].astype(np.int64)
+
+    def offset_in_category(self, row: int, moments) -> np.ndarray:
+        """Bytes below `row` inside its category's band at each moment of its lifetime
+        (older allocations of its category still live): the band drops as they are freed."""
+        ends, sizes = self.older_in_category(row)
+        ends = np.where(ends < 0, np.iinfo(np.int64).max, ends)
+        order = np.argsort(ends, kind="stable")
+        ends, sizes = ends[order], sizes[order]
+        still = np.concatenate([np.cumsum(sizes[::-1])[::-1], [0]])   # bytes freed after ends[k-1]
+        k = np.searchsorted(ends, np.asarray(moments, dtype=np.int64), side="right")
+        return still[k]
+
+    def alloc_rank(self) -> np.ndarray:
+        """Each row's position in allocation order (the stacks' order: older lower)."""
+        if self._rank is None:
+            if self._alloc_order is None:
+                self._rank = np.arange(self.n_rows, dtype=np.int64)
+            else:
+                self._rank = np.empty(self.n_rows, dtype=np.int64)
+                self._rank[self._alloc_order] = np.arange(self.n_rows)
+        return self._rank
+
+    def alloc_stack(self):
+        """Every allocation as a band (viewer/alloc_stack.py), built on first use."""
+        if self._alloc_stack is None:
+            from .alloc_stack import AllocStack
+            self._alloc_stack = AllocStack(self.alloc_index, self.free_index, self.allocs.size, self.category,
+                                           self.n)
+        return self._alloc_stack
 
     def row_of_alloc_event(self, i: int) -> int:
         """The row allocated by entry i, or -1."""
@@ -496,71 +565,6 @@ class DeviceData:
         a = int(self.alloc_index[row])
         f = int(self.free_index[row])
         return (max(a, 0), f if f >= 0 else max(self.n - 1, 0))
-
-    # -- segments ----------------------------------------------------------------------------
-    def _build_segments(self):
-        """Segment intervals [start, end) in entries, paired by address like allocations."""
-        seg = self.snap.device_segments(self.device)
-        self.segments_known = self.reserved is not None
-        if not self.segments_known:
-            self.seg_addr = self.seg_size = self.seg_start = self.seg_end = np.zeros(0, dtype=np.int64)
-            return
-        act = self.action
-        up_mask = (act == A_SEGMENT_ALLOC) | (act == A_SEGMENT_MAP)
-        ev = np.flatnonzero(up_mask | (act == A_SEGMENT_FREE) | (act == A_SEGMENT_UNMAP))
-        addr_col = self.snap.trace(self.device).columns["addr"]
-        ev_addr = np.asarray(addr_col[ev], dtype=np.int64)
-        ev_size = np.asarray(self.size[ev], dtype=np.int64)
-        ev_up = up_mask[ev]
-        order = np.lexsort((ev, ev_addr))
-        ev, ev_addr, ev_size, ev_up = ev[order], ev_addr[order], ev_size[order], ev_up[order]
-        same_next = np.zeros(len(ev), dtype=bool)
-        if len(ev) > 1:
-            same_next[:-1] = ev_addr[:-1] == ev_addr[1:]
-        nxt_down = np.zeros(len(ev), dtype=bool)
-        nxt_down[:-1] = ~ev_up[1:]
-        paired = ev_up & same_next & nxt_down
-        big = self.n + 1
-        starts, ends, addrs, sizes = [], [], [], []
-        up_pos = np.flatnonzero(ev_up)
-        end_of_up = np.full(len(up_pos), big, dtype=np.int64)
-        p = paired[up_pos]
-        end_of_up[p] = ev[up_pos[p] + 1]
-        starts.append(ev[up_pos]); ends.append(end_of_up)
-        addrs.append(ev_addr[up_pos]); sizes.append(ev_size[up_pos])
-        prev_up = np.zeros(len(ev), dtype=bool)
-        prev_up[1:] = ev_up[:-1] & same_next[:-1]
-        lone_down = ~ev_up & ~prev_up                      # freed, never allocated in the trace
-        starts.append(np.full(int(lone_down.sum()), -1, dtype=np.int64)); ends.append(ev[lone_down])
-        addrs.append(ev_addr[lone_down]); sizes.append(ev_size[lone_down])
-        alive_addr = ev_addr[up_pos][end_of_up == big]
-        untraced = ~np.isin(seg["address"], alive_addr)    # live at the end, never allocated in the trace
-        starts.append(np.full(int(untraced.sum()), -1, dtype=np.int64)); ends.append(np.full(int(untraced.sum()), big))
-        addrs.append(np.asarray(seg["address"][untraced], dtype=np.int64))
-        sizes.append(np.asarray(seg["total_size"][untraced], dtype=np.int64))
-        self.seg_start = np.concatenate(starts).astype(np.int64)
-        self.seg_end = np.concatenate(ends).astype(np.int64)
-        self.seg_addr = np.concatenate(addrs).astype(np.int64)
-        self.seg_size = np.concatenate(sizes).astype(np.int64)
-
-    def segments_at(self, i: int) -> Segments:
-        if not self.segments_known:
-            z = np.zeros(0, dtype=np.int64)
-            return Segments(z, z, z, known=False)
-        live = (self.seg_start <= i) & (self.seg_end > i)
-        addr, size = self.seg_addr[live], self.seg_size[live]
-        order = np.argsort(addr)
-        addr, size = addr[order], size[order]
-        rows = self.live_rows(i)
-        allocated = np.zeros(len(addr), dtype=np.int64)
-        if len(addr) and len(rows):
-            ra = np.asarray(self.allocs.addr[rows], dtype=np.int64)
-            k = np.searchsorted(addr, ra, side="right") - 1
-            ok = k >= 0
-            ok[ok] = ra[ok] < addr[k[ok]] + size[k[ok]]
-            allocated = np.bincount(k[ok], weights=self.allocs.size[rows][ok].astype(np.float64),
-                                    minlength=len(addr)).astype(np.int64)
-        return Segments(addr, size, allocated)
 
     # -- findings ------------------------------------------------------------------------------
     def _zoom_around(self, i: int, first: int | None = None, last: int | None = None) -> tuple[int, int]:

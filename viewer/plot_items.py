@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QImage, QPainter, QPainterPath, QPen
+from PySide6.QtGui import QColor, QImage, QPainter, QPainterPath, QPen, QTransform
 
 from ..common.units import byte_unit, fmt_seconds
 from .theme import NOTE_COLOR
@@ -41,6 +41,16 @@ class TimeAxis(pg.AxisItem):
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         self.has_time = True
+        self.state_only = False      # a snapshot without a trace: one moment, no ticks
+
+    def tickSpacing(self, minVal, maxVal, size):
+        if self.state_only:
+            return []
+        levels = super().tickSpacing(minVal, maxVal, size)
+        if not self.has_time:
+            # entries are whole numbers: no ticks between them (0 0 0 1 1 1)
+            levels = [(sp, off) for sp, off in levels if sp >= 1] or [(1.0, 0.0)]
+        return levels
 
     def tickStrings(self, values, scale, spacing):
         if not self.has_time:
@@ -214,6 +224,84 @@ class RasterBands(pg.GraphicsObject):
             p.restore()
 
 
+class StackImage(pg.GraphicsObject):
+    """Every allocation (or segment) as its own band, one pixel column per view column:
+    viewer/alloc_stack.py makes the pixels of each distinct moment (bottom-up rows), this
+    item repeats them across the columns that show the same moment and draws them rotated
+    a quarter turn (the pixels come out column by column; Qt's rotation path is cheaper
+    than transposing them with numpy)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stack = None
+        self.cols = None
+        self.x = np.zeros(0)
+        self.column_of = np.zeros(0, dtype=np.int64)
+        self.palette = np.zeros((0, 0), dtype=np.uint32)
+        self._rect = QRectF()
+        self._key = None
+        self._image = None
+        self._at = None
+
+    def set_stack(self, x: np.ndarray, stack, cols, column_of: np.ndarray, palette: np.ndarray, top: float):
+        self.prepareGeometryChange()
+        self.x = np.asarray(x, dtype=np.float64)
+        self.stack, self.cols = stack, cols
+        self.column_of = np.asarray(column_of, dtype=np.int64)
+        self.palette = palette
+        self._key = None
+        if len(self.x) and cols is not None:
+            half = (self.x[1] - self.x[0]) / 2 if len(self.x) > 1 else 0.5
+            self._rect = QRectF(float(self.x[0] - half), 0.0, float(self.x[-1] - self.x[0] + 2 * half), top or 1.0)
+        else:
+            self._rect = QRectF()
+        self.update()
+
+    def clear(self):
+        self.set_stack(np.zeros(0), None, None, np.zeros(0, dtype=np.int64), self.palette, 0.0)
+
+    def boundingRect(self):
+        return self._rect
+
+    def paint(self, p: QPainter, *args):
+        if self.cols is None or not len(self.x):
+            return
+        tr = p.transform()
+        dev = p.device()
+        dpr = float(dev.devicePixelRatioF()) if dev is not None else 1.0
+        vr = self.viewRect()
+        clip = tr.mapRect(vr) if vr is not None else QRectF(0, -1e6, 1, 2e6)
+        key = (tr.m11(), tr.m22(), tr.m31(), tr.m32(), dpr, clip.top(), clip.bottom())
+        if key != self._key:
+            self._key = key
+            self._image = None
+            top = int(np.floor(clip.top() * dpr))
+            bottom = int(np.ceil(clip.bottom() * dpr))
+            rows = bottom - top
+            if rows > 0 and tr.m22() != 0:
+                # data y at the bottom device row's lower edge, and bytes per device row
+                y_bottom = (bottom / dpr - tr.m32()) / tr.m22()
+                per_row = -1.0 / (tr.m22() * dpr)
+                pixels = self.stack.raster(self.cols, self.palette, y_bottom, per_row, rows)
+                if len(self.column_of) != len(pixels) or not np.array_equal(self.column_of,
+                                                                            np.arange(len(pixels))):
+                    pixels = pixels[self.column_of]
+                pixels = np.ascontiguousarray(pixels)
+                w, h = pixels.shape[1], pixels.shape[0]        # image: a row per view column
+                img = QImage(pixels.data, w, h, 4 * w, QImage.Format.Format_ARGB32).copy()
+                img.setDevicePixelRatio(dpr)
+                x_left = (float(self.x[0]) * tr.m11() + tr.m31()) - 0.5 / dpr
+                self._image = img
+                self._at = (x_left, bottom / dpr)
+        if self._image is not None:
+            x_left, y_bottom = self._at
+            p.save()
+            # image x (rows up from the bottom) -> screen up; image y (view column) -> screen right
+            p.setTransform(QTransform(0.0, -1.0, 1.0, 0.0, x_left, y_bottom))
+            p.drawImage(QPointF(0, 0), self._image)
+            p.restore()
+
+
 def column_strokes(x: np.ndarray, cum: np.ndarray, colors: list[QColor]):
     """Strokes for stacked bands: per band, one vertical segment per column from the
     band below's top to its own top (empty segments dropped: they would paint a dot)."""
@@ -260,6 +348,8 @@ class SpansItem(_ViewSpanning):
     """
 
     MANY = 200
+    MIN_SPAN_PX = 4           # spans narrower than this (median) are not shaded
+    MIN_LINE_GAP_PX = 6       # nor lines closer than this
 
     def __init__(self):
         super().__init__()
@@ -271,6 +361,7 @@ class SpansItem(_ViewSpanning):
         self.lines = np.zeros(0)
         self.line_pen = QPen()
         self.text_color = QColor("#666666")
+        self.avoid = np.zeros(0)                 # x of marker lines whose labels sit at the top
         self.setZValue(-100)
 
     def set_spans(self, starts, ends, colors, lines, line_pen: QPen, labels=None, text_color=None):
@@ -308,6 +399,10 @@ class SpansItem(_ViewSpanning):
         if len(self.starts):
             hi = int(np.searchsorted(self.starts, x1, side="right"))
             shown = np.flatnonzero(self.ends[:hi] >= x0)
+        # spans a few pixels wide, side by side, only hatch the plot: leave them out
+        dense = len(shown) > 1 and float(np.median(self.ends[shown] - self.starts[shown])) * sx < self.MIN_SPAN_PX
+        if dense:
+            shown = shown[:0]
         if 0 < len(shown) <= self.MANY:
             for k in shown:
                 a, b = self.starts[k] * sx + ox, self.ends[k] * sx + ox
@@ -330,7 +425,8 @@ class SpansItem(_ViewSpanning):
         if len(self.lines):
             lo = int(np.searchsorted(self.lines, x0))
             hi = int(np.searchsorted(self.lines, x1, side="right"))
-            if hi > lo:
+            # boundary lines closer than a few pixels are a texture, not information
+            if hi > lo and (hi - lo) * self.MIN_LINE_GAP_PX <= (dev.right() - dev.left()):
                 xs = np.round(self.lines[lo:hi] * sx + ox) + 0.5
                 ys = np.empty(2 * len(xs))
                 ys[0::2], ys[1::2] = top, bottom
@@ -347,6 +443,9 @@ class SpansItem(_ViewSpanning):
                 a = max(self.starts[k], x0) * sx + ox
                 b = min(self.ends[k], x1) * sx + ox
                 tw = fm.horizontalAdvance(text)
+                near = self.avoid * sx + ox
+                if len(near) and bool(np.any((near > a - 40) & (near < a + tw + 44))):
+                    continue                # a marker's label (OOM, leak) sits there
                 if b - a > tw + 8 and a + 4 > taken:
                     p.drawText(QPointF(a + 4, top + fm.ascent() + 3), text)
                     taken = a + 4 + tw + 6

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+import numpy as np
+
 from PySide6.QtCore import (
     QAbstractTableModel,
     QModelIndex,
@@ -42,6 +44,7 @@ from .rows import (
 )
 from .theme import category_color
 
+FILTER_DELAY_MS = 40
 _RIGHT = int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
 _TIPS = {
     COL_CATEGORY: "What the allocation is, as classified (see the Selection panel for the rule)",
@@ -109,7 +112,7 @@ class AllocationsModel(QAbstractTableModel):
         if i < 0:
             return missing
         if d.has_time:
-            return fmt_seconds(float(d.x_of_index(i)), 1e-6, d.x_range[1])
+            return fmt_seconds(float(d.seconds_of(i)), 1e-6, d.time_span)
         return f"#{i:,}"
 
     def _text(self, d: DeviceData, row: int, col: int):
@@ -124,6 +127,8 @@ class AllocationsModel(QAbstractTableModel):
             return self._when(d, int(d.free_index[row]), "never")
         if col == COL_LIFETIME:
             ai, fi = int(d.alloc_index[row]), int(d.free_index[row])
+            if d.n == 0:
+                return "at the snapshot"      # a state-only snapshot: no trace, no lifetimes
             if d.has_time and d.n:
                 ta = int(d.tkey[ai]) if ai >= 0 else int(d.tkey[0])
                 tf = int(d.tkey[fi]) if fi >= 0 else int(d.tkey[-1])
@@ -140,11 +145,21 @@ class AllocationsModel(QAbstractTableModel):
         return None
 
     def sort(self, column, order=Qt.SortOrder.AscendingOrder):
+        """Sort, keeping the view's current and selected rows on the same allocations
+        (Qt's persistent indexes): without it the highlight stays at the same position
+        and lands on another allocation."""
         if self.view is None:
             return
         self.layoutAboutToBeChanged.emit()
+        old = self.persistentIndexList()
+        ids = [int(self.view.rows[ix.row()]) if ix.isValid() and ix.row() < len(self.view.rows) else -1
+               for ix in old]
         with busy(self.view.n):
             self.view.sort(column, order == Qt.SortOrder.DescendingOrder)
+        if old:
+            pos = self.view.positions_of(ids).tolist()
+            self.changePersistentIndexList(old, [self.index(p, ix.column()) if p >= 0 else QModelIndex()
+                                                 for p, ix in zip(pos, old)])
         self.layoutChanged.emit()
 
     def set_filter(self, categories, min_size, text):
@@ -193,8 +208,9 @@ class AllocationsPanel(QWidget):
         self.min_size.setClearButtonEnabled(True)
         self.min_size.setMaximumWidth(170)
         self.text = QLineEdit(self)
-        self.text.setPlaceholderText("Search frames: file or function (Ctrl+F)")
-        self.text.setToolTip("Keep allocations with a frame whose file or function contains this text")
+        self.text.setPlaceholderText("Search frames: file, function or file.py:line (Ctrl+F)")
+        self.text.setToolTip("Keep allocations with a frame whose file, function or file:line contains this text "
+                             "(as the Where column and the stack show it: 'train.py:42', 'forward', 'site-packages/')")
         self.text.setClearButtonEnabled(True)
         self.count = QLabel(self)
         self.count.setToolTip("Allocations shown / all allocations on this device")
@@ -219,30 +235,57 @@ class AllocationsPanel(QWidget):
         hh = self.table.horizontalHeader()
         hh.setStretchLastSection(True)
         hh.setSortIndicator(COL_SIZE, Qt.SortOrder.DescendingOrder)
-        widths = {COL_CATEGORY: 110, COL_SIZE: 90, COL_ALLOC: 100, COL_FREE: 100, COL_LIFETIME: 90,
-                  COL_ADDR: 130, COL_RULE: 190}
-        for c, w in widths.items():
-            self.table.setColumnWidth(c, w)
+        self._fit_columns(None)
         self.table.setSortingEnabled(True)
         self.table.selectionModel().currentRowChanged.connect(self._on_current)
+        self.model.layoutChanged.connect(self._keep_current_visible)
 
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(bar)
         lay.addWidget(self.table, 1)
 
+        # Filtering 10^6 rows costs a few ms (frames are matched, not rows): a short pause
+        # only merges the keystrokes of a burst, so the table settles right after the last
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
-        self._timer.setInterval(250)
+        self._timer.setInterval(FILTER_DELAY_MS)
         self._timer.timeout.connect(self.apply_filter)
         self.text.textChanged.connect(lambda _: self._timer.start())
         self.min_size.textChanged.connect(lambda _: self._timer.start())
         self.text.returnPressed.connect(self.apply_filter)
         self.min_size.returnPressed.connect(self.apply_filter)
 
+    def _fit_columns(self, data: DeviceData | None):
+        """Column widths from what they will show (the font's metrics on the widest texts of
+        this file): fixed pixel widths cut '≥ 10,307 entries' and long addresses."""
+        fm = self.table.fontMetrics()
+        hh = self.table.horizontalHeader()
+        pad = 18
+        samples = {COL_CATEGORY: ["autograd", "quantization", "optimizer"], COL_SIZE: ["1023.99 MiB"],
+                   COL_ALLOC: ["before trace", "999.999999 s"], COL_FREE: ["999.999999 s"],
+                   COL_LIFETIME: ["≥ 999 ms", "at the snapshot" if data is not None and data.n == 0 else "1.23 ms"],
+                   COL_ADDR: ["0x7f0000000000"], COL_RULE: ["activations.forward"]}
+        if data is not None and data.n_rows:
+            m = self.model
+            rows = data.rows_by_size
+            pick = np.unique(np.concatenate([rows[:200], rows[-50:], np.arange(min(50, data.n_rows))]))
+            for col in samples:
+                samples[col] += [m._text(data, int(r), col) or "" for r in pick]
+            samples[COL_LIFETIME].append(f"≥ {data.n:,} entries" if not data.has_time else "≥ 99.9 min 59 s")
+            samples[COL_ALLOC].append(f"#{data.n:,}")
+        for col, texts in samples.items():
+            head = fm.horizontalAdvance(COLUMNS[col]) + 28        # the sort arrow
+            w = max([head] + [fm.horizontalAdvance(t) for t in texts]) + pad
+            if col == COL_CATEGORY:
+                w += 22                                             # the colour swatch
+            self.table.setColumnWidth(col, min(w, 320))
+        hh.setStretchLastSection(True)
+
     def set_data(self, data: DeviceData | None):
         self.data = data
         self.model.set_data(data)
+        self._fit_columns(data)
         self.cat_menu.clear()
         self.cat_actions = []
         if data is not None:
@@ -322,8 +365,15 @@ class AllocationsPanel(QWidget):
                 self.table.setCurrentIndex(idx)
                 self.table.selectRow(pos)
                 self.table.scrollTo(idx, QAbstractItemView.ScrollHint.PositionAtCenter)
+        # the selection model's signals were blocked: the view repaints the rows itself
+        self.table.viewport().update()
         if emit and pos >= 0:
             self.rowSelected.emit(row)
+
+    def _keep_current_visible(self, *_):
+        idx = self.table.currentIndex()
+        if idx.isValid():
+            self.table.scrollTo(idx, QAbstractItemView.ScrollHint.PositionAtCenter)
 
     def _on_current(self, current, _previous):
         if current.isValid() and self.model.view is not None:

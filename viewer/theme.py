@@ -7,13 +7,16 @@ from PySide6.QtGui import QColor, QGuiApplication, QPalette
 
 from ..classifiers import category_color as table_color
 
-PHASE_COLORS = {"forward": "#59A14F", "backward": "#F28E2B", "optimizer": "#B07AA1", "inputs": "#EDC948"}
+PHASE_COLORS = {"forward": "#59A14F", "backward": "#F28E2B", "optimizer": "#B07AA1", "inputs": "#EDC948",
+                "eval": "#76B7B2"}
 PEAK_COLOR = "#D62728"
 OOM_COLOR = "#D62728"
 LEAK_COLOR = "#E15759"
 ANNOTATION_COLOR = "#4E79A7"     # the snapshot's own record_function regions
 # The user's notes: a magenta no category band uses, apart from the peak's red.
 NOTE_COLOR = "#B5179E"
+WHATIF_COLOR = "#7B3FE4"          # the what-if peak: apart from the measured peak's red
+GPU_COLOR = "#1F77B4"
 
 
 def category_color(name: str) -> QColor:
@@ -55,3 +58,7 @@ class Theme:
         c = category_color(name)
         # opaque bands, a little lighter on light backgrounds so the lines stay readable
         return c.lighter(112) if not self.dark else c.darker(105)
+
+# By segment: streams (several) or the small / large pool (one stream), muted so the
+# allocated line stays readable over them.
+SEGMENT_COLORS = ("#E8C468", "#8FB8DE", "#A8D5A2", "#E6A57E", "#C7A8D6", "#9FD3CF", "#E7A3A8", "#C9B27C")

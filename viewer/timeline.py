@@ -14,11 +14,12 @@ from PySide6.QtGui import QBrush, QColor, QPen
 from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
 from ..classifiers import annotation_regions
-from ..common.units import fmt_bytes, fmt_duration_us, fmt_seconds
-from ..present.markup import html as _esc
+from ..common.units import fmt_bytes
 from ..present.words import peak_words
 from .model import DeviceData, Envelope
 from .notes import first_line, note_span
+from .timeline_modes import ModesMixin
+from .timeline_pointer import PointerMixin
 from .plot_items import (
     BytesAxis,
     DeviceStrokes,
@@ -27,6 +28,7 @@ from .plot_items import (
     NotesItem,
     RasterBands,
     SpansItem,
+    StackImage,
     TimeAxis,
     TimelineViewBox,
     blend_over,
@@ -35,34 +37,50 @@ from .plot_items import (
 )
 from .theme import (
     ANNOTATION_COLOR,
+    GPU_COLOR,
     LEAK_COLOR,
     NOTE_COLOR,
     OOM_COLOR,
     PEAK_COLOR,
     PHASE_COLORS,
+    WHATIF_COLOR,
     Theme,
-    category_color,
 )
 
 
-class TimelineWidget(QWidget):
-    """Main plot plus an overview strip of the whole run."""
+class TimelineWidget(PointerMixin, ModesMixin, QWidget):
+    """Main plot plus an overview strip of the whole run.
+
+    Three ways to stack the memory (`set_mode`): by category (live bytes per category),
+    by allocation (each live allocation its own band, oldest at the bottom, memory_viz's
+    Active Memory Timeline) and by segment (the allocator's reserved memory, each segment
+    a band). The lines (allocated, reserved) and the markers are the same in all three.
+    """
 
     hovered = Signal(int, int, float)          # row under the cursor (-1 none), entry index, x
     clicked = Signal(int, int, float)          # row clicked (-1 none), entry index, x
     viewChanged = Signal(float, float)
     hoverLeft = Signal()
     marked = Signal(float, float)              # a Ctrl+drag marked this x range
+    modeChanged = Signal(str)
+    segmentClicked = Signal(int, int)          # segment (DeviceData.seg_*), entry
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.data: DeviceData | None = None
         self.theme = Theme.from_palette()
         self.visible_categories: list[int] = []
+        self.mode = "categories"
+        self._notes = []
+        self._iter_peak_x = np.zeros(0)
+        self._iter_peak_y = np.zeros(0)
+        self._cols = None                          # the stacks drawn (allocation / segment modes)
+        self._col_u = np.zeros(0, dtype=np.int64)  # view column -> position in _cols.moments
         self._auto_y = True
         self._refresh_pending = False
         self._last_env: Envelope | None = None
         self._hover_pos = None
+        self._note_tip = ""
         self._selected_row = -1
         self.refresh_count = 0
         self._released = False
@@ -82,20 +100,23 @@ class TimelineWidget(QWidget):
         self.spans = SpansItem()
         self.bands = RasterBands()
         self.bands.setZValue(0)
+        self.stack_bands = StackImage()
+        self.stack_bands.setZValue(0)
         self.reserved_curve = DeviceStrokes()
         self.reserved_curve.setZValue(5)
         self.live_curve = DeviceStrokes()
         self.live_curve.setZValue(6)
         self.live_pen = self.reserved_pen = QPen()
         self.grid = GridItem(self.axis_x, self.axis_y)
-        for it in (self.spans, self.bands, self.grid, self.reserved_curve, self.live_curve):
+        for it in (self.spans, self.bands, self.stack_bands, self.grid, self.reserved_curve, self.live_curve):
             self.vb.addItem(it, ignoreBounds=True)
 
         self.selection = pg.LinearRegionItem(movable=False)
         self.selection.setZValue(3)
         self.selection.hide()
         self.vb.addItem(self.selection, ignoreBounds=True)
-        self.sel_bar = pg.PlotCurveItem(connect="all", skipFiniteCheck=True)
+        # the selected allocation's outline, at its place in the stack (its band's edges)
+        self.sel_bar = pg.PlotCurveItem(connect="finite")
         self.sel_bar.setZValue(7)
         self.vb.addItem(self.sel_bar, ignoreBounds=True)
 
@@ -114,6 +135,21 @@ class TimelineWidget(QWidget):
         self.peak_label = pg.TextItem(anchor=(0, 1))
         self.peak_label.setZValue(11)
         self.vb.addItem(self.peak_label, ignoreBounds=True)
+        # what-if: the scaled peak, its words, and a GPU's size
+        self.whatif_marker = pg.ScatterPlotItem(size=12, symbol="t1")
+        self.whatif_marker.setZValue(10)
+        self.vb.addItem(self.whatif_marker, ignoreBounds=True)
+        self.whatif_label = pg.TextItem(anchor=(0, 1))
+        self.whatif_label.setZValue(11)
+        self.whatif_label.hide()
+        self.vb.addItem(self.whatif_label, ignoreBounds=True)
+        self.gpu_line = pg.InfiniteLine(angle=0, movable=False,
+                                        label="GPU", labelOpts={"position": 0.02, "anchors": [(0, 1), (0, 1)]})
+        self.gpu_line.setZValue(9)
+        self.gpu_line.hide()
+        self.vb.addItem(self.gpu_line, ignoreBounds=True)
+        self.scales = None
+        self._whatif_peak = None
         self.iter_peaks = pg.ScatterPlotItem(size=7, symbol="t1")
         self.iter_peaks.setZValue(9)
         self.vb.addItem(self.iter_peaks, ignoreBounds=True)
@@ -139,7 +175,7 @@ class TimelineWidget(QWidget):
 
         # the overview strip: the whole run, with the main view as a draggable region
         self.overview = pg.PlotWidget()
-        self.overview.setFixedHeight(70)
+        self.overview.setFixedHeight(52)
         opi = self.overview.getPlotItem()
         opi.hideButtons()
         opi.setMenuEnabled(False)
@@ -160,6 +196,7 @@ class TimelineWidget(QWidget):
         self.ov_region.setZValue(10)
         ovb.addItem(self.ov_region, ignoreBounds=True)
         self.ov_region.sigRegionChanged.connect(self._on_region)
+        self.ov_region.sigRegionChangeFinished.connect(self._on_region)    # a drag's last move
         ovb.sigResized.connect(self._build_overview)
         self.overview.setToolTip("The whole run. Drag the highlighted region to move the view, "
                                  "drag its edges to zoom.")
@@ -206,10 +243,24 @@ class TimelineWidget(QWidget):
         self.selection.setBrush(QBrush(sel))
         for ln in self.selection.lines:
             ln.setPen(pg.mkPen(theme.accent, width=1))
-        self.sel_bar.setPen(pg.mkPen(theme.accent, width=3))
+        self.sel_bar.setPen(pg.mkPen(theme.accent, width=2))
         self.peak_marker.setBrush(QBrush(QColor(PEAK_COLOR)))
         self.peak_marker.setPen(pg.mkPen(theme.background, width=1))
         self.peak_label.setColor(QColor(PEAK_COLOR))
+        # over a line (reserved memory sits right above a state-only snapshot's peak) the
+        # label stays readable on its own patch of background
+        label_bg = QColor(theme.background)
+        label_bg.setAlpha(215)
+        self.peak_label.fill = pg.mkBrush(label_bg)
+        self.whatif_marker.setBrush(QBrush(QColor(WHATIF_COLOR)))
+        self.whatif_marker.setPen(pg.mkPen(theme.background, width=1))
+        self.whatif_label.setColor(QColor(WHATIF_COLOR))
+        self.whatif_label.fill = pg.mkBrush(label_bg)
+        self.gpu_line.setPen(pg.mkPen(GPU_COLOR, width=1.5, style=Qt.PenStyle.DashDotLine))
+        self.gpu_line.label.setColor(QColor(GPU_COLOR))
+        measured = QColor(theme.foreground)
+        measured.setAlpha(110)
+        self.measured_pen = cosmetic_pen(blend_over(measured, theme.background))
         self.leak_marks.setBrush(QBrush(QColor(LEAK_COLOR)))
         self.leak_marks.setPen(pg.mkPen(theme.background, width=1))
         ip = QColor(PEAK_COLOR)
@@ -244,9 +295,15 @@ class TimelineWidget(QWidget):
         self.hover_line.hide()
         self.clear_mark()
         self.notes.set_marks([])
+        self.scales = None
+        self._whatif_peak = None
+        self.whatif_marker.setData([], [])
+        self.whatif_label.hide()
+        self.gpu_line.hide()
         if data is None:
-            for it in (self.bands, self.live_curve, self.reserved_curve, self.ov_curve):
+            for it in (self.bands, self.stack_bands, self.live_curve, self.reserved_curve, self.ov_curve):
                 it.clear()
+            self._cols = None
             self.peak_marker.setData([], [])
             self.iter_peaks.setData([], [])
             self.leak_marks.setData([], [])
@@ -254,20 +311,52 @@ class TimelineWidget(QWidget):
             self.spans.set_spans([], [], [], [], QPen())
             self._clear_markers()
             return
-        self.axis_x.has_time = data.has_time
-        self.axis_x.setLabel("time since the first event" if data.has_time else "trace entry")
+        if self.mode == "segments" and not data.segments_known:
+            self.mode = "categories"
+            self.modeChanged.emit(self.mode)
+        self._label_axis()
+        self._apply_limits()
         self._build_static()
         self.reset_view()
+
+    def _label_axis(self):
+        d = self.data
+        self.axis_x.has_time = d.time_axis
+        self.axis_x.state_only = d.n == 0
+        self.axis_x.setLabel("the snapshot's state (no trace recorded)" if d.n == 0 else
+                             "time since the first event" if d.time_axis else "trace entry")
+        self.axis_x.picture = None
+        self.axis_x.update()
 
     def set_visible_categories(self, cats: list[int]):
         self.visible_categories = list(cats)
         self._refresh()
+
+    def set_time_axis(self, on: bool):
+        """Seconds or trace entries on the x axis (the same entries stay in view)."""
+        d = self.data
+        if d is None:
+            return
+        x0, x1 = self.x_span()
+        first, last = int(d.index_at_x(x0)), d.index_before_x(x1)
+        whole = self.x_span() == self.x_limits()
+        d.set_time_axis(on)
+        self._label_axis()
+        self._apply_limits()
+        self._build_static()
+        self.set_notes(self._notes)
+        if whole or last <= first:
+            self.reset_view()
+        else:
+            self.zoom_to_indices(first, last)
+        self.select_row(self._selected_row)
 
     # -- notes and the marked range -------------------------------------------------------------
     def set_notes(self, notes):
         """Draw the user's annotations (in the store's order, numbered from 1 as in reports);
         those on another device are left out."""
         d = self.data
+        self._notes = list(notes)
         marks = []
         for k, a in enumerate(notes, 1):
             span = note_span(d, a)
@@ -330,11 +419,9 @@ class TimelineWidget(QWidget):
             self.peak_marker.setData([], [])
             self.peak_label.hide()
         ips = d.iterations
-        if ips:
-            self.iter_peaks.setData(d.x_of_index(np.maximum([it.peak_index for it in ips], 0)),
-                                    np.array([it.peak_bytes for it in ips], dtype=float))
-        else:
-            self.iter_peaks.setData([], [])
+        self._iter_peak_x = d.x_of_index(np.maximum([it.peak_index for it in ips], 0)) if ips else np.zeros(0)
+        self._iter_peak_y = np.array([it.peak_bytes for it in ips], dtype=float)
+        self.iter_peaks.setData([], [])
         leak_x, leak_y = [], []
         for f in d.findings:
             if f.kind == "oom":
@@ -348,6 +435,7 @@ class TimelineWidget(QWidget):
                 elif f.index >= 0:
                     self._marker(f.index, LEAK_COLOR, "leak", Qt.PenStyle.DashLine)
         self.leak_marks.setData(leak_x, leak_y)
+        self.spans.avoid = np.array([ln.value() for ln in self.marker_lines], dtype=float)
         # iterations and phases
         starts, ends, brushes, lines, labels = [], [], [], [], []
         alpha = 34 if not self.theme.dark else 30
@@ -379,8 +467,8 @@ class TimelineWidget(QWidget):
                 col.setAlpha(alpha)
                 col = blend_over(col, bg)
                 starts, ends = list(starts), list(ends)
-                starts.append((r.start_us - d.t0) / 1e6)
-                ends.append((r.end_us - d.t0) / 1e6)
+                starts.append(float(d.x_of_us(r.start_us)))
+                ends.append(float(d.x_of_us(r.end_us)))
                 brushes.append(col)
                 labels.append(r.name.split("#")[-1])
         lc = QColor(self.theme.foreground)
@@ -394,9 +482,8 @@ class TimelineWidget(QWidget):
         d = self.data
         if d is None or self._released:
             return
-        x0, x1 = d.x_range
         ovb = self.overview.getPlotItem().getViewBox()
-        ovb.setXRange(x0, x1, padding=0.01)
+        ovb.setXRange(*self.x_limits(), padding=0)
         # one column per pixel of the strip's plot area, over its whole x range
         (vx0, vx1), _ = ovb.viewRange()
         w = max(50, int(round(ovb.width() * self.overview.devicePixelRatioF())))
@@ -421,12 +508,40 @@ class TimelineWidget(QWidget):
         self.marker_lines.append(ln)
 
     # -- view -------------------------------------------------------------------------------
+    def x_limits(self) -> tuple[float, float]:
+        """The widest view: the run plus 1% each side (what Home shows). Views, pans,
+        zooms and the overview's region stay inside it: beyond the data there is nothing
+        to draw but the last value carried on."""
+        if self.data is None:
+            return 0.0, 1.0
+        x0, x1 = self.data.x_range
+        pad = (x1 - x0) * 0.01
+        return x0 - pad, x1 + pad
+
+    def _apply_limits(self):
+        lo, hi = self.x_limits()
+        d = self.data
+        # the narrowest view: a few entries (an index axis), or a microsecond
+        min_w = 4.0 if not d.time_axis else 1e-6
+        self.vb.setLimits(xMin=lo, xMax=hi, minXRange=min(min_w, (hi - lo) / 2), maxXRange=hi - lo)
+
+    def clamp(self, x0: float, x1: float) -> tuple[float, float]:
+        """[x0, x1] moved (not shrunk) inside the limits; the whole when it is wider."""
+        lo, hi = self.x_limits()
+        w = x1 - x0
+        if w >= hi - lo or w <= 0:
+            return lo, hi
+        if x0 < lo:
+            x0, x1 = lo, lo + w
+        elif x1 > hi:
+            x0, x1 = hi - w, hi
+        return x0, x1
+
     def reset_view(self):
         if self.data is None:
             return
-        x0, x1 = self.data.x_range
         self._auto_y = True
-        self.vb.setXRange(x0, x1, padding=0.01)
+        self.vb.setXRange(*self.x_limits(), padding=0)
         self._refresh()
 
     def x_span(self) -> tuple[float, float]:
@@ -434,7 +549,7 @@ class TimelineWidget(QWidget):
         return x0, x1
 
     def set_x_range(self, x0: float, x1: float):
-        self.vb.setXRange(x0, x1, padding=0)
+        self.vb.setXRange(*self.clamp(x0, x1), padding=0)
 
     def zoom(self, factor: float, center: float | None = None):
         """factor < 1 zooms in."""
@@ -486,32 +601,59 @@ class TimelineWidget(QWidget):
         env = d.envelope(x0, x1, self.buckets())
         self._last_env = env
         self.refresh_count += 1
+        self._draw(env)
+
+    def _draw(self, env: Envelope):
+        """Hand one envelope to the items (a what-if slider redraws from the last one)."""
+        d = self.data
+        x0, x1 = env.x0, env.x1
         vis = self.visible_categories
         order = [c for c in vis]
-        cum = np.cumsum(np.maximum(env.col_comp[:, order], 0.0), axis=1) if order else np.zeros((len(env.col_x), 0))
-        self.bands.set_columns(env.col_x, cum, [self.theme.band_color(d.categories[c]) for c in order])
-        cx = np.repeat(env.col_x, 2)
-        self.live_curve.set_strokes([(cx, env.col_live.ravel(), "columns", self.live_pen)])
-        if env.col_reserved is not None:
-            self.reserved_curve.set_strokes([(cx, env.col_reserved.ravel(), "dashed-columns", self.reserved_pen)])
+        scaled_top = None
+        if self.mode == "categories":
+            comp = self._scaled_columns(env) if self.scales is not None else env.col_comp
+            cum = np.cumsum(np.maximum(comp[:, order], 0.0), axis=1) if order else \
+                np.zeros((len(env.col_x), 0))
+            self.bands.set_columns(env.col_x, cum, [self.theme.band_color(d.categories[c]) for c in order])
+            self.stack_bands.clear()
+            self._cols = None
+            if self.scales is not None:
+                scaled_top = np.maximum(comp, 0.0).sum(axis=1)
         else:
-            self.reserved_curve.clear()
+            self.bands.clear()
+            self._draw_stack(env)
+        cx = np.repeat(env.col_x, 2)
+        if scaled_top is None:
+            self.live_curve.set_strokes([(cx, env.col_live.ravel(), "columns", self.live_pen)])
+            if env.col_reserved is not None:
+                self.reserved_curve.set_strokes([(cx, env.col_reserved.ravel(), "dashed-columns",
+                                                  self.reserved_pen)])
+            else:
+                self.reserved_curve.clear()
+        else:
+            # what-if: the scaled total on top, the run as measured in grey beneath
+            self.live_curve.set_strokes([(cx, np.repeat(scaled_top, 2), "columns", self.live_pen)])
+            self.reserved_curve.set_strokes([(cx, env.col_live.ravel(), "columns", self.measured_pen)])
         if self._auto_y:
-            top = env.visible_max
+            top = env.visible_max if scaled_top is None else max(float(scaled_top.max()), float(env.col_live.max()))
             if self.peak_label.isVisible():
                 px = self.peak_marker.data["x"][0] if len(self.peak_marker.data) else None
                 if px is not None and x0 <= px <= x1:
                     top = max(top, float(self.peak_marker.data["y"][0]))
+            if self.gpu_line.isVisible():
+                top = max(top, float(self.gpu_line.value()))
             self.vb.setYRange(0, max(top, 1.0) * 1.12, padding=0)
         self._syncing_region = True
         try:
             self.ov_region.setRegion((x0, x1))
         finally:
             self._syncing_region = False
-        if self.peak_label.isVisible() and len(self.peak_marker.data):
-            px = float(self.peak_marker.data["x"][0])
-            self.peak_label.setAnchor((1, 1) if px > x0 + 0.6 * (x1 - x0) else (0, 1))
+        for label, marker in ((self.peak_label, self.peak_marker), (self.whatif_label, self.whatif_marker)):
+            if label.isVisible() and len(marker.data):
+                px = float(marker.data["x"][0])
+                label.setAnchor((1, 1) if px > x0 + 0.6 * (x1 - x0) else (0, 1))
         self._update_selection_bar()
+        self._thin_iteration_peaks(x0, x1)
         self.viewChanged.emit(x0, x1)
 
     def _on_region(self):
@@ -519,138 +661,16 @@ class TimelineWidget(QWidget):
             return
         a, b = self.ov_region.getRegion()
         if b > a:
-            self.set_x_range(a, b)
-
-    # -- hover, click, selection ------------------------------------------------------------------
-    def _on_mouse_moved(self, pos):
-        if self.data is None or not self.vb.sceneBoundingRect().contains(pos):
-            self.hide_hover()
-            return
-        if self.notes.marks:
-            vp = self.plot.mapFromScene(pos)
-            tip = self.notes.tooltip_at(vp.x(), vp.y())
-            if tip != self.notes.toolTip():
-                self.notes.setToolTip(tip)
-        self._hover_pos = self.vb.mapSceneToView(pos)
-        self._hover_timer.start()
-
-    def _do_hover(self):
-        if self._hover_pos is None or self.data is None:
-            return
-        x, y = self._hover_pos.x(), self._hover_pos.y()
-        self.hover_at(x, y)
-
-    def index_under(self, x: float) -> int:
-        """The entry drawn at x: the highest moment of the pixel column's bucket
-        (what the bands show there), or the state at x outside the last envelope."""
-        env = self._last_env
-        if env is not None and env.x1 > env.x0 and env.x0 <= x <= env.x1:
-            k = int((x - env.x0) / (env.x1 - env.x0) * len(env.col_index))
-            return int(env.col_index[min(max(k, 0), len(env.col_index) - 1)])
-        return self.data.index_before_x(x)
-
-    def hover_at(self, x: float, y: float) -> int:
-        """Show what is under (x, y); returns the allocation row or -1."""
-        d = self.data
-        i = self.index_under(x)
-        row, cat = d.allocation_at_index(i, y, self.visible_categories)
-        self.hover_line.setPos(x)
-        self.hover_line.show()
-        self.hover_label.setHtml(self._hover_html(row, cat, i))
-        (vx0, vx1), (vy0, vy1) = self.vb.viewRange()
-        # keep the label inside the view: flip to the left/bottom near the edges
-        ax = 1.0 if x > vx0 + (vx1 - vx0) * 0.6 else 0.0
-        ay = 0.0 if y > vy0 + (vy1 - vy0) * 0.45 else 1.0
-        self.hover_label.setAnchor((ax, ay))
-        dx = (vx1 - vx0) * 0.008 * (-1 if ax else 1)
-        self.hover_label.setPos(x + dx, y)
-        self.hover_label.show()
-        self.hovered.emit(row, i, x)
-        return row
-
-    def _hover_html(self, row: int, cat: int, i: int) -> str:
-        d = self.data
-        when = self._when(i)
-        live = fmt_bytes(d.live_at(i))
-        head = f"<span style='opacity:0.75'>{when} · live {live}</span>"
-        if row < 0:
-            return f"<div style='font-size:9pt'>{head}</div>"
-        a = d.allocs
-        name = d.category_name(cat)
-        col = category_color(name).name()
-        size = fmt_bytes(int(a.size[row]))
-        life = self.lifetime_text(row)
-        view = d.stacks.view_of(d.da, d.da.allocation(row))
-        lines = "<br>".join(_esc(fv.label)[:110] for fv in view.frames[:4]) or "(no stack recorded)"
-        return (f"<div style='font-size:9pt'>{head}<br>"
-                f"<b><span style='color:{col}'>■</span> {name}</b> · {size} · {life}<br>"
-                f"<span style='font-family:monospace; font-size:8pt'>{lines}</span><br>"
-                f"<i style='opacity:0.7'>click to select</i></div>")
-
-    def _when(self, i: int) -> str:
-        d = self.data
-        if i < 0:
-            return "before the trace"
-        if d.has_time:
-            return f"{fmt_seconds(float(d.x_of_index(i)), 1e-4)} · entry {i:,}"
-        return f"entry {i:,}"
-
-    def lifetime_text(self, row: int) -> str:
-        d = self.data
-        a, f = int(d.alloc_index[row]), int(d.free_index[row])
-        if d.has_time and a >= 0 and f >= 0:
-            return f"lived {fmt_duration_us(int(d.tkey[f]) - int(d.tkey[a]))}"
-        span = d.x_range[1]
-
-        def at(i):
-            return fmt_seconds(float(d.x_of_index(i)), 1e-4, span) if d.has_time else f"entry {i:,}"
-        if a < 0 and f < 0:
-            return "live for the whole trace"
-        if a < 0:
-            return f"from before the trace to {at(f)}"
-        if f < 0:
-            return f"from {at(a)}, never freed"
-        return f"entries {a:,}–{f:,}"
-
-    def _on_click(self, x: float, y: float):
-        if self.data is None:
-            return
-        i = self.index_under(x)
-        row, _ = self.data.allocation_at_index(i, y, self.visible_categories)
-        self.set_cursor_x(x)
-        self.clicked.emit(row, i, x)
-
-    def set_cursor_x(self, x: float):
-        self.cursor_line.setPos(x)
-        self.cursor_line.show()
-
-    def set_cursor_index(self, i: int):
-        if self.data is not None:
-            self.set_cursor_x(float(self.data.x_of_index(max(i, 0))))
-
-    def select_row(self, row: int):
-        """Highlight a row's lifetime (or clear with -1)."""
-        self._selected_row = row
-        d = self.data
-        if d is None or row < 0:
-            self.selection.hide()
-            self.sel_bar.setData([], [])
-            return
-        first, last = d.row_span(row)
-        xa = float(d.x_of_index(first)) if d.alloc_index[row] >= 0 else d.x_range[0]
-        xb = float(d.x_of_index(last)) if d.free_index[row] >= 0 else d.x_range[1]
-        self.selection.setRegion((xa, xb))
-        self.selection.show()
-        self._update_selection_bar()
-
-    def _update_selection_bar(self):
-        """A bar at the bottom of the plot as tall as the selected allocation, over its lifetime."""
-        row, d = self._selected_row, self.data
-        if d is None or row < 0:
-            return
-        xa, xb = self.selection.getRegion()
-        h = float(d.allocs.size[row])
-        self.sel_bar.setData([xa, xa, xb, xb], [0.0, h, h, 0.0])
+            # moved, not squeezed, at the ends: the region keeps its width and stops there
+            # (pyqtgraph's own bounds clamp each edge alone and collapse the region)
+            ca, cb = self.clamp(a, b)
+            self.set_x_range(ca, cb)
+            if (ca, cb) != (a, b):
+                self._syncing_region = True
+                try:
+                    self.ov_region.setRegion((ca, cb))
+                finally:
+                    self._syncing_region = False
 
     def release(self):
         """Let pyqtgraph drop its context menus (parentless top-level QMenus that
@@ -661,15 +681,3 @@ class TimelineWidget(QWidget):
         for w in (self.plot, self.overview):
             w.close()          # pyqtgraph's close() also unparents the widget...
             w.deleteLater()    # ...so it must go explicitly
-
-    def hide_hover(self):
-        self._hover_timer.stop()
-        self._hover_pos = None
-        if self.hover_label.isVisible():
-            self.hover_label.hide()
-            self.hover_line.hide()
-            self.hoverLeft.emit()
-
-    def leaveEvent(self, ev):
-        self.hide_hover()
-        super().leaveEvent(ev)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 from PySide6.QtCore import QEvent, QSettings, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QKeySequence, QShortcut
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QComboBox,
     QDockWidget,
@@ -21,10 +21,13 @@ from PySide6.QtWidgets import (
 )
 
 from ..common.units import fmt_bytes
+from ..present.markup import html as _esc
 from ..present.words import peak_words
 from ..services.annotations import AnnotationStore
+from .allocator_panel import AllocatorPanel
+from .whatif_panel import WhatIfPanel
 from .legend import LegendBar
-from .loader import Loader, LoadResult, load, switch_device
+from .loader import Loader, LoadResult
 from .model import DeviceData
 from .notes import NotesPanel
 from .panels import FindingsPanel, MomentPanel, StackPanel
@@ -32,15 +35,16 @@ from .table import AllocationsPanel
 from .theme import Theme
 from .timeline import TimelineWidget
 from .window_exports import ExportsMixin
+from .window_loading import LoadingMixin
 from .window_notes import NotesMixin
+from .window_views import ViewsMixin
 
-MAX_RECENT = 10
-FILE_FILTER = "Memory snapshots (*.pickle *.pkl *.pck *.p);;All files (*)"
+PAGE_WELCOME, PAGE_TIMELINE, PAGE_EMPTY = range(3)
 # what the store's undo/redo commands do, for the Edit menu's "Undo Add Note"
 _COMMAND_NAMES = {"_Add": "Add Note", "_Remove": "Delete Note", "_Edit": "Edit Note"}
 
 
-class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
+class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow):
     """Pass persist=False to leave the user's settings alone (screenshots, tests)."""
 
     loaded = Signal()
@@ -96,10 +100,25 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         ph.addWidget(msg)
         ph.addWidget(open_btn, 0, Qt.AlignmentFlag.AlignHCenter)
         ph.addStretch(2)
+        # a file that records nothing: say so, with its name (not the welcome page)
+        self.empty_page = QWidget(self)
+        ep = QVBoxLayout(self.empty_page)
+        self.empty_msg = QLabel(self.empty_page)
+        self.empty_msg.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_msg.setWordWrap(True)
+        self.empty_msg.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        other_btn = QPushButton("Open another snapshot…", self.empty_page)
+        other_btn.clicked.connect(self.open_dialog)
+        ep.addStretch(1)
+        ep.addWidget(self.empty_msg)
+        ep.addWidget(other_btn, 0, Qt.AlignmentFlag.AlignHCenter)
+        ep.addStretch(2)
         self.stack = QStackedWidget(self)
         self.stack.addWidget(self.placeholder)
         self.stack.addWidget(page)
+        self.stack.addWidget(self.empty_page)
         self.setCentralWidget(self.stack)
+        self._docks_shown: set[str] | None = None
 
         # panels
         self.stack_panel = StackPanel(self)
@@ -107,13 +126,17 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self.findings_panel = FindingsPanel(self)
         self.table_panel = AllocationsPanel(self)
         self.notes_panel = NotesPanel(self)
+        self.allocator_panel = AllocatorPanel(self)
+        self.whatif_panel = WhatIfPanel(self)
         self.docks = {}
         for key, title, widget, area in (
                 ("selection", "Selection", self.stack_panel, Qt.DockWidgetArea.RightDockWidgetArea),
                 ("moment", "At this moment", self.moment_panel, Qt.DockWidgetArea.RightDockWidgetArea),
                 ("findings", "Findings", self.findings_panel, Qt.DockWidgetArea.RightDockWidgetArea),
                 ("allocations", "Allocations", self.table_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
-                ("annotations", "Annotations", self.notes_panel, Qt.DockWidgetArea.BottomDockWidgetArea)):
+                ("annotations", "Annotations", self.notes_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
+                ("allocator", "Allocator", self.allocator_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
+                ("whatif", "What if", self.whatif_panel, Qt.DockWidgetArea.BottomDockWidgetArea)):
             dock = QDockWidget(title, self)
             dock.setObjectName(f"dock_{key}")
             dock.setWidget(widget)
@@ -124,6 +147,15 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self.tabifyDockWidget(self.docks["selection"], self.docks["moment"])
         # the notes share the bottom with the table: a wide list, and the right column keeps its height
         self.tabifyDockWidget(self.docks["allocations"], self.docks["annotations"])
+        self.tabifyDockWidget(self.docks["annotations"], self.docks["allocator"])
+        self.tabifyDockWidget(self.docks["allocator"], self.docks["whatif"])
+        # the right column runs the full height; the table sits under the timeline only
+        self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
+        self.setCorner(Qt.Corner.TopRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
+        self._relayout = QTimer(self)
+        self._relayout.setSingleShot(True)
+        self._relayout.setInterval(30)
+        self._relayout.timeout.connect(self.default_layout)
         self.docks["selection"].raise_()
         self.docks["allocations"].raise_()
 
@@ -137,11 +169,18 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self.notes_panel.editRequested.connect(self.edit_note)
         self.notes_panel.tree.currentItemChanged.connect(lambda *_: self._update_note_actions())
         self.timeline.marked.connect(self._on_marked)
+        self.timeline.segmentClicked.connect(self._on_segment_clicked)
+        self.allocator_panel.indexChanged.connect(self._on_allocator_step)
+        self.allocator_panel.rowClicked.connect(lambda r: self.select_row(r, source="allocator"))
+        self.docks["allocator"].visibilityChanged.connect(self._on_allocator_visible)
+        self.docks["whatif"].visibilityChanged.connect(self._on_whatif_visible)
+        self.whatif_panel.changed.connect(self._on_whatif)
 
         self._build_actions()
         self._build_status()
         self.apply_theme()
         self.resize(1400, 900)
+        self._auto_layout = True
         self.default_layout()
         if self.settings is not None:
             geo = self.settings.value("window/geometry")
@@ -150,12 +189,41 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
                 self.restoreGeometry(geo)
             if state is not None:
                 self.restoreState(state)
+                self._auto_layout = False          # the user's own layout
+        self._show_docks(False)                    # the welcome page alone
 
     def default_layout(self):
-        """Dock sizes for a 1400x900 window: the timeline gets most of it."""
-        self.resizeDocks([self.docks["findings"]], [360], Qt.Orientation.Horizontal)
-        self.resizeDocks([self.docks["findings"], self.docks["selection"]], [170, 400], Qt.Orientation.Vertical)
-        self.resizeDocks([self.docks["allocations"]], [240], Qt.Orientation.Vertical)
+        """Dock sizes in proportion to the window: the right column (findings above the
+        selection) runs the full height, the table gets about a third of it below the
+        timeline, so at 1024x700 it still shows eight rows and the timeline most of the rest."""
+        w, h = self.width(), self.height()
+        right = max(280, min(440, int(w * 0.27)))
+        column = max(300, h - self.menuBar().height() - self.toolbar.height() - self.statusBar().height() - 8)
+        self.resizeDocks([self.docks["findings"]], [right], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.docks["findings"], self.docks["selection"]],
+                         [int(column * 0.40), int(column * 0.60)], Qt.Orientation.Vertical)
+        self.resizeDocks([self.docks["allocations"]], [max(180, int(h * 0.40))], Qt.Orientation.Vertical)
+        self._auto_layout = getattr(self, "_auto_layout", True)
+
+    def _follow_window(self):
+        if getattr(self, "_auto_layout", False) and not getattr(self, "_user_layout", False):
+            self._relayout.start()
+
+    def resizeEvent(self, ev):
+        super().resizeEvent(ev)
+        # the docks follow the window until the user drags a separator (their sizes then stay)
+        self._follow_window()
+
+    def showEvent(self, ev):
+        super().showEvent(ev)
+        self._follow_window()
+
+    def event(self, ev):
+        # a press that reaches the main window itself is on a dock separator: the user
+        # is sizing the panels by hand
+        if ev.type() == QEvent.Type.MouseButtonPress:
+            self._user_layout = True
+        return super().event(ev)
 
     # -- actions ----------------------------------------------------------------------------
     def _act(self, menu, text, slot, keys=(), tip="", checkable=False):
@@ -244,7 +312,32 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self.act_filter = self._act(vm, "&Find in Stacks", self.focus_filter, ["Ctrl+F"],
                                     "Filter the allocations table by text in the frames")
         vm.addSeparator()
-        for n, key in enumerate(("selection", "moment", "findings", "allocations", "annotations"), 1):
+        self.mode_group = QActionGroup(self)
+        self.mode_group.setExclusive(True)
+        self.mode_actions = {}
+        for mode, text, key, tip in (
+                ("categories", "Stack by &Category", "C", "Live memory stacked by category"),
+                ("allocations", "Stack by A&llocation", "L",
+                 "Every live allocation as its own band, oldest at the bottom, coloured by category "
+                 "(as PyTorch's memory_viz Active Memory Timeline); hover or click a band for its allocation"),
+                ("segments", "Stack by &Segment", "S",
+                 "The allocator's reserved memory, each segment a band (by stream, or small / large pool); "
+                 "click one for its blocks in the Allocator panel")):
+            a = self._act(vm, text, lambda _=False, m=mode: self.set_mode(m), [key], tip, checkable=True)
+            a.setIconText(text.replace("&", "").replace("Stack by ", "") + "s" if mode != "categories"
+                          else "Categories")
+            self.mode_group.addAction(a)
+            self.mode_actions[mode] = a
+        self.mode_actions["categories"].setChecked(True)
+        self.timeline.modeChanged.connect(self._on_mode_changed)
+        vm.addSeparator()
+        self.act_time_axis = self._act(
+            vm, "&Time Axis", self._on_time_axis, ["T"],
+            "Seconds on the x axis (checked) or trace entries; entries are chosen when one idle stretch "
+            "takes most of the run's time", checkable=True)
+        vm.addSeparator()
+        for n, key in enumerate(("selection", "moment", "findings", "allocations", "annotations", "allocator",
+                                 "whatif"), 1):
             a = self.docks[key].toggleViewAction()
             a.setShortcut(QKeySequence(f"Ctrl+{n}"))
             a.setToolTip(f"Show or hide the {self.docks[key].windowTitle()} panel (Ctrl+{n})")
@@ -263,6 +356,10 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         tb.setMovable(False)
         tb.setIconSize(QSize(16, 16))
         tb.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        # short labels: the toolbar fits a 1024-pixel window (menus and tooltips say it all)
+        for a, text in ((self.act_zoom_in, "Zoom +"), (self.act_zoom_out, "Zoom −"), (self.act_reset, "Whole Run"),
+                        (self.act_peak, "Peak"), (self.act_prev, "◂ Finding"), (self.act_next, "Finding ▸")):
+            a.setIconText(text)
         tb.addAction(self.act_open)
         tb.addAction(self.act_reload)
         tb.addSeparator()
@@ -277,6 +374,9 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         for a in (self.act_zoom_in, self.act_zoom_out, self.act_reset):
             tb.addAction(a)
         tb.addSeparator()
+        for mode in ("categories", "allocations", "segments"):
+            tb.addAction(self.mode_actions[mode])
+        tb.addSeparator()
         tb.addAction(self.act_peak)
         tb.addAction(self.act_prev)
         tb.addAction(self.act_next)
@@ -285,6 +385,10 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self._set_loaded_actions(False)
 
     def _set_loaded_actions(self, on: bool):
+        for a in self.mode_actions.values():
+            a.setEnabled(on)
+        if on and self.data is not None and not self.data.segments_known:
+            self.mode_actions["segments"].setEnabled(False)
         for a in (self.act_reload, self.act_zoom_in, self.act_zoom_out, self.act_reset, self.act_peak,
                   self.act_next, self.act_prev, self.act_export, self.act_export_report, self.act_export_trimmed,
                   self.act_export_perfetto):
@@ -321,8 +425,12 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
                        (self.status_entries, "Trace entries and allocations on this device"),
                        (self.status_peak, "Highest live allocated memory and its type")):
             w.setToolTip(tip)
+            # a gap between a temporary message and the labels (Qt draws the message right up
+            # to the first permanent widget), and between the labels themselves
+            w.setContentsMargins(14, 0, 2, 0)
             sb.addPermanentWidget(w)
         self.status_notes.hide()
+        self._mark_message = None
 
     def _update_status(self):
         d = self.data
@@ -351,26 +459,6 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
             QTimer.singleShot(0, self.apply_theme)
         super().changeEvent(ev)
 
-    # -- opening ---------------------------------------------------------------------------------
-    def open_dialog(self):
-        start = self.settings.value("last_dir", "") if self.settings is not None else ""
-        path, _ = QFileDialog.getOpenFileName(self, "Open memory snapshot", start or "", FILE_FILTER)
-        if path:
-            self.open_path(path)
-
-    def open_path(self, path: str, device: int | None = None):
-        """Load in the background (a newer request replaces an older one)."""
-        path = os.path.abspath(path)
-        use_cache = self.use_cache
-        self._close_error()
-        self.loader.submit(lambda progress: load(path, device, use_cache, progress))
-        self._show_progress(f"Opening {os.path.basename(path)}…")
-        self.statusBar().showMessage(f"Opening {path}…")
-
-    def reload(self):
-        if self.path:
-            self.open_path(self.path, self.data.device if self.data is not None else None)
-
     def apply_result(self, result: LoadResult):
         """Show a loaded snapshot (GUI thread)."""
         self.result = result
@@ -391,17 +479,33 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self.moment_panel.set_data(d)
         self.findings_panel.set_data(d)
         self.table_panel.set_data(d)
-        self.stack.setCurrentIndex(1 if d is not None else 0)
+        self.allocator_panel.set_data(d)
+        self.whatif_panel.set_data(d)
+        if d is not None:
+            QTimer.singleShot(0, self._whatif_if_shown)
+        if d is not None:
+            self.stack.setCurrentIndex(PAGE_TIMELINE)
+        else:
+            self.empty_msg.setText(
+                f"<h3>{_esc(os.path.basename(result.path))}</h3><p>This snapshot records no memory on any device: "
+                "no trace entries and no allocator segments. It was probably dumped before anything was allocated "
+                "on the GPU, or from a process that never used it, or without "
+                "<code>torch.cuda.memory._record_memory_history()</code> turned on.</p>")
+            self.stack.setCurrentIndex(PAGE_EMPTY)
+        self._show_docks(d is not None)
         self._use_store(result.path)
         self._set_loaded_actions(d is not None)
         self.act_reload.setEnabled(True)
         self.setWindowTitle(f"{os.path.basename(result.path)} — vramscope")
         self._update_status()
         if d is not None:
+            self.act_time_axis.setChecked(d.time_axis)
+            self.act_time_axis.setEnabled(d.has_time)
             self.moment_panel.show_index(max(d.peak_index, -1))
             self.statusBar().showMessage(
+                self._axis_notice() or
                 "Wheel: zoom · drag: box zoom · Shift+drag: pan · Ctrl+drag: mark a range · click: select · "
-                "F1: keys", 8000)
+                "F1: keys", 12000)
         else:
             self.statusBar().showMessage("This snapshot records no memory on any device.", 8000)
         if self.notes_notice:
@@ -409,117 +513,13 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self._add_recent(result.path)
         self.loaded.emit()
 
-    def _show_progress(self, label: str):
-        self._hide_progress()
-        self._progress_title = label
-        dlg = QProgressDialog(label, "Cancel", 0, 1000, self)
-        dlg.setWindowTitle("vramscope")
-        dlg.setWindowModality(Qt.WindowModality.WindowModal)
-        dlg.setMinimumDuration(400)
-        dlg.setAutoClose(False)
-        dlg.setAutoReset(False)
-        dlg.canceled.connect(self.loader.cancel)
-        dlg.setValue(0)
-        self.progress_dialog = dlg
-
-    def _hide_progress(self):
-        dlg = self.progress_dialog
-        if dlg is not None:
-            self.progress_dialog = None
-            dlg.canceled.disconnect(self.loader.cancel)
-            dlg.reset()
-            dlg.hide()
-            dlg.deleteLater()
-
-    def _on_progress(self, label: str, done: float, total: float):
-        dlg = self.progress_dialog
-        if dlg is None:
-            return
-        frac = 0.0 if total <= 0 else min(1.0, done / total)
-        dlg.setLabelText(f"{self._progress_title}\n{label.capitalize()}…")
-        dlg.setValue(int(frac * 999))
-
-    def _on_loaded(self, result: LoadResult):
-        self._hide_progress()
-        self.statusBar().clearMessage()
-        self.apply_result(result)
-
-    def _on_failed(self, msg: str):
-        self._hide_progress()
-        self.statusBar().showMessage("Could not open the snapshot", 5000)
-        self._close_error()
-        box = QMessageBox(QMessageBox.Icon.Warning, "Cannot open snapshot", msg, QMessageBox.StandardButton.Ok, self)
-        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        box.open()
-        self.error_box = box
-
-    def _close_error(self):
-        if self.error_box is not None:
-            self.error_box.close()
-            self.error_box.deleteLater()
-            self.error_box = None
-
-    def _on_cancelled(self):
-        self._hide_progress()
-        self.statusBar().showMessage("Loading cancelled", 5000)
-
-    def _on_device_chosen(self, idx: int):
-        dev = self.device_combo.itemData(idx)
-        if self.result is None or dev is None or (self.data is not None and dev == self.data.device):
-            return
-        result = self.result
-        self.loader.submit(lambda progress: switch_device(result, dev, progress))
-        self._show_progress(f"Preparing cuda:{dev}…")
-
-    # -- recent files ---------------------------------------------------------------------------
-    def recent_files(self) -> list[str]:
-        if self.settings is None:
-            return []
-        v = self.settings.value("recent", [])
-        if isinstance(v, str):
-            v = [v]
-        return [p for p in (v or []) if isinstance(p, str)]
-
-    def _add_recent(self, path: str):
-        if self.settings is None:
-            return
-        rec = [path] + [p for p in self.recent_files() if p != path]
-        self.settings.setValue("recent", rec[:MAX_RECENT])
-        self.settings.setValue("last_dir", os.path.dirname(path))
-
-    def _fill_recent(self):
-        self.recent_menu.clear()
-        rec = self.recent_files()
-        if not rec:
-            a = self.recent_menu.addAction("(none)")
-            a.setEnabled(False)
-            return
-        for p in rec:
-            a = self.recent_menu.addAction(os.path.basename(p), lambda p=p: self.open_path(p))
-            a.setToolTip(p)
-            a.setEnabled(os.path.exists(p))
-        self.recent_menu.addSeparator()
-        self.recent_menu.addAction("Clear", lambda: self.settings.setValue("recent", []))
-
-    # -- drag and drop -------------------------------------------------------------------------------
-    def dragEnterEvent(self, ev):
-        if ev.mimeData().hasUrls() and any(u.isLocalFile() for u in ev.mimeData().urls()):
-            ev.acceptProposedAction()
-
-    def dropEvent(self, ev):
-        for u in ev.mimeData().urls():
-            if u.isLocalFile():
-                self.open_path(u.toLocalFile())
-                ev.acceptProposedAction()
-                return
-
     # -- interaction ------------------------------------------------------------------------------------
     def _on_legend(self):
         if self.data is not None:
             self.timeline.set_visible_categories(self.legend.visible())
 
     def _on_hover(self, row: int, i: int, x: float):
-        if self.moment_panel.isVisible():
+        if self.on_screen("moment"):
             self.moment_panel.request_index(i)
 
     def _on_hover_left(self):
@@ -529,11 +529,19 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
     def _on_timeline_click(self, row: int, i: int, x: float):
         self.pinned_index = i
         self.moment_panel.show_index(i)
+        if self.on_screen("allocator"):
+            self.allocator_panel.show_index(i)
+        if row < 0 and self.timeline.mode == "segments":
+            return          # a segment picked: the selected allocation stays
         self.select_row(row, source="timeline")
 
     def clear_selection(self):
         self.select_row(-1)
         self.timeline.clear_mark()
+        # the marked range's instructions go with it
+        if self._mark_message is not None and self.statusBar().currentMessage() == self._mark_message:
+            self.statusBar().clearMessage()
+        self._mark_message = None
 
     def select_row(self, row: int, source: str = "api"):
         """Select an allocation everywhere: stack panel, timeline highlight, table."""
@@ -577,6 +585,8 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         self.timeline.set_cursor_index(f.index)
         self.pinned_index = f.index
         self.moment_panel.show_index(f.index)
+        if self.on_screen("allocator"):
+            self.allocator_panel.show_index(f.index)
         self.findings_panel.select(k)
         if f.row >= 0:
             self.select_row(f.row, source="finding")
@@ -637,7 +647,11 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
                 ("Shift+A", "annotate the selected allocation"),
                 ("F2 / Del", "edit / delete the note chosen in Annotations"),
                 ("Ctrl+Z / Ctrl+Shift+Z", "undo / redo a change to the notes"),
-                ("Ctrl+F", "search the stacks"), ("Ctrl+1…5", "show / hide panels")]
+                ("Ctrl+F", "search the stacks (file, function, file.py:line)"),
+                ("C / L / S", "stack by category / allocation / segment"),
+                ("T", "seconds or trace entries on the x axis"),
+                ("← / → in Allocator", "step one entry (Ctrl: to the previous / next segment event)"),
+                ("Ctrl+Return", "save a note"), ("Ctrl+1…7", "show / hide panels")]
         html = "<table>" + "".join(f"<tr><td><b>{k}</b>&nbsp;&nbsp;</td><td>{v}</td></tr>" for k, v in rows) + "</table>"
         box = QMessageBox(QMessageBox.Icon.NoIcon, "Keyboard shortcuts", html, QMessageBox.StandardButton.Ok, self)
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
@@ -652,6 +666,7 @@ class MainWindow(NotesMixin, ExportsMixin, QMainWindow):
         box.open()
 
     def closeEvent(self, ev):
+        self._show_docks(True)          # the layout saved is the user's, not the welcome page's
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QApplication, QFileDialog, QInputDialog, QMessageB
 
 from ..common.units import fmt_bytes
 from ..present.words import error_text
+from . import dialogs
 
 TRIM_WINDOW = 2000        # entries around the peak in a trimmed export (as `vramscope export --around-peak`)
 # what the store's undo/redo commands do, for the Edit menu's "Undo Add Note"
@@ -57,8 +58,11 @@ class ExportsMixin:
         """report.md + timeline.png (notes drawn) + analysis.json into a folder, like `vramscope report`."""
         if self.result is None:
             return
-        out = QFileDialog.getExistingDirectory(self, "Export report into folder", self._export_start())
+        out = dialogs.ask_report_folder(self, self._export_start(), f"{self._base_name()}-report")
         if not out:
+            return
+        if os.path.exists(out) and not os.path.isdir(out):
+            self._show_error("Cannot export the report", f"{out} is a file, not a folder")
             return
         from ..services.report import write_report
         from .report_png import render_timeline

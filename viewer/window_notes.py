@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 
-from PySide6.QtWidgets import QInputDialog
-
 from ..common.units import fmt_bytes
 from ..services.annotations import Annotation, AnnotationStore
+from . import dialogs
 from .notes import first_line, location_notice, note_row, note_span
 from .window_exports import _one_line
 
@@ -75,8 +74,7 @@ class NotesMixin:
         self._update_note_actions()
 
     def _ask_note(self, title: str, label: str, text: str = "") -> str | None:
-        text, ok = QInputDialog.getMultiLineText(self, title, label, text)
-        return text.strip() if ok else None
+        return dialogs.ask_note(self, title, label, text)
 
     def _change_notes(self, fn, *args, **kw):
         """Run one store change; a failed save is a message, never a traceback."""
@@ -228,6 +226,6 @@ class NotesMixin:
     def _on_marked(self, x0: float, x1: float):
         span = self._entries_in(x0, x1)
         if span is not None:
-            self.statusBar().showMessage(
-                f"Marked entries {span[0]:,}–{span[1]:,}: press A to annotate, File > Export Trimmed Snapshot "
-                "to save them, Esc to clear", 10000)
+            self._mark_message = (f"Marked entries {span[0]:,}–{span[1]:,}: press A to annotate, "
+                                  "File > Export Trimmed Snapshot to save them, Esc to clear")
+            self.statusBar().showMessage(self._mark_message, 10000)

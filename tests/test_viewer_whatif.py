@@ -1,0 +1,103 @@
+"""The What-if panel, driven by keys and clicks: sliders, levers, a GPU size, the exact
+scaled peak on the timeline, the budget table (pytest-qt, offscreen)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("PySide6")
+
+from PySide6.QtCore import Qt  # noqa: E402
+
+from vramscope.classifiers.category_live import CategoryLive  # noqa: E402
+from vramscope.classifiers.whatif import what_if  # noqa: E402
+from viewer_helpers import new_window, open_and_wait  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "snapshots"
+CRANBERRII = SHARED / "cranberrii+ftcourse__memory_snapshot.pickle"
+QLORA = REPO / "tests" / "data" / "qlora_4bit.pickle"
+
+
+@pytest.fixture
+def window(qt):
+    return new_window(qt)
+
+
+def open_whatif(qt, w, path):
+    d = open_and_wait(qt, w, str(path))
+    w.docks["whatif"].show()
+    w.docks["whatif"].raise_()
+    qt.waitUntil(lambda: w.whatif_panel.model is not None, timeout=5000)
+    return d, w.whatif_panel
+
+
+def test_sliders_redraw_with_the_exact_scaled_peak(qt, window):
+    path = CRANBERRII if CRANBERRII.exists() else QLORA
+    d, panel = open_whatif(qt, window, path)
+    tl = window.timeline
+    assert set(panel.sliders) == set(panel.model.categories)
+    assert panel.table.rowCount() >= len(panel.model.categories)        # the budget beside it
+    assert tl.scales is None and not tl.whatif_label.isVisible()
+    sl = panel.sliders["activations"]
+    sl.setFocus()
+    for _ in range(5):
+        qt.keyClick(sl, Qt.Key.Key_PageUp)                               # +0.10 each: 1.50
+    qt.waitUntil(lambda: tl.scales is not None, timeout=2000)
+    qt.wait(5)
+    assert sl.value() == 150
+    cl = CategoryLive.build(d.da)
+    want = cl.peak({"activations": 1.5})
+    assert tl.whatif_marker.data["y"][0] == want.bytes
+    assert tl.whatif_marker.data["x"][0] == pytest.approx(float(d.x_of_index(max(want.index, 0))))
+    assert panel.peak_line.text().startswith("<b>Peak ")
+    ref = what_if(d.analysis, d.device, {"activations": 1.5})
+    assert ref.scaled.bytes == want.bytes
+    from vramscope.present.words import peak_words
+    assert peak_words(ref.scaled.type) in tl.whatif_label.textItem.toPlainText()
+    # the bands are drawn scaled: the peak's column tops out at the exact scaled peak
+    env = tl._last_env
+    k = tl.column_under(float(d.x_of_index(want.index)))
+    top = float(tl.bands.cum[k, -1])
+    assert top == pytest.approx(want.bytes, rel=1e-9)
+    # and the column tops are scaled totals: never below the measured composition times the factors
+    f = tl.scales
+    assert np.all(tl.bands.cum[:, -1] >= np.maximum(env.col_comp * f, 0)[:, tl.visible_categories].sum(axis=1) - 1)
+
+
+def test_levers_gpu_and_reset(qt, window):
+    path = CRANBERRII if CRANBERRII.exists() else QLORA
+    d, panel = open_whatif(qt, window, path)
+    tl = window.timeline
+    cb = panel.levers["half_batch"]
+    qt.mouseClick(cb, Qt.MouseButton.LeftButton, pos=cb.rect().center())
+    qt.waitUntil(lambda: tl.scales is not None, timeout=2000)
+    assert cb.isChecked() and "halving the micro-batch" in panel.assumptions.text()
+    assert "halving the micro-batch" in cb.toolTip()
+    ref = what_if(d.analysis, d.device, levers=["half_batch"])
+    assert tl.whatif_marker.data["y"][0] == ref.scaled.bytes
+    # a GPU size typed in: the line and the verdict
+    panel.gpu.setFocus()
+    panel.gpu.lineEdit().selectAll()
+    qt.keyClicks(panel.gpu.lineEdit(), "2")
+    qt.keyClick(panel.gpu.lineEdit(), Qt.Key.Key_Return)
+    qt.waitUntil(lambda: tl.gpu_line.isVisible(), timeout=2000)
+    assert tl.gpu_line.value() == 2 * 1024 ** 3
+    ref = what_if(d.analysis, d.device, levers=["half_batch"], gpu="2")
+    verdict = "fits" if ref.fits.fits else "short by"
+    assert verdict in panel.fits_line.text()
+    # Reset: as measured, no line
+    qt.mouseClick(panel.reset_btn, Qt.MouseButton.LeftButton)
+    assert tl.scales is None and not tl.gpu_line.isVisible() and not tl.whatif_label.isVisible()
+    assert not cb.isChecked() and all(s.value() == 100 for s in panel.sliders.values())
+    assert tl.peak_label.isVisible()
+
+
+def test_the_model_is_built_only_when_the_panel_is_shown(qt, window):
+    d = open_and_wait(qt, window, str(QLORA))
+    qt.wait(20)
+    assert window.whatif_panel.model is None and d.__dict__.get("_alloc_stack") is None
+    window.docks["whatif"].raise_()
+    qt.waitUntil(lambda: window.whatif_panel.model is not None, timeout=5000)

@@ -1,0 +1,325 @@
+"""The Allocator panel: every segment of the caching allocator at one trace entry, with the
+blocks inside it (allocated, rounding waste, pending free, cached), the totals and the
+fragmentation; arrow keys step through the trace an entry at a time."""
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QEvent, QPoint, QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QPainter, QPalette, QPen
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QSizePolicy,
+    QToolButton,
+    QToolTip,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ..common.units import fmt_bytes
+from ..parsers.tables import A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP
+from ..present.markup import html as _esc
+from .allocator_state import AllocatorState
+from .model import DeviceData
+from .theme import category_color
+
+PENDING_COLOR = "#F28E2B"
+ROW_H = 16
+ROW_GAP = 3
+LABEL_W = 190
+MIN_BAR = 28
+
+
+class SegmentMap(QWidget):
+    """One row per segment (address order), as wide as its size next to the largest one;
+    blocks drawn at their place inside it."""
+
+    rowClicked = Signal(int)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.data: DeviceData | None = None
+        self.state: AllocatorState | None = None
+        self.highlight_segment = -1        # address of a segment to outline (a timeline click)
+        self.setMouseTracking(True)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setMinimumHeight(40)
+
+    def set_state(self, data: DeviceData | None, state: AllocatorState | None):
+        self.data, self.state = data, state
+        n = len(state.segments) if state is not None else 0
+        self.setFixedHeight(max(40, n * (ROW_H + ROW_GAP) + 6))
+        self.update()
+
+    def sizeHint(self):
+        return QSize(600, self.height())
+
+    def _geometry(self):
+        """(x of the bars, pixels per byte)."""
+        st = self.state
+        biggest = max((s.size for s in st.segments), default=1)
+        avail = max(60, self.width() - LABEL_W - 8)
+        return LABEL_W, avail / biggest
+
+    def paintEvent(self, ev):
+        p = QPainter(self)
+        pal = self.palette()
+        p.fillRect(self.rect(), pal.color(QPalette.ColorRole.Base))
+        st, d = self.state, self.data
+        if st is None or d is None or not st.segments:
+            p.setPen(pal.color(QPalette.ColorRole.PlaceholderText))
+            p.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter,
+                       "no allocator segments in this snapshot" if st is not None and not st.known else
+                       "no segments at this moment")
+            p.end()
+            return
+        x0, ppb = self._geometry()
+        free_c = QColor(pal.color(QPalette.ColorRole.Text))
+        free_c.setAlpha(28)
+        text_c = pal.color(QPalette.ColorRole.Text)
+        muted = pal.color(QPalette.ColorRole.PlaceholderText)
+        edge = QPen(pal.color(QPalette.ColorRole.Mid))
+        pending = QBrush(QColor(PENDING_COLOR), Qt.BrushStyle.BDiagPattern)
+        cats = d.category
+        colors = {}
+        many_streams = len(st.streams) > 1
+        top_visible = ev.rect().top() - ROW_H
+        bottom_visible = ev.rect().bottom() + ROW_H
+        fm = p.fontMetrics()
+        for k, s in enumerate(st.segments):
+            y = 3 + k * (ROW_H + ROW_GAP)
+            if y < top_visible or y > bottom_visible:
+                continue
+            label = f"0x{s.address:x} · {fmt_bytes(s.size)}" + (f" · s{s.stream}" if many_streams else "")
+            p.setPen(muted if s.small else text_c)
+            p.drawText(QRectF(4, y, LABEL_W - 8, ROW_H), Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
+                       fm.elidedText(label, Qt.TextElideMode.ElideMiddle, LABEL_W - 8))
+            w = max(MIN_BAR, s.size * ppb)
+            scale = w / s.size
+            bar = QRectF(x0, y, w, ROW_H)
+            p.fillRect(bar, free_c)
+            a, b = s.first_block, s.first_block + s.n_blocks
+            for addr, size, rnd, row, pend in zip(st.block_addr[a:b].tolist(), st.block_size[a:b].tolist(),
+                                                  st.block_rounded[a:b].tolist(), st.block_row[a:b].tolist(),
+                                                  st.block_pending[a:b].tolist()):
+                bx = x0 + (addr - s.address) * scale
+                bw = max(1.0, rnd * scale)
+                if pend:
+                    p.fillRect(QRectF(bx, y, bw, ROW_H), pending)
+                    continue
+                c = colors.get(int(cats[row]))
+                if c is None:
+                    c = colors[int(cats[row])] = category_color(d.category_name(int(cats[row])))
+                uw = max(1.0, size * scale)
+                p.fillRect(QRectF(bx, y, uw, ROW_H), c)
+                if rnd > size and (rnd - size) * scale >= 1:
+                    p.fillRect(QRectF(bx + uw, y, (rnd - size) * scale, ROW_H), c.darker(160))
+            p.setPen(edge)
+            p.setBrush(Qt.BrushStyle.NoBrush)
+            p.drawRect(bar)
+            if s.address == self.highlight_segment:
+                p.setPen(QPen(pal.color(QPalette.ColorRole.Highlight), 2))
+                p.drawRect(bar.adjusted(-1, -1, 1, 1))
+        p.end()
+
+    def hit(self, pos: QPoint) -> tuple[int, int]:
+        """(segment position, block position) under a point (-1: none)."""
+        st = self.state
+        if st is None or not st.segments:
+            return -1, -1
+        k = (pos.y() - 3) // (ROW_H + ROW_GAP)
+        if not 0 <= k < len(st.segments):
+            return -1, -1
+        s = st.segments[k]
+        x0, ppb = self._geometry()
+        w = max(MIN_BAR, s.size * ppb)
+        if not x0 <= pos.x() <= x0 + w:
+            return k, -1
+        addr = s.address + (pos.x() - x0) / (w / s.size)
+        a, b = s.first_block, s.first_block + s.n_blocks
+        starts = st.block_addr[a:b]
+        j = int(np.searchsorted(starts, addr, side="right")) - 1
+        tol = 2 * s.size / w                      # a couple of pixels: thin blocks stay hoverable
+        if 0 <= j < b - a and addr < starts[j] + max(int(st.block_rounded[a + j]), tol):
+            return k, a + j
+        return k, -1
+
+    def describe(self, k: int, j: int) -> str:
+        st, d = self.state, self.data
+        s = st.segments[k]
+        head = (f"<b>segment 0x{s.address:x}</b> · {fmt_bytes(s.size)} · {'small' if s.small else 'large'} pool"
+                + (f" · stream {s.stream}" if len(st.streams) > 1 else "")
+                + f"<br>allocated {fmt_bytes(s.allocated)} · rounding {fmt_bytes(s.rounding)} · pending free "
+                  f"{fmt_bytes(s.pending)} · cached {fmt_bytes(s.cached)} (largest free {fmt_bytes(s.largest_free)})")
+        if j < 0:
+            return head
+        row = int(st.block_row[j])
+        name = d.category_name(int(d.category[row]))
+        state = "pending free (freed, its stream not done yet)" if st.block_pending[j] else "allocated"
+        return (f"{head}<hr><b>{name}</b> · {fmt_bytes(int(st.block_size[j]))} requested, "
+                f"{fmt_bytes(int(st.block_rounded[j]))} block · {state}<br>"
+                f"0x{int(st.block_addr[j]):x} · {_esc(d.row_label(row))}<br><i>click to select</i>")
+
+    def mouseMoveEvent(self, ev):
+        k, j = self.hit(ev.position().toPoint())
+        if k >= 0:
+            QToolTip.showText(ev.globalPosition().toPoint(), self.describe(k, j), self)
+        else:
+            QToolTip.hideText()
+
+    def mousePressEvent(self, ev):
+        if ev.button() == Qt.MouseButton.LeftButton:
+            k, j = self.hit(ev.position().toPoint())
+            if j >= 0:
+                self.rowClicked.emit(int(self.state.block_row[j]))
+        super().mousePressEvent(ev)
+
+
+class AllocatorPanel(QWidget):
+    """The allocator at one entry. ← / →: one entry; Ctrl+← / →: the previous / next segment
+    event (a segment allocated, freed, mapped or unmapped); Page Up / Down: 100 entries."""
+
+    indexChanged = Signal(int)       # the user stepped to this entry
+    rowClicked = Signal(int)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.data: DeviceData | None = None
+        self.index: int | None = None
+        self.state: AllocatorState | None = None
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.header = QLabel(self)
+        self.header.setWordWrap(True)
+        self.header.setTextFormat(Qt.TextFormat.RichText)
+        self.prev_btn = QToolButton(self)
+        self.prev_btn.setText("◀")
+        self.prev_btn.setToolTip("Previous entry (←; Ctrl+←: previous segment event)")
+        self.prev_btn.clicked.connect(lambda: self.step(-1))
+        self.next_btn = QToolButton(self)
+        self.next_btn.setText("▶")
+        self.next_btn.setToolTip("Next entry (→; Ctrl+→: next segment event)")
+        self.next_btn.clicked.connect(lambda: self.step(1))
+        for b in (self.prev_btn, self.next_btn):
+            b.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.where = QLabel(self)
+        legend = QLabel(
+            f"<span style='color:{category_color('activations').name()}'>■</span> allocated (by category) "
+            "&nbsp;<span style='color:#555'>■</span> rounding &nbsp;"
+            f"<span style='color:{PENDING_COLOR}'>▨</span> pending free &nbsp;"
+            "<span style='color:#bbb'>■</span> cached &nbsp;·&nbsp; ← → step, Ctrl+← → segment events", self)
+        legend.setWordWrap(True)           # the panel must fit a 1024-pixel window's bottom area
+        legend.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        legend.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        top = QHBoxLayout()
+        top.setContentsMargins(0, 0, 0, 0)
+        top.addWidget(self.prev_btn)
+        top.addWidget(self.next_btn)
+        top.addWidget(self.where)
+        top.addWidget(legend, 1)
+        self.map = SegmentMap(self)
+        self.map.rowClicked.connect(self.rowClicked)
+        self.scroll = QScrollArea(self)
+        self.scroll.setWidget(self.map)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.addLayout(top)
+        lay.addWidget(self.header)
+        lay.addWidget(self.scroll, 1)
+        self._segment_events = np.zeros(0, dtype=np.int64)
+
+    def set_data(self, data: DeviceData | None):
+        self.data = data
+        self.index = None
+        self.state = None
+        if data is not None and data.n:
+            act = data.action
+            self._segment_events = np.flatnonzero(np.isin(act, (A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP,
+                                                                 A_SEGMENT_UNMAP)))
+        else:
+            self._segment_events = np.zeros(0, dtype=np.int64)
+        self.map.set_state(data, None)
+        self.header.setText("" if data is None else "<i>Click the timeline, or press ← / → here.</i>")
+        self.where.setText("")
+
+    def show_index(self, i: int, segment_address: int = -1):
+        d = self.data
+        if d is None:
+            return
+        i = int(min(max(i, -1), d.n - 1)) if d.n else -1
+        self.map.highlight_segment = segment_address
+        if i == self.index and self.state is not None:
+            self.map.update()
+            return
+        self.index = i
+        st = self.state = AllocatorState.at(d, i)
+        self.map.set_state(d, st)
+        from .panels import when_text
+        self.where.setText(f"<b>{when_text(d, i)}</b>")
+        if not st.known:
+            self.header.setText("<i>This snapshot has no allocator segments (profiler-converted).</i>")
+            return
+        streams = st.streams
+        self.header.setText(
+            f"{len(st.segments):,} segments · reserved <b>{fmt_bytes(st.reserved)}</b> · allocated "
+            f"{fmt_bytes(st.allocated)} · rounding {fmt_bytes(st.rounding)} · pending free "
+            f"{fmt_bytes(st.pending_free)} · cached {fmt_bytes(st.cached)} · largest free block "
+            f"{fmt_bytes(st.largest_free)} · fragmentation <b>{100 * st.fragmentation:.1f}%</b>"
+            + (f" · streams {', '.join(map(str, streams))}" if len(streams) > 1 else ""))
+
+    def step(self, delta: int):
+        d = self.data
+        if d is None or not d.n:
+            return
+        cur = self.index if self.index is not None else -1
+        self.go(min(max(cur + delta, -1), d.n - 1))
+
+    def step_segment_event(self, direction: int):
+        ev = self._segment_events
+        if not len(ev):
+            return
+        cur = self.index if self.index is not None else -1
+        k = np.searchsorted(ev, cur, side="right" if direction > 0 else "left")
+        k = k if direction > 0 else k - 1
+        if 0 <= k < len(ev):
+            self.go(int(ev[k]))
+
+    def go(self, i: int):
+        self.show_index(i)
+        self.indexChanged.emit(i)
+
+    STEP_KEYS = (Qt.Key.Key_Left, Qt.Key.Key_Right, Qt.Key.Key_PageUp, Qt.Key.Key_PageDown, Qt.Key.Key_Home,
+                 Qt.Key.Key_End)
+
+    def event(self, ev):
+        # the window's shortcuts (Home: whole run) must not take the stepping keys from here
+        if ev.type() == QEvent.Type.ShortcutOverride and ev.key() in self.STEP_KEYS:
+            ev.accept()
+            return True
+        return super().event(ev)
+
+    def keyPressEvent(self, ev):
+        key, mods = ev.key(), ev.modifiers()
+        ctrl = bool(mods & Qt.KeyboardModifier.ControlModifier)
+        if key in (Qt.Key.Key_Left, Qt.Key.Key_Right):
+            direction = -1 if key == Qt.Key.Key_Left else 1
+            if ctrl:
+                self.step_segment_event(direction)
+            else:
+                self.step(direction)
+        elif key in (Qt.Key.Key_PageUp, Qt.Key.Key_PageDown):
+            self.step(-100 if key == Qt.Key.Key_PageUp else 100)
+        elif key == Qt.Key.Key_Home:
+            self.go(-1)
+        elif key == Qt.Key.Key_End and self.data is not None:
+            self.go(self.data.n - 1)
+        else:
+            super().keyPressEvent(ev)
+            return
+        ev.accept()
+
+    def focusInEvent(self, ev):
+        super().focusInEvent(ev)
+        self.update()

@@ -1,0 +1,116 @@
+"""The main window's loading: open, reload, another device, drag and drop, and the progress
+dialog with Cancel (the work runs on the loader's worker, viewer/loader.py). Mixed into
+MainWindow (viewer/window.py)."""
+from __future__ import annotations
+
+import os
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFileDialog, QMessageBox, QProgressDialog
+
+from .loader import LoadResult, load, switch_device
+
+FILE_FILTER = "Memory snapshots (*.pickle *.pkl *.pck *.p);;All files (*)"
+
+
+class LoadingMixin:
+    """Mixed into MainWindow (viewer/window.py)."""
+
+    def open_dialog(self):
+        start = self.settings.value("last_dir", "") if self.settings is not None else ""
+        path, _ = QFileDialog.getOpenFileName(self, "Open memory snapshot", start or "", FILE_FILTER)
+        if path:
+            self.open_path(path)
+
+    def open_path(self, path: str, device: int | None = None):
+        """Load in the background (a newer request replaces an older one)."""
+        path = os.path.abspath(path)
+        use_cache = self.use_cache
+        self._close_error()
+        self.loader.submit(lambda progress: load(path, device, use_cache, progress))
+        self._show_progress(f"Opening {os.path.basename(path)}…")
+        self.statusBar().showMessage(f"Opening {path}…")
+
+    def reload(self):
+        if self.path:
+            self.open_path(self.path, self.data.device if self.data is not None else None)
+
+    def _show_progress(self, label: str):
+        self._hide_progress()
+        self._progress_title = label
+        dlg = QProgressDialog(label, "Cancel", 0, 1000, self)
+        dlg.setWindowTitle("vramscope")
+        dlg.setWindowModality(Qt.WindowModality.WindowModal)
+        dlg.setMinimumDuration(400)
+        dlg.setAutoClose(False)
+        dlg.setAutoReset(False)
+        dlg.canceled.connect(self.loader.cancel)
+        dlg.setValue(0)
+        self.progress_dialog = dlg
+
+    def _hide_progress(self):
+        dlg = self.progress_dialog
+        if dlg is not None:
+            self.progress_dialog = None
+            dlg.canceled.disconnect(self.loader.cancel)
+            dlg.reset()
+            dlg.hide()
+            dlg.deleteLater()
+
+    def _on_progress(self, label: str, done: float, total: float):
+        dlg = self.progress_dialog
+        if dlg is None:
+            return
+        frac = 0.0 if total <= 0 else min(1.0, done / total)
+        dlg.setLabelText(f"{self._progress_title}\n{label.capitalize()}…")
+        if frac <= 0.0:
+            # a step that reports no progress of its own (the analysis of one device, the
+            # timeline's model): a busy bar, not a bar stuck at 0%
+            dlg.setRange(0, 0)
+        else:
+            if dlg.maximum() == 0:
+                dlg.setRange(0, 1000)
+            dlg.setValue(int(frac * 999))
+
+    def _on_loaded(self, result: LoadResult):
+        self._hide_progress()
+        self.statusBar().clearMessage()
+        self.apply_result(result)
+
+    def _on_failed(self, msg: str):
+        self._hide_progress()
+        self.statusBar().showMessage("Could not open the snapshot", 5000)
+        self._close_error()
+        box = QMessageBox(QMessageBox.Icon.Warning, "Cannot open snapshot", msg, QMessageBox.StandardButton.Ok, self)
+        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        box.open()
+        self.error_box = box
+
+    def _close_error(self):
+        if self.error_box is not None:
+            self.error_box.close()
+            self.error_box.deleteLater()
+            self.error_box = None
+
+    def _on_cancelled(self):
+        self._hide_progress()
+        self.statusBar().showMessage("Loading cancelled", 5000)
+
+    def _on_device_chosen(self, idx: int):
+        dev = self.device_combo.itemData(idx)
+        if self.result is None or dev is None or (self.data is not None and dev == self.data.device):
+            return
+        result = self.result
+        self.loader.submit(lambda progress: switch_device(result, dev, progress))
+        self._show_progress(f"Preparing cuda:{dev}…")
+
+    def dragEnterEvent(self, ev):
+        if ev.mimeData().hasUrls() and any(u.isLocalFile() for u in ev.mimeData().urls()):
+            ev.acceptProposedAction()
+
+    def dropEvent(self, ev):
+        for u in ev.mimeData().urls():
+            if u.isLocalFile():
+                self.open_path(u.toLocalFile())
+                ev.acceptProposedAction()
+                return
