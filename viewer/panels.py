@@ -108,6 +108,10 @@ class StackPanel(QWidget):
             lines = ["<i>no stack recorded for this allocation</i>"]
         elif view.freed_here:
             lines.insert(0, f"<i style='color:{muted}'>{_esc(freed_note())}</i>")
+        elif view.forward_site is not None:
+            fs = view.forward_site
+            lines.insert(0, f"<i style='color:{muted}'>backward of the forward op at</i> <b>{_esc(fs.function)}</b>"
+                            f"<br>&nbsp;&nbsp;<span style='color:{muted}'>{_esc(short_path(fs.file))}:{fs.line}</span>")
         elif view.from_forward:
             lines.insert(0, f"<i style='color:{muted}'>forward stack of this backward allocation "
                             f"(autograd's thread recorded no Python frames)</i>")

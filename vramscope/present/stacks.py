@@ -63,6 +63,7 @@ class StackView:
     hidden_what: str                # "C++" | "allocator" | ""
     from_forward: bool              # the frames are the forward stack of a backward allocation
     freed_here: bool                # the stack is where the block was freed (allocated before the trace)
+    forward_site: FrameView | None = None   # an autograd node's forward op's user frame (older files)
 
 
 def _dedupe(frames: list[FrameView]) -> list[FrameView]:
@@ -264,7 +265,9 @@ class Stacks:
         if limit is not None and len(frames) > limit:
             hidden += len(frames) - limit
             frames = frames[:limit]
-        return StackView(tuple(frames), hidden, what, from_forward, freed_here)
+        fwd = self.forward_site(use)
+        return StackView(tuple(frames), hidden, what, from_forward, freed_here,
+                         self.frame(fwd) if fwd >= 0 else None)
 
     def view_of(self, da, alloc, hide_internals: bool = True) -> StackView:
         """`view` for an allocation row: notes when the only stack is its free's."""
