@@ -25,6 +25,7 @@ from ..present.markup import html as _esc
 from ..present.words import peak_words
 from ..services.annotations import AnnotationStore
 from .allocator_panel import AllocatorPanel
+from .devices import DeviceStrip
 from .whatif_panel import WhatIfPanel
 from .legend import LegendBar
 from .loader import Loader, LoadResult
@@ -81,10 +82,13 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow
         self.timeline = TimelineWidget(self)
         self.legend = LegendBar(self)
         self.legend.toggled.connect(self._on_legend)
+        self.device_strip = DeviceStrip(self)
+        self.device_strip.chosen.connect(self.show_device)
         page = QWidget(self)
         pl = QVBoxLayout(page)
         pl.setContentsMargins(0, 0, 0, 0)
         pl.setSpacing(0)
+        pl.addWidget(self.device_strip)
         pl.addWidget(self.legend)
         pl.addWidget(self.timeline, 1)
         self.placeholder = QWidget(self)
@@ -473,6 +477,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow
             self.device_combo.addItem(f"cuda:{dev}  ({len(result.snapshot.trace(dev)):,} entries)", dev)
         if result.device is not None:
             self.device_combo.setCurrentIndex(self.device_combo.findData(result.device))
+        self.device_strip.set_analysis(result.analysis, result.device)
         self.legend.set_data(d)
         self.timeline.set_data(d, self.legend.visible() if d is not None else [])
         self.stack_panel.set_data(d)

@@ -79,6 +79,7 @@ class LoadingMixin:
 
     def _on_failed(self, msg: str):
         self._hide_progress()
+        self._sync_device_choice()
         self.statusBar().showMessage("Could not open the snapshot", 5000)
         self._close_error()
         box = QMessageBox(QMessageBox.Icon.Warning, "Cannot open snapshot", msg, QMessageBox.StandardButton.Ok, self)
@@ -94,15 +95,33 @@ class LoadingMixin:
 
     def _on_cancelled(self):
         self._hide_progress()
+        self._sync_device_choice()
         self.statusBar().showMessage("Loading cancelled", 5000)
 
     def _on_device_chosen(self, idx: int):
         dev = self.device_combo.itemData(idx)
-        if self.result is None or dev is None or (self.data is not None and dev == self.data.device):
+        if dev is not None:
+            self.show_device(int(dev))
+
+    def show_device(self, dev: int):
+        """Show another device of the open snapshot (the toolbar's combo box and the device
+        overview both come here), modelled off the GUI thread."""
+        if self.result is None or dev not in self.result.analysis.devices or \
+                (self.data is not None and dev == self.data.device):
+            self._sync_device_choice()
             return
         result = self.result
         self.loader.submit(lambda progress: switch_device(result, dev, progress))
         self._show_progress(f"Preparing cuda:{dev}…")
+
+    def _sync_device_choice(self):
+        """The combo box and the overview name the device shown (after a cancel or a failure
+        too: a click checks its button before the device is ready)."""
+        dev = self.data.device if self.data is not None else None
+        k = self.device_combo.findData(dev) if dev is not None else -1
+        if k >= 0:
+            self.device_combo.setCurrentIndex(k)
+        self.device_strip.set_current(dev)
 
     def dragEnterEvent(self, ev):
         if ev.mimeData().hasUrls() and any(u.isLocalFile() for u in ev.mimeData().urls()):

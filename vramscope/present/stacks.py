@@ -216,6 +216,17 @@ class Stacks:
         """A frame as a site ('file.py:12:function'), or the stack's name without one."""
         return self.frame(frame_id).where if frame_id >= 0 else self.where(stack)
 
+    def site_short(self, frame_id: int, stack: int = -1) -> str:
+        """A site as briefly as a label can say it: 'train.py:180' (the file's name and the
+        line), or the stack's name without a Python frame."""
+        if frame_id < 0:
+            return self.where(stack)
+        fv = self.frame(frame_id)
+        if not fv.file:
+            return fv.where
+        name = fv.file.rsplit("/", 1)[-1]
+        return f"{name}:{fv.line}" if fv.line > 0 else f"{name}:{fv.function}"
+
     def where_of(self, alloc) -> str:
         sid, _ = self._naming_stack(alloc.stack, alloc.forward_stack)
         return self.where(sid)

@@ -150,6 +150,28 @@ def comparison_headline(dc) -> str:
     return text
 
 
+# -- devices and leaks in the viewer ----------------------------------------------------------
+def device_first_reason(has_oom: bool) -> str:
+    """Why a device is the one to look at first (Analysis.primary_device)."""
+    return ("the one to look at first: it ran out of memory" if has_oom else
+            "the one to look at first: the highest peak, no device ran out of memory")
+
+
+def device_card_text(device: int, peak_bytes: int, reserved_peak: int | None, ooms: int) -> str:
+    """One device in a few words: 'cuda:1  peak 1.61 GiB · reserved 1.80 GiB · 1 OOM'."""
+    text = f"cuda:{device}  peak {fmt_bytes(peak_bytes)}"
+    if reserved_peak is not None:
+        text += f" · reserved {fmt_bytes(reserved_peak)}"
+    if ooms:
+        text += f" · {ooms} OOM{'s' if ooms != 1 else ''}"
+    return text
+
+
+def leak_rows_text(count: int, site: str) -> str:
+    """What the allocations table shows while a leak's allocations are selected."""
+    return f"Showing the {count:,} allocation{'s' if count != 1 else ''} of the leak at {site}"
+
+
 # -- findings -------------------------------------------------------------------------------
 def finding_title(f: Finding, where: str = "") -> str:
     s = f.subject
@@ -195,4 +217,4 @@ def finding_detail(f: Finding, where: str = "") -> str:
 
 __all__ = ["PEAK_TYPE_WORDS", "LEVER_WORDS", "peak_words", "advice_text", "oom_suggestions", "oom_diagnosis",
            "freed_note", "stale_gradients_text", "leak_text", "LEAK_CAUSE_WORDS", "error_text", "signed_bytes",
-           "comparison_headline", "moment_text", "iteration_text", "finding_title", "finding_detail"]
+           "comparison_headline", "moment_text", "device_first_reason", "device_card_text", "leak_rows_text", "iteration_text", "finding_title", "finding_detail"]

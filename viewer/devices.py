@@ -1,0 +1,102 @@
+"""The device overview above the timeline (issue 11): one button per device with data, its
+peak, reserved peak and OOMs, the one to look at first marked; a click shows that device.
+
+Shown only when the snapshot has more than one device with data (one device needs no
+overview: the status bar names it). The window's own device switch does the work
+(`MainWindow.show_device`), so the strip, the toolbar's combo box and a reload agree.
+"""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor, QPalette
+from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QWidget
+
+from ..present.words import device_card_text, device_first_reason
+from .theme import OOM_COLOR
+
+FIRST_MARK = "★"
+
+
+class DeviceStrip(QWidget):
+    """One checkable button per device, in `Analysis.device_order()` (the one to look at
+    first leads, marked with a star); `chosen(device)` when the user clicks another."""
+
+    chosen = Signal(int)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.buttons: dict[int, QToolButton] = {}
+        self.primary: int | None = None
+        self.group = QButtonGroup(self)
+        self.group.setExclusive(True)
+        self.group.idClicked.connect(self._on_clicked)
+        self.lay = QHBoxLayout(self)
+        self.lay.setContentsMargins(6, 3, 6, 3)
+        self.lay.setSpacing(4)
+        self.title = QLabel("Devices", self)
+        self.title.setToolTip("Every GPU with data in this snapshot: its peak of live memory, the allocator's "
+                              "reserved peak and its out-of-memory errors. Click one to show it.")
+        self.lay.addWidget(self.title)
+        self.note = QLabel(self)
+        self.note.setEnabled(False)          # muted, in the palette's disabled text colour
+        self.lay.addWidget(self.note)
+        self.lay.addStretch(1)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        self.hide()
+
+    def set_analysis(self, analysis, current: int | None):
+        """Buttons for `analysis`' devices (none, and the strip hidden, with fewer than two)."""
+        for b in self.buttons.values():
+            self.group.removeButton(b)
+            self.lay.removeWidget(b)
+            b.deleteLater()
+        self.buttons = {}
+        devices = analysis.devices if analysis is not None else {}
+        if len(devices) < 2:
+            self.primary = None
+            self.hide()
+            return
+        self.primary = analysis.primary_device()
+        for k, dev in enumerate(analysis.device_order()):
+            da = devices[dev]
+            reserved = None if da.live.reserved_peak is None else int(da.live.reserved_peak)
+            text = device_card_text(dev, int(da.peak.bytes), reserved, len(da.ooms))
+            first = dev == self.primary
+            b = QToolButton(self)
+            b.setCheckable(True)
+            b.setAutoRaise(False)
+            b.setText(f"{FIRST_MARK} {text}" if first else text)
+            tip = f"cuda:{dev}: peak {text.split('peak ', 1)[1]}"
+            if first:
+                tip += f"\n{FIRST_MARK} {device_first_reason(bool(da.ooms))}"
+            b.setToolTip(tip + "\nClick to show this device")
+            if da.ooms:
+                # the OOM device in the OOM marker's colour, readable on either palette
+                pal = b.palette()
+                pal.setColor(QPalette.ColorRole.ButtonText, QColor(OOM_COLOR))
+                b.setPalette(pal)
+            if first:
+                f = b.font()
+                f.setBold(True)
+                b.setFont(f)
+            b.setCursor(Qt.CursorShape.PointingHandCursor)
+            self.group.addButton(b, dev)
+            self.lay.insertWidget(1 + k, b)
+            self.buttons[dev] = b
+        self.note.setText(f"{FIRST_MARK} {device_first_reason(bool(devices[self.primary].ooms))}")
+        self.set_current(current)
+        self.show()
+
+    def set_current(self, device: int | None):
+        b = self.buttons.get(device) if device is not None else None
+        if b is not None:
+            b.setChecked(True)
+        else:
+            # no device shown: none checked (an exclusive group keeps one unless told)
+            self.group.setExclusive(False)
+            for other in self.buttons.values():
+                other.setChecked(False)
+            self.group.setExclusive(True)
+
+    def _on_clicked(self, device: int):
+        self.chosen.emit(int(device))
