@@ -64,6 +64,7 @@ class FindingView:
     zoom: tuple[int, int]           # (first_index, last_index) to show
     row: int = -1                   # allocation row to select, -1: none
     rows: np.ndarray | None = None  # a leak's allocations
+    place: str = ""                 # a leak's site, briefly ('train.py:180')
 
     @property
     def kind(self) -> str:
@@ -590,15 +591,16 @@ class DeviceData(SegmentsMixin):
         for f, row in zip(found, rows.tolist()):
             leak_rows = None
             zoom = self._zoom_around(f.index)
-            where = ""
+            where = place = ""
             if f.kind == "leak":
                 leak_rows = da.leak_rows(f.subject)
                 row = int(leak_rows[-1]) if len(leak_rows) else -1
                 zoom = (0, max(self.n - 1, 0))
                 where = self.stacks.site(f.subject.site, f.subject.stack)
+                place = self.stacks.site_short(f.subject.site, f.subject.stack)
             elif f.kind == "iteration_peak":
                 zoom = self._zoom_around(f.index, f.subject.start_index, f.subject.end_index)
-            out.append(FindingView(f, finding_title(f, where), finding_detail(f, where), zoom, row, leak_rows))
+            out.append(FindingView(f, finding_title(f, where), finding_detail(f, where), zoom, row, leak_rows, place))
         return out
 
     def stack_label(self, sid: int) -> str:

@@ -26,6 +26,7 @@ class RowView:
         self.categories: set[int] | None = None
         self.min_size = 0
         self.text = ""
+        self.only: np.ndarray | None = None        # bool per row: a chosen set (a leak's allocations)
         self._perm = None
         self._mask = None
         self._frame_texts = None
@@ -101,6 +102,17 @@ class RowView:
         self.text = text or ""
         self._apply()
 
+    def set_only(self, rows: np.ndarray | None):
+        """Show only these rows (None: all), on top of the other filters."""
+        if rows is None:
+            self.only = None
+        else:
+            only = np.zeros(self.n, dtype=bool)
+            rows = np.asarray(rows, dtype=np.int64)
+            only[rows[(rows >= 0) & (rows < self.n)]] = True
+            self.only = only
+        self._apply()
+
     def frame_texts(self) -> list[str]:
         """Per frame, lower-cased, every way the viewer writes it: 'path/file.py:12:function'
         (the stack pane, `summary`'s where) and 'function  (file.py:12)' (the Where column),
@@ -142,7 +154,7 @@ class RowView:
 
     def _apply(self):
         d = self.data
-        mask = np.ones(self.n, dtype=bool)
+        mask = np.ones(self.n, dtype=bool) if self.only is None else self.only.copy()
         if self.categories is not None:
             allowed = np.zeros(256, dtype=bool)
             allowed[list(self.categories)] = True

@@ -13,7 +13,7 @@ from PySide6.QtCore import (
     QTimer,
     Signal,
 )
-from PySide6.QtGui import QAction
+from PySide6.QtGui import QAction, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..common.units import fmt_bytes, fmt_duration_us, fmt_seconds, parse_size
+from ..present.markup import html as _html
 from .model import DeviceData
 from .rows import (
     COL_ADDR,
@@ -162,6 +163,13 @@ class AllocationsModel(QAbstractTableModel):
                                                  for p, ix in zip(pos, old)])
         self.layoutChanged.emit()
 
+    def set_only(self, rows):
+        if self.view is None:
+            return
+        self.beginResetModel()
+        self.view.set_only(rows)
+        self.endResetModel()
+
     def set_filter(self, categories, min_size, text):
         if self.view is None:
             return
@@ -185,9 +193,13 @@ def busy(rows: int):
 
 
 class AllocationsPanel(QWidget):
-    """Filter bar + table. Emits `rowSelected(row)` when the user picks a row."""
+    """Filter bar + table. Emits `rowSelected(row)` when the user picks a row.
+
+    `show_only(rows, text)` narrows the table to a chosen set of allocations (a leak's), with
+    a chip above the table that says which and clears it (`onlyCleared` then)."""
 
     rowSelected = Signal(int)
+    onlyCleared = Signal()
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -222,6 +234,25 @@ class AllocationsPanel(QWidget):
         bar.addWidget(self.text, 1)
         bar.addWidget(self.count)
 
+        # the chosen set (a leak's allocations): what the table shows, and a way back to all
+        self.only_text = ""
+        self.chip = QWidget(self)
+        chip = QHBoxLayout(self.chip)
+        chip.setContentsMargins(6, 2, 2, 2)
+        chip.setSpacing(6)
+        self.chip_label = QLabel(self.chip)
+        self.chip_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.chip_clear = QToolButton(self.chip)
+        self.chip_clear.setText("✕ Clear")
+        self.chip_clear.setToolTip("Show all allocations again")
+        self.chip_clear.setAutoRaise(True)
+        self.chip_clear.clicked.connect(self.clear_only)
+        chip.addWidget(self.chip_label)
+        chip.addWidget(self.chip_clear)
+        chip.addStretch(1)
+        self.chip.setAutoFillBackground(True)
+        self.chip.hide()
+
         self.table = QTableView(self)
         self.table.setModel(self.model)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -243,6 +274,7 @@ class AllocationsPanel(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(bar)
+        lay.addWidget(self.chip)
         lay.addWidget(self.table, 1)
 
         # Filtering 10^6 rows costs a few ms (frames are matched, not rows): a short pause
@@ -284,6 +316,8 @@ class AllocationsPanel(QWidget):
 
     def set_data(self, data: DeviceData | None):
         self.data = data
+        self.only_text = ""
+        self.chip.hide()
         self.model.set_data(data)
         self._fit_columns(data)
         self.cat_menu.clear()
@@ -305,6 +339,52 @@ class AllocationsPanel(QWidget):
             self.cat_menu.addAction("None", lambda: self._set_all(False))
             self.apply_filter()
         self._update_count()
+
+    def show_only(self, rows, text: str):
+        """Show exactly these allocations (the other filters cleared: the table then holds
+        what `text` says), with a chip that names them and clears them."""
+        if self.model.view is None:
+            return
+        for w in (self.text, self.min_size):
+            with QSignalBlocker(w):
+                w.clear()
+        self.min_size.setStyleSheet("")
+        for a in self.cat_actions:
+            with QSignalBlocker(a):
+                a.setChecked(True)
+        self.cat_button.setText("Categories: all")
+        self._timer.stop()
+        self.only_text = text
+        current = self.current_row()
+        self.model.set_only(rows)
+        self.model.set_filter(None, 0, "")
+        self.chip_label.setText(f"<b>{_html(text)}</b>")
+        pal = self.chip.palette()
+        hl = pal.color(QPalette.ColorRole.Highlight)
+        hl.setAlpha(50)
+        pal.setColor(QPalette.ColorRole.Window, hl)
+        self.chip.setPalette(pal)
+        self.chip.show()
+        self._update_count()
+        if current >= 0:
+            self.select_row(current, emit=False)
+
+    def has_only(self) -> bool:
+        return self.model.view is not None and self.model.view.only is not None
+
+    def clear_only(self):
+        """All allocations again (the other filters as they are)."""
+        if not self.has_only():
+            self.chip.hide()
+            return
+        current = self.current_row()
+        self.only_text = ""
+        self.chip.hide()
+        self.model.set_only(None)
+        self._update_count()
+        if current >= 0:
+            self.select_row(current, emit=False)
+        self.onlyCleared.emit()
 
     def _set_all(self, on: bool):
         for a in self.cat_actions:

@@ -281,6 +281,7 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
             ln.setPen(pg.mkPen(NOTE_COLOR, width=1, style=Qt.PenStyle.DashLine))
         if self.data is not None:
             self._build_static()
+            self.place_row_marks()
             self._refresh()
 
     # -- data -------------------------------------------------------------------------------
@@ -300,6 +301,7 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
         self.whatif_marker.setData([], [])
         self.whatif_label.hide()
         self.gpu_line.hide()
+        self.set_row_marks(None)
         if data is None:
             for it in (self.bands, self.stack_bands, self.live_curve, self.reserved_curve, self.ov_curve):
                 it.clear()
@@ -345,6 +347,7 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
         self._apply_limits()
         self._build_static()
         self.set_notes(self._notes)
+        self.place_row_marks()
         if whole or last <= first:
             self.reset_view()
         else:

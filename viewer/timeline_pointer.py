@@ -4,6 +4,8 @@ in the stack. Mixed into TimelineWidget (viewer/timeline.py)."""
 from __future__ import annotations
 
 import numpy as np
+import pyqtgraph as pg
+from PySide6.QtGui import QColor
 
 from ..common.units import fmt_bytes, fmt_duration_us, fmt_seconds
 from ..present.markup import html as _esc
@@ -188,6 +190,36 @@ class PointerMixin:
         self.selection.setRegion((xa, xb))
         self.selection.show()
         self._update_selection_bar()
+
+    # -- a chosen set of allocations (a leak's) ------------------------------------------------
+    ROW_MARKS_MAX = 4000            # more marks than this say nothing more: evenly thinned
+
+    def set_row_marks(self, rows: np.ndarray | None):
+        """Ring each of these allocations where it was made (on the live line right after its
+        alloc), over the bands and the leak diamonds; None clears them."""
+        self._marked_rows = None if rows is None else np.asarray(rows, dtype=np.int64)
+        self.place_row_marks()
+
+    def place_row_marks(self):
+        """Draw the chosen rows' marks (again after the x axis or the theme changed)."""
+        item = getattr(self, "row_marks", None)
+        if item is None:
+            item = self.row_marks = pg.ScatterPlotItem(size=9, symbol="o")
+            item.setZValue(10)
+            item.setToolTip("The allocations shown in the table (where each was made)")
+            self.vb.addItem(item, ignoreBounds=True)
+        rows, d = getattr(self, "_marked_rows", None), self.data
+        if rows is None or d is None or d.n == 0:
+            item.setData([], [])
+            return
+        idx = d.alloc_index[rows]
+        idx = np.sort(idx[idx >= 0])
+        if len(idx) > self.ROW_MARKS_MAX:
+            idx = idx[np.linspace(0, len(idx) - 1, self.ROW_MARKS_MAX).astype(np.int64)]
+        ring = QColor(self.theme.accent)
+        item.setPen(pg.mkPen(ring, width=1.5))
+        item.setBrush(pg.mkBrush(None))
+        item.setData(d.x_of_index(idx), d.live[idx].astype(np.float64))
 
     def _update_selection_bar(self):
         """The selected allocation's outline at its place in the stack, over the columns

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 
 from ..common.units import fmt_bytes
 from ..present.markup import html as _esc
-from ..present.words import peak_words
+from ..present.words import leak_rows_text, peak_words
 from ..services.annotations import AnnotationStore
 from .allocator_panel import AllocatorPanel
 from .devices import DeviceStrip
@@ -169,6 +169,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow
         self.table_panel.rowSelected.connect(lambda r: self.select_row(r, source="table"))
         self.moment_panel.rowClicked.connect(lambda r: self.select_row(r, source="moment"))
         self.findings_panel.activated.connect(self.navigate)
+        self.table_panel.onlyCleared.connect(self._on_only_cleared)
         self.notes_panel.activated.connect(self.go_to_note)
         self.notes_panel.editRequested.connect(self.edit_note)
         self.notes_panel.tree.currentItemChanged.connect(lambda *_: self._update_note_actions())
@@ -593,9 +594,25 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow
         if self.on_screen("allocator"):
             self.allocator_panel.show_index(f.index)
         self.findings_panel.select(k)
+        self._show_finding_rows(f)
         if f.row >= 0:
             self.select_row(f.row, source="finding")
         self.statusBar().showMessage(f"{f.title} — {f.detail}", 10000)
+
+    def _show_finding_rows(self, f):
+        """A leak selects its allocations: the table shows exactly them (with a chip that
+        clears it) and the timeline rings where each was made. Any other finding lets a
+        leak's set go."""
+        if f.kind == "leak" and f.rows is not None and len(f.rows):
+            self.table_panel.show_only(f.rows, leak_rows_text(len(f.rows), f.place))
+            self.timeline.set_row_marks(f.rows)
+            self.docks["allocations"].show()
+            self.docks["allocations"].raise_()
+        elif self.table_panel.has_only():
+            self.table_panel.clear_only()
+
+    def _on_only_cleared(self):
+        self.timeline.set_row_marks(None)
 
     def preview(self):
         """The whole run with the peak under the cursor and its allocation selected
