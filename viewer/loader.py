@@ -18,6 +18,8 @@ from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 from ..classifiers import Analysis, analyze
 from ..parsers import Cancelled, Progress, Snapshot, SnapshotError, open_snapshot
 from ..present.stacks import Stacks
+from ..services.compare import compare_analyses, compare_document
+from .compare_data import CompareResult
 from .model import DeviceData
 
 
@@ -56,6 +58,34 @@ def load(path: str, device: int | None = None, use_cache: bool = True,
 def switch_device(result: LoadResult, device: int, progress: Progress | None = None) -> LoadResult:
     data = DeviceData(result.snapshot, result.analysis, device, progress, result.stacks)
     return LoadResult(result.path, result.snapshot, result.analysis, device, data, result.stacks)
+
+
+def compare_results(a: LoadResult, b: LoadResult, progress: Progress | None = None) -> CompareResult:
+    """A and B compared as `vramscope compare A B` compares them (any thread). Raises
+    CompareError (a SnapshotError: no device in common, a side with no data)."""
+    if progress is not None:
+        progress.start("comparing", 1.0)
+    cmp = compare_analyses(a.analysis, b.analysis)
+    if progress is not None:
+        progress.check()
+    return CompareResult(a, b, cmp, compare_document(cmp, a.path, b.path))
+
+
+def load_compare(a: LoadResult, path_b: str, use_cache: bool = True,
+                 progress: Progress | None = None) -> CompareResult:
+    """Open, analyze and model B (on the device A shows, where B has it), then compare."""
+    progress = progress or Progress()
+    b = load(path_b, a.device, use_cache, progress)
+    progress.check()
+    return compare_results(a, b, progress)
+
+
+def swap_compare(cr: CompareResult, device: int | None, progress: Progress | None = None) -> CompareResult:
+    """B becomes A (the file the timeline shows, on `device` where it has it) and A becomes B."""
+    b = cr.b
+    if device is not None and device in b.analysis.devices and (b.data is None or b.data.device != device):
+        b = switch_device(b, device, progress)
+    return compare_results(b, cr.a, progress)
 
 
 class _Signals(QObject):

@@ -25,6 +25,7 @@ from ..present.markup import html as _esc
 from ..present.words import leak_rows_text, peak_words
 from ..services.annotations import AnnotationStore
 from .allocator_panel import AllocatorPanel
+from .compare_panel import ComparePanel
 from .devices import DeviceStrip
 from .whatif_panel import WhatIfPanel
 from .legend import LegendBar
@@ -35,6 +36,7 @@ from .panels import FindingsPanel, MomentPanel, StackPanel
 from .table import AllocationsPanel
 from .theme import Theme
 from .timeline import TimelineWidget
+from .window_compare import CompareMixin
 from .window_exports import ExportsMixin
 from .window_loading import LoadingMixin
 from .window_notes import NotesMixin
@@ -45,10 +47,11 @@ PAGE_WELCOME, PAGE_TIMELINE, PAGE_EMPTY = range(3)
 _COMMAND_NAMES = {"_Add": "Add Note", "_Remove": "Delete Note", "_Edit": "Edit Note"}
 
 
-class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow):
+class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixin, QMainWindow):
     """Pass persist=False to leave the user's settings alone (screenshots, tests)."""
 
     loaded = Signal()
+    compared = Signal()          # a comparison is shown (File > Compare With…, Swap)
 
     def __init__(self, persist: bool = True, use_cache: bool = True, settings: QSettings | None = None):
         super().__init__()
@@ -64,6 +67,8 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow
         self.error_box: QMessageBox | None = None
         self.progress_dialog: QProgressDialog | None = None
         self._pending_device: int | None = None
+        self._pending_what = "open"
+        self.compare = None
         self.store: AnnotationStore | None = None
         self._unsubscribe = None
         self.notes_notice: str | None = None
@@ -132,6 +137,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow
         self.notes_panel = NotesPanel(self)
         self.allocator_panel = AllocatorPanel(self)
         self.whatif_panel = WhatIfPanel(self)
+        self.compare_panel = ComparePanel(self)
         self.docks = {}
         for key, title, widget, area in (
                 ("selection", "Selection", self.stack_panel, Qt.DockWidgetArea.RightDockWidgetArea),
@@ -140,7 +146,8 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow
                 ("allocations", "Allocations", self.table_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
                 ("annotations", "Annotations", self.notes_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
                 ("allocator", "Allocator", self.allocator_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
-                ("whatif", "What if", self.whatif_panel, Qt.DockWidgetArea.BottomDockWidgetArea)):
+                ("whatif", "What if", self.whatif_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
+                ("compare", "Compare", self.compare_panel, Qt.DockWidgetArea.BottomDockWidgetArea)):
             dock = QDockWidget(title, self)
             dock.setObjectName(f"dock_{key}")
             dock.setWidget(widget)
@@ -153,6 +160,8 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow
         self.tabifyDockWidget(self.docks["allocations"], self.docks["annotations"])
         self.tabifyDockWidget(self.docks["annotations"], self.docks["allocator"])
         self.tabifyDockWidget(self.docks["allocator"], self.docks["whatif"])
+        self.tabifyDockWidget(self.docks["whatif"], self.docks["compare"])
+        self.docks["compare"].hide()               # until File > Compare With…
         # the right column runs the full height; the table sits under the timeline only
         self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
         self.setCorner(Qt.Corner.TopRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
@@ -180,6 +189,9 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow
         self.docks["allocator"].visibilityChanged.connect(self._on_allocator_visible)
         self.docks["whatif"].visibilityChanged.connect(self._on_whatif_visible)
         self.whatif_panel.changed.connect(self._on_whatif)
+        self.compare_panel.swapRequested.connect(self.swap_compared)
+        self.compare_panel.closeRequested.connect(self.close_compare)
+        self.compare_panel.siteChosen.connect(self._on_compare_site)
 
         self._build_actions()
         self._build_status()
@@ -195,6 +207,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow
             if state is not None:
                 self.restoreState(state)
                 self._auto_layout = False          # the user's own layout
+                self.docks["compare"].hide()       # nothing to compare yet
         self._show_docks(False)                    # the welcome page alone
 
     def default_layout(self):
@@ -255,6 +268,16 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow
         self.recent_menu = fm.addMenu("Open &Recent")
         self.recent_menu.aboutToShow.connect(self._fill_recent)
         self.act_reload = self._act(fm, "&Reload", self.reload, ["F5"], "Reload the file from disk")
+        fm.addSeparator()
+        self.act_compare = self._act(
+            fm, "Compare &With…", self.compare_dialog, (),
+            "Open a second snapshot of the same run (B) and compare it with this one (A): both totals on one "
+            "axis, the categories at both peaks, the code sites with their change")
+        self.act_swap = self._act(fm, "S&wap A and B", self.swap_compared, (),
+                                  "Show the compared file (B) in the timeline and compare the other way round")
+        self.act_close_compare = self._act(fm, "C&lose Comparison", self.close_compare, ())
+        self.act_swap.setEnabled(False)
+        self.act_close_compare.setEnabled(False)
         fm.addSeparator()
         self.act_export = self._act(fm, "Save &Image…", self.export_image, ["Ctrl+E"],
                                     "Save the window as a PNG")
@@ -342,7 +365,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow
             "takes most of the run's time", checkable=True)
         vm.addSeparator()
         for n, key in enumerate(("selection", "moment", "findings", "allocations", "annotations", "allocator",
-                                 "whatif"), 1):
+                                 "whatif", "compare"), 1):
             a = self.docks[key].toggleViewAction()
             a.setShortcut(QKeySequence(f"Ctrl+{n}"))
             a.setToolTip(f"Show or hide the {self.docks[key].windowTitle()} panel (Ctrl+{n})")
@@ -396,7 +419,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow
             self.mode_actions["segments"].setEnabled(False)
         for a in (self.act_reload, self.act_zoom_in, self.act_zoom_out, self.act_reset, self.act_peak,
                   self.act_next, self.act_prev, self.act_export, self.act_export_report, self.act_export_trimmed,
-                  self.act_export_perfetto):
+                  self.act_export_perfetto, self.act_compare):
             a.setEnabled(on)
         self.act_export_trimmed.setEnabled(on and self.data is not None and self.data.n > 0)
         self.device_combo.setEnabled(on and self.device_combo.count() > 1)
@@ -458,6 +481,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow
     def apply_theme(self):
         self.theme = Theme.from_palette(self.palette())
         self.timeline.apply_theme(self.theme)
+        self.compare_panel.apply_theme(self.theme)
 
     def changeEvent(self, ev):
         if ev.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
@@ -479,6 +503,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow
         if result.device is not None:
             self.device_combo.setCurrentIndex(self.device_combo.findData(result.device))
         self.device_strip.set_analysis(result.analysis, result.device)
+        self._compare_follows(result)
         self.legend.set_data(d)
         self.timeline.set_data(d, self.legend.visible() if d is not None else [])
         self.stack_panel.set_data(d)
@@ -673,7 +698,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow
                 ("C / L / S", "stack by category / allocation / segment"),
                 ("T", "seconds or trace entries on the x axis"),
                 ("← / → in Allocator", "step one entry (Ctrl: to the previous / next segment event)"),
-                ("Ctrl+Return", "save a note"), ("Ctrl+1…7", "show / hide panels")]
+                ("Ctrl+Return", "save a note"), ("Ctrl+1…8", "show / hide panels")]
         html = "<table>" + "".join(f"<tr><td><b>{k}</b>&nbsp;&nbsp;</td><td>{v}</td></tr>" for k, v in rows) + "</table>"
         box = QMessageBox(QMessageBox.Icon.NoIcon, "Keyboard shortcuts", html, QMessageBox.StandardButton.Ok, self)
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
@@ -701,3 +726,4 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, QMainWindow
         super().closeEvent(ev)
         if ev.isAccepted():
             self.timeline.release()
+            self.compare_panel.release()

@@ -8,7 +8,8 @@ import os
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QProgressDialog
 
-from .loader import LoadResult, load, switch_device
+from .compare_data import CompareResult
+from .loader import load, switch_device
 
 FILE_FILTER = "Memory snapshots (*.pickle *.pkl *.pck *.p);;All files (*)"
 
@@ -27,6 +28,7 @@ class LoadingMixin:
         path = os.path.abspath(path)
         use_cache = self.use_cache
         self._close_error()
+        self._pending_what = "open"
         self.loader.submit(lambda progress: load(path, device, use_cache, progress))
         self._show_progress(f"Opening {os.path.basename(path)}…")
         self.statusBar().showMessage(f"Opening {path}…")
@@ -72,17 +74,24 @@ class LoadingMixin:
                 dlg.setRange(0, 1000)
             dlg.setValue(int(frac * 999))
 
-    def _on_loaded(self, result: LoadResult):
+    def _on_loaded(self, result):
         self._hide_progress()
         self.statusBar().clearMessage()
-        self.apply_result(result)
+        if isinstance(result, CompareResult):
+            self.apply_compare(result)
+        else:
+            self.apply_result(result)
 
     def _on_failed(self, msg: str):
         self._hide_progress()
         self._sync_device_choice()
-        self.statusBar().showMessage("Could not open the snapshot", 5000)
+        comparing = self._pending_what == "compare"
+        self.statusBar().showMessage("Could not compare" if comparing else "Could not open the snapshot", 5000)
         self._close_error()
-        box = QMessageBox(QMessageBox.Icon.Warning, "Cannot open snapshot", msg, QMessageBox.StandardButton.Ok, self)
+        title = "Cannot compare" if comparing else "Cannot open snapshot"
+        if comparing:
+            msg = f"The two files cannot be compared.\n\n{msg}"
+        box = QMessageBox(QMessageBox.Icon.Warning, title, msg, QMessageBox.StandardButton.Ok, self)
         box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         box.open()
         self.error_box = box
@@ -111,6 +120,7 @@ class LoadingMixin:
             self._sync_device_choice()
             return
         result = self.result
+        self._pending_what = "open"
         self.loader.submit(lambda progress: switch_device(result, dev, progress))
         self._show_progress(f"Preparing cuda:{dev}…")
 

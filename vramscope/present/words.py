@@ -172,6 +172,11 @@ def leak_rows_text(count: int, site: str) -> str:
     return f"Showing the {count:,} allocation{'s' if count != 1 else ''} of the leak at {site}"
 
 
+def site_rows_text(count: int, site: str, moment: str) -> str:
+    """What the allocations table shows while a compared code site's allocations are chosen."""
+    return f"Showing the {count:,} allocation{'s' if count != 1 else ''} of {site} live at {moment}"
+
+
 # -- findings -------------------------------------------------------------------------------
 def finding_title(f: Finding, where: str = "") -> str:
     s = f.subject
@@ -217,4 +222,5 @@ def finding_detail(f: Finding, where: str = "") -> str:
 
 __all__ = ["PEAK_TYPE_WORDS", "LEVER_WORDS", "peak_words", "advice_text", "oom_suggestions", "oom_diagnosis",
            "freed_note", "stale_gradients_text", "leak_text", "LEAK_CAUSE_WORDS", "error_text", "signed_bytes",
-           "comparison_headline", "moment_text", "device_first_reason", "device_card_text", "leak_rows_text", "iteration_text", "finding_title", "finding_detail"]
+           "comparison_headline", "moment_text", "device_first_reason", "device_card_text", "leak_rows_text",
+           "site_rows_text", "iteration_text", "finding_title", "finding_detail"]
