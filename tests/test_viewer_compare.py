@@ -116,13 +116,15 @@ def test_a_site_shows_its_allocations_live_at_as_peak(qt, window, monkeypatch):
     panel = window.compare_panel
     item = panel.sites.topLevelItem(0)
     panel.sites.scrollToItem(item)
-    qt.mouseClick(panel.sites.viewport(), Qt.MouseButton.LeftButton, pos=panel.sites.visualItemRect(item).center())
+    at = panel.sites.visualItemRect(item).center()
+    qt.mouseClick(panel.sites.viewport(), Qt.MouseButton.LeftButton, pos=at)       # a double-click: press,
+    qt.mouseDClick(panel.sites.viewport(), Qt.MouseButton.LeftButton, pos=at)      # release, then the second
     dc, doc = window.compare.device(0)
     site = dc.sites[0]
     rows = np.array([window.table_panel.model.row_id(r) for r in range(window.table_panel.model.rowCount())])
     assert len(rows) == site.a_count > 0
     assert int(d.allocs.size[rows].sum()) == site.a_bytes              # what the A column says
-    assert window.table_panel.chip.isVisible()
+    assert window.table_panel.chip.isVisible() and window.on_screen("allocations")
     assert "record_runs.py:forward live at A's peak" in window.table_panel.chip_label.text()
 
 

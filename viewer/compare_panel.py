@@ -8,7 +8,7 @@ of the same run (B), for the device the timeline shows.
     their bars on one scale, in the category's colour;
   * the code sites live at the two peaks with A, B and B - A, largest change first, their
     lines beneath (sortable); a click shows the site's allocations live at A's peak in the
-    allocations table.
+    allocations table (double-click or Enter).
 The numbers are the document of `vramscope compare --json` (CompareResult.document).
 """
 from __future__ import annotations
@@ -111,11 +111,12 @@ class CompareTotals(QWidget):
         self.hover_line = pg.InfiniteLine(angle=90, movable=False)
         self.hover_line.hide()
         self.vb.addItem(self.hover_line, ignoreBounds=True)
-        self.hover_label = pg.TextItem(anchor=(0, 1))
+        self.hover_label = pg.TextItem(anchor=(0, 0))
         self.hover_label.setZValue(20)
         self.hover_label.hide()
         self.vb.addItem(self.hover_label, ignoreBounds=True)
         self.plot.scene().sigMouseMoved.connect(self._on_mouse)
+        self.plot.scene().sigMouseClicked.connect(self._on_click)
         self.vb.sigXRangeChanged.connect(self._schedule)
         self.vb.sigResized.connect(self._schedule)
         self._pending = False
@@ -123,7 +124,7 @@ class CompareTotals(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.plot)
-        self.plot.setToolTip("Live memory of A and B on one axis (wheel: zoom, drag: pan, double-click: all)")
+        # no tooltip over the plot: the hover box tells the values (a tooltip would cover it)
         self.apply_theme(Theme.from_palette(self.palette()))
 
     def apply_theme(self, theme: Theme):
@@ -218,11 +219,22 @@ class CompareTotals(QWidget):
             parts.append(f"B − A {_esc(signed_bytes(vb - va))}")
         self.hover_label.setHtml("<div style='font-size:9pt'>" + " · ".join(parts) + "</div>")
         (x0, x1), (y0, y1) = self.vb.viewRange()
-        self.hover_label.setAnchor((1, 1) if p.x() > (x0 + x1) / 2 else (0, 1))
-        self.hover_label.setPos(p.x(), y1 * 0.97)
+        # beside the pointer, kept whole inside the plot (moved along when it would not fit)
+        left = self.vb.sceneBoundingRect().left()
+        px = self.vb.mapViewToScene(p).x() - left
+        vb_w = self.vb.width()
+        box_w = self.hover_label.boundingRect().width()
+        bx = px + 8 if px + 8 + box_w <= vb_w else px - 8 - box_w
+        bx = min(max(bx, 2.0), max(2.0, vb_w - box_w - 2))
+        self.hover_label.setAnchor((0, 0))
+        self.hover_label.setPos(self.vb.mapSceneToView(pg.Point(left + bx, 0)).x(), y0 + (y1 - y0) * 0.995)
         self.hover_line.setPos(p.x())
         self.hover_line.show()
         self.hover_label.show()
+
+    def _on_click(self, ev):
+        if ev.double() and self.sides is not None:
+            self.set_mode(self.mode)          # the whole of both runs again
 
     def leaveEvent(self, ev):
         self.hover_line.hide()
@@ -330,10 +342,10 @@ class ComparePanel(QWidget):
         self.sites.setHeaderLabels(["Code site", "A", "B", "B − A"])
         self.sites.setSortingEnabled(True)
         self.sites.setToolTip("The code that made what was live at each peak, matched across the files by path "
-                              "tail and function; largest change first (sort by any column). Click a site for its "
-                              "allocations live at A's peak.")
+                              "tail and function; largest change first (sort by any column). Double-click a site (or "
+                              "Enter) for its allocations live at A's peak, in the Allocations tab.")
         self.sites.headerItem().setToolTip(3, "B − A; sorted by the size of the change, either way")
-        self.sites.itemClicked.connect(self._on_site)
+        self.sites.itemActivated.connect(self._on_site)
         self.cats.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         for t in (self.cats, self.sites):
             t.setUniformRowHeights(True)
@@ -376,14 +388,16 @@ class ComparePanel(QWidget):
         self.sites.clear()
         if r is None:
             self.files.setText("")
-            self.headline.setText("")
+            self.headline.setText("<i>File > Compare With… sets another recording of the same run (B) beside the "
+                                  "file shown (A).</i>")
             self.totals.set_sides(None, ALIGN_START)
             return
         a_name, b_name = os.path.basename(r.a.path), os.path.basename(r.b.path)
         self.files.setText(f"<span style='color:{A_COLOR}; font-size:13pt'>■</span> <b>A</b> {_esc(a_name)} "
                            f"<i>(the timeline)</i> &nbsp; <span style='color:{B_COLOR}; font-size:13pt'>■</span> "
                            f"<b>B</b> {_esc(b_name)}")
-        self.files.setToolTip(f"A: {r.a.path}\nB: {r.b.path}")
+        self.files.setToolTip(f"A: {r.a.path}\nB: {r.b.path}\nOn the plot: wheel zooms, drag pans, double-click shows "
+                              f"all, hover tells both values")
         notes = list(r.document["notes"])
         if self.dc is None:
             compared = ", ".join(f"cuda:{d}" for d in r.devices)

@@ -19,6 +19,7 @@ from ..common.atomic import atomic_write
 from ..common.units import byte_unit, fmt_bytes
 from ..present.markup import html
 from ..present.words import signed_bytes
+from .compare_data import usable_times
 from .lod import envelope
 from .qt import QtCore, QtGui, QtWidgets, pg
 from .report_png import PNG_LIMIT, _grab, _png_bytes
@@ -27,18 +28,10 @@ A_COLOR, B_COLOR = "#4E79A7", "#E15759"
 
 
 def _times(an, dev: int) -> np.ndarray | None:
-    """The trace's time stamps when they can carry an axis: all known, in order, spread."""
+    """The trace's time stamps when they can carry an axis (compare_data.usable_times)."""
     cols = an.snapshot.trace(dev).columns
-    if "time_us" not in cols:
-        return None
-    tus = np.asarray(cols["time_us"])
-    n = len(tus)
-    if n < 2 or not (tus >= 0).all() or not (np.diff(tus) >= 0).all() or tus[-1] <= tus[0]:
-        return None
-    counts = np.histogram(tus, bins=100)[0]
-    if np.sort(counts)[-10:].sum() > 0.85 * n:      # crowded into a sliver: entries read better
-        return None
-    return tus
+    tus = np.asarray(cols["time_us"]) if "time_us" in cols else None
+    return tus if usable_times(tus) else None
 
 
 def _curve(an, side, x_all: np.ndarray, px: int) -> tuple[np.ndarray, np.ndarray]:

@@ -109,6 +109,9 @@ class CompareMixin:
             return
         self.table_panel.show_only(rows, site_rows_text(len(rows), where, "A's peak"))
         self.timeline.set_row_marks(rows)
+        self.docks["allocations"].show()
+        self.docks["allocations"].raise_()
+        self.statusBar().showMessage("The Compare tab (beside Allocations) goes back to the comparison", 8000)
         self.timeline.set_cursor_index(peak)
         self.pinned_index = peak
         self.moment_panel.show_index(peak)
