@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import (
     QComboBox,
@@ -347,6 +347,7 @@ class ComparePanel(QWidget):
         self.sites.headerItem().setToolTip(3, "B − A; sorted by the size of the change, either way")
         self.sites.itemActivated.connect(self._on_site)
         self.cats.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.cats.viewport().installEventFilter(self)
         for t in (self.cats, self.sites):
             t.setUniformRowHeights(True)
             t.setAlternatingRowColors(True)
@@ -477,12 +478,12 @@ class ComparePanel(QWidget):
         self._fit(self.sites)
 
     def _fit(self, tree: QTreeWidget):
+        """Number columns as wide as their numbers; in the categories, the bars take what the
+        names and the change leave (again on every resize)."""
         fm = tree.fontMetrics()
         for col in (1, 2, 3):
             tree.resizeColumnToContents(col)
-            # the bars need room beyond the number: at least a "100.00 MiB" and some
-            extra = 70 if tree is self.cats and col in (1, 2) else 16
-            tree.setColumnWidth(col, max(tree.columnWidth(col), fm.horizontalAdvance("-1023.99 MiB") + extra))
+            tree.setColumnWidth(col, tree.columnWidth(col) + 6)
         if tree is self.cats:
             # as tall as its rows, up to half the panel: the sites take the rest
             n = tree.topLevelItemCount()
@@ -490,6 +491,24 @@ class ComparePanel(QWidget):
             self._cats_height = tree.header().sizeHint().height() + rows + 2 * tree.frameWidth() + 4
             tree.setMaximumHeight(self._cats_height)
             self._size_parts()
+            self._widen_bars()
+
+    def _widen_bars(self):
+        t = self.cats
+        n = t.topLevelItemCount()
+        if not n:
+            return
+        fm = t.fontMetrics()
+        name = max(fm.horizontalAdvance(t.topLevelItem(k).text(0)) for k in range(n)) + 44   # swatch, padding
+        number = max(fm.horizontalAdvance(t.topLevelItem(k).text(c)) for k in range(n) for c in (1, 2)) + 16
+        bar = max(number, (t.viewport().width() - name - t.columnWidth(3)) // 2)
+        t.setColumnWidth(1, bar)
+        t.setColumnWidth(2, bar)
+
+    def eventFilter(self, obj, ev):
+        if obj is self.cats.viewport() and ev.type() == QEvent.Type.Resize:
+            self._widen_bars()
+        return super().eventFilter(obj, ev)
 
     _cats_height = 0
 
