@@ -188,3 +188,18 @@ def test_loading_b_shows_progress_and_cancel_leaves_a_alone(qt, window):
     assert window.progress_dialog is None and window.compare is None
     assert window.path == os.path.abspath(BASE) and window.docks["compare"].isHidden()
     assert window.statusBar().currentMessage() == "Loading cancelled"
+
+
+def test_a_state_only_b_is_compared_with_its_note(qt, window, tmp_path, monkeypatch):
+    obj = load_trusted(BASE)
+    obj["device_traces"] = [[]]
+    state = _write(tmp_path / "state.pickle", obj)
+    open_and_wait(qt, window, BASE)
+    compare_through_the_menu(qt, window, monkeypatch, state)
+    panel = window.compare_panel
+    assert "B has no trace (a state-only snapshot)" in panel.headline.text()
+    b = window.compare.b.analysis.devices[0]
+    assert panel.totals.curves[1].getData()[1].max() == b.peak.bytes > 0
+    # no iterations in B: by iteration cannot be chosen, and the axis stays aligned at the start
+    panel.align.setCurrentIndex(panel.align.findData("iteration"))
+    assert panel.totals.mode == "start" and panel.align.currentData() == "start"

@@ -17,13 +17,14 @@ import os
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QRectF, QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QSizePolicy,
     QSplitter,
     QStyledItemDelegate,
     QToolButton,
@@ -161,7 +162,7 @@ class CompareTotals(QWidget):
         self.axis_x.iterations = it
         self.axis_x.has_time = self.seconds and not it
         self.axis_x.setLabel("iteration (each drawn one unit wide, ticks at their starts)" if it else
-                             "seconds since each side's first iteration's start" if self.seconds else
+                             "time since each side's first iteration's start" if self.seconds else
                              "trace entries since each side's first iteration's start")
         spans = [s.x_span(self.mode, self.seconds) for s in self.sides if s.n]
         lo = min((x for x, _ in spans), default=0.0)
@@ -284,6 +285,10 @@ class BarDelegate(QStyledItemDelegate):
         super().paint(painter, option, index)
 
 
+def _middle(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit // 2 - 1] + "…" + text[-(limit - limit // 2):]
+
+
 def _num_item(texts: list[str], numbers: list) -> SortItem:
     it = SortItem(texts)
     for col, v in enumerate(numbers):
@@ -308,6 +313,8 @@ class ComparePanel(QWidget):
         self.doc: dict | None = None
         self.files = QLabel(self)
         self.files.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.files.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.files.setMinimumWidth(120)
         self.swap_button = QToolButton(self)
         self.swap_button.setText("⇄ Swap A and B")
         self.swap_button.setToolTip("Show B in the timeline above and compare the other way round (B becomes A)")
@@ -393,7 +400,9 @@ class ComparePanel(QWidget):
                                   "file shown (A).</i>")
             self.totals.set_sides(None, ALIGN_START)
             return
-        a_name, b_name = os.path.basename(r.a.path), os.path.basename(r.b.path)
+        # long names (a project's prefix, a config in the name) cut in the middle: the header
+        # must never make the window wider than the screen (the tooltip has both paths)
+        a_name, b_name = (_middle(os.path.basename(p), 34) for p in (r.a.path, r.b.path))
         self.files.setText(f"<span style='color:{A_COLOR}; font-size:13pt'>■</span> <b>A</b> {_esc(a_name)} "
                            f"<i>(the timeline)</i> &nbsp; <span style='color:{B_COLOR}; font-size:13pt'>■</span> "
                            f"<b>B</b> {_esc(b_name)}")
@@ -418,6 +427,7 @@ class ComparePanel(QWidget):
         can_it = can_align_iterations(*sides)
         model = self.align.model()
         model.item(1).setEnabled(can_it)
+        model.item(1).setToolTip("" if can_it else "Needs iterations found in both files")
         if not can_it and self.align.currentData() == ALIGN_ITERATION:
             self.align.setCurrentIndex(0)
         self.totals.set_sides(sides, self.align.currentData())
@@ -542,8 +552,13 @@ class ComparePanel(QWidget):
 
     # -- interaction ----------------------------------------------------------------------------
     def _on_align(self, _idx: int):
-        if self.totals.sides is not None:
-            self.totals.set_mode(self.align.currentData())
+        if self.totals.sides is None:
+            return
+        self.totals.set_mode(self.align.currentData())
+        if self.totals.mode != self.align.currentData():
+            # by iteration needs iterations on both sides: the combo says what is drawn
+            with QSignalBlocker(self.align):
+                self.align.setCurrentIndex(self.align.findData(self.totals.mode))
 
     def _on_site(self, item, _col=0):
         k = item.data(0, SITE_ROLE)
