@@ -8,10 +8,10 @@ overview: the status bar names it). The window's own device switch does the work
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QWidget
+from PySide6.QtWidgets import QButtonGroup, QLabel, QSizePolicy, QToolButton, QWidget
 
 from ..present.words import device_card_text, device_first_reason
+from .legend import FlowLayout
 from .theme import OOM_COLOR
 
 FIRST_MARK = "★"
@@ -30,9 +30,9 @@ class DeviceStrip(QWidget):
         self.group = QButtonGroup(self)
         self.group.setExclusive(True)
         self.group.idClicked.connect(self._on_clicked)
-        self.lay = QHBoxLayout(self)
+        # wrapping onto more rows (eight GPUs never make the window wider than the screen)
+        self.lay = FlowLayout(self, spacing=4)
         self.lay.setContentsMargins(6, 3, 6, 3)
-        self.lay.setSpacing(4)
         self.title = QLabel("Devices", self)
         self.title.setToolTip("Every GPU with data in this snapshot: its peak of live memory, the allocator's "
                               "reserved peak and its out-of-memory errors. Click one to show it.")
@@ -40,8 +40,14 @@ class DeviceStrip(QWidget):
         self.note = QLabel(self)
         self.note.setEnabled(False)          # muted, in the palette's disabled text colour
         self.lay.addWidget(self.note)
-        self.lay.addStretch(1)
-        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
+        # the device shown must stand out from the others at a glance (a style's own "checked"
+        # look can be one shade darker)
+        self.setStyleSheet(
+            "QToolButton { border: 1px solid palette(mid); border-radius: 3px; padding: 2px 7px;"
+            " background: palette(button); }"
+            "QToolButton:hover { border-color: palette(highlight); }"
+            "QToolButton:checked { border: 2px solid palette(highlight); background: palette(base); }")
         self.hide()
 
     def set_analysis(self, analysis, current: int | None):
@@ -50,6 +56,7 @@ class DeviceStrip(QWidget):
             self.group.removeButton(b)
             self.lay.removeWidget(b)
             b.deleteLater()
+        self.lay.removeWidget(self.note)
         self.buttons = {}
         devices = analysis.devices if analysis is not None else {}
         if len(devices) < 2:
@@ -72,18 +79,17 @@ class DeviceStrip(QWidget):
             b.setToolTip(tip + "\nClick to show this device")
             if da.ooms:
                 # the OOM device in the OOM marker's colour, readable on either palette
-                pal = b.palette()
-                pal.setColor(QPalette.ColorRole.ButtonText, QColor(OOM_COLOR))
-                b.setPalette(pal)
+                b.setStyleSheet(f"color: {OOM_COLOR};")
             if first:
                 f = b.font()
                 f.setBold(True)
                 b.setFont(f)
             b.setCursor(Qt.CursorShape.PointingHandCursor)
             self.group.addButton(b, dev)
-            self.lay.insertWidget(1 + k, b)
+            self.lay.addWidget(b)
             self.buttons[dev] = b
         self.note.setText(f"{FIRST_MARK} {device_first_reason(bool(devices[self.primary].ooms))}")
+        self.lay.addWidget(self.note)
         self.set_current(current)
         self.show()
 

@@ -153,8 +153,8 @@ def comparison_headline(dc) -> str:
 # -- devices and leaks in the viewer ----------------------------------------------------------
 def device_first_reason(has_oom: bool) -> str:
     """Why a device is the one to look at first (Analysis.primary_device)."""
-    return ("the one to look at first: it ran out of memory" if has_oom else
-            "the one to look at first: the highest peak, no device ran out of memory")
+    return ("look here first: it ran out of memory" if has_oom else
+            "look here first: the highest peak (no device ran out of memory)")
 
 
 def device_card_text(device: int, peak_bytes: int, reserved_peak: int | None, ooms: int) -> str:
