@@ -8,7 +8,6 @@ from PySide6.QtGui import QAction, QActionGroup, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QComboBox,
     QDockWidget,
-    QFileDialog,
     QLabel,
     QMainWindow,
     QMessageBox,
@@ -22,7 +21,7 @@ from PySide6.QtWidgets import (
 
 from ..common.units import fmt_bytes
 from ..present.markup import html as _esc
-from ..present.words import leak_rows_text, peak_words
+from ..present.words import peak_words
 from ..services.annotations import AnnotationStore
 from .allocator_panel import AllocatorPanel
 from .compare_panel import ComparePanel
@@ -269,15 +268,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
         self.recent_menu.aboutToShow.connect(self._fill_recent)
         self.act_reload = self._act(fm, "&Reload", self.reload, ["F5"], "Reload the file from disk")
         fm.addSeparator()
-        self.act_compare = self._act(
-            fm, "Compare &With…", self.compare_dialog, (),
-            "Open a second snapshot of the same run (B) and compare it with this one (A): both totals on one "
-            "axis, the categories at both peaks, the code sites with their change")
-        self.act_swap = self._act(fm, "S&wap A and B", self.swap_compared, (),
-                                  "Show the compared file (B) in the timeline and compare the other way round")
-        self.act_close_compare = self._act(fm, "C&lose Comparison", self.close_compare, ())
-        self.act_swap.setEnabled(False)
-        self.act_close_compare.setEnabled(False)
+        self._build_compare_actions(fm)
         fm.addSeparator()
         self.act_export = self._act(fm, "Save &Image…", self.export_image, ["Ctrl+E"],
                                     "Save the window as a PNG")
@@ -624,21 +615,6 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
             self.select_row(f.row, source="finding")
         self.statusBar().showMessage(f"{f.title} — {f.detail}", 10000)
 
-    def _show_finding_rows(self, f):
-        """A leak selects its allocations: the table shows exactly them (with a chip that
-        clears it) and the timeline rings where each was made. Any other finding lets a
-        leak's set go."""
-        if f.kind == "leak" and f.rows is not None and len(f.rows):
-            self.table_panel.show_only(f.rows, leak_rows_text(len(f.rows), f.place))
-            self.timeline.set_row_marks(f.rows)
-            self.docks["allocations"].show()
-            self.docks["allocations"].raise_()
-        elif self.table_panel.has_only():
-            self.table_panel.clear_only()
-
-    def _on_only_cleared(self):
-        self.timeline.set_row_marks(None)
-
     def preview(self):
         """The whole run with the peak under the cursor and its allocation selected
         (what a screenshot shows)."""
@@ -673,14 +649,6 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
         self.table_panel.text.selectAll()
 
     # -- misc ----------------------------------------------------------------------------------------------
-    def export_image(self):
-        start = self.settings.value("last_dir", "") if self.settings is not None else ""
-        base = os.path.splitext(os.path.basename(self.path or "vramscope"))[0]
-        path, _ = QFileDialog.getSaveFileName(self, "Save image", os.path.join(start or "", base + ".png"),
-                                              "PNG images (*.png)")
-        if path:
-            self.grab().save(path, "PNG")
-
     def show_shortcuts(self):
         rows = [("Ctrl+O", "open a snapshot"), ("F5", "reload"), ("Ctrl+E", "save the window as PNG"),
                 ("Ctrl+Shift+E", "export a report (Markdown, PNG, JSON)"),

@@ -24,6 +24,18 @@ class CompareMixin:
 
     compare: CompareResult | None = None
 
+    def _build_compare_actions(self, fm):
+        """File > Compare With…, Swap A and B, Close Comparison."""
+        self.act_compare = self._act(
+            fm, "Compare &With…", self.compare_dialog, (),
+            "Open a second snapshot of the same run (B) and compare it with this one (A): both totals on one "
+            "axis, the categories at both peaks, the code sites with their change")
+        self.act_swap = self._act(fm, "S&wap A and B", self.swap_compared, (),
+                                  "Show the compared file (B) in the timeline and compare the other way round")
+        self.act_close_compare = self._act(fm, "C&lose Comparison", self.close_compare, ())
+        self.act_swap.setEnabled(False)
+        self.act_close_compare.setEnabled(False)
+
     def compare_dialog(self):
         start = os.path.dirname(self.path) if self.path else ""
         path, _ = QFileDialog.getOpenFileName(self, "Compare with another snapshot (B)", start, FILE_FILTER)

@@ -22,6 +22,14 @@ class ExportsMixin:
     """Mixed into MainWindow (viewer/window.py)."""
 
     # -- exports ------------------------------------------------------------------------------------------
+    def export_image(self):
+        start = self.settings.value("last_dir", "") if self.settings is not None else ""
+        base = os.path.splitext(os.path.basename(self.path or "vramscope"))[0]
+        path, _ = QFileDialog.getSaveFileName(self, "Save image", os.path.join(start or "", base + ".png"),
+                                              "PNG images (*.png)")
+        if path:
+            self.grab().save(path, "PNG")
+
     def _export_start(self) -> str:
         if self.path:
             return os.path.dirname(self.path)

@@ -9,6 +9,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QTabBar
 
 from ..common.units import fmt_seconds
+from ..present.words import leak_rows_text
 from .notes import home_short
 
 MAX_RECENT = 10
@@ -162,3 +163,18 @@ class ViewsMixin:
 
     def _on_mode_changed(self, mode: str):
         self.mode_actions[mode].setChecked(True)
+
+    def _show_finding_rows(self, f):
+        """A leak selects its allocations: the table shows exactly them (with a chip that
+        clears it) and the timeline rings where each was made. Any other finding lets a
+        leak's set go."""
+        if f.kind == "leak" and f.rows is not None and len(f.rows):
+            self.table_panel.show_only(f.rows, leak_rows_text(len(f.rows), f.place))
+            self.timeline.set_row_marks(f.rows)
+            self.docks["allocations"].show()
+            self.docks["allocations"].raise_()
+        elif self.table_panel.has_only():
+            self.table_panel.clear_only()
+
+    def _on_only_cleared(self):
+        self.timeline.set_row_marks(None)
