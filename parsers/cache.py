@@ -145,6 +145,29 @@ def open_snapshot(path: str, progress: Progress | None = None, use_cache: bool =
             raise SnapshotError(f"cannot read: {one_line(e)}", path) from None
 
 
+def read_snapshot(path: str, progress: Progress | None = None, fast: bool = True) -> Snapshot:
+    """Read a snapshot into memory without the cache. `fast=False` takes the general
+    interpreter for every trace entry: the result must equal the fast path's (tests and
+    the fuzz campaign compare the two)."""
+    try:
+        fh = open_regular(path)
+    except FileNotFoundError:
+        raise SnapshotError("no such file", path) from None
+    except NotRegularFileError as e:
+        raise SnapshotError(e.strerror, path) from None
+    except OSError as e:
+        raise SnapshotError(f"cannot read: {one_line(e)}", path) from None
+    with fh:
+        try:
+            return _parse_into(path, fh, os.fstat(fh.fileno()), None, None, None, progress, fast)
+        except SnapshotError as e:
+            if e.path is None:
+                e.path = path
+            raise
+        except OSError as e:
+            raise SnapshotError(f"cannot read: {one_line(e)}", path) from None
+
+
 def _parse(path, fh, st, root, entry, progress):
     workdir = None
     if entry is not None:
@@ -162,13 +185,13 @@ def _parse(path, fh, st, root, entry, progress):
         return _parse_into(path, fh, st, None, None, None, progress)
 
 
-def _parse_into(path, fh, st, root, entry, workdir, progress):
+def _parse_into(path, fh, st, root, entry, workdir, progress, fast=True):
     started_ns = time.time_ns()
     if progress is not None:
         progress.start("Reading", st.st_size)
     reader = CrcReader(fh)
     try:
-        top, sink, interp = read_pickle_stream(reader, st.st_size, workdir, progress)
+        top, sink, interp = read_pickle_stream(reader, st.st_size, workdir, progress, fast=fast)
         content_crc, content_size = reader.drain()
         columns = sink.finish()
         try:
@@ -584,5 +607,5 @@ def _schedule_cleanup(workdir):
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-__all__ = ["open_snapshot", "cache_root", "read_artifact", "write_artifact", "write_artifact_array",
+__all__ = ["open_snapshot", "read_snapshot", "cache_root", "read_artifact", "write_artifact", "write_artifact_array",
            "map_artifact_array", "artifact_names", "prune_artifacts", "CACHE_VERSION"]

@@ -34,6 +34,7 @@ FAST_KINDS = {
     "user_metadata": "str", "category": "str", "pool_id": "tuple2",
 }
 POOL_BASE = -(1 << 30)   # memo_fast codes at or below this name a pool tuple
+_KIND_CODES = {"str": 1, "list": 2, "tuple2": 3}
 MIN_WINDOW = 1 << 14     # bytes scanned for candidate entries after a failure
 MAX_BATCH = 16384
 
@@ -121,6 +122,7 @@ class FastPath:
         self.key_map: dict[str, bytes] = {}
         self.key_bytes: list[bytes] = []
         self.prefix = b""
+        self._learned_ids: tuple = ()
         self._cands = np.zeros(0, dtype=np.int64)
         self._cands_key = None
         self._cands_lo = self._cands_hi = 0
@@ -133,6 +135,12 @@ class FastPath:
         """Take the key order and key reference bytes from a trace entry the
         interpreter just built (`keys` are the dict's own key objects)."""
         r = self.r
+        if r.saw_put or not r.fast_enabled:
+            return                      # no fast path for this file: nothing to learn
+        ids = tuple(map(id, keys))
+        if ids == self._learned_ids:    # the same key objects as last time: nothing new
+            return
+        self._learned_ids = ids
         refs = {}
         for k in keys:
             if type(k) is not str or k not in FAST_KINDS:
@@ -311,9 +319,18 @@ class FastPath:
             good_chain = ok
         bad = np.flatnonzero(~good_chain)
         n = int(bad[0]) if len(bad) else k
+        # The last entry taken must be followed by the next one or by APPENDS: anything else
+        # could still act on it (memoize it again, add keys, wrap it in a tuple) as it sits on
+        # the interpreter's stack; the interpreter takes such an entry.
+        if n:
+            last_end = int(end[n - 1])
+            if last_end >= data_end or arr[last_end] not in (0x7D, _OP_APPENDS):
+                n -= 1
         if n == 0:
             return 0, c[0]
-        self._emit(device, n, fields, memo_inc, c)
+        n = self._emit(device, n, fields, memo_inc, c)
+        if n == 0:
+            return 0, c[0]
         return n, int(end[n - 1])
 
     def _references_ok(self, fields: dict, memo_inc: np.ndarray, ok: np.ndarray) -> np.ndarray:
@@ -325,14 +342,11 @@ class FastPath:
         r = self.r
         k = len(ok)
         base = r.memo_count
-        starts = base + np.concatenate(([0], np.cumsum(memo_inc[:-1]))) if k else np.zeros(0, np.int64)
-        defs: dict[str, list] = {"str": [], "list": [], "tuple2": []}
-        for key in self.shape:
-            kind = FAST_KINDS[key]
-            if kind != "int":
-                f = fields[key]
-                inline, off = f[1], f[4]
-                defs[kind].append(starts[inline] + off[inline])
+        starts = np.zeros(k, dtype=np.int64)
+        np.cumsum(memo_inc[:-1], out=starts[1:])
+        # what this batch defines inline, by memo slot relative to base: 0 none, else the kind
+        span = int(starts[-1] + memo_inc[-1]) if k else 0
+        kinds = None
         good = np.ones(k, dtype=bool)
         for key in self.shape:
             kind = FAST_KINDS[key]
@@ -343,26 +357,35 @@ class FastPath:
             is_ref = present & ~inline & ok
             if not is_ref.any():
                 continue
-            here = np.ones(k, dtype=bool)
             old = is_ref & (ref < base)
             if old.any():
-                here[old] = r.memo_kinds_ok(ref[old], kind)
+                good[old] &= r.memo_kinds_ok(ref[old], kind)
             new = is_ref & ~old
             if new.any():
-                d = np.sort(np.concatenate(defs[kind])) if defs[kind] else np.zeros(0, np.int64)
-                rn = ref[new]
-                j = np.minimum(np.searchsorted(d, rn), max(len(d) - 1, 0))
-                found = (d[j] == rn) if len(d) else np.zeros(len(rn), dtype=bool)
-                here[new] = found & (rn < (starts + off)[new])
-            good &= here
+                if kinds is None:
+                    kinds = np.zeros(max(span, 1), dtype=np.int8)
+                    for key2 in self.shape:
+                        kind2 = FAST_KINDS[key2]
+                        if kind2 != "int":
+                            f2 = fields[key2]
+                            kinds[(starts + f2[4])[f2[1]]] = _KIND_CODES[kind2]
+                rel = ref[new] - base
+                inside = rel < span
+                rel = np.where(inside, rel, 0)
+                good[new] &= inside & (kinds[rel] == _KIND_CODES[kind]) & (rel < (starts + off)[new])
         return good
 
     _DEFAULTS = {"addr": 0, "size": 0, "stream": 0, "time_us": -1}
 
-    def _emit(self, device, n, fields, memo_inc, c):
+    def _emit(self, device, n, fields, memo_inc, c) -> int:
+        """Append the first n decoded entries to the columns (fewer when an inline frames
+        list refers to something of this batch: those go to the interpreter); return how many."""
         r = self.r
         sink = r.sink
         base = r.memo_count
+        list_sids, n = self._inline_list_sids(fields, n, base)
+        if n == 0:
+            return 0
         dict_idx = base + np.concatenate(([0], np.cumsum(memo_inc[:n - 1])))
         r.memo_count = base + int(memo_inc[:n].sum())
         r.grow_memo_fast(r.memo_count)
@@ -379,7 +402,13 @@ class FastPath:
                 inline_ids[key] = self._inline_strings(is_s, sstart, slen, dict_idx + off)
             elif kind == "list":
                 ref, inline, start, stop, off, _ = (x[:n] for x in fields[key])
-                inline_ids[key] = self._inline_stacks(inline, start, stop, dict_idx + off)
+                where, sids = list_sids[key]
+                keep = where < n
+                where, sids = where[keep], sids[keep]
+                ids = np.full(n, -1, dtype=np.int32)
+                ids[where] = sids
+                r.memo_fast[(dict_idx + off)[where]] = sids
+                inline_ids[key] = ids
             elif kind == "tuple2":
                 ref, inline, a_val, b_val, off, _ = (x[:n] for x in fields[key])
                 self._inline_tuples(inline, a_val, b_val, dict_idx + off)
@@ -432,6 +461,42 @@ class FastPath:
                 out[k2] = np.zeros(n, dtype=np.int64)
         dev.add_arrays(out, n)
         self.entries += n
+        return n
+
+    def _inline_list_sids(self, fields: dict, n: int, base: int) -> tuple[dict, int]:
+        """Stack ids of the inline frames lists of the first n entries, interned by their raw
+        bytes, and how many entries the fast path may take: up to the first whose inline list
+        refers to memo slot `base` or beyond (the interpreter resolves those in order)."""
+        r = self.r
+        buf = r.buf
+        by_bytes = r.stack_by_bytes
+        get = by_bytes.get
+        out = {}
+        for key in self.shape:
+            if FAST_KINDS[key] != "list":
+                continue
+            inline, start, stop = fields[key][1][:n], fields[key][2], fields[key][3]
+            where = np.flatnonzero(inline)
+            a_list = start[where].tolist()
+            b_list = stop[where].tolist()
+            sids = [get(buf[a:b], -1) for a, b in zip(a_list, b_list)]
+            if -1 in sids:
+                for i, sid in enumerate(sids):
+                    if sid != -1:
+                        continue
+                    if where[i] >= n:
+                        break
+                    key_b = buf[a_list[i]:b_list[i]]
+                    sid = by_bytes.get(key_b)
+                    if sid is None:
+                        sid = r.stack_from_ref_bytes(key_b, base)
+                        if sid is None:
+                            n = int(where[i])
+                            break
+                        by_bytes[key_b] = sid
+                    sids[i] = sid
+            out[key] = (where, np.asarray(sids, dtype=np.int32))
+        return out, n
 
     def _inline_tuples(self, inline, a_val, b_val, memo_idx) -> None:
         """Record inline pool tuples by memo without a Python object per entry:
@@ -473,31 +538,6 @@ class FastPath:
         codes = np.asarray([sink.action_code(sink.interner.strings[i] if i >= 0 else MISSING_ACTION)
                             for i in uniq.tolist()], dtype=np.uint8)
         return codes[inv]
-
-    def _inline_stacks(self, inline, start, stop, memo_idx) -> np.ndarray:
-        """Intern inline frames lists by their raw bytes (memo refs to frame dicts)."""
-        r = self.r
-        sids = np.full(len(inline), -1, dtype=np.int32)
-        if inline.any():
-            where = np.flatnonzero(inline)
-            buf = r.buf
-            by_bytes = r.stack_by_bytes
-            get = by_bytes.get
-            a_list = start[where].tolist()
-            b_list = stop[where].tolist()
-            out = [get(buf[a:b], -1) for a, b in zip(a_list, b_list)]
-            if -1 in out:
-                for i, sid in enumerate(out):
-                    if sid == -1:
-                        key = buf[a_list[i]:b_list[i]]
-                        sid = by_bytes.get(key)
-                        if sid is None:
-                            sid = by_bytes[key] = r.stack_from_ref_bytes(key)
-                        out[i] = sid
-            out = np.asarray(out, dtype=np.int32)
-            sids[where] = out
-            r.memo_fast[memo_idx[where]] = out
-        return sids
 
     def _ref_stacks(self, ref, inline, sids) -> np.ndarray:
         r = self.r

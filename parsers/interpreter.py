@@ -196,7 +196,10 @@ class Interpreter:
             self.memo_fast[idx] = sid
         return sid
 
-    def stack_from_ref_bytes(self, b: bytes) -> int:
+    def stack_from_ref_bytes(self, b: bytes, limit: int) -> int | None:
+        """Intern the stack an inline frames list names by memo references (its raw bytes);
+        None when one refers to memo slot `limit` or beyond (something of the same batch:
+        the interpreter takes that entry, in stream order)."""
         it = self.sink.interner
         fids = []
         i, n = 0, len(b)
@@ -208,6 +211,8 @@ class Interpreter:
             else:
                 idx = int.from_bytes(b[i + 1:i + 5], "little")
                 i += 5
+            if idx >= limit:
+                return None
             fid = fom.get(idx)
             if fid is None:
                 fid = fom[idx] = it.frame_of_dict(self.memo_get(idx))
@@ -269,15 +274,18 @@ class Interpreter:
                 metastack.append(stack)
                 stack = []
             elif op == 0x7D:                                 # EMPTY_DICT
-                if metastack and metastack[-1] and type(metastack[-1][-1]) is TraceList and self.fast_enabled:
+                if metastack and metastack[-1] and type(metastack[-1][-1]) is TraceList:
+                    # the entries before this one are complete: stream them out (at the same
+                    # points whether or not the fast path runs, so both fail alike)
                     tl = metastack[-1][-1]
                     if stack:
                         tl.extend(stack)
                         stack.clear()
-                    newpos = fast.run(pos - 1, tl.device)
-                    if newpos > pos - 1:
-                        pos = newpos
-                        continue
+                    if self.fast_enabled:
+                        newpos = fast.run(pos - 1, tl.device)
+                        if newpos > pos - 1:
+                            pos = newpos
+                            continue
                 stack.append({})
             elif op == 0x75:                                 # SETITEMS
                 if not metastack:

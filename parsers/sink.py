@@ -31,6 +31,7 @@ OTHER_ACTION = "(other)"         # code 255: more distinct actions than a uint8 
 # keys of a trace entry that have columns (the rest is kept in extras)
 _COLUMN_KEYS = frozenset(("action", "addr", "size", "stream", "time_us", "frames"))
 _MAX_STACKS = (1 << 31) - 2
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _MAX_STRINGS = (1 << 29)         # string ids share the fast path's int32 memo codes
 
 
@@ -61,8 +62,10 @@ def is_frames(v) -> bool:
 
 
 class EntryRef:
-    """A memo reference to a trace entry already streamed into columns."""
+    """A memo reference to a trace entry already streamed into columns (unhashable, like
+    the dict it stands for)."""
     __slots__ = ("device", "row")
+    __hash__ = None
 
     def __init__(self, device: int, row: int):
         self.device = device
@@ -216,6 +219,7 @@ class TraceSink:
         self.category_names = list(PROFILER_CATEGORIES)
         self._category_codes = {c: i for i, c in enumerate(PROFILER_CATEGORIES)}
         self._list_stack_ids: dict[int, int] = {}  # id(python list) -> stack id
+        self._frame_ids: dict[int, int] = {}       # id(frame dict) -> frame id
         self._keep_alive: list = []
         self.flat = Flattener()
         self.rows = RowBudget(file_size)
@@ -266,7 +270,16 @@ class TraceSink:
         sid = self._list_stack_ids.get(key)
         if sid is None:
             it = self.interner
-            sid = it.stack([it.frame_of_dict(f) for f in frames])
+            fids = self._frame_ids
+            ids = []
+            for f in frames:
+                # frame dicts are shared objects: intern each once (kept alive: ids stay unique)
+                fid = fids.get(id(f))
+                if fid is None:
+                    fid = fids[id(f)] = it.frame_of_dict(f)
+                    self._keep_alive.append(f)
+                ids.append(fid)
+            sid = it.stack(ids)
             if sid > _MAX_STACKS:
                 raise LimitError(f"more than {_MAX_STACKS:,} distinct stacks")
             self._list_stack_ids[key] = sid
@@ -311,15 +324,18 @@ class TraceSink:
         if extra:
             dev.extras[dev.n] = extra
         action = e.get("action", MISSING_ACTION)
+        code = self._action_codes.get(action) if type(action) is str else None
+        addr, size, stream, tus = e.get("addr", 0), e.get("size", 0), e.get("stream", 0), e.get("time_us", -1)
+        # the common case inline (ints in range); numbers.py decides the rest
         row = (
-            self.action_code(action if type(action) is str else INVALID_ACTION),
-            numbers.addr(e.get("addr", 0)),
-            numbers.size(e.get("size", 0)),
-            numbers.opaque(e.get("stream", 0)),
-            numbers.time_us(e.get("time_us", -1)),
+            code if code is not None else self.action_code(action if type(action) is str else INVALID_ACTION),
+            addr if type(addr) is int and 0 <= addr < _INT64_MAX else numbers.addr(addr),
+            size if type(size) is int and 0 <= size <= numbers.MAX_SIZE else numbers.size(size),
+            stream if type(stream) is int and _INT64_MIN <= stream <= _INT64_MAX else numbers.opaque(stream),
+            tus if type(tus) is int and 0 <= tus <= numbers.MAX_TIME_US else -1,
             self.stack_of(e.get("frames")),
         )
-        idx = self.entry_memo_ids.pop(id(e), None)
+        idx = self.entry_memo_ids.pop(id(e), None) if self.entry_memo_ids else None
         if idx is not None:
             # nothing needs the dict any more: a later reference copies the row instead
             if self.memo is not None and self.memo.get(idx) is e:

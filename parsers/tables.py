@@ -73,7 +73,9 @@ class Interner:
     def frame(self, filename, line, name) -> int:
         """Intern a frame. Values of the wrong type never reach `str()` (a nested object's
         repr can be unbounded): numbers.line and values.as_text decide what is kept."""
-        fid_key = (self.string(as_text(filename)), numbers.line(line), self.string(as_text(name)))
+        fid_key = (self.string(filename if type(filename) is str else as_text(filename)),
+                   line if type(line) is int and 0 <= line <= numbers.MAX_LINE else numbers.line(line),
+                   self.string(name if type(name) is str else as_text(name)))
         i = self._frame_ids.get(fid_key)
         if i is None:
             i = self._frame_ids[fid_key] = len(self.frame_file)
@@ -87,7 +89,12 @@ class Interner:
             # forward_frames (2.13) are traceback lines, not frame dicts
             return self.frame("", 0, d)
         if type(d) is not dict:
-            return self.frame("??", 0, f"<{type(d).__name__}>")
+            # what the interpreter would hold there, whichever half of the reader met it:
+            # a frames list the fast path took is a list, an entry it streamed out a dict
+            name = type(d).__name__
+            if name == "EntryRef":
+                return self.frame("??", 0, "??")
+            return self.frame("??", 0, "<list>" if name == "StackRef" else f"<{name}>")
         return self.frame(d.get("filename", "??"), d.get("line", 0), d.get("name", "??"))
 
     def stack(self, frame_ids: Iterable[int]) -> int:

@@ -21,8 +21,10 @@ TOO_DEEP = "<nested too deep>"
 
 
 class StackRef:
-    """A frames list the fast path decoded, when the interpreter meets it again."""
+    """A frames list the fast path decoded, when the interpreter meets it again. Unhashable,
+    like the list it stands for (a pickle that uses it as a dict key is refused alike)."""
     __slots__ = ("sid",)
+    __hash__ = None
 
     def __init__(self, sid: int):
         self.sid = sid
@@ -80,12 +82,37 @@ class Flattener:
             return str(_int_value(k)) if t is int else str(k)
         return f"<{t.__name__} key {i}>"
 
+    def _flat_dict(self, d: dict) -> dict | None:
+        """The common case (an annotation, the allocator settings): a dict of string keys
+        and scalar values, copied in one pass; None when it holds anything else."""
+        out = {}
+        string = self._string
+        for k, x in d.items():
+            if type(k) is not str:
+                return None
+            t = type(x)
+            if t is str:
+                x = string(x)
+            elif t is int:
+                if not -(1 << 63) <= x < (1 << 64):
+                    return None
+            elif not (x is None or t is bool or (t is float and math.isfinite(x))):
+                return None
+            out[string(k)] = x
+        return out
+
     def value(self, v):
         """A JSON-able copy of `v`, or DROPPED when the file's total is spent."""
         if self.nodes_left <= 0:
             self.dropped += 1
             return DROPPED
         budget = min(self.nodes_left, limits.FLAT_NODES_PER_VALUE)
+        t = type(v)
+        if t is dict and len(v) < budget:
+            flat = self._flat_dict(v)
+            if flat is not None:
+                self.nodes_left -= len(v) + 1
+                return flat
         root = [TRUNCATED]
         work = [(v, root, 0, 0)]
         used = 0
