@@ -218,3 +218,19 @@ def test_artifacts_round_trip(tmp_path, cache_dir):
     assert "a.npy" in pcache.artifact_names(snap) and not any(n.startswith("sum-") for n in pcache.artifact_names(snap))
     pcache.prune_artifacts(snap, lambda n: n == "a.npy")
     assert not (Path(snap.cache_entry) / "sum-a.npy").exists()
+
+
+def test_the_cache_serves_under_an_address_space_limit(tmp_path):
+    """Reading a cache file must not reserve its size bound up front (read(limit) allocates
+    the whole limit): under a 2 GB address space the entry is still served."""
+    import subprocess
+    code = ("import resource, sys\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
+            "from vramscope.parsers import open_snapshot\n"
+            "open_snapshot(sys.argv[1])\n"
+            "print(open_snapshot(sys.argv[1]).from_cache)\n")
+    env = dict(os.environ, VRAMSCOPE_CACHE_DIR=str(tmp_path / "c"))
+    r = subprocess.run([sys.executable, "-c", code, str(GROUNDTRUTH / "sgd_accum.pickle")], capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "True"

@@ -73,12 +73,25 @@ def open_regular(path: str) -> BinaryIO:
 
 def read_regular(path: str, limit: int) -> bytes:
     """The whole content of a regular file of at most `limit` bytes (`FileTooLargeError`
-    beyond it: never reads more than limit + 1 bytes)."""
+    beyond it). Reads what the file holds, never a buffer of `limit` bytes up front (which
+    `read(limit)` would allocate)."""
     with open_regular(path) as fh:
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise FileTooLargeError(errno.EFBIG, f"is larger than {limit:,} bytes", path)
-    return data
+        size = os.fstat(fh.fileno()).st_size
+        if size > limit:
+            raise FileTooLargeError(errno.EFBIG, f"is larger than {limit:,} bytes", path)
+        chunks = []
+        total = 0
+        want = size + 1 if size else CHUNK      # size 0: /proc-like files say nothing
+        while True:
+            data = fh.read(min(want, limit + 1 - total))
+            if not data:
+                break
+            chunks.append(data)
+            total += len(data)
+            if total > limit:
+                raise FileTooLargeError(errno.EFBIG, f"is larger than {limit:,} bytes", path)
+            want = CHUNK
+    return b"".join(chunks)
 
 
 def crc32_file(fh: BinaryIO, start: int = 0, length: int | None = None, crc: int = 0,
