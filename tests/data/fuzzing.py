@@ -256,8 +256,9 @@ def run_cli(argv: list[str]) -> tuple[int, bytes, str]:
 
 def check_bytes(data: bytes, path: str, compare_paths: bool = True) -> tuple[str, str]:
     """The outcome of one case: ("ok" | "refused", detail) when vramscope behaves, else
-    ("FAIL", what went wrong). Runs `summary --json` in this process (no cache: the caller
-    sets VRAMSCOPE_CACHE_DIR) and compares the fast path with the interpreter."""
+    ("FAIL", what went wrong). Runs `summary --json` (and, when that reads the file,
+    `allocations --csv`) in this process (no cache: the caller sets VRAMSCOPE_CACHE_DIR) and
+    compares the fast path with the interpreter."""
     import traceback
     from vramscope.common import jsonio
     from vramscope.parsers import SnapshotError
@@ -278,6 +279,14 @@ def check_bytes(data: bytes, path: str, compare_paths: bool = True) -> tuple[str
             return "FAIL", "summary exit 0 without JSON on stdout"
         if not isinstance(doc, dict) or "devices" not in doc:
             return "FAIL", "summary JSON without devices"
+        try:
+            rc2, rows, err2 = run_cli(["allocations", path, "--csv"])
+        except BaseException as e:  # noqa: BLE001
+            tb = traceback.extract_tb(e.__traceback__)
+            where = f"{tb[-1].filename.rsplit('/', 2)[-2:]}:{tb[-1].lineno}" if tb else "?"
+            return "FAIL", f"allocations raised {type(e).__name__}: {str(e)[:120]} at {where}"
+        if rc2 != 0 or not rows.startswith(b"device,index,addr,size,alloc_us,free_us,category,rule\n"):
+            return "FAIL", f"allocations exit {rc2} after summary exit 0: {err2.strip()[-150:]}"
         outcome, detail = "ok", ""
     elif rc == 3 and len(lines) == 1:
         outcome, detail = "refused", lines[0].split(": ", 2)[-1][:100]
