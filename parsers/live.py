@@ -18,9 +18,8 @@ sort that pairing needs is done once: `live_model` hands its rows to the next
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import weakref
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -115,11 +114,11 @@ def live_model(snap: Snapshot, device: int) -> LiveModel:
     live = LiveModel(device, n, start_bytes, end_bytes, live_after, peak, peak_index,
                      reserved_start, reserved_end, reserved_peak, change.astype(np.int64), values)
     live._allocations = rows
-    snap_handoff(snap)[device] = weakref.ref(live)
+    _handoff(snap)[device] = weakref.ref(live)
     return live
 
 
-def snap_handoff(snap: Snapshot) -> dict:
+def _handoff(snap: Snapshot) -> dict:
     """device -> weak reference to the LiveModel holding rows for `allocations` (weak: rows
     nobody asks for die with their model)."""
     h = snap.__dict__.get("_live_handoff")
@@ -148,7 +147,7 @@ class Allocations:
 def allocations(snap: Snapshot, device: int) -> Allocations:
     """Pair each `alloc` with the `free_completed` that ends it (same address, next
     event there), vectorized: sort alloc/free events by (address, time)."""
-    ref = snap_handoff(snap).pop(device, None)
+    ref = _handoff(snap).pop(device, None)
     live = ref() if ref is not None else None
     if live is not None and live._allocations is not None:
         rows, live._allocations = live._allocations, None
