@@ -17,6 +17,7 @@ The file is read in chunks, so peak memory does not grow with its size.
 from __future__ import annotations
 
 import struct
+import sys
 from typing import BinaryIO
 
 import numpy as np
@@ -63,6 +64,11 @@ class Interpreter:
         self.memo: dict[int, object] = {}
         self.memo_count = 0
         self.memo_limit = limits.memo_limit(size)
+        # what the interpreter keeps: Python's allocated blocks since we began, plus items put
+        # into containers (an item costs a pointer, beyond any block), checked every chunk
+        self.objects_limit = limits.objects_limit(size)
+        self.blocks_at_start = sys.getallocatedblocks()
+        self.items = 0
         self.memo_fast = np.full(1024, -1, dtype=np.int32)
         # the latest memoized object of each entry key string: (id, memo index); the fast
         # path finds the key references of a trace entry there
@@ -82,8 +88,14 @@ class Interpreter:
         self.protocol = None
 
     # -- buffer -------------------------------------------------------------
+    def check_objects(self) -> None:
+        kept = sys.getallocatedblocks() - self.blocks_at_start + self.items // 8
+        if kept > self.objects_limit:
+            raise limits.objects_exceeded(self.objects_limit)
+
     def refill(self, pos: int, need: int) -> int:
         """Make at least `need` bytes available from `pos`; return the new pos."""
+        self.check_objects()
         keep = self.buf[pos:self.data_end]
         want = max(CHUNK, need - len(keep))
         chunk = self.fh.read(want)
@@ -295,6 +307,7 @@ class Interpreter:
                 if not stack or type(stack[-1]) is not dict or len(items) % 2:
                     raise CorruptError("SETITEMS on something that is not a dict")
                 d = stack[-1]
+                self.items += len(items) >> 1
                 try:
                     for i in range(0, len(items), 2):
                         d[items[i]] = items[i + 1]
@@ -338,11 +351,14 @@ class Interpreter:
                 stack = metastack.pop()
                 if not stack or not isinstance(stack[-1], list):
                     raise CorruptError("APPENDS on something that is not a list")
+                if type(stack[-1]) is not TraceList:
+                    self.items += len(items)
                 stack[-1].extend(items)
             elif op == 0x61:                                 # APPEND
                 if len(stack) < 2 or not isinstance(stack[-2], list):
                     raise CorruptError("APPEND on something that is not a list")
                 v = stack.pop()
+                self.items += 1
                 stack[-1].append(v)
             elif op == 0x73:                                 # SETITEM
                 if len(stack) < 3 or type(stack[-3]) is not dict:
@@ -452,6 +468,7 @@ class Interpreter:
                     raise TruncatedError("file ends inside the last opcode")
                 if len(stack) != 1 or metastack:
                     raise CorruptError("the pickle stops with an unbalanced stack")
+                self.check_objects()
                 self.top = stack[0]
                 self.end_pos = self.base + pos
                 return self.top

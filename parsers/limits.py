@@ -10,9 +10,11 @@ nested 200,000 deep whose hashing overflows the C stack. The reader therefore bo
 * the items on one level of the pickle stack;
 * the memo: Python objects kept for later references (the fast path's own memo costs four
   bytes an entry and grows only with the file);
-* what the file materializes: rows of segments, blocks and annotations (a list shared by
+* what the file materializes: the objects the interpreter keeps (measured as Python's
+  allocated blocks plus the items put into containers: a few bytes of pickle can build a
+  dict, 70 bytes of memory), rows of segments, blocks and annotations (a list shared by
   reference counts once per reference: each becomes rows of its own) and values outside
-  the snapshot's schema (flattened into bounded JSON values: see `flatten.py`);
+  the snapshot's schema (flattened into bounded JSON values: see `values.py`);
 * string and integer lengths.
 
 A file beyond a bound is refused with a `LimitError` whose one line names the bound.
@@ -28,9 +30,11 @@ MAX_LONG_BYTES = 1024         # bytes of one LONG4 integer
 MAX_STACK = 100_000           # items on one level of the pickle stack (trace entries stream out)
 MAX_NESTING = 100             # open MARKs, and tuples inside tuples (real files: < 10)
 MEMO_FLOOR = 1 << 21          # Python objects in the memo, whatever the file size ...
-MEMO_PER_BYTES = 8            # ... or one per this many bytes of file
+MEMO_PER_BYTES = 8            # ... or one per this many bytes of file (real files: 13 or more)
 ROWS_FLOOR = 1 << 20          # segment, block and annotation rows, whatever the file size ...
 ROWS_PER_BYTES = 8            # ... plus one per this many bytes of file
+OBJECTS_FLOOR = 8 << 20       # objects the interpreter keeps (Python's allocated blocks), whatever
+OBJECTS_PER_BYTES = 2         # the file size, or one per this many bytes of file (real files: 6 or more)
 
 # values outside the schema (unknown keys, allocator settings, annotations' fields)
 FLAT_NODES_PER_VALUE = 1 << 16   # items in one flattened value; beyond: "<truncated>"
@@ -46,6 +50,15 @@ def memo_limit(file_size: int) -> int:
 
 def rows_limit(file_size: int) -> int:
     return ROWS_FLOOR + file_size // ROWS_PER_BYTES
+
+
+def objects_limit(file_size: int) -> int:
+    return max(OBJECTS_FLOOR, file_size // OBJECTS_PER_BYTES)
+
+
+def objects_exceeded(limit: int) -> LimitError:
+    return LimitError(f"the file builds more than {limit:,} objects, more than a snapshot of this size holds "
+                      f"(bound: one per {OBJECTS_PER_BYTES} bytes of file, shared references counted as copies)")
 
 
 def memo_exceeded(limit: int) -> LimitError:
@@ -73,4 +86,4 @@ class RowBudget:
 
 
 __all__ = ["MAX_STRING", "MAX_LONG_BYTES", "MAX_STACK", "MAX_NESTING", "memo_limit", "rows_limit",
-           "memo_exceeded", "nesting_exceeded", "RowBudget"]
+           "objects_limit", "memo_exceeded", "nesting_exceeded", "objects_exceeded", "RowBudget"]

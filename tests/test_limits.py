@@ -148,6 +148,7 @@ def test_odd_times_are_unknown(tmp_path, no_cache):
     ("odd_size", "size of"), ("odd_addr", "address of"), ("odd_stream", "wider than 64 bits"),
     ("sizes_overflow_int64_sum", "2**61"), ("odd_segments", "device"), ("odd_torch20_cursor", "size of"),
     ("odd_pool_and_device_free", "pool id"), ("memoize_flood_20mb", "memo"), ("shared_blocks_list", "rows"),
+    ("dict_flood_9mb", "objects"),
     ("deep_tuple1_200k_dict_key", "nesting"), ("deep_tuple1_20k_frame_filename", "nesting"),
 ])
 def test_absurd_values_are_refused_naming_the_bound(name, bound, tmp_path, no_cache):

@@ -733,6 +733,13 @@ def memoize_flood_20mb():
             + b"\x8c\x0ddevice_traces\x94]\x94u.")
 
 
+@repro("bomb", "3", "9 MB of EMPTY_DICT in a list under an unknown key: one byte each, 64 bytes of memory "
+                    "each (no memo involved: the bound on objects built refuses it)")
+def dict_flood_9mb():
+    return (b"\x80\x04}\x94(\x8c\x08segments\x94]\x94\x8c\x04junk]" + (b"(" + b"}" * 90_000 + b"e") * 100
+            + b"\x8c\x0ddevice_traces\x94]\x94u.")
+
+
 @repro("bomb", "0|3", "a snapshot whose 2,000 segments all share one list of 2,000 blocks (4M block rows "
                       "once each reference becomes a copy)")
 def shared_blocks_list():
