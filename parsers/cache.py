@@ -15,10 +15,11 @@ then checked, every time, before anything in it is used:
   unchanged stat identity means unchanged content, except right after a write, when
   the clock's granularity could hide a second one: a file whose ctime or mtime is
   within `RACY_NS` of our last check is hashed again (as git does with "racily clean"
-  index entries). So the common reopen costs one fstat; a copied, touched or edited
-  file (or an entry that came from another file: swapped entry folders) costs one
-  full-content CRC (about 0.1 s per 500 MB here), which either confirms the entry (and
-  refreshes the recorded identity) or discards it;
+  index entries). So the common reopen costs one fstat (on POSIX; on Windows, where
+  st_ctime is the creation time, the content is hashed on every open); a copied, touched
+  or edited file (or an entry that came from another file: swapped entry folders) costs
+  one full-content CRC (about 0.15 s per 500 MB here), which either confirms the entry
+  (and refreshes the recorded identity) or discards it;
 * integrity: every file of the entry carries a CRC-32 (the columns' and tables' in the
   manifest, the manifest and the source record in a header of their own, each artifact
   in a checksum file beside it: artifacts.py), checked on every open: a flipped byte or a
@@ -56,6 +57,9 @@ CACHE_VERSION = 5
 _HASH_SPAN = 1 << 16
 MAX_ENTRIES = 24          # keep the most recently used snapshots' columns
 RACY_NS = 2_000_000_000   # a file changed this close to our last look may have changed again unseen
+# st_ctime is the inode's change time on POSIX; on Windows it is the creation time, which an
+# in-place write keeps: there the content is hashed on every open
+_CTIME_TELLS_WRITES = os.name == "posix"
 MAX_MANIFEST = 1 << 31    # bytes: the manifest holds every string of the snapshot
 
 _SEAL = struct.Struct("<4sIQ")          # magic, CRC-32 of the payload, payload length
@@ -308,7 +312,7 @@ def _source_matches(entry: str, meta: dict, fh, st) -> bool:
     raw = _read_sealed(os.path.join(entry, "source"), _MAGIC_SOURCE, 1 << 16)
     known = jsonio.loads(raw) if raw is not None else None
     now = _stat_identity(st)
-    if isinstance(known, dict) and known.get("stat") == now:
+    if _CTIME_TELLS_WRITES and isinstance(known, dict) and known.get("stat") == now:
         checked = known.get("checked_ns")
         if isinstance(checked, int) and max(st.st_mtime_ns, st.st_ctime_ns) < checked - RACY_NS:
             return True
