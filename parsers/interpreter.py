@@ -350,13 +350,15 @@ class Interpreter:
                 items = stack
                 stack = metastack.pop()
                 if not stack or not isinstance(stack[-1], list):
-                    raise CorruptError("APPENDS on something that is not a list")
+                    raise self._not_a_list(stack[-1] if stack else None, "APPENDS")
                 if type(stack[-1]) is not TraceList:
+                    if id(stack[-1]) in self.sink.interned_lists:
+                        raise self._not_a_list(stack[-1], "APPENDS")
                     self.items += len(items)
                 stack[-1].extend(items)
             elif op == 0x61:                                 # APPEND
-                if len(stack) < 2 or not isinstance(stack[-2], list):
-                    raise CorruptError("APPEND on something that is not a list")
+                if len(stack) < 2 or not isinstance(stack[-2], list) or id(stack[-2]) in self.sink.interned_lists:
+                    raise self._not_a_list(stack[-2] if len(stack) > 1 else None, "APPEND")
                 v = stack.pop()
                 self.items += 1
                 stack[-1].append(v)
@@ -504,6 +506,14 @@ class Interpreter:
             if len(td) > self.memo_limit:
                 raise LimitError(f"more than {self.memo_limit:,} nested tuples (bound: one per 8 bytes of file)")
         return t
+
+    def _not_a_list(self, target, op: str) -> CorruptError:
+        # A frames list an entry already used (interned as a stack, or taken whole by the
+        # fast path) cannot change: rows already written name it. pickle.load would show
+        # the change in every earlier entry; no snapshot torch writes does this.
+        if type(target) is StackRef or (isinstance(target, list) and id(target) in self.sink.interned_lists):
+            return CorruptError(f"{op} on a frames list after a trace entry used it")
+        return CorruptError(f"{op} on something that is not a list")
 
     def _maybe_entry(self, d: dict, stack: list, metastack: list, idx: int) -> None:
         """A dict memoized where trace entries are built: remember its memo slot until the

@@ -219,6 +219,7 @@ class TraceSink:
         self.category_names = list(PROFILER_CATEGORIES)
         self._category_codes = {c: i for i, c in enumerate(PROFILER_CATEGORIES)}
         self._list_stack_ids: dict[int, int] = {}  # id(python list) -> stack id
+        self.interned_lists = self._list_stack_ids   # (the interpreter refuses to change them)
         self._frame_ids: dict[int, int] = {}       # id(frame dict) -> frame id
         self._keep_alive: list = []
         self.flat = Flattener()
