@@ -358,8 +358,9 @@ class FastPath:
             if not is_ref.any():
                 continue
             old = is_ref & (ref < base)
-            if old.any():
-                good[old] &= r.memo_kinds_ok(ref[old], kind)
+            where = np.flatnonzero(old)
+            if len(where):
+                good[where[~r.memo_kinds_ok(ref[where], kind)]] = False
             new = is_ref & ~old
             if new.any():
                 if kinds is None:

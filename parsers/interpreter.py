@@ -146,8 +146,12 @@ class Interpreter:
         about the interpreter's objects it records in memo_fast, so the next batch only
         looks there."""
         mf = self.memo_fast
-        inside = refs < len(mf)
-        codes = np.where(inside, mf[np.where(inside, refs, 0)], -1)
+        if int(refs.max()) < len(mf):
+            codes = mf[refs]
+        else:
+            inside = refs < len(mf)
+            codes = np.full(len(refs), -1, dtype=np.int32)
+            codes[inside] = mf[refs[inside]]
         if kind == "str":
             ok = (codes <= -2) & (codes > POOL_BASE)
         elif kind == "list":

@@ -129,7 +129,7 @@ class CrcReader:
     free. `drain()` gives the result; `close()` stops the thread when the read is abandoned.
     """
 
-    HANDOFF = 4 << 20
+    HANDOFF = 256 << 10        # bytes handed to the thread at a time (held until then)
 
     def __init__(self, fh: BinaryIO):
         self.fh = fh
