@@ -13,7 +13,8 @@ field       column    policy
 line        int32     [0, 2**31) kept; anything else (sentinels, negative, huge, not an
                       int) is 0, torch's own "no line" (C++ frames)
 size        int64     [0, 2**53) kept; -1 and unsigned -1 / INT64_MAX are "unknown": 0;
-                      anything else is refused (it would poison every sum)
+                      anything else is refused (it would poison every sum); a segment's
+                      sizes (reserved memory only) may also be negative down to -2**53
 addr        int64     [0, 2**64) kept as the pointer's 64-bit pattern (>= 2**63 reads
                       negative); -1, unsigned -1 and INT64_MAX are "unknown": 0;
                       negative or wider than 64 bits is refused
@@ -66,6 +67,16 @@ def size(v, what: str = "size", unknown: int = 0) -> int:
     if isinstance(v, int):
         return size(int(v), what, unknown)
     return unknown
+
+
+def signed_size(v, what: str = "segment size", unknown: int = 0) -> int:
+    """A byte count of allocator state that only reserved memory adds up (a segment's
+    sizes): a negative one is nonsense but harmless, and kept as given as it always was
+    (trimmed exports of expandable segments have written one); its magnitude is held to
+    the same bound as every size."""
+    if type(v) is int and -MAX_SIZE <= v <= MAX_SIZE:
+        return v
+    return size(v, what, unknown)
 
 
 def addr(v, what: str = "address") -> int:
@@ -167,5 +178,5 @@ def _short(v: int) -> str:
     return f"an integer of {v.bit_length()} bits"
 
 
-__all__ = ["line", "size", "addr", "opaque", "time_us", "device", "optional_size", "size_array", "addr_array",
+__all__ = ["line", "size", "signed_size", "addr", "opaque", "time_us", "device", "optional_size", "size_array", "addr_array",
            "time_array", "check_total", "MAX_SIZE", "MAX_LINE", "MAX_TOTAL_BYTES"]
