@@ -6,9 +6,19 @@ blocks (`active_allocated` and `active_pending_free`, by `requested_size`, which
 is what trace sizes are); replaying the trace backwards from there gives the
 memory live before the trace began. Reserved memory does the same with segments
 and `segment_*` events.
+
+Live memory is computed from the allocation rows (`allocations`): at every moment it
+is the sum of the rows live then, so the by-category totals at any moment add up to it
+and it is never negative, whatever the trace holds. For a consistent trace that is the
+definition above; a trace that dropped an event (two allocs at one address without a
+free between, a free of a block already freed, a free whose size differs from its
+alloc's) stays consistent with its own rows instead of giving a negative start. The
+sort that pairing needs is done once: `live_model` hands its rows to the next
+`allocations` call for the same device (the classifiers call both).
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,6 +45,8 @@ class LiveModel:
     reserved_change_index: np.ndarray | None = None   # entries that change reserved memory
     reserved_change_value: np.ndarray | None = None   # reserved bytes right after each of them
     _reserved_dense: np.ndarray | None = field(default=None, repr=False)
+    # the allocation rows the model was computed from, until `allocations` takes them
+    _allocations: "Allocations | None" = field(default=None, repr=False, compare=False)
 
     def live_before(self, i: int) -> int:
         return self.start_bytes if i <= 0 else int(self.live_after[i - 1])
@@ -65,22 +77,19 @@ def live_model(snap: Snapshot, device: int) -> LiveModel:
     action = np.asarray(t.columns["action"])
     size = np.asarray(t.columns["size"])
     n = len(action)
-    blk = snap.device_blocks(device)
-    live_blocks = np.isin(blk["state"], LIVE_BLOCK_STATES)
-    end_bytes = int(blk["requested_size"][live_blocks].sum())
+    rows = _allocations(snap, device)
 
-    # live_after is built in place: one int64 array, no temporaries of that size
+    # live_after is built in place: one int64 array, no temporaries of that size.
+    # Every alloc starts a row of its size; every free ends the one row it ends.
     live_after = np.zeros(n, dtype=np.int64)
-    sel = action == A_ALLOC
-    np.copyto(live_after, size, where=sel)
-    np.equal(action, A_FREE_COMPLETED, out=sel)
-    sel |= action == A_FREE
-    np.negative(size, out=live_after, where=sel)
-    del sel
+    np.copyto(live_after, size, where=action == A_ALLOC)
+    ends = rows.free_index >= 0
+    live_after[rows.free_index[ends]] -= rows.size[ends]
+    del ends
+    start_bytes = int(rows.size[rows.alloc_index < 0].sum())
     np.cumsum(live_after, out=live_after)
-    total = int(live_after[-1]) if n else 0
-    start_bytes = end_bytes - total
     live_after += start_bytes
+    end_bytes = int(live_after[-1]) if n else start_bytes
     if n and int(live_after.max()) > start_bytes:
         peak_index = int(np.argmax(live_after))
         peak = int(live_after[peak_index])
@@ -102,8 +111,20 @@ def live_model(snap: Snapshot, device: int) -> LiveModel:
     reserved_peak = max(reserved_start, int(values.max()) if len(values) else reserved_start)
     if snap.layout == "profiler":
         reserved_start = reserved_end = reserved_peak = None
-    return LiveModel(device, n, start_bytes, end_bytes, live_after, peak, peak_index,
+    live = LiveModel(device, n, start_bytes, end_bytes, live_after, peak, peak_index,
                      reserved_start, reserved_end, reserved_peak, change.astype(np.int64), values)
+    live._allocations = rows
+    _handoff(snap)[device] = weakref.ref(live)
+    return live
+
+
+def _handoff(snap: Snapshot) -> dict:
+    """device -> weak reference to the LiveModel holding rows for `allocations` (weak: rows
+    nobody asks for die with their model)."""
+    h = snap.__dict__.get("_live_handoff")
+    if h is None:
+        h = snap.__dict__["_live_handoff"] = {}
+    return h
 
 
 @dataclass
@@ -126,6 +147,15 @@ class Allocations:
 def allocations(snap: Snapshot, device: int) -> Allocations:
     """Pair each `alloc` with the `free_completed` that ends it (same address, next
     event there), vectorized: sort alloc/free events by (address, time)."""
+    ref = _handoff(snap).pop(device, None)
+    live = ref() if ref is not None else None
+    if live is not None and live._allocations is not None:
+        rows, live._allocations = live._allocations, None
+        return rows
+    return _allocations(snap, device)
+
+
+def _allocations(snap: Snapshot, device: int) -> Allocations:
     t = snap.trace(device)
     action = np.asarray(t.columns["action"])
     addr = np.asarray(t.columns["addr"])

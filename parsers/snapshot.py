@@ -5,8 +5,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import numbers
 from .errors import NotASnapshotError
-from .tables import ACTIONS, BLOCK_STATES, PROFILER_CATEGORIES
+from .sink import TracesList
+from .tables import ACTIONS, BLOCK_STATES, LIVE_BLOCK_STATES, PROFILER_CATEGORIES
+from .values import DROPPED
 
 SEGMENT_COLUMNS = {
     "device": np.int32, "address": np.int64, "total_size": np.int64, "allocated_size": np.int64,
@@ -18,6 +21,8 @@ BLOCK_COLUMNS = {
     "requested_size": np.int64, "state": np.uint8, "stack": np.int32,
 }
 SEGMENT_TYPES = ("small", "large", "other")
+_SEGMENT_TYPE_CODES = {"small": 0, "large": 1}
+_STATE_CODES = {**{s: i for i, s in enumerate(BLOCK_STATES)}, "active_awaiting_free": 2}  # torch's docstring name
 
 
 @dataclass
@@ -53,11 +58,12 @@ class Snapshot:
     category_names: list = field(default_factory=lambda: list(PROFILER_CATEGORIES))
     allocator_settings: dict | None = None
     annotations: list = field(default_factory=list)
-    extra: dict = field(default_factory=dict)      # unknown top-level keys, kept
+    extra: dict = field(default_factory=dict)      # unknown top-level keys, kept (flattened, bounded)
     layout: str = ""                   # e.g. "dict", "segment-list", "profiler"
     trace_device_count: int = 0        # len(device_traces)
     from_cache: bool = False
     cache_entry: str | None = None     # the cache directory holding its columns, if any
+    dropped_values: int = 0            # values outside the schema not kept: over the file's bound
 
     # -- devices --------------------------------------------------------------
     @property
@@ -105,68 +111,86 @@ class Snapshot:
 
 
 def build_tables(top, sink, reader):
-    """Turn the small Python parts of the parsed pickle into tables."""
-    if isinstance(top, dict):
+    """Turn the small Python parts of the parsed pickle into tables. Every number goes
+    through numbers.py, every row counts against the file's row budget (a segment list or
+    block list shared by reference counts once per reference) and every value outside the
+    schema is flattened with bounds (values.py)."""
+    if type(top) is dict:
         if "segments" not in top and "device_traces" not in top:
             raise NotASnapshotError("a pickled dict without 'segments' or 'device_traces': not a memory snapshot")
         segments = top.get("segments", [])
         layout = "dict"
-    elif isinstance(top, list):
-        if not all(isinstance(s, dict) and "blocks" in s for s in top):
+    elif isinstance(top, list) and not isinstance(top, TracesList):
+        if not all(type(s) is dict and "blocks" in s for s in top):
             raise NotASnapshotError("a pickled list that is not a list of allocator segments")
         segments = top
         layout = "segment-list"
     else:
         raise NotASnapshotError(f"a pickled {type(top).__name__}, not a memory snapshot")
-    if not isinstance(segments, list):
+    if not isinstance(segments, list) or isinstance(segments, TracesList):
         raise NotASnapshotError("'segments' is not a list")
+    rows = sink.rows
+    rows.take(len(segments), "segments")
     seg_rows = {k: [] for k in SEGMENT_COLUMNS}
     blk_rows = {k: [] for k in BLOCK_COLUMNS}
-    state_codes = {s: i for i, s in enumerate(BLOCK_STATES)}
-    state_codes["active_awaiting_free"] = 2   # the name in torch's docstring
+    seg_total: dict[int, float] = {}
+    blk_total: dict[int, float] = {}
     for si, s in enumerate(segments):
-        if not isinstance(s, dict):
+        if type(s) is not dict:
             raise NotASnapshotError("a segment is not a dict")
-        dev = _int(s.get("device"), 0)
-        addr = s.get("address")
-        addr = _int(addr, 0)
+        dev = numbers.device(s.get("device"), 0)
+        addr = numbers.addr(s.get("address", 0), "segment address")
         pool = s.get("segment_pool_id")
-        pa, pb = (pool if isinstance(pool, tuple) and len(pool) == 2 else (-1, -1))
+        pa, pb = pool if type(pool) is tuple and len(pool) == 2 else (-1, -1)
         stype = s.get("segment_type")
+        total = numbers.signed_size(s.get("total_size", 0))
+        seg_total[dev] = seg_total.get(dev, 0.0) + abs(total)
         seg_rows["device"].append(dev)
         seg_rows["address"].append(addr)
-        seg_rows["total_size"].append(_int(s.get("total_size"), 0))
-        seg_rows["allocated_size"].append(_int(s.get("allocated_size"), -1))
-        seg_rows["active_size"].append(_int(s.get("active_size"), -1))
-        seg_rows["requested_size"].append(_int(s.get("requested_size"), -1))
-        seg_rows["stream"].append(_int(s.get("stream"), 0))
-        seg_rows["segment_type"].append(SEGMENT_TYPES.index(stype) if stype in SEGMENT_TYPES else 2)
-        seg_rows["pool_a"].append(_int(pa, -1))
-        seg_rows["pool_b"].append(_int(pb, -1))
+        seg_rows["total_size"].append(total)
+        seg_rows["allocated_size"].append(numbers.signed_size(s.get("allocated_size"), unknown=-1))
+        seg_rows["active_size"].append(numbers.signed_size(s.get("active_size"), unknown=-1))
+        seg_rows["requested_size"].append(numbers.signed_size(s.get("requested_size"), unknown=-1))
+        seg_rows["stream"].append(numbers.opaque(s.get("stream", 0)))
+        seg_rows["segment_type"].append(_SEGMENT_TYPE_CODES.get(stype, 2) if type(stype) is str else 2)
+        seg_rows["pool_a"].append(numbers.opaque(pa, "pool id", -1))
+        seg_rows["pool_b"].append(numbers.opaque(pb, "pool id", -1))
         seg_rows["is_expandable"].append(1 if s.get("is_expandable") else 0)
         seg_rows["stack"].append(sink.stack_of(s.get("frames")) if "frames" in s else -1)
         blocks = s.get("blocks", [])
-        if not isinstance(blocks, list):
+        if not isinstance(blocks, list) or isinstance(blocks, TracesList):
             raise NotASnapshotError("a segment's blocks are not a list")
-        cursor = addr
+        rows.take(len(blocks), "segments and blocks")
+        # torch 2.0 blocks have no address: the segment's plus the sizes before them
+        cursor = addr if addr >= 0 else addr + (1 << 64)
         for b in blocks:
-            if not isinstance(b, dict):
+            if type(b) is not dict:
                 raise NotASnapshotError("a block is not a dict")
-            size = _int(b.get("size"), 0)
-            baddr = _int(b.get("address"), cursor) if "address" in b else cursor
-            cursor = baddr + size
+            size = numbers.size(b.get("size", 0), "block size")
+            given = b.get("address")
+            baddr = numbers.addr(given if type(given) is int else cursor, "block address")
+            cursor = (baddr if baddr >= 0 else baddr + (1 << 64)) + size
+            requested = numbers.size(b.get("requested_size", size), "block size", size)
+            state = b.get("state")
             frames = b.get("frames")
             hist = b.get("history")
-            if frames is None and isinstance(hist, list) and hist and isinstance(hist[-1], dict):
+            if frames is None and isinstance(hist, list) and hist and type(hist[-1]) is dict:
                 frames = hist[-1].get("frames")      # torch 2.0: frames live in history
+            code = _STATE_CODES.get(state, 3) if type(state) is str else 3
+            if code in LIVE_BLOCK_STATES:
+                blk_total[dev] = blk_total.get(dev, 0.0) + requested
             blk_rows["device"].append(dev)
             blk_rows["segment"].append(si)
             blk_rows["address"].append(baddr)
             blk_rows["size"].append(size)
-            blk_rows["requested_size"].append(_int(b.get("requested_size"), size))
-            blk_rows["state"].append(state_codes.get(b.get("state"), 3))
+            blk_rows["requested_size"].append(requested)
+            blk_rows["state"].append(code)
             blk_rows["stack"].append(sink.stack_of(frames) if frames is not None else -1)
-    if segments and all(isinstance(s, dict) and "segment_type" not in s and "allocated_size" not in s
+    for dev, total in seg_total.items():
+        numbers.check_total(total, f"the segment sizes of device {dev}")
+    for dev, total in blk_total.items():
+        numbers.check_total(total, f"the live block sizes of device {dev}")
+    if segments and all(type(s) is dict and "segment_type" not in s and "allocated_size" not in s
                         for s in segments):
         # torch.cuda._memory_viz._profile_to_snapshot writes one pseudo-segment per
         # device spanning the addresses it saw: no allocator state to speak of.
@@ -177,19 +201,30 @@ def build_tables(top, sink, reader):
     settings = annotations = None
     extra = {}
     trace_device_count = 0
-    if isinstance(top, dict):
-        from .reader import _jsonable
+    flat = sink.flat
+    if type(top) is dict:
         settings = top.get("allocator_settings")
-        settings = _jsonable(settings, sink) if isinstance(settings, dict) else None
+        settings = flat.value(settings) if type(settings) is dict else None
+        if type(settings) is not dict:
+            settings = None
         ann = top.get("external_annotations")
-        annotations = _jsonable(ann, sink) if isinstance(ann, list) else []
+        annotations = []
+        if isinstance(ann, list) and not isinstance(ann, TracesList):
+            rows.take(len(ann), "external annotations")
+            for a in ann:
+                v = flat.value(a)
+                if v is not DROPPED:
+                    annotations.append(v)
         dt = top.get("device_traces")
         if dt is not None and not isinstance(dt, list):
             raise NotASnapshotError("'device_traces' is not a list")
         trace_device_count = len(dt) if dt is not None else 0
         for k, v in top.items():
-            if k not in ("segments", "device_traces", "allocator_settings", "external_annotations"):
-                extra[str(k)] = _jsonable(v, sink)
+            if type(k) is str and k in ("segments", "device_traces", "allocator_settings", "external_annotations"):
+                continue
+            v = flat.value(v)
+            if v is not DROPPED:
+                extra[k if type(k) is str else flat.key(k, len(extra))] = v
     return seg_tab, blk_tab, settings, annotations or [], extra, layout, trace_device_count
 
 
@@ -197,13 +232,6 @@ def interned_arrays(interner):
     offsets = np.zeros(len(interner.stacks) + 1, dtype=np.int64)
     np.cumsum([len(s) for s in interner.stacks], out=offsets[1:])
     frames = np.fromiter((f for s in interner.stacks for f in s), dtype=np.int32, count=int(offsets[-1]))
+    # frame lines are int32 already (numbers.line keeps [0, 2**31)): no value can overflow here
     return (np.asarray(interner.frame_file, dtype=np.int32), np.asarray(interner.frame_line, dtype=np.int32),
             np.asarray(interner.frame_name, dtype=np.int32), offsets, frames)
-
-
-def _int(v, default):
-    if isinstance(v, bool):
-        return int(v)
-    if isinstance(v, int) and -(1 << 63) <= v < (1 << 63):
-        return v
-    return default

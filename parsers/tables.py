@@ -6,10 +6,13 @@ stack a tuple of frame ids, innermost first).
 """
 from __future__ import annotations
 
-import os
+import zlib
 from typing import Iterable
 
 import numpy as np
+
+from . import numbers
+from .values import as_text
 
 # Action codes. Unknown future actions are interned after these (kept, not fatal).
 ACTIONS = (
@@ -67,7 +70,11 @@ class Interner:
         return i
 
     def frame(self, filename, line, name) -> int:
-        fid_key = (self.string(str(filename)), _as_int(line), self.string(str(name)))
+        """Intern a frame. Values of the wrong type never reach `str()` (a nested object's
+        repr can be unbounded): numbers.line and values.as_text decide what is kept."""
+        fid_key = (self.string(filename if type(filename) is str else as_text(filename)),
+                   line if type(line) is int and 0 <= line <= numbers.MAX_LINE else numbers.line(line),
+                   self.string(name if type(name) is str else as_text(name)))
         i = self._frame_ids.get(fid_key)
         if i is None:
             i = self._frame_ids[fid_key] = len(self.frame_file)
@@ -80,8 +87,13 @@ class Interner:
         if isinstance(d, str):
             # forward_frames (2.13) are traceback lines, not frame dicts
             return self.frame("", 0, d)
-        if not isinstance(d, dict):
-            return self.frame("??", 0, repr(type(d).__name__))
+        if type(d) is not dict:
+            # what the interpreter would hold there, whichever half of the reader met it:
+            # a frames list the fast path took is a list, an entry it streamed out a dict
+            name = type(d).__name__
+            if name == "EntryRef":
+                return self.frame("??", 0, "??")
+            return self.frame("??", 0, "<list>" if name == "StackRef" else f"<{name}>")
         return self.frame(d.get("filename", "??"), d.get("line", 0), d.get("name", "??"))
 
     def stack(self, frame_ids: Iterable[int]) -> int:
@@ -93,22 +105,25 @@ class Interner:
         return i
 
 
-def _as_int(v) -> int:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return 0
+class CacheWriteError(Exception):
+    """Writing a cache file failed (disk full, I/O error): the caller reads again without
+    a cache. Not an OSError, so that it is never mistaken for an error reading the snapshot."""
 
 
 class ColumnFile:
-    """An append-only column: to a file when we have a directory, else in memory."""
+    """An append-only column: to a file when we have a directory, else in memory. Keeps the
+    CRC-32 of what it wrote (the cache entry records it; a reopen checks it)."""
 
     def __init__(self, dtype, path: str | None):
         self.dtype = np.dtype(dtype)
         self.path = path
         self.n = 0
+        self.crc = 0
         self._chunks: list[np.ndarray] = []
-        self._fh = open(path, "wb") if path else None
+        try:
+            self._fh = open(path, "xb") if path else None
+        except OSError as e:
+            raise CacheWriteError(str(e)) from None
 
     def append(self, arr: np.ndarray) -> None:
         arr = np.ascontiguousarray(arr, dtype=self.dtype)
@@ -116,9 +131,30 @@ class ColumnFile:
             return
         self.n += len(arr)
         if self._fh is not None:
-            self._fh.write(arr.data)
+            self.crc = zlib.crc32(arr.data, self.crc)
+            try:
+                self._fh.write(arr.data)
+            except OSError as e:
+                raise CacheWriteError(str(e)) from None
         else:
             self._chunks.append(arr)
+
+    def get(self, i: int):
+        """Element i (a Python scalar), for the rare reference to an entry already written."""
+        if self._fh is not None:
+            try:
+                self._fh.flush()
+                with open(self.path, "rb") as fh:
+                    fh.seek(i * self.dtype.itemsize)
+                    b = fh.read(self.dtype.itemsize)
+            except OSError as e:
+                raise CacheWriteError(str(e)) from None
+            return np.frombuffer(b, dtype=self.dtype)[0].item()
+        for c in self._chunks:
+            if i < len(c):
+                return c[i].item()
+            i -= len(c)
+        raise IndexError(i)
 
     def fill(self, value, count: int) -> None:
         while count > 0:
@@ -128,9 +164,10 @@ class ColumnFile:
 
     def finish(self) -> np.ndarray:
         if self._fh is not None:
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-            self._fh.close()
+            try:
+                self._fh.close()       # no fsync: the entry's checksums catch what a crash leaves
+            except OSError as e:
+                raise CacheWriteError(str(e)) from None
             self._fh = None
             return map_column(self.path, self.dtype, self.n)
         if not self._chunks:
@@ -141,7 +178,10 @@ class ColumnFile:
 
     def discard(self) -> None:
         if self._fh is not None:
-            self._fh.close()
+            try:
+                self._fh.close()
+            except OSError:
+                pass
             self._fh = None
 
 

@@ -208,9 +208,9 @@ def test_damaged_cache_is_rebuilt(damage):
         col = entry / "d0_size.bin"
         col.write_bytes(col.read_bytes()[:-8])
     elif damage == "drop_meta":   # what a crash half-way through writing looks like
-        (entry / "meta.json").unlink()
+        (entry / "manifest").unlink()
     elif damage == "garbage_meta":
-        (entry / "meta.json").write_bytes(b"{not json")
+        (entry / "manifest").write_bytes(b"{not json")
     else:
         col = entry / "d0_stack.bin"
         col.write_bytes(np.full(len(col.read_bytes()) // 4, 10**8, dtype=np.int32).tobytes())
@@ -310,7 +310,7 @@ def test_unbatched_protocol2_trace_longer_than_the_stack_limit(tmp_path):
     """torch's C++ pickler (protocol 2) writes a list as one MARK ... APPENDS with no
     batching of 1000; a long trace must stream through, not hit the stack bound."""
     import struct
-    from vramscope.parsers.reader import MAX_STACK
+    from vramscope.parsers.limits import MAX_STACK
 
     def u(s):
         b = s.encode()

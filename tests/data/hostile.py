@@ -470,6 +470,474 @@ def zip_with_snapshot_inside():
     return buf.getvalue()
 
 
+
+# =============================================================================================
+# Reproducers of issues 11 and 12: inputs that once crashed, hung, blew up memory or time, or
+# were refused although valid.  Unlike CASES (which must all be refused), each of these may end
+# in success or a clean refusal, as `outcome` says: "0" (a valid snapshot: must be read),
+# "3" (must be refused) or "0|3" (either, but quickly, in little memory, with one line).
+# ``repro_names()``, ``write_repro(name, directory)``.
+# =============================================================================================
+REPRO: dict[str, Case] = {}
+OUTCOME: dict[str, str] = {}
+
+
+def repro(kind, outcome, doc):
+    def deco(fn):
+        REPRO[fn.__name__] = Case(fn.__name__, kind, fn, doc)
+        OUTCOME[fn.__name__] = outcome
+        return fn
+    return deco
+
+
+def repro_names(kind=None, outcome=None):
+    return [n for n, c in REPRO.items()
+            if (kind is None or c.kind == kind) and (outcome is None or OUTCOME[n] == outcome)]
+
+
+def write_repro(name, directory, suffix=".pickle"):
+    path = os.path.join(str(directory), name + suffix)
+    with open(path, "wb") as f:
+        f.write(REPRO[name].make())
+    return path
+
+
+class Ops:
+    """A protocol-4 opcode stream written by hand (no FRAME), with the memo counted as
+    MEMOIZE numbers it, so that hostile structures can be spliced into a snapshot layout."""
+
+    def __init__(self):
+        self.out = [b"\x80\x04"]
+        self.memo = 0
+
+    def raw(self, b):
+        self.out.append(b)
+        return self
+
+    def memoize(self) -> int:
+        self.out.append(b"\x94")
+        self.memo += 1
+        return self.memo - 1
+
+    def s(self, text, memo=True):
+        b = text.encode("utf-8", "surrogatepass")
+        self.out.append((b"\x8c" + bytes([len(b)]) if len(b) < 256 else b"X" + struct.pack("<I", len(b))) + b)
+        return self.memoize() if memo else None
+
+    def i(self, v):
+        if 0 <= v < 256:
+            self.out.append(b"K" + bytes([v]))
+        elif -(1 << 31) <= v < (1 << 31):
+            self.out.append(b"J" + struct.pack("<i", v))
+        else:
+            n = (v.bit_length() + 8) // 8
+            self.out.append(b"\x8a" + bytes([n]) + v.to_bytes(n, "little", signed=True))
+        return self
+
+    def get(self, idx):
+        self.out.append(b"h" + bytes([idx]) if idx < 256 else b"j" + struct.pack("<I", idx))
+        return self
+
+    def bytes(self):
+        return b"".join(self.out) + b"."
+
+
+def _snapshot_with(entries=None, segments=None, settings=None, annotations=None, extra=None):
+    """A small valid snapshot object around the given parts (defaults: the mini snapshot)."""
+    snap = _mini_snapshot()
+    if entries is not None:
+        snap["device_traces"] = [entries]
+    if segments is not None:
+        snap["segments"] = segments
+    if settings is not None:
+        snap["allocator_settings"] = settings
+    if annotations is not None:
+        snap["external_annotations"] = annotations
+    if extra:
+        snap.update(extra)
+    return snap
+
+
+def _trace(n, frames=None, start_addr=0x7F0000000000):
+    """n entries alloc/free_requested/free_completed in torch's key order, one shared stack."""
+    fr = frames if frames is not None else [{"name": "forward", "filename": "/srv/model.py", "line": 12}]
+    out = []
+    for k in range(n):
+        addr = start_addr + 512 * (k // 3)
+        act = ("alloc", "free_requested", "free_completed")[k % 3]
+        out.append({"action": act, "addr": addr, "size": 512, "stream": 0, "time_us": 1700000000000000 + k,
+                    "frames": fr})
+    return out
+
+
+MARKER_INT = 0x5EED5EED5EED   # a LONG1 value that appears nowhere else: spliced away below
+
+
+def _splice_marker(obj, replacement: bytes) -> bytes:
+    """Pickle `obj` (protocol 4, unframed) where exactly one value is MARKER_INT, and put
+    `replacement` (opcodes that push one object, memoizing nothing) in its place."""
+    data = _pickle4_unframed(obj)
+    old = _long1(MARKER_INT)
+    assert data.count(old) == 1, data.count(old)
+    return data.replace(old, replacement)
+
+
+def _long1(v):
+    n = (v.bit_length() + 8) // 8
+    return b"\x8a" + bytes([n]) + v.to_bytes(n, "little", signed=True)
+
+
+def _deep_tuple(depth):
+    return b"N" + b"\x85" * depth
+
+
+# ---------------------------------------------------------------------------------------------
+# nesting that no MARK shows: TUPLE1 200,000 deep (a segfault when hashed) and 20,000 deep
+# ---------------------------------------------------------------------------------------------
+for _depth in (200_000, 20_000):
+    def _mk_key(depth=_depth):
+        snap = _snapshot_with()
+        snap["zzz_key_holder"] = {MARKER_INT: 1}
+        return _splice_marker(snap, _deep_tuple(depth))
+
+    def _mk_action(depth=_depth):
+        entries = _trace(30)
+        entries[10]["action"] = MARKER_INT
+        return _splice_marker(_snapshot_with(entries), _deep_tuple(depth))
+
+    def _mk_state(depth=_depth):
+        snap = _snapshot_with()
+        snap["segments"][0]["blocks"][0]["state"] = MARKER_INT
+        return _splice_marker(snap, _deep_tuple(depth))
+
+    def _mk_filename(depth=_depth):
+        entries = _trace(30, frames=[{"name": "f", "filename": MARKER_INT, "line": 3}])
+        return _splice_marker(_snapshot_with(entries), _deep_tuple(depth))
+
+    _k = "200k" if _depth == 200_000 else "20k"
+    for _what, _fn in (("dict_key", _mk_key), ("action", _mk_action), ("block_state", _mk_state),
+                       ("frame_filename", _mk_filename)):
+        _fn.__name__ = f"deep_tuple1_{_k}_{_what}"
+        repro("deep", "0|3", f"a tuple nested {_depth:,} deep with TUPLE1 (no MARK) as a {_what.replace('_', ' ')}")(_fn)
+
+
+# ---------------------------------------------------------------------------------------------
+# memory bombs through memo references (631 bytes that expand to 10**25 items)
+# ---------------------------------------------------------------------------------------------
+def _bomb_ops(o: Ops, levels=25, fanout=10) -> int:
+    """Push one list [L0, L1, ..., L(levels)] where L0 = [] and L(k) = [L(k-1)] * fanout (memo
+    references, so a few bytes a level); return L(levels)'s memo index for later references."""
+    o.raw(b"]")
+    o.memoize()
+    o.raw(b"(")
+    o.raw(b"]")
+    idx = o.memoize()
+    for _ in range(levels):
+        o.raw(b"]")
+        new = o.memoize()
+        o.raw(b"(")
+        for _ in range(fanout):
+            o.get(idx)
+        o.raw(b"e")
+        idx = new
+    o.raw(b"e")
+    return idx
+
+
+def _bomb_at(where: str) -> bytes:
+    """A small snapshot (six trace entries) with the bomb as `where`: built inline at its first
+    use, referenced by memo at the others."""
+    o = Ops()
+    o.raw(b"}")
+    o.memoize()
+    o.raw(b"(")
+    o.s("segments")
+    o.raw(b"]")
+    o.memoize()
+    if where == "allocator_settings":
+        o.s("allocator_settings")
+        o.raw(b"}")
+        o.memoize()
+        o.s("PYTORCH_CUDA_ALLOC_CONF")
+        _bomb_ops(o)
+        o.raw(b"s")
+    elif where == "external_annotations":
+        o.s("external_annotations")
+        _bomb_ops(o)
+    elif where == "top_key":
+        o.s("zz_unknown_top_level_key")
+        _bomb_ops(o)
+    o.s("device_traces")
+    o.raw(b"]")
+    o.memoize()
+    o.raw(b"]")
+    o.memoize()
+    o.raw(b"(")
+    bomb = None
+    for k in range(6):
+        o.raw(b"}")
+        o.memoize()
+        o.raw(b"(")
+        o.s("action")
+        o.s("alloc")
+        o.s("addr")
+        o.i(0x7F0000000000 + 512 * k)
+        o.s("size")
+        o.i(512)
+        o.s("stream")
+        o.i(0)
+        o.s("frames")
+        o.raw(b"]")
+        o.memoize()
+        o.raw(b"}")
+        o.memoize()
+        o.raw(b"(")
+        o.s("filename")
+        if where == "frame_filename":
+            if bomb is None:
+                bomb = _bomb_ops(o)
+            else:
+                o.get(bomb)
+        else:
+            o.s("/srv/model.py")
+        o.s("line")
+        o.i(3)
+        o.s("name")
+        o.s("forward")
+        o.raw(b"u")
+        o.raw(b"a")
+        if where == "entry_key":
+            o.s("zz_unknown_key")
+            if bomb is None:
+                bomb = _bomb_ops(o)
+            else:
+                o.get(bomb)
+        o.raw(b"u")
+    o.raw(b"e")
+    o.raw(b"a")
+    o.raw(b"u")
+    return o.bytes()
+
+
+for _where in ("allocator_settings", "external_annotations", "frame_filename", "entry_key", "top_key"):
+    def _mk(where=_where):
+        return _bomb_at(where)
+    _mk.__name__ = f"memo_bomb_{_where}"
+    repro("bomb", "0|3", f"a list of ten references to a list of ten references to ... (25 levels, "
+                         f"10**25 items through memo references) as {_where.replace('_', ' ')}")(_mk)
+
+
+@repro("bomb", "0|3", "a valid 20 MB file made of MEMOIZE opcodes (each one a memo slot)")
+def memoize_flood_20mb():
+    return (b"\x80\x04}\x94(\x8c\x08segments\x94]" + b"\x94" * (20 << 20)
+            + b"\x8c\x0ddevice_traces\x94]\x94u.")
+
+
+@repro("bomb", "3", "9 MB of EMPTY_DICT in a list under an unknown key: one byte each, 64 bytes of memory "
+                    "each (no memo involved: the bound on objects built refuses it)")
+def dict_flood_9mb():
+    return (b"\x80\x04}\x94(\x8c\x08segments\x94]\x94\x8c\x04junk]" + (b"(" + b"}" * 90_000 + b"e") * 100
+            + b"\x8c\x0ddevice_traces\x94]\x94u.")
+
+
+@repro("bomb", "0|3", "a snapshot whose 2,000 segments all share one list of 2,000 blocks (4M block rows "
+                      "once each reference becomes a copy)")
+def shared_blocks_list():
+    blocks = [{"address": 0x7F0000000000 + 512 * k, "size": 512, "requested_size": 512,
+               "state": "active_allocated", "frames": []} for k in range(2000)]
+    segs = [{"device": 0, "address": 0x7F0000000000, "total_size": 1 << 20, "allocated_size": 0,
+             "active_size": 0, "requested_size": 0, "stream": 0, "segment_type": "large", "blocks": blocks}
+            for _ in range(2000)]
+    return pickle.dumps(_snapshot_with(entries=[], segments=segs), protocol=4)
+
+
+# ---------------------------------------------------------------------------------------------
+# legal pickles that once took quadratic time
+# ---------------------------------------------------------------------------------------------
+def _fresh(s):
+    return s.encode().decode()
+
+
+@repro("quadratic", "0", "40,000 trace entries, each with its own copies of the key strings (legal pickle; "
+                         "shared keys are what torch writes)")
+def keys_per_entry_40k():
+    fr = [{"name": "forward", "filename": "/srv/model.py", "line": 12}]
+    entries = []
+    for k in range(40_000):
+        addr = 0x7F0000000000 + 512 * (k // 3)
+        act = ("alloc", "free_requested", "free_completed")[k % 3]
+        entries.append({_fresh("action"): act, _fresh("addr"): addr, _fresh("size"): 512, _fresh("stream"): 0,
+                        _fresh("time_us"): 1700000000000000 + k, _fresh("frames"): fr})
+    snap = _snapshot_with(entries)
+    snap["segments"][0]["blocks"][0]["state"] = "inactive"
+    return pickle.dumps(snap, protocol=4)
+
+
+# ---------------------------------------------------------------------------------------------
+# lone surrogates (legal in pickled strings)
+# ---------------------------------------------------------------------------------------------
+@repro("surrogate", "0", "a lone surrogate in a frame's filename and name")
+def surrogate_frame():
+    return pickle.dumps(_snapshot_with(_trace(30, frames=[{"name": "f\udc80", "filename": "/srv/\ud800.py",
+                                                            "line": 3}])), protocol=4)
+
+
+@repro("surrogate", "0", "a lone surrogate in an action (an unknown future action, then)")
+def surrogate_action():
+    entries = _trace(30)
+    entries[7]["action"] = "alloc\udfff"
+    return pickle.dumps(_snapshot_with(entries), protocol=4)
+
+
+@repro("surrogate", "0", "a lone surrogate in a trace entry's key and a top-level key")
+def surrogate_key():
+    entries = _trace(30)
+    entries[4]["k\ud83d"] = 1
+    return pickle.dumps(_snapshot_with(entries, extra={"top\udc00": "v\udc01"}), protocol=4)
+
+
+@repro("surrogate", "0", "lone surrogates in the allocator config and an annotation")
+def surrogate_settings():
+    return pickle.dumps(_snapshot_with(settings={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:\ud800",
+                                                 "\udc80": 1},
+                                       annotations=[{"name": "step\ud800", "stage": "START", "device": 0,
+                                                     "time_us": 1700000000000000}]), protocol=4)
+
+
+# ---------------------------------------------------------------------------------------------
+# valid pickles once refused, or read wrong
+# ---------------------------------------------------------------------------------------------
+@repro("valid", "0", "the same entry dict listed twice in a trace, the second time as a memo reference "
+                     "(early in the trace and after a run the fast path decodes)")
+def entry_listed_twice():
+    entries = _trace(300)
+    entries.insert(2, entries[0])
+    entries.append(entries[150])
+    entries.append(entries[299])
+    return pickle.dumps(_snapshot_with(entries), protocol=4)
+
+
+@repro("valid", "0", "trace entries without an 'action' key (all but a few of them)")
+def entries_without_action():
+    entries = _trace(300)
+    for k, e in enumerate(entries):
+        if k % 50:
+            del e["action"]
+    return pickle.dumps(_snapshot_with(entries), protocol=4)
+
+
+@repro("valid", "0", "two allocs at one address without a free between them (a dropped free)")
+def double_alloc():
+    base = 0x7F0000000000
+    fr = [{"name": "forward", "filename": "/srv/model.py", "line": 12}]
+    entries = [
+        {"action": "alloc", "addr": base, "size": 31744, "stream": 0, "time_us": 1, "frames": fr},
+        {"action": "alloc", "addr": base + 32768, "size": 1024, "stream": 0, "time_us": 2, "frames": fr},
+        {"action": "alloc", "addr": base, "size": 4096, "stream": 0, "time_us": 3, "frames": fr},
+        {"action": "free_requested", "addr": base + 32768, "size": 1024, "stream": 0, "time_us": 4, "frames": fr},
+        {"action": "free_completed", "addr": base + 32768, "size": 1024, "stream": 0, "time_us": 5, "frames": fr},
+    ]
+    return pickle.dumps(_snapshot_with(entries), protocol=4)
+
+
+@repro("valid", "0", "a free of a block that was freed already (a dropped alloc)")
+def double_free():
+    base = 0x7F0000000000
+    entries = [
+        {"action": "free_completed", "addr": base + 8192, "size": 2048, "stream": 0, "time_us": 1, "frames": []},
+        {"action": "free_completed", "addr": base + 8192, "size": 2048, "stream": 0, "time_us": 2, "frames": []},
+    ]
+    return pickle.dumps(_snapshot_with(entries), protocol=4)
+
+
+# ---------------------------------------------------------------------------------------------
+# odd numbers (issue 11): what torch or a broken file puts into numeric fields
+# ---------------------------------------------------------------------------------------------
+U64_MAX = (1 << 64) - 1
+
+
+@repro("odd_value", "0", "torch 2.5+: a trace frame's line is unsigned -1 (18446744073709551615)")
+def line_u64_max_trace():
+    return pickle.dumps(_snapshot_with(_trace(30, frames=[{"name": "f", "filename": "??", "line": U64_MAX},
+                                                          {"name": "g", "filename": "/a.py", "line": 5}])),
+                        protocol=4)
+
+
+@repro("odd_value", "0", "torch 2.5+: a block's and a segment's frame line is unsigned -1")
+def line_u64_max_block():
+    snap = _snapshot_with()
+    fr = [{"name": "f", "filename": "??", "line": U64_MAX}]
+    snap["segments"][0]["blocks"][0]["frames"] = fr
+    snap["segments"][0]["frames"] = fr
+    return pickle.dumps(snap, protocol=4)
+
+
+@repro("odd_value", "0|3", "frame lines of every odd width: -1, -2**40, 2**31, 2**32-1, 2**63, 2**70")
+def line_odd_values():
+    frames = [{"name": f"f{k}", "filename": "/a.py", "line": v}
+              for k, v in enumerate((-1, -(1 << 40), 1 << 31, (1 << 32) - 1, 1 << 63, 1 << 70, "12", None))]
+    return pickle.dumps(_snapshot_with(_trace(30, frames=frames)), protocol=4)
+
+
+def _odd_field(field, values):
+    entries = _trace(60)
+    for k, v in enumerate(values):
+        entries[3 + 5 * k][field] = v
+    return pickle.dumps(_snapshot_with(entries), protocol=4)
+
+
+_ODD = {
+    "size": (U64_MAX, -1, -(1 << 40), 1 << 62, (1 << 63) - 1, 1 << 63, 1 << 80),
+    "addr": (U64_MAX, -1, -(1 << 40), 1 << 63, 1 << 80),
+    "stream": (U64_MAX, -1, 1 << 63, 1 << 80, -(1 << 70)),
+    "time_us": (U64_MAX, -1, -(1 << 40), (1 << 63) - 1, 1 << 63, 1 << 80),
+}
+for _field, _values in _ODD.items():
+    def _mk(field=_field, values=_values):
+        return _odd_field(field, values)
+    _mk.__name__ = f"odd_{_field}"
+    repro("odd_value", "0|3", f"trace entries whose {_field} is unsigned -1, negative, 2**63 or beyond 64 bits")(_mk)
+
+
+@repro("odd_value", "0|3", "every trace size 2**52 on 10,000 allocs: the live total passes int64")
+def sizes_overflow_int64_sum():
+    entries = [{"action": "alloc", "addr": 0x7F0000000000 + 512 * k, "size": 1 << 52, "stream": 0,
+                "time_us": 1700000000000000 + k, "frames": []} for k in range(10_000)]
+    return pickle.dumps(_snapshot_with(entries), protocol=4)
+
+
+@repro("odd_value", "0|3", "segments and blocks with absurd sizes, addresses, devices and pool ids")
+def odd_segments():
+    snap = _snapshot_with()
+    seg = snap["segments"][0]
+    seg2 = dict(seg, device=(1 << 40), address=U64_MAX, total_size=1 << 63, segment_pool_id=(U64_MAX, -(1 << 70)),
+                blocks=[dict(seg["blocks"][0], address=1 << 80, size=(1 << 63) - 1, requested_size=-5)])
+    seg3 = dict(seg, device=-1, total_size=U64_MAX, blocks=[dict(seg["blocks"][0], size=1 << 62),
+                                                            dict(seg["blocks"][0], size=1 << 62)])
+    snap["segments"] += [seg2, seg3]
+    return pickle.dumps(snap, protocol=4)
+
+
+@repro("odd_value", "0|3", "torch 2.0 layout (no block address): block sizes that push the running address past 2**64")
+def odd_torch20_cursor():
+    seg = {"device": 0, "address": (1 << 64) - 4096, "total_size": 1 << 62, "allocated_size": 0, "active_size": 0,
+           "requested_size": 0, "stream": 0, "segment_type": "large",
+           "blocks": [{"size": 1 << 62, "state": "active_allocated", "history": [{"addr": 0, "real_size": 1, "frames": []}]},
+                      {"size": 1 << 62, "state": "active_allocated", "history": []}]}
+    return pickle.dumps({"segments": [seg], "device_traces": []}, protocol=4)
+
+
+@repro("odd_value", "0|3", "pool ids and oom device_free of every odd width")
+def odd_pool_and_device_free():
+    entries = _trace(30)
+    entries[4]["pool_id"] = (U64_MAX, 1 << 80)
+    entries[5]["pool_id"] = (-1, -(1 << 70))
+    entries.append({"action": "oom", "size": 1 << 80, "stream": 0, "time_us": 1700000000000999, "device_free": U64_MAX})
+    entries.append({"action": "oom", "size": 512, "stream": 0, "time_us": 1700000001000000, "device_free": 1 << 90})
+    return pickle.dumps(_snapshot_with(entries), protocol=4)
+
 if __name__ == "__main__":
     for n, c in CASES.items():
         print("%-28s %-12s %9d  %s" % (n, c.kind, len(c.make()), c.doc))
+    for n, c in REPRO.items():
+        print("%-36s %-10s %-4s %9d  %s" % (n, c.kind, OUTCOME[n], len(c.make()), c.doc))

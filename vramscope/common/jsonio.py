@@ -1,9 +1,15 @@
-"""JSON out and in for every document we write (summary, report, cache manifests, notes).
+"""JSON that round-trips every Python string, lone surrogates included.
 
-orjson is fast but refuses strings that are not valid UTF-8, and a pickled snapshot may
-hold lone surrogates (legal in a pickled str: a frame name cut in the middle of a
-character). Such a document falls back to the standard library's encoder, which writes
-them as `\\udXXX` escapes: valid JSON that reads back to the same string.
+Pickled strings may hold lone surrogates ('\\ud800'): Python keeps them, a snapshot carries
+them into frame names, actions and settings, and vramscope keeps strings as given. orjson
+(fast, used everywhere) refuses to write them ("str is not valid UTF-8") and to read their
+escapes back, and it cannot write integers beyond 64 bits. For those rare documents `dumps`
+falls back to the standard library, which writes such strings as `\\udXXXX` escapes (valid
+JSON text, pure ASCII) and big integers as digits, and `loads` reads them back the same way.
+The common case stays orjson's speed. numpy scalars and arrays are written as numbers.
+
+`safe_text` turns a string into one that any UTF-8 stream accepts (for Markdown, CSV, a
+terminal): lone surrogates become the same `\\udXXXX` escape text.
 """
 from __future__ import annotations
 
@@ -24,29 +30,55 @@ def _default(o: Any) -> Any:
     raise TypeError(f"{type(o).__name__} is not JSON serializable")
 
 
-def dumps(obj: Any, pretty: bool = False) -> bytes:
-    opts = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | (orjson.OPT_INDENT_2 if pretty else 0)
+def dumps(obj: Any, pretty: bool = False, *, indent: bool = False, sort_keys: bool = False) -> bytes:
+    """UTF-8 JSON of `obj` (dict keys that are not strings become strings, as json does;
+    `pretty`/`indent`: two-space indents). Raises TypeError for objects JSON cannot hold."""
+    option = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+    if pretty or indent:
+        option |= orjson.OPT_INDENT_2
+    if sort_keys:
+        option |= orjson.OPT_SORT_KEYS
     try:
-        return orjson.dumps(obj, default=_default, option=opts)
+        return orjson.dumps(obj, default=_default, option=option)
     except orjson.JSONEncodeError:
-        text = json.dumps(_str_keys(obj), default=_default, ensure_ascii=True, indent=2 if pretty else None,
-                          separators=None if pretty else (",", ":"))
-        return text.encode("ascii")
+        pass
+    # lone surrogates or integers beyond 64 bits: the standard library writes both
+    try:
+        text = json.dumps(_str_keys(obj), default=_default, ensure_ascii=True, allow_nan=False,
+                          sort_keys=sort_keys, indent=2 if (pretty or indent) else None,
+                          separators=None if (pretty or indent) else (",", ":"))
+    except (ValueError, RecursionError) as e:
+        raise TypeError(f"not representable as JSON: {e}") from None
+    return text.encode("ascii")
 
 
 def dumps_pretty(obj: Any) -> bytes:
+    """Indented JSON with a final newline (what a user reads or a script diffs)."""
     return dumps(obj, pretty=True) + b"\n"
 
 
 def loads(data: bytes | str) -> Any:
-    """Parse JSON; ValueError when it is not JSON."""
+    """Parse JSON written by `dumps` (or anybody). Raises ValueError for invalid JSON."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
-        try:
-            return json.loads(data)
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-            raise ValueError(str(e)) from None
+        pass
+    # orjson refuses escaped lone surrogates; json reads them back as they were
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(str(e)) from None
+
+
+def safe_text(s: str) -> str:
+    """`s` unchanged, or with lone surrogates written as `\\udXXXX` so that it encodes as UTF-8."""
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _str_keys(obj: Any) -> Any:
@@ -58,4 +90,4 @@ def _str_keys(obj: Any) -> Any:
     return obj
 
 
-__all__ = ["dumps", "dumps_pretty", "loads"]
+__all__ = ["dumps", "dumps_pretty", "loads", "safe_text"]

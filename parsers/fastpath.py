@@ -1,0 +1,558 @@
+"""The vectorized fast path: runs of same-shape trace entries decoded with numpy.
+
+Almost every byte of a real snapshot belongs to trace entries of one fixed shape: torch
+pickles every entry with the same key references (BINGET of the memoized key strings) in
+the same order, small integers, and frames given either as a memo reference to a list
+pickled earlier or as an inline list of memo references to frame dicts. Once the
+interpreter has built one entry, `FastPath` knows its shape and decodes the following
+entries thousands at a time, vectorized over their start positions. The raw bytes of an
+inline frames list identify its stack, so stacks are interned by those bytes without
+decoding them.
+
+It produces exactly what the interpreter would (tests/test_fuzz.py checks it on every
+case) and stays linear in the file size: a position that does not start with the shape's
+prefix is rejected in O(1), candidate positions are found in a window that grows with
+success, and failures back off exponentially.
+"""
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import numbers
+from .sink import MISSING_ACTION
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .interpreter import Interpreter
+
+# How the fast path decodes each key's value.
+FAST_KINDS = {
+    "action": "str", "addr": "int", "size": "int", "stream": "int", "time_us": "int",
+    "frames": "list", "forward_frames": "list", "compile_context": "str",
+    "user_metadata": "str", "category": "str", "pool_id": "tuple2",
+}
+POOL_BASE = -(1 << 30)   # memo_fast codes at or below this name a pool tuple
+_KIND_CODES = {"str": 1, "list": 2, "tuple2": 3}
+MIN_WINDOW = 1 << 14     # bytes scanned for candidate entries after a failure
+MAX_BATCH = 16384
+
+_OP_K, _OP_M, _OP_J, _OP_LONG1 = 0x4B, 0x4D, 0x4A, 0x8A
+_OP_H, _OP_JJ = 0x68, 0x6A          # BINGET, LONG_BINGET
+_OP_SHORTSTR, _OP_MEMOIZE = 0x8C, 0x94
+_OP_EMPTY_LIST, _OP_MARK, _OP_APPENDS, _OP_APPEND, _OP_SETITEMS = 0x5D, 0x28, 0x65, 0x61, 0x75
+
+
+class Win8:
+    """`win8[pos]` -> the little-endian uint64 starting at each byte offset in `pos`."""
+    __slots__ = ("win",)
+
+    def __init__(self, win):
+        self.win = win
+
+    def __getitem__(self, pos):
+        return np.ascontiguousarray(self.win[pos]).view("<u8").reshape(-1)
+
+
+def _memo_ref_bytes(idx: int) -> bytes:
+    # CPython's pickler writes BINGET below 256 and LONG_BINGET from there on.
+    return bytes((_OP_H, idx)) if idx < 256 else bytes((_OP_JJ,)) + struct.pack("<I", idx)
+
+
+def _merge_shapes(old: tuple | None, new: tuple) -> tuple:
+    """One key order covering both shapes (every key after the first is optional),
+    or just `new` when the two disagree on order or on the first key."""
+    if not old or old[0] != new[0]:
+        return new
+    merged = list(old)
+    prev = 0
+    for key in new:
+        if key in merged:
+            prev = merged.index(key)
+        else:
+            prev += 1
+            merged.insert(prev, key)
+    order = [merged.index(k) for k in new]
+    if order != sorted(order):
+        return new
+    return tuple(merged)
+
+
+def _decode_refs(op, win8, pos):
+    """BINGET / LONG_BINGET at each of `pos` (opcode bytes `op`): (is BINGET, is
+    LONG_BINGET, the memo index either would name)."""
+    is_h = op == _OP_H
+    is_jj = op == _OP_JJ
+    u1 = win8[pos + 1]
+    ref = np.where(is_h, (u1 & np.uint64(0xFF)).astype(np.int64), (u1 & np.uint64(0xFFFFFFFF)).astype(np.int64))
+    return is_h, is_jj, ref
+
+
+def _decode_ints(arr, win8, pos):
+    """Decode the int opcode at each of `pos` (BININT1/BININT2/BININT/LONG1 up to 8
+    bytes): returns (values int64, widths in bytes, which ones were ints)."""
+    op = arr[pos]
+    u1 = win8[pos + 1]
+    n = arr[pos + 1].astype(np.int64)
+    is_k = op == _OP_K
+    is_m = op == _OP_M
+    is_j = op == _OP_J
+    is_l = (op == _OP_LONG1) & (n <= 8)
+    val = np.zeros(len(pos), dtype=np.int64)
+    val = np.where(is_k, (u1 & np.uint64(0xFF)).astype(np.int64), val)
+    val = np.where(is_m, (u1 & np.uint64(0xFFFF)).astype(np.int64), val)
+    val = np.where(is_j, (u1 & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32).astype(np.int64), val)
+    if is_l.any():
+        u2 = win8[pos + 2]
+        shift = (64 - 8 * np.clip(n, 1, 8)).astype(np.uint64)
+        lv = (u2 << shift).view(np.int64) >> shift.astype(np.int64)
+        lv = np.where(n == 0, 0, lv)
+        val = np.where(is_l, lv, val)
+    width = np.where(is_k, 2, np.where(is_m, 3, np.where(is_j, 5, 2 + n)))
+    return val, width, is_k | is_m | is_j | is_l
+
+
+class FastPath:
+    """Decodes runs of same-shape trace entries with numpy, thousands at a time."""
+
+    def __init__(self, reader: "Interpreter"):
+        self.r = reader
+        self.shape: tuple | None = None
+        self.key_map: dict[str, bytes] = {}
+        self.key_bytes: list[bytes] = []
+        self.prefix = b""
+        self._learned_ids: tuple = ()
+        self._cands = np.zeros(0, dtype=np.int64)
+        self._cands_key = None
+        self._cands_lo = self._cands_hi = 0
+        self._skip = 0
+        self._penalty = 1
+        self._batch = 256
+        self.entries = 0
+
+    def learn(self, keys: tuple) -> None:
+        """Take the key order and key reference bytes from a trace entry the
+        interpreter just built (`keys` are the dict's own key objects)."""
+        r = self.r
+        if r.saw_put or not r.fast_enabled:
+            return                      # no fast path for this file: nothing to learn
+        ids = tuple(map(id, keys))
+        if ids == self._learned_ids:    # the same key objects as last time: nothing new
+            return
+        self._learned_ids = ids
+        refs = {}
+        for k in keys:
+            if type(k) is not str or k not in FAST_KINDS:
+                return
+            rec = r.key_memo.get(k)
+            if rec is None or rec[0] != id(k):
+                return
+            idx = rec[1]
+            refs[k] = _memo_ref_bytes(idx)
+        names = tuple(keys)
+        if not names:
+            return
+        if names == self.shape and all(self.key_map[k] == refs[k] for k in names):
+            return
+        if self.shape and all(self.key_map.get(k, v) == v for k, v in refs.items()):
+            merged = _merge_shapes(self.shape, names)
+            key_map = {**self.key_map, **refs}
+        else:
+            merged, key_map = names, refs
+        self.shape = merged
+        self.key_map = key_map
+        self.key_bytes = [key_map[k] for k in merged]
+        self.prefix = b"}\x94(" + self.key_bytes[0]
+
+    def _candidates(self, p0: int) -> np.ndarray:
+        """Positions at or after p0 (which matches) where an entry of the current shape may
+        begin, scanned in a window of about `_batch` entries and reused while it lasts."""
+        r = self.r
+        key = (self.prefix, r.generation)
+        cands = self._cands
+        if key == self._cands_key and self._cands_lo <= p0:
+            i0 = int(np.searchsorted(cands, p0))
+            if len(cands) - i0 >= self._batch or self._cands_hi >= r.data_end:
+                return cands[i0:]
+        end = r.data_end
+        hi = min(end, p0 + max(MIN_WINDOW, self._batch * 512))
+        pre = np.frombuffer(self.prefix, dtype=np.uint8)
+        arr = r.arr
+        z = np.flatnonzero(arr[p0:hi] == pre[0]) + p0
+        z = z[z + len(pre) <= end]
+        ok = np.ones(len(z), dtype=bool)
+        for i in range(1, len(pre)):
+            ok &= arr[z + i] == pre[i]
+        self._cands = z[ok]
+        self._cands_key, self._cands_lo, self._cands_hi = key, p0, hi
+        return self._cands
+
+    def run(self, p0: int, device: int) -> int:
+        """Decode entries starting at `p0`; return the position after the last one."""
+        if self.shape is None or self.r.saw_put:
+            return p0
+        if self._skip:
+            self._skip -= 1
+            return p0
+        pre = self.prefix
+        if self.r.buf[p0:p0 + len(pre)] != pre:
+            return p0
+        cands = self._candidates(p0)
+        if not len(cands) or cands[0] != p0:
+            return p0
+        c = cands[:self._batch].astype(np.int64)
+        n, end_pos = self._decode(c, device)
+        if n < 16:
+            self._skip = self._penalty
+            self._penalty = min(self._penalty * 2, 512)
+            self._batch = 256
+        else:
+            self._penalty = 1
+            if n == len(c):
+                self._batch = min(self._batch * 4, MAX_BATCH)
+        return end_pos if n else p0
+
+    def _decode(self, c: np.ndarray, device: int):
+        r = self.r
+        arr = r.arr
+        win8 = r.win8
+        data_end = r.data_end
+        k = len(c)
+        pos = c + 3                      # after EMPTY_DICT MEMOIZE MARK
+        ok = np.ones(k, dtype=bool)
+        memo_inc = np.ones(k, dtype=np.int64)   # the entry dict itself
+        fields = {}
+        for fi, (key, kb) in enumerate(zip(self.shape, self.key_bytes)):
+            # The key reference. Every key but the first may be absent from an
+            # entry (torch leaves out frames on `snapshot` entries, forward_frames
+            # off the backward pass...): present where its bytes match.
+            present = np.ones(k, dtype=bool)
+            for j, byte in enumerate(kb):
+                present &= arr[pos + j] == byte
+            if fi == 0:
+                ok &= present
+            vpos = np.where(present, pos + len(kb), c)   # absent: any in-range position
+            op = arr[vpos]
+            kind = FAST_KINDS[key]
+            if kind == "int":
+                val, width, good = _decode_ints(arr, win8, vpos)
+                after = vpos + width
+                fields[key] = (val, present)
+            elif kind == "tuple2":
+                # inline `int int TUPLE2 MEMOIZE` (a fresh tuple per entry), or a memo ref
+                is_h, is_jj, ref = _decode_refs(op, win8, vpos)
+                a_val, a_w, a_ok = _decode_ints(arr, win8, vpos)
+                p2 = np.minimum(vpos + a_w, data_end)
+                b_val, b_w, b_ok = _decode_ints(arr, win8, p2)
+                p3 = np.minimum(p2 + b_w, data_end)
+                is_inline = a_ok & b_ok & (arr[p3] == 0x86) & (arr[p3 + 1] == _OP_MEMOIZE) & present
+                good = is_h | is_jj | is_inline
+                fields[key] = (ref, is_inline, a_val, b_val, memo_inc.copy(), present)
+                memo_inc = memo_inc + is_inline
+                after = np.where(is_inline, p3 + 2, np.where(is_h, vpos + 2, vpos + 5))
+            elif kind == "str":
+                is_h, is_jj, ref = _decode_refs(op, win8, vpos)
+                slen = arr[vpos + 1].astype(np.int64)
+                is_s = (op == _OP_SHORTSTR) & present
+                is_s &= arr[np.minimum(vpos + 2 + slen, len(arr) - 1)] == _OP_MEMOIZE
+                good = is_h | is_jj | is_s
+                fields[key] = (ref, is_s, vpos + 2, slen, memo_inc.copy(), present)
+                memo_inc = memo_inc + is_s
+                after = np.where(is_h, vpos + 2, np.where(is_jj, vpos + 5, vpos + 3 + slen))
+            else:  # list of frames: a memo ref, or an inline list of memo refs
+                is_h, is_jj, ref = _decode_refs(op, win8, vpos)
+                is_inline = (op == _OP_EMPTY_LIST) & (arr[vpos + 1] == _OP_MEMOIZE) & present
+                start = vpos + 2
+                stop = start.copy()
+                after = np.where(is_h, vpos + 2, np.where(is_jj, vpos + 5, vpos))
+                lst_ok = np.ones(k, dtype=bool)
+                if is_inline.any():
+                    nxt = arr[start]
+                    multi = is_inline & (nxt == _OP_MARK)
+                    single = is_inline & ((nxt == _OP_H) | (nxt == _OP_JJ))
+                    single_w = np.where(nxt == _OP_H, 2, 5)
+                    single_ok = single & (arr[start + single_w] == _OP_APPEND)
+                    empty = is_inline & ~multi & ~single    # `]\x94`: nothing more belongs to it
+                    # walk the refs of multi-element lists, all lists at once
+                    p = np.where(multi, start + 1, 0)
+                    active = np.flatnonzero(multi)
+                    lst_end = np.zeros(k, dtype=np.int64)
+                    while len(active):
+                        pa = p[active]
+                        o = arr[pa]
+                        done = o == _OP_APPENDS
+                        step = (o == _OP_H) | (o == _OP_JJ)
+                        bad = ~done & ~step
+                        if bad.any():
+                            lst_ok[active[bad]] = False
+                        lst_end[active[done]] = pa[done]
+                        p[active[step]] = pa[step] + np.where(o[step] == _OP_H, 2, 5)
+                        active = active[step]
+                        active = active[p[active] < data_end]
+                    lst_ok &= ~(multi & (lst_end == 0))
+                    lst_ok &= ~single | single_ok
+                    start = np.where(multi, start + 1, start)
+                    stop = np.where(multi, lst_end, np.where(single, start + single_w, start))
+                    after = np.where(multi, lst_end + 1,
+                                     np.where(single, start + single_w + 1, np.where(empty, start, after)))
+                good = (is_h | is_jj | is_inline) & lst_ok
+                fields[key] = (ref, is_inline, start, stop, memo_inc.copy(), present)
+                memo_inc = memo_inc + is_inline
+            ok &= ~present | good
+            pos = np.where(present, after, pos)
+            over = pos > data_end
+            ok &= ~over
+            pos = np.minimum(pos, data_end)
+        ok &= arr[pos] == _OP_SETITEMS
+        end = pos + 1
+        ok &= end <= data_end
+        ok &= self._references_ok(fields, memo_inc, ok)
+        # Entries must chain: each ends where the next begins, possibly across an
+        # APPENDS MARK pair (a new batch of 1000; nothing is pending on the stack).
+        if k > 1:
+            link = (end[:-1] == c[1:]) | ((end[:-1] + 2 == c[1:]) & (arr[end[:-1]] == _OP_APPENDS)
+                                          & (arr[end[:-1] + 1] == _OP_MARK))
+            good_chain = ok.copy()
+            good_chain[1:] &= link
+        else:
+            good_chain = ok
+        bad = np.flatnonzero(~good_chain)
+        n = int(bad[0]) if len(bad) else k
+        # The last entry taken must be followed by the next one or by APPENDS: anything else
+        # could still act on it (memoize it again, add keys, wrap it in a tuple) as it sits on
+        # the interpreter's stack; the interpreter takes such an entry.
+        if n:
+            last_end = int(end[n - 1])
+            if last_end >= data_end or arr[last_end] not in (0x7D, _OP_APPENDS):
+                n -= 1
+        if n == 0:
+            return 0, c[0]
+        n = self._emit(device, n, fields, memo_inc, c)
+        if n == 0:
+            return 0, c[0]
+        return n, int(end[n - 1])
+
+    def _references_ok(self, fields: dict, memo_inc: np.ndarray, ok: np.ndarray) -> np.ndarray:
+        """Whether every memo reference of each entry names an object of the kind its field
+        needs, as the interpreter would find it: a string for action/category/..., a frames
+        list for frames, a pair of ints for pool_id; pickled before this batch, or inline
+        earlier in it. An entry that fails goes to the interpreter, which keeps odd values
+        (an action that is not a string, a pool_id that is not a pair) the way it keeps them."""
+        r = self.r
+        k = len(ok)
+        base = r.memo_count
+        starts = np.zeros(k, dtype=np.int64)
+        np.cumsum(memo_inc[:-1], out=starts[1:])
+        # what this batch defines inline, by memo slot relative to base: 0 none, else the kind
+        span = int(starts[-1] + memo_inc[-1]) if k else 0
+        kinds = None
+        good = np.ones(k, dtype=bool)
+        for key in self.shape:
+            kind = FAST_KINDS[key]
+            if kind == "int":
+                continue
+            f = fields[key]
+            ref, inline, off, present = f[0], f[1], f[4], f[-1]
+            is_ref = present & ~inline & ok
+            if not is_ref.any():
+                continue
+            old = is_ref & (ref < base)
+            where = np.flatnonzero(old)
+            if len(where):
+                good[where[~r.memo_kinds_ok(ref[where], kind)]] = False
+            new = is_ref & ~old
+            if new.any():
+                if kinds is None:
+                    kinds = np.zeros(max(span, 1), dtype=np.int8)
+                    for key2 in self.shape:
+                        kind2 = FAST_KINDS[key2]
+                        if kind2 != "int":
+                            f2 = fields[key2]
+                            kinds[(starts + f2[4])[f2[1]]] = _KIND_CODES[kind2]
+                rel = ref[new] - base
+                inside = rel < span
+                rel = np.where(inside, rel, 0)
+                good[new] &= inside & (kinds[rel] == _KIND_CODES[kind]) & (rel < (starts + off)[new])
+        return good
+
+    _DEFAULTS = {"addr": 0, "size": 0, "stream": 0, "time_us": -1}
+
+    def _emit(self, device, n, fields, memo_inc, c) -> int:
+        """Append the first n decoded entries to the columns (fewer when an inline frames
+        list refers to something of this batch: those go to the interpreter); return how many."""
+        r = self.r
+        sink = r.sink
+        base = r.memo_count
+        list_sids, n = self._inline_list_sids(fields, n, base)
+        if n == 0:
+            return 0
+        dict_idx = base + np.concatenate(([0], np.cumsum(memo_inc[:n - 1])))
+        r.memo_count = base + int(memo_inc[:n].sum())
+        r.grow_memo_fast(r.memo_count)
+        dev = sink.device(device)
+        sink.entry_memo.add_batch(base, device, dev.n, memo_inc[:n])
+        out = {}
+        # Inline strings, lists and tuples first, for every field: a later entry
+        # of this same batch may refer to them by memo.
+        inline_ids = {}
+        for key in self.shape:
+            kind = FAST_KINDS[key]
+            if kind == "str":
+                ref, is_s, sstart, slen, off, _ = (x[:n] for x in fields[key])
+                inline_ids[key] = self._inline_strings(is_s, sstart, slen, dict_idx + off)
+            elif kind == "list":
+                ref, inline, start, stop, off, _ = (x[:n] for x in fields[key])
+                where, sids = list_sids[key]
+                keep = where < n
+                where, sids = where[keep], sids[keep]
+                ids = np.full(n, -1, dtype=np.int32)
+                ids[where] = sids
+                r.memo_fast[(dict_idx + off)[where]] = sids
+                inline_ids[key] = ids
+            elif kind == "tuple2":
+                ref, inline, a_val, b_val, off, _ = (x[:n] for x in fields[key])
+                self._inline_tuples(inline, a_val, b_val, dict_idx + off)
+        for key in self.shape:
+            kind = FAST_KINDS[key]
+            v = fields[key]
+            present = v[-1][:n]
+            if kind == "int":
+                vals = np.where(present, v[0][:n], self._DEFAULTS.get(key, 0))
+                if key == "size":
+                    vals = numbers.size_array(vals)
+                elif key == "addr":
+                    vals = numbers.addr_array(vals)
+                elif key == "time_us":
+                    vals = numbers.time_array(vals)
+                out[key] = vals
+            elif kind == "tuple2":
+                ref, inline, a_val, b_val = (x[:n] for x in v[:4])
+                a_val = np.where(present, a_val, -1)
+                b_val = np.where(present, b_val, -1)
+                for i in np.flatnonzero(present & ~inline).tolist():
+                    t = r.memo_get(int(ref[i]))      # a pair of ints: checked in _references_ok
+                    a_val[i] = numbers.opaque(t[0], "pool id")
+                    b_val[i] = numbers.opaque(t[1], "pool id")
+                out["pool_a"], out["pool_b"] = a_val, b_val
+            elif kind == "str":
+                ref, is_s = v[0][:n], v[1][:n]
+                ids = self._ref_strings(ref, is_s | ~present, inline_ids[key])
+                ids[~present] = -1
+                if key == "action":
+                    out["action"] = self._action_codes(ids)
+                elif key == "category":
+                    out["category"] = np.asarray([sink.category_code(sink.interner.strings[i]) if i >= 0 else 0
+                                                  for i in ids.tolist()], dtype=np.uint8)
+                else:
+                    out[key] = ids.astype(np.int32)
+            else:
+                ref, inline = v[0][:n], v[1][:n]
+                sids = self._ref_stacks(ref, inline | ~present, inline_ids[key])
+                sids[~present] = -1
+                out["stack" if key == "frames" else "forward_stack"] = sids
+        if "action" not in out:
+            out["action"] = np.full(n, sink.action_code(MISSING_ACTION), dtype=np.uint8)
+        if "time_us" not in out:
+            out["time_us"] = np.full(n, -1, dtype=np.int64)
+        if "stack" not in out:
+            out["stack"] = np.full(n, -1, dtype=np.int32)
+        for k2 in ("addr", "size", "stream"):
+            if k2 not in out:
+                out[k2] = np.zeros(n, dtype=np.int64)
+        dev.add_arrays(out, n)
+        self.entries += n
+        return n
+
+    def _inline_list_sids(self, fields: dict, n: int, base: int) -> tuple[dict, int]:
+        """Stack ids of the inline frames lists of the first n entries, interned by their raw
+        bytes, and how many entries the fast path may take: up to the first whose inline list
+        refers to memo slot `base` or beyond (the interpreter resolves those in order)."""
+        r = self.r
+        buf = r.buf
+        by_bytes = r.stack_by_bytes
+        get = by_bytes.get
+        out = {}
+        for key in self.shape:
+            if FAST_KINDS[key] != "list":
+                continue
+            inline, start, stop = fields[key][1][:n], fields[key][2], fields[key][3]
+            where = np.flatnonzero(inline)
+            a_list = start[where].tolist()
+            b_list = stop[where].tolist()
+            sids = [get(buf[a:b], -1) for a, b in zip(a_list, b_list)]
+            if -1 in sids:
+                for i, sid in enumerate(sids):
+                    if sid != -1:
+                        continue
+                    if where[i] >= n:
+                        break
+                    key_b = buf[a_list[i]:b_list[i]]
+                    sid = by_bytes.get(key_b)
+                    if sid is None:
+                        sid = r.stack_from_ref_bytes(key_b, base)
+                        if sid is None:
+                            n = int(where[i])
+                            break
+                        by_bytes[key_b] = sid
+                    sids[i] = sid
+            out[key] = (where, np.asarray(sids, dtype=np.int32))
+        return out, n
+
+    def _inline_tuples(self, inline, a_val, b_val, memo_idx) -> None:
+        """Record inline pool tuples by memo without a Python object per entry:
+        the distinct tuples are few; memo_fast holds a code into `pool_tuples`."""
+        if not inline.any():
+            return
+        r = self.r
+        pairs = np.stack([a_val[inline], b_val[inline]], axis=1)
+        uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
+        codes = np.asarray([r.pool_code((int(x), int(y))) for x, y in uniq], dtype=np.int64)
+        r.memo_fast[memo_idx[inline]] = (POOL_BASE - codes[inv.reshape(-1)]).astype(np.int32)
+
+    def _inline_strings(self, is_inline, sstart, slen, memo_idx) -> np.ndarray:
+        r = self.r
+        ids = np.full(len(is_inline), -1, dtype=np.int64)
+        if is_inline.any():
+            where = np.flatnonzero(is_inline)
+            buf = r.buf
+            string_id = r.sink.string_id
+            got = [string_id(buf[a:a + ln].decode("utf-8", "surrogatepass"))
+                   for a, ln in zip(sstart[where].tolist(), slen[where].tolist())]
+            ids[where] = got
+            r.memo_fast[memo_idx[where]] = -2 - np.asarray(got, dtype=np.int64)
+        return ids
+
+    def _ref_strings(self, ref, is_inline, ids) -> np.ndarray:
+        """String ids for values given by memo reference (inline ones are in `ids`)."""
+        r = self.r
+        refd = ~is_inline
+        if refd.any():
+            uniq, inv = np.unique(ref[refd], return_inverse=True)
+            vals = np.asarray([r.string_id_of_memo(int(m)) for m in uniq], dtype=np.int64)
+            ids[refd] = vals[inv]
+        return ids
+
+    def _action_codes(self, string_ids: np.ndarray) -> np.ndarray:
+        sink = self.r.sink
+        uniq, inv = np.unique(string_ids, return_inverse=True)
+        codes = np.asarray([sink.action_code(sink.interner.strings[i] if i >= 0 else MISSING_ACTION)
+                            for i in uniq.tolist()], dtype=np.uint8)
+        return codes[inv]
+
+    def _ref_stacks(self, ref, inline, sids) -> np.ndarray:
+        r = self.r
+        refd = ~inline
+        if refd.any():
+            m = ref[refd]
+            mf = r.memo_fast
+            got = np.where(m < len(mf), mf[np.minimum(m, len(mf) - 1)], -1)
+            miss = got < 0
+            if miss.any():
+                uniq, inv = np.unique(m[miss], return_inverse=True)
+                vals = np.asarray([r.stack_id_of_memo(int(x)) for x in uniq], dtype=np.int64)
+                got[miss] = vals[inv]
+            sids[refd] = got
+        return sids
+
+
