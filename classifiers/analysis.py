@@ -287,8 +287,8 @@ def _attach(da: DeviceAnalysis, snap: Snapshot, facts: SnapshotFacts, rule_names
 
 def _analyze_device(snap, dev, facts, rules, rule_names) -> DeviceAnalysis:
     t = snap.trace(dev)
-    live = live_model(snap, dev)
     allocs = allocations(snap, dev)
+    live = live_model(snap, dev, rows=allocs)
     tl, cl = classify_device(snap, t, allocs, live, facts, rules, dev)
     torch_category = None
     if "category" in t.columns:

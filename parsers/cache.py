@@ -432,7 +432,15 @@ def _validate(snap: Snapshot) -> None:
 
 # -- housekeeping ----------------------------------------------------------------------------
 def _prune(root: str, keep: str) -> None:
-    """Drop the least recently used entries beyond MAX_ENTRIES (and stale temp dirs)."""
+    """Drop the least recently used entries beyond MAX_ENTRIES (and stale temp dirs), and
+    the folders of older cache versions (nothing reads them any more)."""
+    parent, here = os.path.split(root)
+    try:
+        for name in os.listdir(parent):
+            if name.startswith("snapshots-v") and name != here:
+                shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+    except OSError:
+        pass
     try:
         entries = []
         for name in os.listdir(root):

@@ -32,7 +32,15 @@ class UnsupportedPickleError(SnapshotError):
 
 
 class TruncatedError(SnapshotError):
+    """The file ends before the pickle does: a dump cut short (the process was killed while
+    writing, the disk filled up, a copy or download was interrupted)."""
+
     kind = "truncated"
+
+    def one_line(self) -> str:
+        msg = " ".join(str(self).split())
+        text = f"truncated: an incomplete dump ({msg}); record or copy it again"
+        return f"{self.path}: {text}" if self.path else text
 
 
 class CorruptError(SnapshotError):

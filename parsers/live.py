@@ -13,12 +13,11 @@ and it is never negative, whatever the trace holds. For a consistent trace that 
 definition above; a trace that dropped an event (two allocs at one address without a
 free between, a free of a block already freed, a free whose size differs from its
 alloc's) stays consistent with its own rows instead of giving a negative start. The
-sort that pairing needs is done once: `live_model` hands its rows to the next
-`allocations` call for the same device (the classifiers call both).
+sort that pairing needs is done once when the caller already has the rows:
+`live_model(snap, device, rows=allocations(snap, device))`.
 """
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,8 +44,6 @@ class LiveModel:
     reserved_change_index: np.ndarray | None = None   # entries that change reserved memory
     reserved_change_value: np.ndarray | None = None   # reserved bytes right after each of them
     _reserved_dense: np.ndarray | None = field(default=None, repr=False)
-    # the allocation rows the model was computed from, until `allocations` takes them
-    _allocations: "Allocations | None" = field(default=None, repr=False, compare=False)
 
     def live_before(self, i: int) -> int:
         return self.start_bytes if i <= 0 else int(self.live_after[i - 1])
@@ -72,12 +69,15 @@ class LiveModel:
         return self._reserved_dense
 
 
-def live_model(snap: Snapshot, device: int) -> LiveModel:
+def live_model(snap: Snapshot, device: int, rows: "Allocations | None" = None) -> LiveModel:
+    """Live and reserved memory of one device; `rows`: its allocation rows, when the caller
+    has them already (they are computed otherwise)."""
     t = snap.trace(device)
     action = np.asarray(t.columns["action"])
     size = np.asarray(t.columns["size"])
     n = len(action)
-    rows = _allocations(snap, device)
+    if rows is None:
+        rows = allocations(snap, device)
 
     # live_after is built in place: one int64 array, no temporaries of that size.
     # Every alloc starts a row of its size; every free ends the one row it ends.
@@ -113,18 +113,7 @@ def live_model(snap: Snapshot, device: int) -> LiveModel:
         reserved_start = reserved_end = reserved_peak = None
     live = LiveModel(device, n, start_bytes, end_bytes, live_after, peak, peak_index,
                      reserved_start, reserved_end, reserved_peak, change.astype(np.int64), values)
-    live._allocations = rows
-    _handoff(snap)[device] = weakref.ref(live)
     return live
-
-
-def _handoff(snap: Snapshot) -> dict:
-    """device -> weak reference to the LiveModel holding rows for `allocations` (weak: rows
-    nobody asks for die with their model)."""
-    h = snap.__dict__.get("_live_handoff")
-    if h is None:
-        h = snap.__dict__["_live_handoff"] = {}
-    return h
 
 
 @dataclass
@@ -147,15 +136,6 @@ class Allocations:
 def allocations(snap: Snapshot, device: int) -> Allocations:
     """Pair each `alloc` with the `free_completed` that ends it (same address, next
     event there), vectorized: sort alloc/free events by (address, time)."""
-    ref = _handoff(snap).pop(device, None)
-    live = ref() if ref is not None else None
-    if live is not None and live._allocations is not None:
-        rows, live._allocations = live._allocations, None
-        return rows
-    return _allocations(snap, device)
-
-
-def _allocations(snap: Snapshot, device: int) -> Allocations:
     t = snap.trace(device)
     action = np.asarray(t.columns["action"])
     addr = np.asarray(t.columns["addr"])

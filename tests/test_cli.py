@@ -250,3 +250,12 @@ def test_every_verb_on_every_real_snapshot(path, capsys, tmp_path):
         else:
             assert code == 0 or (code == 2 and "no device with data" in err), (argv, err)
             assert "Traceback" not in err
+
+
+def test_a_truncated_file_says_it_is_an_incomplete_dump(capsys, tmp_path):
+    cut = tmp_path / "cut.pickle"
+    cut.write_bytes(open(EXAMPLE, "rb").read()[:5000])
+    code, _, err = run(capsys, "summary", str(cut), "--no-cache")
+    assert code == 3
+    line = one_line(err)
+    assert "truncated: an incomplete dump" in line and "record or copy it again" in line

@@ -59,8 +59,19 @@ def _route(argv: list[str]) -> list[str]:
     raise UsageError(f"{argv[0]}: no such file (verbs: {', '.join(VERBS)}; see `vramscope --help`)")
 
 
+def _tolerant_streams() -> None:
+    """Text from a snapshot (or a file name from the shell) may hold lone surrogates: print
+    them as \\udXXXX escapes instead of failing on them."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        except (AttributeError, ValueError):
+            pass
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _tolerant_streams()
     from ..classifiers import RulesError
     from ..parsers import Cancelled, SnapshotError
     verb = "vramscope"

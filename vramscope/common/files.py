@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import errno
 import os
+import queue
 import stat
+import threading
 import zlib
 from typing import BinaryIO
 
@@ -104,7 +106,7 @@ def crc32_file(fh: BinaryIO, start: int = 0, length: int | None = None, crc: int
     total = 0
     while length is None or total < length:
         want = chunk if length is None else min(chunk, length - total)
-        got = fh.readinto(view[:want])
+        got = fh.readinto(view[:want])  # type: ignore[attr-defined]
         if not got:
             break
         crc = zlib.crc32(view[:got], crc)
@@ -137,8 +139,8 @@ class CrcReader:
         self.count = 0
         self._batch: list = []
         self._batch_bytes = 0
-        self._queue = None
-        self._thread = None
+        self._queue: queue.SimpleQueue | None = None
+        self._thread: threading.Thread | None = None
 
     def read(self, n: int = -1) -> bytes:
         data = self.fh.read(n)
@@ -153,8 +155,6 @@ class CrcReader:
     def _hand_off(self) -> None:
         batch, self._batch, self._batch_bytes = self._batch, [], 0
         if self._queue is None:
-            import queue
-            import threading
             self._queue = queue.SimpleQueue()
             self._thread = threading.Thread(target=self._work, name="vramscope-crc", daemon=True)
             self._thread.start()
@@ -162,6 +162,7 @@ class CrcReader:
 
     def _work(self) -> None:
         crc = self.crc
+        assert self._queue is not None
         while True:
             batch = self._queue.get()
             if batch is None:
@@ -171,7 +172,7 @@ class CrcReader:
         self.crc = crc
 
     def _join(self) -> None:
-        if self._thread is not None:
+        if self._thread is not None and self._queue is not None:
             self._queue.put(None)
             self._thread.join()
             self._thread = self._queue = None
@@ -186,7 +187,7 @@ class CrcReader:
         buf = bytearray(CHUNK)
         view = memoryview(buf)
         while True:
-            got = self.fh.readinto(view)
+            got = self.fh.readinto(view)  # type: ignore[attr-defined]
             if not got:
                 break
             self.crc = zlib.crc32(view[:got], self.crc)

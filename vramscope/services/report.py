@@ -25,7 +25,7 @@ from typing import Any, Callable
 from .. import __version__
 from ..classifiers import Analysis
 from ..common.atomic import atomic_write
-from ..common.jsonio import dumps_pretty
+from ..common.jsonio import dumps_pretty, safe_text
 from ..present.stacks import Stacks
 from .annotations import Annotation, load_annotations
 from .report_compare import RenderComparePng, compare_markdown, write_compare_pngs
@@ -119,7 +119,7 @@ def write_report(analysis: Analysis, out_dir: str, device: int | None = None, re
     if redact_paths:
         md = redact(md)
     md_path = os.path.join(out_dir, "report.md")
-    atomic_write(md_path, md.encode("utf-8"))
+    atomic_write(md_path, safe_text(md).encode("utf-8"))
 
     base = summary_document(analysis, device, stacks)
 

@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 
 from ..classifiers import Analysis
 from ..classifiers.ooms import expandable_segments_on
+from ..common.jsonio import safe_text
 from ..common.units import fmt_bytes
 from ..present.markup import md_code, md_text
 from ..present.stacks import Stacks
@@ -233,7 +234,7 @@ def fit_markdown(build) -> str:
     text = ""
     for shrink in SHRINK_STEPS:
         limits.update(shrink)
-        text = build(limits)
+        text = safe_text(build(limits))         # lone surrogates from a snapshot as \udXXXX
         if len(text.encode()) <= MD_LIMIT:
             return text
     cut = "\n\n... (report truncated to stay under 20 KB; analysis.json has everything)\n"

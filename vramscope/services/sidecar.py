@@ -20,11 +20,11 @@ otherwise.
 from __future__ import annotations
 
 import os
-import stat
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..common.files import FileTooLargeError, NotRegularFileError, read_regular
 from ..common.jsonio import loads
 
 FORMAT = "vramscope-annotations"
@@ -64,24 +64,13 @@ class Contents:
 def read_bytes(path: str) -> tuple[bytes, os.stat_result]:
     """The bytes of a regular file of at most MAX_BYTES. FileNotFoundError when absent;
     SidecarError for anything else that is not a readable sidecar; OSError for I/O."""
-    st = os.stat(path)
-    if not stat.S_ISREG(st.st_mode):
-        raise SidecarError("not a regular file")
-    if st.st_size > MAX_BYTES:
-        raise SidecarError(f"{st.st_size:,} bytes, more than the {MAX_BYTES:,} a sidecar may have")
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
-    fd = os.open(path, flags)
     try:
-        st = os.fstat(fd)                      # the file we opened, not a swapped name
-        if not stat.S_ISREG(st.st_mode):
-            raise SidecarError("not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(MAX_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_BYTES:
-        raise SidecarError(f"more than the {MAX_BYTES:,} bytes a sidecar may have")
-    return data, st
+        data = read_regular(path, MAX_BYTES)
+    except NotRegularFileError:
+        raise SidecarError("not a regular file") from None
+    except FileTooLargeError:
+        raise SidecarError(f"more than the {MAX_BYTES:,} bytes a sidecar may have") from None
+    return data, os.stat(path)
 
 
 def parse(data: bytes, check_note) -> Contents:
