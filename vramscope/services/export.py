@@ -127,8 +127,7 @@ def _segments_at(snap, dev: int, end: int) -> list[dict]:
                 tail["address"] = addr + size
                 tail["total_size"] = host["address"] + host["total_size"] - (addr + size)
                 host["total_size"] = addr - host["address"]
-                if tail["total_size"] > 0:      # a piece reaching past the host leaves no tail
-                    segs[tail["address"]] = tail
+                segs[tail["address"]] = tail
         elif act == A_SEGMENT_UNMAP:        # undo an unmap: the piece comes back
             before = next((s for s in segs.values() if s["address"] + s["total_size"] == addr), None)
             if before is not None:
