@@ -14,7 +14,6 @@ import difflib
 import os
 import sys
 
-from ..present.words import error_text as _one_line
 from . import allocations, compare, export, report, summary, view, whatif
 from .errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
 
@@ -72,8 +71,9 @@ def _tolerant_streams() -> None:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _tolerant_streams()
-    from ..classifiers import RulesError
+    from ..classifiers.rules import RulesError
     from ..parsers import Cancelled, SnapshotError
+    from ..present.words import error_text as _one_line
     verb = "vramscope"
     try:
         argv = _route(argv)

@@ -3,9 +3,6 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
-
-from ..classifiers import CATEGORIES
 from .common import add_input, analyze_file, check_device
 from .errors import EXIT_OK
 
@@ -24,6 +21,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    import numpy as np
+
+    from ..classifiers.categories import CATEGORIES
     an = analyze_file(args.file, args.no_cache, args.rules)
     check_device(an, args.device)
     w = sys.stdout.write

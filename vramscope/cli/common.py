@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-from ..classifiers import Analysis, analyze
-from ..parsers import Snapshot, TerminalProgress, open_snapshot
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from ..classifiers import Analysis
+    from ..parsers import Snapshot
 
 
 def add_input(p, rules: bool = True) -> None:
@@ -20,6 +23,7 @@ def add_input(p, rules: bool = True) -> None:
 
 
 def open_file(path: str, no_cache: bool = False) -> Snapshot:
+    from ..parsers import TerminalProgress, open_snapshot
     progress = TerminalProgress()
     try:
         return open_snapshot(path, progress=progress, use_cache=not no_cache)
@@ -28,6 +32,7 @@ def open_file(path: str, no_cache: bool = False) -> Snapshot:
 
 
 def analyze_file(path: str, no_cache: bool = False, rules: str | None = None) -> Analysis:
+    from ..classifiers import analyze
     check_rules(rules)
     return analyze(open_file(path, no_cache), rules_path=rules)
 

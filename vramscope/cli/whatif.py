@@ -3,10 +3,8 @@ from __future__ import annotations
 
 import sys
 
-from ..classifiers.levers import LeverError
-from ..classifiers.whatif import LEVERS, parse_gpu_size, parse_scale
+from ..classifiers.levers import LEVERS, LeverError
 from ..common.jsonio import dumps_pretty
-from ..services.whatif import whatif_document, whatif_text
 from .common import add_input, analyze_file, check_device
 from .errors import EXIT_OK, UsageError
 
@@ -28,6 +26,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from ..classifiers.whatif import parse_gpu_size, parse_scale
+    from ..services.whatif import whatif_document, whatif_text
     try:
         scales: dict[str, float] = {}
         for text in args.scale:

@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 import zlib
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from ..classifiers import Analysis, Peak, to_plain
+from ..classifiers.results import Peak, to_plain
 from ..common.jsonio import dumps, loads
 from ..common.units import fmt_bytes
 from ..present.stacks import Stacks
@@ -27,6 +27,9 @@ from ..present.words import (
     peak_words,
     stale_gradients_text,
 )
+
+if TYPE_CHECKING:
+    from ..classifiers.analysis import Analysis
 
 TOP_AT_PEAK = 10
 
