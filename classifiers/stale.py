@@ -27,23 +27,27 @@ def stale_gradients(da) -> StaleGradients | None:
     if not len(rows) or not da.iterations:
         return None
     ai, fi, size = a.alloc_index[rows], a.free_index[rows], a.size[rows]
-    best = None
-    stale_in = []
-    for it in da.iterations:
-        fwd = it.phases.get("forward")
-        if fwd is None:
-            continue
-        f0 = fwd[0]
-        stale = (ai < it.start_index) & ((fi < 0) | (fi > f0))
-        if not stale.any():
-            continue
-        stale_in.append(it.number)
-        b = int(size[stale].sum())
-        if best is None or b > best[0]:
-            best = (b, it, stale)
-    if best is None:
+    with_fwd = [it for it in da.iterations if "forward" in it.phases]
+    if not with_fwd:
         return None
-    nbytes, it, stale = best
+    starts = np.array([it.start_index for it in with_fwd], dtype=np.int64)
+    fwd = np.array([it.phases["forward"][0] for it in with_fwd], dtype=np.int64)
+    # a row is stale in iterations k that began after it was made (starts[k] > ai) and whose
+    # forward starts before it is freed (fwd[k] < fi): a run of k, [k0, k1) (both arrays
+    # increase with k); summed over rows with a difference array, one pass for all k
+    k0 = np.searchsorted(starts, ai, side="right")
+    k1 = np.where(fi < 0, len(with_fwd), np.searchsorted(fwd, fi, side="left"))
+    live = k1 > k0
+    if not live.any():
+        return None
+    diff = np.zeros(len(with_fwd) + 1, dtype=np.int64)
+    np.add.at(diff, k0[live], size[live])
+    np.subtract.at(diff, k1[live], size[live])
+    per_it = np.cumsum(diff[:-1])
+    stale_in = [with_fwd[k].number for k in np.flatnonzero(per_it > 0).tolist()]
+    k = int(np.argmax(per_it))
+    nbytes, it = int(per_it[k]), with_fwd[k]
+    stale = (ai < it.start_index) & ((fi < 0) | (fi > fwd[k]))
     freed = fi[stale][fi[stale] >= 0]
     first, last = (int(freed.min()), int(freed.max())) if len(freed) else (-1, -1)
     end = last if last >= 0 else it.end_index
