@@ -101,3 +101,74 @@ def test_the_model_is_built_only_when_the_panel_is_shown(qt, window):
     assert window.whatif_panel.model is None and d.__dict__.get("_alloc_stack") is None
     window.docks["whatif"].raise_()
     qt.waitUntil(lambda: window.whatif_panel.model is not None, timeout=5000)
+
+
+def test_budget_text_columns_share_the_width_and_wrap(qt, window):
+    """The formulas fill the room the numbers leave (no sideways scrolling on a wide window);
+    on a narrow one they keep a readable width and the table scrolls."""
+    window.resize(1600, 1000)
+    _d, panel = open_whatif(qt, window, QLORA)
+    t = panel.table
+    qt.waitUntil(lambda: t.horizontalScrollBar().maximum() == 0, timeout=2000)
+    hh = t.horizontalHeader()
+    assert sum(hh.sectionSize(c) for c in range(5)) == pytest.approx(t.viewport().width(), abs=2)
+    assert hh.sectionSize(4) >= 220
+    # the note follows its formula in the same cell
+    notes = [t.item(r, 4).text() for r in range(t.rowCount())]
+    assert any("zero_grad" in n or "after the peak" in n for n in notes)
+    window.docks["whatif"].resize(600, 300)
+
+
+def test_status_hint_fits_the_window(qt, window):
+    from vramscope.viewer.window import MOUSE_HINTS
+    for width in (1600, 1024):
+        window.resize(width, 700)
+        qt.wait(10)
+        open_and_wait(qt, window, str(QLORA))
+        sb = window.statusBar()
+        msg = sb.currentMessage()
+        assert msg in MOUSE_HINTS or msg.startswith("x axis in entries")
+        labels = sum(w.sizeHint().width() for w in (window.status_file, window.status_device,
+                                                    window.status_entries, window.status_peak))
+        assert sb.fontMetrics().horizontalAdvance(msg) <= sb.width() - labels
+    # narrowed after the hint was shown: it takes its shorter wording
+    window.resize(1600, 700)
+    open_and_wait(qt, window, str(QLORA))
+    long = sb.currentMessage()
+    window.resize(800, 700)
+    qt.waitUntil(lambda: sb.currentMessage() != long, timeout=2000)
+    labels = sum(w.sizeHint().width() for w in (window.status_file, window.status_device,
+                                                window.status_entries, window.status_peak))
+    assert sb.fontMetrics().horizontalAdvance(sb.currentMessage()) <= sb.width() - labels
+
+
+def test_a_window_squeezed_small_keeps_drawing(qt, window):
+    """Narrowing the window squeezes the timeline to nothing: with PySide6 6.12 an exception in
+    an item's paint there killed the process (segfault); now nothing fails."""
+    import io
+    import sys
+    err = io.StringIO()
+    old, sys.stderr = sys.stderr, err
+    try:
+        window.resize(1600, 1000)
+        open_and_wait(qt, window, str(QLORA))
+        for w, h in ((900, 600), (700, 600), (400, 300), (1400, 900)):
+            window.resize(w, h)
+            qt.wait(300)
+            window.grab()
+    finally:
+        sys.stderr = old
+    assert "failed" not in err.getvalue()
+
+
+def test_survives_reports_once_and_returns_the_default(capsys):
+    from vramscope.viewer.qt import survives
+
+    @survives(list)
+    def ticks(size):
+        return 1 / size
+
+    assert ticks(2) == 0.5
+    assert ticks(0) == [] and ticks(0) == []
+    err = capsys.readouterr().err
+    assert err.count("ticks failed") == 1 and "ZeroDivisionError" in err

@@ -14,6 +14,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QImage, QPainter, QPainterPath, QPen, QTransform
 
 from ..common.units import byte_unit, fmt_seconds
+from .qt import survives
 from .theme import NOTE_COLOR
 
 
@@ -21,7 +22,10 @@ from .theme import NOTE_COLOR
 class BytesAxis(pg.AxisItem):
     """Bytes in GiB/MiB/KiB with round steps in that unit."""
 
+    @survives(list)
     def tickSpacing(self, minVal, maxVal, size):
+        if not size > 0:
+            return []                # an axis squeezed to nothing: no ticks
         _, scale = byte_unit(max(abs(minVal), abs(maxVal)))
         levels = super().tickSpacing(minVal / scale, maxVal / scale, size)
         return [(sp * scale, off * scale) for sp, off in levels]
@@ -43,8 +47,9 @@ class TimeAxis(pg.AxisItem):
         self.has_time = True
         self.state_only = False      # a snapshot without a trace: one moment, no ticks
 
+    @survives(list)
     def tickSpacing(self, minVal, maxVal, size):
-        if self.state_only:
+        if self.state_only or not size > 0:
             return []
         levels = super().tickSpacing(minVal, maxVal, size)
         if not self.has_time:
@@ -99,9 +104,11 @@ class DeviceStrokes(pg.GraphicsObject):
     def clear(self):
         self.set_strokes([])
 
+    @survives(QRectF)
     def boundingRect(self):
         return self._rect
 
+    @survives()
     def paint(self, p: QPainter, *args):
         if not self._strokes:
             return
@@ -175,6 +182,7 @@ class RasterBands(pg.GraphicsObject):
     def clear(self):
         self.set_columns(np.zeros(0), np.zeros((0, 0)), [])
 
+    @survives(QRectF)
     def boundingRect(self):
         return self._rect
 
@@ -205,6 +213,7 @@ class RasterBands(pg.GraphicsObject):
         x_left = (float(self.x[0]) * tr.m11() + tr.m31()) - 0.5 / dpr
         return img, QPointF(x_left, top / dpr)
 
+    @survives()
     def paint(self, p: QPainter, *args):
         if not len(self.x) or not self.cum.shape[1]:
             return
@@ -260,9 +269,11 @@ class StackImage(pg.GraphicsObject):
     def clear(self):
         self.set_stack(np.zeros(0), None, None, np.zeros(0, dtype=np.int64), self.palette, 0.0)
 
+    @survives(QRectF)
     def boundingRect(self):
         return self._rect
 
+    @survives()
     def paint(self, p: QPainter, *args):
         if self.cols is None or not len(self.x):
             return
@@ -333,6 +344,7 @@ class _ViewSpanning(pg.GraphicsObject):
         self.prepareGeometryChange()
         self.update()
 
+    @survives(QRectF)
     def boundingRect(self):
         vr = self.viewRect()
         return QRectF() if vr is None else vr
@@ -382,6 +394,7 @@ class SpansItem(_ViewSpanning):
             self.text_color = QColor(text_color)
         self.update()
 
+    @survives()
     def paint(self, p: QPainter, *args):
         vr = self.viewRect()
         if vr is None or vr.width() <= 0:
@@ -512,6 +525,7 @@ class NotesItem(_ViewSpanning):
                 return tips.get(ann_id, "")
         return ""
 
+    @survives()
     def paint(self, p: QPainter, *args):
         self.hits = []
         self.placed = []
@@ -607,12 +621,15 @@ class GridItem(_ViewSpanning):
             pen.setCosmetic(True)
         self.update()
 
+    @survives()
     def paint(self, p: QPainter, *args):
         vr = self.viewRect()
         if vr is None or vr.width() <= 0 or vr.height() <= 0:
             return
         tr = p.transform()
         dev = tr.mapRect(vr)
+        if dev.width() < 1 or dev.height() < 1:
+            return                   # a plot squeezed to nothing
         p.save()
         p.resetTransform()
         p.setRenderHint(QPainter.RenderHint.Antialiasing, False)

@@ -35,8 +35,24 @@ from ..present.words import peak_words
 from .model import DeviceData
 from .theme import category_color
 
+class _BudgetTable(QTableWidget):
+    resized = Signal()
+
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self.resized.emit()
+
+
 SLIDER_MAX = 200             # 0 .. 2x in steps of 0.01
 NO_GPU = "no GPU line"
+TEXT_COLUMN_MIN = 220        # px: the formulas wrap, but not a few words per line
+BUDGET_COLUMNS = (
+    ("Category", "The category (DESIGN.md §3)"),
+    ("At peak", "Live bytes of the category at the device's peak"),
+    ("Max", "The category's own highest live bytes over the run (often at another moment)"),
+    ("Expected", "What napkin math expects from the model's size; — where the snapshot cannot tell"),
+    ("How it is estimated", "The formula with this run's numbers, then what the measurement says about it"),
+)
 
 
 class WhatIfPanel(QWidget):
@@ -111,9 +127,11 @@ class WhatIfPanel(QWidget):
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
 
-        self.table = QTableWidget(0, 6, self)
-        self.table.setHorizontalHeaderLabels(["Category", "Measured at peak", "Max over run", "Expected", "Formula",
-                                              "Note"])
+        self.table = _BudgetTable(0, len(BUDGET_COLUMNS), self)
+        for c, (title, tip) in enumerate(BUDGET_COLUMNS):
+            head_item = QTableWidgetItem(title)
+            head_item.setToolTip(tip)
+            self.table.setHorizontalHeaderItem(c, head_item)
         self.table.verticalHeader().hide()
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setWordWrap(True)
@@ -123,6 +141,7 @@ class WhatIfPanel(QWidget):
         self._rows_timer.setSingleShot(True)
         self._rows_timer.setInterval(20)
         self._rows_timer.timeout.connect(self.table.resizeRowsToContents)
+        self.table.resized.connect(self.fit_text_columns)
         self.table.setToolTip("The budget: what each category measured at the peak and at its own maximum, "
                               "and what napkin math expects from the model's size (DESIGN.md §8)")
         split = QSplitter(Qt.Orientation.Horizontal, self)
@@ -215,8 +234,9 @@ class WhatIfPanel(QWidget):
         rows = self.budget.rows if self.budget is not None else ()
         self.table.setRowCount(len(rows))
         for r, row in enumerate(rows):
+            how = row.formula + (f"\n{row.note}" if row.note else "")
             cells = [row.category, fmt_bytes(row.measured), fmt_bytes(row.measured_max),
-                     fmt_bytes(row.expected) if row.expected is not None else "—", row.formula, row.note]
+                     fmt_bytes(row.expected) if row.expected is not None else "—", how]
             for c, text in enumerate(cells):
                 it = QTableWidgetItem(text)
                 it.setToolTip(text)
@@ -232,15 +252,9 @@ class WhatIfPanel(QWidget):
         hh = self.table.horizontalHeader()
         for c in (0, 1, 2, 3):
             hh.setSectionResizeMode(c, QHeaderView.ResizeMode.ResizeToContents)
-        # the formulas and notes wrap in columns of their own width (scroll sideways on a
-        # narrow window rather than a column one word wide)
         hh.setSectionResizeMode(4, QHeaderView.ResizeMode.Interactive)
-        hh.setSectionResizeMode(5, QHeaderView.ResizeMode.Interactive)
-        hh.setStretchLastSection(True)
-        self.table.setColumnWidth(4, 300)
-        self.table.setColumnWidth(5, 300)
         hh.setMinimumSectionSize(60)
-        self._rows_timer.start()
+        self.fit_text_columns()
         f = self.facts
         if f is not None:
             self.facts_line.setText(
@@ -250,6 +264,14 @@ class WhatIfPanel(QWidget):
                 + f" · dtypes: {_esc(f.dtype_evidence)}")
 
     # -- what the controls say ------------------------------------------------------------------
+    def fit_text_columns(self):
+        """The formulas fill the width the numbers leave, wrapped; below TEXT_COLUMN_MIN the
+        table scrolls sideways rather than make a column a few words wide."""
+        hh = self.table.horizontalHeader()
+        used = sum(hh.sectionSize(c) for c in range(4))
+        self.table.setColumnWidth(4, max(TEXT_COLUMN_MIN, self.table.viewport().width() - used))
+        self._rows_timer.start()
+
     def reset(self):
         for sl in self.sliders.values():
             sl.blockSignals(True)

@@ -43,6 +43,13 @@ from .window_views import ViewsMixin
 
 PAGE_WELCOME, PAGE_TIMELINE, PAGE_EMPTY = range(3)
 # what the store's undo/redo commands do, for the Edit menu's "Undo Add Note"
+# the mouse's keys, longest first: the status bar shows the longest that fits the window
+MOUSE_HINTS = (
+    "Wheel: zoom · drag: box zoom · Shift+drag: pan · Ctrl+drag: mark a range · click: select · F1: keys",
+    "Wheel: zoom · drag: box zoom · Shift+drag: pan · Ctrl+drag: mark · F1: keys",
+    "Wheel: zoom · Shift+drag: pan · F1: keys",
+    "F1: keys",
+)
 _COMMAND_NAMES = {"_Add": "Add Note", "_Remove": "Delete Note", "_Edit": "Edit Note"}
 
 
@@ -230,6 +237,11 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
         super().resizeEvent(ev)
         # the docks follow the window until the user drags a separator (their sizes then stay)
         self._follow_window()
+        # a hint on show stays whole: its shorter wording when the window narrows
+        shown = self.statusBar().currentMessage()
+        for variants in getattr(self, "_hint_sets", ()):
+            if shown in variants and self._fitting(variants) != shown:
+                self.statusBar().showMessage(self._fitting(variants), 12000)
 
     def showEvent(self, ev):
         super().showEvent(ev)
@@ -450,6 +462,16 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
             sb.addPermanentWidget(w)
         self.status_notes.hide()
         self._mark_message = None
+        self._hint_sets: list[tuple[str, ...]] = []       # status hints that have shorter wordings
+
+    def _fitting(self, variants: tuple[str, ...]) -> str:
+        """The longest of `variants` (longest first) that fits beside the status bar's labels."""
+        sb = self.statusBar()
+        labels = sum(w.sizeHint().width() for w in (self.status_notes, self.status_file, self.status_device,
+                                                    self.status_entries, self.status_peak) if w.isVisible())
+        room = sb.width() - labels - 24
+        fm = sb.fontMetrics()
+        return next((v for v in variants if fm.horizontalAdvance(v) <= room), variants[-1])
 
     def _update_status(self):
         d = self.data
@@ -524,10 +546,9 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
             self.act_time_axis.setChecked(d.time_axis)
             self.act_time_axis.setEnabled(d.has_time)
             self.moment_panel.show_index(max(d.peak_index, -1))
-            self.statusBar().showMessage(
-                self._axis_notice() or
-                "Wheel: zoom · drag: box zoom · Shift+drag: pan · Ctrl+drag: mark a range · click: select · "
-                "F1: keys", 12000)
+            notice = self._axis_notice()
+            self._hint_sets = [(notice, "x axis in entries (T: seconds)") if notice else MOUSE_HINTS]
+            self.statusBar().showMessage(self._fitting(self._hint_sets[0]), 12000)
         else:
             self.statusBar().showMessage("This snapshot records no memory on any device.", 8000)
         if self.notes_notice:
