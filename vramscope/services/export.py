@@ -109,25 +109,8 @@ def _segments_at(snap, dev: int, end: int) -> list[dict]:
             segs[addr] = {"address": addr, "total_size": size, "stream": int(stream_c[i]),
                           "segment_type": 1 if size > (1 << 20) else 0, "pool": (0, 0),
                           "is_expandable": False, "stack": int(stack_c[i])}
-        elif act == A_SEGMENT_MAP:          # undo a map: the piece goes away
-            host = _containing(segs, addr)
-            if host is None:
-                continue
-            if host["address"] == addr and host["total_size"] <= size:
-                segs.pop(addr)
-            elif host["address"] + host["total_size"] == addr + size:
-                host["total_size"] -= size
-            elif host["address"] == addr:   # the head: the segment starts later
-                segs.pop(addr)
-                host["address"] += size
-                host["total_size"] -= size
-                segs[host["address"]] = host
-            else:                           # a hole in the middle: split in two
-                tail = dict(host)
-                tail["address"] = addr + size
-                tail["total_size"] = host["address"] + host["total_size"] - (addr + size)
-                host["total_size"] = addr - host["address"]
-                segs[tail["address"]] = tail
+        elif act == A_SEGMENT_MAP:          # undo a map: the range goes away from every segment it overlaps
+            _unmap_range(segs, addr, addr + size)
         elif act == A_SEGMENT_UNMAP:        # undo an unmap: the piece comes back
             before = next((s for s in segs.values() if s["address"] + s["total_size"] == addr), None)
             if before is not None:
@@ -138,11 +121,16 @@ def _segments_at(snap, dev: int, end: int) -> list[dict]:
     return [segs[a] for a in sorted(segs)]
 
 
-def _containing(segs: dict, addr: int):
-    for s in segs.values():
-        if s["address"] <= addr < s["address"] + s["total_size"]:
-            return s
-    return None
+def _unmap_range(segs: dict, lo: int, hi: int) -> None:
+    """Take [lo, hi) out of the segments: a segment it covers goes, one it cuts keeps the
+    pieces outside it (a map that torch merged into neighbouring segments spans several)."""
+    for s in [s for s in segs.values() if s["address"] < hi and lo < s["address"] + s["total_size"]]:
+        s0, s1 = s["address"], s["address"] + s["total_size"]
+        del segs[s0]
+        if s0 < lo:
+            segs[s0] = {**s, "total_size": lo - s0}
+        if hi < s1:
+            segs[hi] = {**s, "address": hi, "total_size": s1 - hi}
 
 
 def _live_blocks_at(snap, dev: int, end: int):
