@@ -38,6 +38,7 @@ import struct
 import tempfile
 import time
 import zlib
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -125,37 +126,30 @@ def _read_sealed(path: str, magic: bytes, limit: int = MAX_MANIFEST) -> bytes | 
 def open_snapshot(path: str, progress: Progress | None = None, use_cache: bool = True) -> Snapshot:
     """Read a snapshot file (or its cached columns). Raises `SnapshotError` for bad input,
     including a path that is not a readable regular file."""
-    try:
-        fh = open_regular(path)
-    except FileNotFoundError:
-        raise SnapshotError("no such file", path) from None
-    except NotRegularFileError as e:
-        raise SnapshotError(e.strerror, path) from None
-    except OSError as e:
-        raise SnapshotError(f"cannot read: {one_line(e)}", path) from None
-    with fh:
-        try:
-            st = os.fstat(fh.fileno())
-            root = cache_root() if use_cache else None
-            entry = None
-            if root is not None:
-                entry = os.path.join(root, file_key(fh, st))
-                snap = _load_cached(entry, path, fh, st)
-                if snap is not None:
-                    return snap
-            return _parse(path, fh, st, root, entry, progress)
-        except SnapshotError as e:
-            if e.path is None:
-                e.path = path
-            raise
-        except OSError as e:
-            raise SnapshotError(f"cannot read: {one_line(e)}", path) from None
+    with _opened(path) as fh:
+        st = os.fstat(fh.fileno())
+        root = cache_root() if use_cache else None
+        entry = None
+        if root is not None:
+            entry = os.path.join(root, file_key(fh, st))
+            snap = _load_cached(entry, path, fh, st)
+            if snap is not None:
+                return snap
+        return _parse(path, fh, st, root, entry, progress)
 
 
 def read_snapshot(path: str, progress: Progress | None = None, fast: bool = True) -> Snapshot:
     """Read a snapshot into memory without the cache. `fast=False` takes the general
     interpreter for every trace entry: the result must equal the fast path's (tests and
     the fuzz campaign compare the two)."""
+    with _opened(path) as fh:
+        return _parse_into(path, fh, os.fstat(fh.fileno()), None, None, None, progress, fast)
+
+
+@contextmanager
+def _opened(path: str):
+    """The user's file, open for reading: every failure, opening or reading, is a
+    `SnapshotError` that names the path."""
     try:
         fh = open_regular(path)
     except FileNotFoundError:
@@ -166,7 +160,7 @@ def read_snapshot(path: str, progress: Progress | None = None, fast: bool = True
         raise SnapshotError(f"cannot read: {one_line(e)}", path) from None
     with fh:
         try:
-            return _parse_into(path, fh, os.fstat(fh.fileno()), None, None, None, progress, fast)
+            yield fh
         except SnapshotError as e:
             if e.path is None:
                 e.path = path
