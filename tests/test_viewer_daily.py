@@ -569,3 +569,45 @@ def test_category_outline_sits_at_its_place_in_the_band(qt, window):
     lo, hi = outline_at(tl, tl._last_env.col_x[col])
     assert lo == pytest.approx(base + offset) and hi == pytest.approx(base + offset + float(d.allocs.size[row]))
     assert lo > 0                                   # not drawn from 0 at the bottom of the chart
+
+
+def _dock_tab(w, title):
+    """The tab bar of a group of tabbed panels and the index of the tab called `title`."""
+    from PySide6.QtWidgets import QTabBar
+    for bar in w.findChildren(QTabBar):
+        for i in range(bar.count()):
+            if bar.tabText(i).startswith(title) and bar.isVisible():
+                return bar, i
+    raise AssertionError(f"no tab {title!r}")
+
+
+def test_a_panel_raised_by_its_tab_takes_the_keys_from_the_table_it_covers(qt):
+    """Clicking a row, then the Allocator's tab, then →: the allocator steps, and the table
+    (behind its tab, yet still 'visible' to Qt) keeps its selection. The focus used to stay
+    in the covered table, so the arrows moved an unseen selection."""
+    from PySide6.QtCore import QPoint, Qt
+    from PySide6.QtWidgets import QApplication
+    w = new_window(qt)
+    w.resize(1024, 700)
+    open_and_wait(qt, w, DATA / "oom_step3.pickle")
+    w.activateWindow()
+    qt.waitUntil(lambda: QApplication.activeWindow() is w, timeout=2000)
+    view = w.table_panel.table
+    qt.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(40, view.rowHeight(0) // 2))
+    row = w.selected_row
+    assert row is not None and QApplication.focusWidget() is view
+    bar, i = _dock_tab(w, "Allocator")
+    qt.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(i).center())
+    qt.waitUntil(lambda: w.on_screen("allocator") and w.allocator_panel.index is not None, timeout=2000)
+    qt.wait(20)
+    start = w.allocator_panel.index
+    qt.keyClick(QApplication.focusWidget(), Qt.Key.Key_Right)
+    assert w.allocator_panel.index == start + 1
+    assert w.selected_row == row
+    # and back: the table's tab gives the keys to the table
+    bar, i = _dock_tab(w, "Allocations")
+    qt.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(i).center())
+    qt.waitUntil(lambda: w.on_screen("allocations"), timeout=2000)
+    qt.wait(20)
+    qt.keyClick(QApplication.focusWidget(), Qt.Key.Key_Down)
+    assert w.selected_row != row and w.allocator_panel.index == start + 1

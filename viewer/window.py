@@ -159,6 +159,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
             dock.setWidget(widget)
             self.addDockWidget(area, dock)
             self.docks[key] = dock
+            dock.visibilityChanged.connect(lambda on, k=key: self._on_dock_visible(k, on))
         # right column: findings above the selection / moment tabs; the table below everything
         self.splitDockWidget(self.docks["findings"], self.docks["selection"], Qt.Orientation.Vertical)
         self.tabifyDockWidget(self.docks["selection"], self.docks["moment"])
