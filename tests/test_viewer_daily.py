@@ -265,11 +265,44 @@ def test_status_bar_gap_and_esc_clears_the_mark_message(qt, window):
     sb.showMessage("W" * 400)
     qt.wait(5)
     img = sb.grab().toImage()
-    label = window.status_file
+    # (the labels that repeat the title and the toolbar have stepped aside for it)
+    label = next(lb for lb in (window.status_file, window.status_device, window.status_entries, window.status_peak)
+                 if lb.isVisible())
     left = label.geometry().x() + label.contentsMargins().left()       # where the label's text starts
     bg = img.pixelColor(img.width() - 1, 1)
     gap = [img.pixelColor(x, y) for x in range(left - 10, left - 1) for y in range(4, img.height() - 4)]
     assert gap and all(c == bg for c in gap)
+
+
+def test_a_long_message_at_1024_pixels_is_read_whole(qt, window):
+    """Ctrl+drag at 1024 pixels: "Marked entries …: press A to annotate, File > Export Trimmed
+    Snapshot to save them, Esc to clear" used to end at "File > Expo", cut off by the labels.
+    The file name, device and entry count step aside while it shows, and come back after."""
+    window.resize(1024, 700)
+    d = open_and_wait(qt, window, EXAMPLE)
+    qt.wait(50)
+    sb = window.statusBar()
+    labels = (window.status_file, window.status_device, window.status_entries, window.status_peak)
+    tl = window.timeline
+
+    def at(x):
+        return tl.plot.mapFromScene(tl.vb.mapViewToScene(QPointF(x, d.peak_bytes / 3)))
+    drag(tl.plot.viewport(), at(float(d.x_of_index(500))), at(float(d.x_of_index(900))),
+         modifiers=Qt.KeyboardModifier.ControlModifier)
+    message = sb.currentMessage()
+    assert message.endswith("Esc to clear")
+    qt.wait(20)
+    shown = [lb for lb in labels if lb.isVisible()]
+    assert window.status_peak in shown
+    # the message ends left of the first label still shown
+    first_label_x = min(lb.geometry().x() for lb in shown)
+    assert sb.fontMetrics().horizontalAdvance(message) <= first_label_x - 8
+    assert sb.toolTip() == message
+    window.activateWindow()
+    tl.plot.setFocus()
+    qt.keyClick(tl.plot, Qt.Key.Key_Escape)
+    assert sb.currentMessage() == ""
+    assert all(lb.isVisible() for lb in labels)
 
 
 # -- small things around the window ------------------------------------------------------------------------
