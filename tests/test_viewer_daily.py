@@ -265,11 +265,44 @@ def test_status_bar_gap_and_esc_clears_the_mark_message(qt, window):
     sb.showMessage("W" * 400)
     qt.wait(5)
     img = sb.grab().toImage()
-    label = window.status_file
+    # (the labels that repeat the title and the toolbar have stepped aside for it)
+    label = next(lb for lb in (window.status_file, window.status_device, window.status_entries, window.status_peak)
+                 if lb.isVisible())
     left = label.geometry().x() + label.contentsMargins().left()       # where the label's text starts
     bg = img.pixelColor(img.width() - 1, 1)
     gap = [img.pixelColor(x, y) for x in range(left - 10, left - 1) for y in range(4, img.height() - 4)]
     assert gap and all(c == bg for c in gap)
+
+
+def test_a_long_message_at_1024_pixels_is_read_whole(qt, window):
+    """Ctrl+drag at 1024 pixels: "Marked entries …: press A to annotate, File > Export Trimmed
+    Snapshot to save them, Esc to clear" used to end at "File > Expo", cut off by the labels.
+    The file name, device and entry count step aside while it shows, and come back after."""
+    window.resize(1024, 700)
+    d = open_and_wait(qt, window, EXAMPLE)
+    qt.wait(50)
+    sb = window.statusBar()
+    labels = (window.status_file, window.status_device, window.status_entries, window.status_peak)
+    tl = window.timeline
+
+    def at(x):
+        return tl.plot.mapFromScene(tl.vb.mapViewToScene(QPointF(x, d.peak_bytes / 3)))
+    drag(tl.plot.viewport(), at(float(d.x_of_index(500))), at(float(d.x_of_index(900))),
+         modifiers=Qt.KeyboardModifier.ControlModifier)
+    message = sb.currentMessage()
+    assert message.endswith("Esc to clear")
+    qt.wait(20)
+    shown = [lb for lb in labels if lb.isVisible()]
+    assert window.status_peak in shown
+    # the message ends left of the first label still shown
+    first_label_x = min(lb.geometry().x() for lb in shown)
+    assert sb.fontMetrics().horizontalAdvance(message) <= first_label_x - 8
+    assert sb.toolTip() == message
+    window.activateWindow()
+    tl.plot.setFocus()
+    qt.keyClick(tl.plot, Qt.Key.Key_Escape)
+    assert sb.currentMessage() == ""
+    assert all(lb.isVisible() for lb in labels)
 
 
 # -- small things around the window ------------------------------------------------------------------------
@@ -569,3 +602,45 @@ def test_category_outline_sits_at_its_place_in_the_band(qt, window):
     lo, hi = outline_at(tl, tl._last_env.col_x[col])
     assert lo == pytest.approx(base + offset) and hi == pytest.approx(base + offset + float(d.allocs.size[row]))
     assert lo > 0                                   # not drawn from 0 at the bottom of the chart
+
+
+def _dock_tab(w, title):
+    """The tab bar of a group of tabbed panels and the index of the tab called `title`."""
+    from PySide6.QtWidgets import QTabBar
+    for bar in w.findChildren(QTabBar):
+        for i in range(bar.count()):
+            if bar.tabText(i).startswith(title) and bar.isVisible():
+                return bar, i
+    raise AssertionError(f"no tab {title!r}")
+
+
+def test_a_panel_raised_by_its_tab_takes_the_keys_from_the_table_it_covers(qt):
+    """Clicking a row, then the Allocator's tab, then →: the allocator steps, and the table
+    (behind its tab, yet still 'visible' to Qt) keeps its selection. The focus used to stay
+    in the covered table, so the arrows moved an unseen selection."""
+    from PySide6.QtCore import QPoint, Qt
+    from PySide6.QtWidgets import QApplication
+    w = new_window(qt)
+    w.resize(1024, 700)
+    open_and_wait(qt, w, DATA / "oom_step3.pickle")
+    w.activateWindow()
+    qt.waitUntil(lambda: QApplication.activeWindow() is w, timeout=2000)
+    view = w.table_panel.table
+    qt.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(40, view.rowHeight(0) // 2))
+    row = w.selected_row
+    assert row is not None and QApplication.focusWidget() is view
+    bar, i = _dock_tab(w, "Allocator")
+    qt.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(i).center())
+    qt.waitUntil(lambda: w.on_screen("allocator") and w.allocator_panel.index is not None, timeout=2000)
+    qt.wait(20)
+    start = w.allocator_panel.index
+    qt.keyClick(QApplication.focusWidget(), Qt.Key.Key_Right)
+    assert w.allocator_panel.index == start + 1
+    assert w.selected_row == row
+    # and back: the table's tab gives the keys to the table
+    bar, i = _dock_tab(w, "Allocations")
+    qt.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(i).center())
+    qt.waitUntil(lambda: w.on_screen("allocations"), timeout=2000)
+    qt.wait(20)
+    qt.keyClick(QApplication.focusWidget(), Qt.Key.Key_Down)
+    assert w.selected_row != row and w.allocator_panel.index == start + 1

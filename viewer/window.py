@@ -32,6 +32,7 @@ from .loader import Loader, LoadResult
 from .model import DeviceData
 from .notes import NotesPanel
 from .panels import FindingsPanel, MomentPanel, StackPanel
+from .status_bar import StatusBar
 from .table import AllocationsPanel
 from .theme import Theme
 from .timeline import TimelineWidget
@@ -159,6 +160,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
             dock.setWidget(widget)
             self.addDockWidget(area, dock)
             self.docks[key] = dock
+            dock.visibilityChanged.connect(lambda on, k=key: self._on_dock_visible(k, on))
         # right column: findings above the selection / moment tabs; the table below everything
         self.splitDockWidget(self.docks["findings"], self.docks["selection"], Qt.Orientation.Vertical)
         self.tabifyDockWidget(self.docks["selection"], self.docks["moment"])
@@ -445,7 +447,8 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
             act.setText(f"&{word} {what}".rstrip())
 
     def _build_status(self):
-        sb = self.statusBar()
+        sb = StatusBar(self)
+        self.setStatusBar(sb)
         self.status_file = QLabel(self)
         self.status_device = QLabel(self)
         self.status_entries = QLabel(self)
@@ -459,7 +462,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
             # a gap between a temporary message and the labels (Qt draws the message right up
             # to the first permanent widget), and between the labels themselves
             w.setContentsMargins(14, 0, 2, 0)
-            sb.addPermanentWidget(w)
+            sb.add_label(w, yields=w in (self.status_file, self.status_device, self.status_entries))
         self.status_notes.hide()
         self._mark_message = None
         self._hint_sets: list[tuple[str, ...]] = []       # status hints that have shorter wordings
@@ -467,9 +470,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
     def _fitting(self, variants: tuple[str, ...]) -> str:
         """The longest of `variants` (longest first) that fits beside the status bar's labels."""
         sb = self.statusBar()
-        labels = sum(w.sizeHint().width() for w in (self.status_notes, self.status_file, self.status_device,
-                                                    self.status_entries, self.status_peak) if w.isVisible())
-        room = sb.width() - labels - 24
+        room = sb.room(with_all_labels=True)
         fm = sb.fontMetrics()
         return next((v for v in variants if fm.horizontalAdvance(v) <= room), variants[-1])
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QTabBar
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QApplication, QTabBar, QWidget
 
 from ..common.units import fmt_seconds
 from ..present.words import leak_rows_text
@@ -25,6 +25,19 @@ def recent_labels(paths: list[str], width: int = 60) -> list[str]:
             folder = folder[:width // 3] + "…" + folder[-(width - width // 3 - 1):]
         out.append(f"{os.path.basename(p)}    {folder}")
     return out
+
+
+def first_focusable(panel: QWidget) -> QWidget | None:
+    """The widget of a panel that takes the keyboard: the panel itself when it does (the
+    Allocator), else its first shown child that accepts focus by Tab, skipping buttons (the
+    table over its filter buttons, the notes' list over their toolbar)."""
+    def takes_tab(w: QWidget) -> bool:
+        return bool(w.focusPolicy() & Qt.FocusPolicy.TabFocus) and w.isVisibleTo(panel) and w.isEnabled()
+    if takes_tab(panel):
+        return panel
+    kids = [w for w in panel.findChildren(QWidget) if takes_tab(w)]
+    views = [w for w in kids if w.inherits("QAbstractItemView")]
+    return (views or kids or [None])[0]
 
 
 class ViewsMixin:
@@ -47,6 +60,26 @@ class ViewsMixin:
             self._docks_shown = None
             self.docks["selection"].raise_()
             self.docks["allocations"].raise_()
+
+    def _on_dock_visible(self, key: str, visible: bool):
+        if visible:
+            QTimer.singleShot(0, self, lambda: self._focus_follows_tab(key))
+
+    def _focus_follows_tab(self, key: str):
+        """A panel brought forward by its tab takes the keyboard from the panel it covers. Qt
+        keeps the focus in the covered panel (a dock behind another's tab is still "visible"),
+        so ← / → after clicking the Allocator tab moved the hidden table's selection instead
+        of stepping the allocator."""
+        focused = QApplication.focusWidget()
+        if focused is None or not self.on_screen(key):
+            return
+        if not any(d.isAncestorOf(focused) and not self.on_screen(k) for k, d in self.docks.items()):
+            return
+        target = first_focusable(self.docks[key].widget())
+        if target is not None:
+            target.setFocus(Qt.FocusReason.OtherFocusReason)
+        else:
+            focused.clearFocus()
 
     def _hide_dock_tabs(self):
         if self._docks_shown is None:

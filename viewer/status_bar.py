@@ -1,0 +1,58 @@
+"""The main window's status bar: a temporary message is read whole.
+
+Qt draws a temporary message in the room left of the permanent labels and cuts it off at
+the first of them, without an ellipsis: at 1024 pixels "Note added on device 0: …, saved
+to /home/…/run.pickle.vramscope.json" lost the place it was saved to, and "Marked entries
+…: press A to annotate, File > Export Trimmed Snapshot…" its second half. While a message
+does not fit, the labels that repeat what the window shows elsewhere (the file name is in
+the title, the device in the toolbar) step aside; the whole text is also the tooltip.
+"""
+from __future__ import annotations
+
+from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
+
+# Qt's margins around the message and between the permanent widgets, measured with Fusion
+SLACK = 24
+
+
+class StatusBar(QStatusBar):
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._permanent: list[QLabel] = []
+        self._yielding: list[QLabel] = []       # least needed first
+        self._stepped_aside: list[QLabel] = []
+        self.messageChanged.connect(self._fit)
+
+    def add_label(self, label: QLabel, yields: bool = False):
+        """A permanent label; `yields`: it steps aside while a message needs its room."""
+        self.addPermanentWidget(label)
+        self._permanent.append(label)
+        if yields:
+            self._yielding.append(label)
+
+    def room(self, with_all_labels: bool = False) -> int:
+        """The width a temporary message has beside the permanent labels shown (or beside
+        all of them, those stepped aside for the message shown now included)."""
+        labels = sum(w.sizeHint().width() for w in self._permanent
+                     if w.isVisibleTo(self) or (with_all_labels and w in self._stepped_aside))
+        return self.width() - labels - SLACK
+
+    def _fit(self, message: str = ""):
+        for w in self._stepped_aside:
+            w.show()
+        self._stepped_aside = []
+        self.setToolTip(message)
+        if not message:
+            return
+        need = self.fontMetrics().horizontalAdvance(message)
+        for w in self._yielding:
+            if need <= self.room():
+                break
+            if w.isVisibleTo(self):
+                w.hide()
+                self._stepped_aside.append(w)
+
+    def resizeEvent(self, ev):
+        super().resizeEvent(ev)
+        self._fit(self.currentMessage())
