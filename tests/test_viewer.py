@@ -98,6 +98,22 @@ def test_hover_shows_the_allocation(qt, window):
     assert d.categories[vis[0]] in html and "click to select" in html
 
 
+def test_switching_mode_under_a_still_pointer_updates_the_hover_box(qt, window):
+    d = open_and_wait(qt, window, str(REPO / "tests" / "data" / "oom.pickle"))
+    assert d.segments_known
+    i = d.peak_index
+    comp = d.composition([i])[0]
+    vis = window.timeline.visible_categories
+    pos = view_point(window, float(d.x_of_index(i)), comp[vis[0]] * 0.5)
+    qt.mouseMove(window.timeline.plot.viewport(), pos)
+    qt.waitUntil(lambda: window.timeline.hover_label.isVisible(), timeout=3000)
+    assert "click to select" in window.timeline.hover_label.textItem.toHtml()
+    qt.keyClick(window.timeline.plot.viewport(), Qt.Key.Key_S)
+    assert window.timeline.mode == "segments"
+    html = window.timeline.hover_label.textItem.toHtml()
+    assert "segment 0x" in html and "click to select" not in html
+
+
 def test_filter_table(qt, window):
     d = open_and_wait(qt, window, EXAMPLE)
     panel = window.table_panel

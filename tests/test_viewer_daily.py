@@ -375,6 +375,10 @@ def test_findings_wrap_and_show_the_oom_advice(qt, window):
     from vramscope.present.words import oom_suggestions
     for advice in oom_suggestions(oom):
         assert advice.split(" (")[0][:40] in flat                     # the advice is on screen, not a tooltip
+    # the finding's title and detail (the status bar joins them) name the request once
+    fv = next(f for f in d.findings if f.kind == "oom")
+    from vramscope.common.units import fmt_bytes
+    assert fmt_bytes(oom.requested) in fv.title and f"requested {fmt_bytes(oom.requested)}" not in fv.detail
     # narrower: the lines wrap again
     before = sum(t.count("\n") for t in texts)
     window.resizeDocks([window.docks["findings"]], [240], Qt.Orientation.Horizontal)

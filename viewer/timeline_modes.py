@@ -28,6 +28,8 @@ class ModesMixin:
             self.mode = mode
             self._refresh()
             self.select_row(self._selected_row)
+            if self.hover_label.isVisible():
+                self._do_hover()         # the box under a still pointer tells what the new mode draws
             self.modeChanged.emit(mode)
         return True
 

@@ -207,7 +207,7 @@ def finding_detail(f: Finding, where: str = "") -> str:
             text += f" — worth trying: {advice_text(s.advice[0], moment='at the peak')}"
         return text
     if isinstance(s, Oom):
-        detail = f"requested {fmt_bytes(s.requested)}, device free {fmt_bytes(s.device_free)}"
+        detail = f"device free {fmt_bytes(s.device_free)}"        # the title says what was requested
         if s.advice:
             detail += f" — next step: {advice_text(s.advice[0], s)}"
         return detail
