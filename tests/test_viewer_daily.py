@@ -648,3 +648,35 @@ def test_a_panel_raised_by_its_tab_takes_the_keys_from_the_table_it_covers(qt):
     qt.wait(20)
     qt.keyClick(QApplication.focusWidget(), Qt.Key.Key_Down)
     assert w.selected_row != row and w.allocator_panel.index == start + 1
+
+
+def test_panels_follow_the_window_until_a_separator_is_dragged(qt, window):
+    """A stray click on the window's background does not freeze the panels' sizes; dragging
+    the separator beside the right column does (the sizes the user chose then stay)."""
+    open_and_wait(qt, window, EXAMPLE)
+    qt.wait(120)
+    right = window.docks["findings"]
+
+    def separator() -> QPoint:
+        g = right.geometry()
+        return QPoint(g.left() - 3, g.top() + g.height() // 2)
+
+    qt.mouseClick(window, Qt.MouseButton.LeftButton, pos=separator())     # a click: nothing moves
+    window.resize(1600, 1000)
+    qt.wait(150)
+    wide = right.width()
+    window.resize(1024, 700)
+    qt.wait(150)
+    assert right.width() < wide                                           # the column still follows
+    p = separator()
+    qt.mousePress(window, Qt.MouseButton.LeftButton, pos=p)
+    for dx in (-10, -30, -60):
+        qt.mouseMove(window, QPoint(p.x() + dx, p.y()))
+        qt.wait(10)
+    qt.mouseRelease(window, Qt.MouseButton.LeftButton, pos=QPoint(p.x() - 60, p.y()))
+    qt.wait(50)
+    chosen = right.width()
+    assert chosen > right.minimumSizeHint().width() and chosen != wide
+    window.resize(1400, 900)
+    qt.wait(150)
+    assert abs(right.width() - chosen) <= 2                               # the user's width stays

@@ -250,11 +250,19 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
         self._follow_window()
 
     def event(self, ev):
-        # a press that reaches the main window itself is on a dock separator: the user
-        # is sizing the panels by hand
+        # a press that reaches the main window itself may be on a dock separator: when the
+        # panels' sizes differ at the release, the user sized them by hand (they then stay);
+        # a stray click on the window's background changes nothing
         if ev.type() == QEvent.Type.MouseButtonPress:
-            self._user_layout = True
+            self._sizes_at_press = self._dock_sizes()
+        elif ev.type() == QEvent.Type.MouseButtonRelease and getattr(self, "_sizes_at_press", None) is not None:
+            if self._dock_sizes() != self._sizes_at_press:
+                self._user_layout = True
+            self._sizes_at_press = None
         return super().event(ev)
+
+    def _dock_sizes(self) -> tuple:
+        return tuple((k, d.width(), d.height()) for k, d in self.docks.items() if d.isVisible())
 
     # -- actions ----------------------------------------------------------------------------
     def _act(self, menu, text, slot, keys=(), tip="", checkable=False):
