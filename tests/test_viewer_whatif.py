@@ -172,3 +172,20 @@ def test_survives_reports_once_and_returns_the_default(capsys):
     assert ticks(0) == [] and ticks(0) == []
     err = capsys.readouterr().err
     assert err.count("ticks failed") == 1 and "ZeroDivisionError" in err
+
+
+def test_levers_read_whole_in_a_1024_pixel_window(qt, window):
+    window.resize(1024, 700)
+    _d, panel = open_whatif(qt, window, QLORA)
+    qt.wait(100)
+    for name, cb in panel.levers.items():
+        assert cb.width() >= cb.sizeHint().width(), name                  # the lever's name is not cut
+    # its factors sit beside it, wrapped; a click on them ticks the lever
+    cb = panel.levers["checkpointing"] if "checkpointing" in panel.levers else next(iter(panel.levers.values()))
+    r = panel.lever_box.indexOf(cb)
+    row, _col, _rs, _cs = panel.lever_box.getItemPosition(r)
+    factors = panel.lever_box.itemAtPosition(row, 1).widget()
+    assert factors.wordWrap() and "×" in factors.text()
+    qt.mouseClick(factors, Qt.MouseButton.LeftButton)
+    assert cb.isChecked()
+    qt.waitUntil(lambda: panel.checked_levers() != [], timeout=1000)

@@ -35,6 +35,15 @@ from ..present.words import peak_words
 from .model import DeviceData
 from .theme import category_color
 
+class _ClickLabel(QLabel):
+    clicked = Signal()
+
+    def mousePressEvent(self, event):
+        if event.button() == Qt.MouseButton.LeftButton:
+            self.clicked.emit()
+        super().mousePressEvent(event)
+
+
 class _BudgetTable(QTableWidget):
     resized = Signal()
 
@@ -77,8 +86,10 @@ class WhatIfPanel(QWidget):
         self.grid.setContentsMargins(0, 0, 0, 0)
         self.grid.setHorizontalSpacing(8)
         self.grid.setVerticalSpacing(2)
-        self.lever_box = QVBoxLayout()
-        self.lever_box.setSpacing(1)
+        self.lever_box = QGridLayout()
+        self.lever_box.setContentsMargins(0, 0, 0, 0)
+        self.lever_box.setHorizontalSpacing(6)
+        self.lever_box.setVerticalSpacing(1)
         self.assumptions = QLabel(self)
         self.assumptions.setWordWrap(True)
         self.assumptions.setTextFormat(Qt.TextFormat.RichText)
@@ -115,10 +126,12 @@ class WhatIfPanel(QWidget):
         self.gpu.setMinimumContentsLength(16)
         lv = QVBoxLayout(left)
         lv.setContentsMargins(0, 0, 0, 0)
-        lv.addWidget(QLabel("<b>Scale each category</b> (its live bytes at every moment)", self))
-        lv.addLayout(self.grid)
-        lv.addWidget(QLabel("<b>Levers</b> (estimates; hover one for why)", self))
-        lv.addLayout(self.lever_box)
+        for text, layout in (("<b>Scale each category</b> (its live bytes at every moment)", self.grid),
+                             ("<b>Levers</b> (estimates; hover one for why)", self.lever_box)):
+            head_label = QLabel(text, self)
+            head_label.setWordWrap(True)
+            lv.addWidget(head_label)
+            lv.addLayout(layout)
         lv.addWidget(self.assumptions)
         lv.addStretch(1)
         left.setMinimumWidth(self.fontMetrics().horizontalAdvance("x" * 40))
@@ -221,14 +234,23 @@ class WhatIfPanel(QWidget):
             self.grid.addWidget(val, r, 2)
             self.sliders[name], self.values[name] = sl, val
         self.grid.setColumnStretch(1, 1)
-        for name, (title, _fn) in LEVERS.items():
+        for r, (name, (title, _fn)) in enumerate(LEVERS.items()):
             lv = lever(name, self.facts)
             what = ", ".join(f"{c} ×{f:.3g}" for c, f in lv.scales.items()) or "no allocator overhead"
-            cb = QCheckBox(f"{title} ({what})", self)
+            cb = QCheckBox(title, self)
             cb.setToolTip(lv.assumption)
             cb.toggled.connect(lambda _on: self._schedule())
-            self.lever_box.addWidget(cb)
+            # the factors beside the lever's name, wrapped in a narrow panel (a check box
+            # never wraps: its whole text was cut off at 1024 pixels); a click on them ticks it
+            factors = _ClickLabel(f"<span style='color:{self.palette().color(QPalette.ColorRole.PlaceholderText).name()}'>"
+                                  f"{_esc(what)}</span>", self)
+            factors.setWordWrap(True)
+            factors.setToolTip(lv.assumption)
+            factors.clicked.connect(cb.toggle)
+            self.lever_box.addWidget(cb, r, 0, Qt.AlignmentFlag.AlignTop)
+            self.lever_box.addWidget(factors, r, 1, Qt.AlignmentFlag.AlignTop)
             self.levers[name] = cb
+        self.lever_box.setColumnStretch(1, 1)
 
     def _fill_budget(self):
         rows = self.budget.rows if self.budget is not None else ()
