@@ -67,20 +67,37 @@ def oom_suggestions(oom: Oom) -> list[str]:
     return [advice_text(a, oom) for a in oom.advice]
 
 
+def process_limit(requested: int, device_free: int | None) -> bool:
+    """The card had more free than was asked for: a limit inside the process ran out
+    (torch.cuda.set_per_process_memory_fraction, or a framework's cap), not the card."""
+    return device_free is not None and requested > 0 and device_free >= requested
+
+
+def device_free_text(requested: int, device_free: int | None) -> str:
+    text = f"device free {fmt_bytes(device_free)}"
+    if process_limit(requested, device_free):
+        text += " (more than requested: a limit set in the process ran out, not the card)"
+    return text
+
+
 def oom_diagnosis(oom: Oom) -> str:
-    """Why the request failed, in one sentence (DESIGN.md §5)."""
+    """Why the request failed, in one sentence (DESIGN.md §5), and a second when the card
+    itself still had room."""
     frag = oom.fragmentation_bytes
+    limit = (f" The card still had {fmt_bytes(oom.device_free)} free: a memory limit set in the process "
+             f"(torch.cuda.set_per_process_memory_fraction, or a framework's cap) is what ran out."
+             if process_limit(oom.requested, oom.device_free) else "")
     if frag is not None and frag >= oom.requested > 0:
         text = (f"{fmt_bytes(frag)} was reserved by PyTorch but not allocated, more than the "
                 f"{fmt_bytes(oom.requested)} requested: the cache is fragmented (no free block is big enough)")
         if oom.expandable_segments:
             text += ", although expandable segments are on"
-        return text + "."
+        return text + "." + limit
     top = max(oom.by_category.items(), key=lambda kv: kv[1]) if oom.by_category else ("unknown", 0)
     share = top[1] / oom.allocated if oom.allocated else 0.0
     held = fmt_bytes(frag) if frag is not None else "unknown"
     return (f"Live tensors fill the device: {fmt_bytes(oom.allocated)} allocated, the largest share "
-            f"{top[0]} ({share:.0%}); reserved-but-free memory ({held}) could not have held the request.")
+            f"{top[0]} ({share:.0%}); reserved-but-free memory ({held}) could not have held the request." + limit)
 
 
 def stale_gradients_text(sg: StaleGradients) -> str:
@@ -207,7 +224,7 @@ def finding_detail(f: Finding, where: str = "") -> str:
             text += f" — worth trying: {advice_text(s.advice[0], moment='at the peak')}"
         return text
     if isinstance(s, Oom):
-        detail = f"device free {fmt_bytes(s.device_free)}"        # the title says what was requested
+        detail = device_free_text(s.requested, s.device_free)      # the title says what was requested
         if s.advice:
             detail += f" — next step: {advice_text(s.advice[0], s)}"
         return detail
@@ -221,6 +238,7 @@ def finding_detail(f: Finding, where: str = "") -> str:
 
 
 __all__ = ["PEAK_TYPE_WORDS", "LEVER_WORDS", "peak_words", "advice_text", "oom_suggestions", "oom_diagnosis",
+           "process_limit", "device_free_text",
            "freed_note", "stale_gradients_text", "leak_text", "LEAK_CAUSE_WORDS", "error_text", "signed_bytes",
            "comparison_headline", "moment_text", "device_first_reason", "device_card_text", "leak_rows_text",
            "site_rows_text", "iteration_text", "finding_title", "finding_detail"]

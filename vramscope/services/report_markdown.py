@@ -19,6 +19,7 @@ from ..present.stacks import Stacks
 from ..present.words import (
     LEAK_CAUSE_WORDS,
     advice_text,
+    device_free_text,
     oom_diagnosis,
     peak_words,
     stale_gradients_text,
@@ -182,8 +183,8 @@ def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: s
         L += ["### Out of memory", ""]
     for k, o in enumerate(s.ooms[:limits["ooms"]], 1):
         frag = fmt_bytes(o.fragmentation_bytes) if o.fragmentation_bytes is not None else "unknown"
-        L.append(f"**OOM {k}** at entry {o.index:,}: requested **{fmt_bytes(o.requested)}**, device free "
-                 f"{fmt_bytes(o.device_free)}, allocated {fmt_bytes(o.allocated)}, reserved "
+        L.append(f"**OOM {k}** at entry {o.index:,}: requested **{fmt_bytes(o.requested)}**, "
+                 f"{device_free_text(o.requested, o.device_free)}, allocated {fmt_bytes(o.allocated)}, reserved "
                  f"{fmt_bytes(o.reserved) if o.reserved is not None else 'unknown'}, reserved but unallocated {frag}.")
         L.append("")
         if o.by_category:

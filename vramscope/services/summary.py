@@ -23,6 +23,7 @@ from ..present.stacks import Stacks
 from ..present.words import (
     LEAK_CAUSE_WORDS,
     advice_text,
+    device_free_text,
     oom_diagnosis,
     peak_words,
     stale_gradients_text,
@@ -260,8 +261,8 @@ def summary_text(doc: SummaryJSON) -> str:
         else:
             out.append("  leaks          none found")
         for o in d["ooms"]:
-            out.append(f"  OOM            requested {fmt_bytes(o['requested'])}, device free "
-                       f"{fmt_bytes(o['device_free'])}")
+            out.append(f"  OOM            requested {fmt_bytes(o['requested'])}, "
+                       f"{device_free_text(o['requested'], o['device_free'])}")
             if o["suggestion"]:
                 out.append(f"                 next step: {o['suggestion']}")
     return "\n".join(out)
