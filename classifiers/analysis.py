@@ -51,7 +51,7 @@ from .liveset import (
     live_mask,
     series_at,
 )
-from .ooms import advise, oom_indices, oom_reports
+from .ooms import advise, oom_indices, oom_reports, trains
 from .peaks import PEAK_TYPES, peak_type, with_peaks
 from .results import (
     Allocation,
@@ -310,7 +310,7 @@ def _analyze_device(snap, dev, facts, rules, rule_names) -> DeviceAnalysis:
                    time_us=int(tus[p]) if p >= 0 and tus[p] >= 0 else None,
                    type=da.peak_type(p), by_category=by_cat,
                    iteration=it.number if it is not None else None, phase=da.phase_at(p),
-                   advice=advise(by_cat, int(live.peak_bytes)))
+                   advice=advise(by_cat, int(live.peak_bytes), training=trains(da)))
     da.leaks = find_leaks(da, rule_names)
     da.ooms = oom_reports(da, snap)
     da.stale_gradients = stale_gradients(da)

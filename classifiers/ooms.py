@@ -13,9 +13,12 @@ from .liveset import by_category_at
 from .results import Advice, Oom
 from .timeline import PHASE_NAMES
 
+PHASE_CODE = {name: k for k, name in enumerate(PHASE_NAMES)}
+
 # the levers advice weighs: each with what it would save at one moment (levers.py says how
 # each is estimated); the paged optimizer is said together with the 8-bit one
 ADVICE_LEVERS = ("checkpointing", "half_batch", "adam8bit", "lora", "4bit")
+TRAINING_LEVERS = frozenset({"checkpointing", "adam8bit", "lora"})   # nothing to pull where nothing trains
 MIN_SHARE = 0.05            # a lever that saves less than this share of live memory is not worth a line
 
 
@@ -36,6 +39,14 @@ def expandable_segments_on(settings) -> bool:
 
 def oom_indices(trace) -> np.ndarray:
     return np.flatnonzero(np.asarray(trace.columns["action"]) == A_OOM).astype(np.int64)
+
+
+def trains(da) -> bool:
+    """Does this device's trace train? False where forward passes were seen and no backward
+    anywhere (inference, evaluation); a snapshot that cannot tell (no trace, no frames to
+    find phases by) counts as training."""
+    ph = da.timeline.phase
+    return bool((ph == PHASE_CODE["backward"]).any()) or not bool((ph == PHASE_CODE["forward"]).any())
 
 
 def oom_reports(da, snap) -> tuple[Oom, ...]:
@@ -59,22 +70,25 @@ def oom_reports(da, snap) -> tuple[Oom, ...]:
         out.append(Oom(index=int(i), time_us=int(tus[i]) if tus[i] >= 0 else None, requested=req,
                        device_free=dev_free, allocated=allocated, reserved=reserved, fragmentation_bytes=frag,
                        by_category=byc, phase=phase, expandable_segments=expandable, stack=int(stack[i]),
-                       advice=advise(byc, allocated, frag, req, expandable)))
+                       advice=advise(byc, allocated, frag, req, expandable, training=trains(da))))
     return tuple(out)
 
 
 def advise(by_category: dict, live_bytes: int, fragmentation: int | None = None, requested: int = 0,
-           expandable: bool = False) -> tuple[Advice, ...]:
+           expandable: bool = False, training: bool = True) -> tuple[Advice, ...]:
     """The levers worth pulling for memory in this state, most saving first, each with what
     it would save here. Expandable segments lead when the allocator holds back more than
     was asked (an OOM from fragmentation: no other lever is needed); then each lever of
     levers.py by the bytes its factors take off the categories live now, those that save
-    at least MIN_SHARE of live memory."""
+    at least MIN_SHARE of live memory. `training` False (a trace with no backward: inference)
+    leaves out the levers that act on training (checkpointing, 8-bit optimizer, LoRA)."""
     tips: list[Advice] = []
     if fragmentation is not None and requested and fragmentation >= requested and not expandable:
         tips.append(Advice("expandable_segments", None, int(fragmentation)))
     scored = []
     for name in ADVICE_LEVERS:
+        if not training and name in TRAINING_LEVERS:
+            continue
         lv = lever(name)
         saves = sum(by_category.get(c, 0) * (1.0 - f) for c, f in lv.scales.items())
         main = max(lv.scales, key=lambda c: by_category.get(c, 0) * (1.0 - lv.scales[c]))
@@ -89,4 +103,5 @@ def advise(by_category: dict, live_bytes: int, fragmentation: int | None = None,
     return tuple(tips)
 
 
-__all__ = ["oom_reports", "oom_indices", "advise", "expandable_segments_on", "ADVICE_LEVERS"]
+__all__ = ["oom_reports", "oom_indices", "advise", "trains", "expandable_segments_on", "ADVICE_LEVERS",
+           "TRAINING_LEVERS"]

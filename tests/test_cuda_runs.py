@@ -31,14 +31,16 @@ def load(run: str):
 
 @pytest.mark.parametrize("run", sorted(RUNS))
 def test_cublas_workspaces_are_library_scratch_not_model_tensors(run):
-    """Two 32 MiB cuBLAS workspaces (the main thread's and autograd's) live to the end of every
-    run; they were read as activations and gradients (and as the previous step's gradients)."""
+    """Two 32 MiB cuBLAS workspaces (the main thread's and autograd's; generation has no
+    backward, one) live to the end of every run; they were read as activations and gradients
+    (and as the previous step's gradients)."""
     _snap, an = load(run)
     da = an.devices[0]
     ws = [i for i in range(len(da.allocs.size)) if da.rule_names[da.rule[i]] == "temporary.library_workspace"]
-    assert [int(da.allocs.size[i]) for i in ws] == [32 * MiB, 32 * MiB]
+    assert [int(da.allocs.size[i]) for i in ws] == [32 * MiB] * (1 if run == "generate" else 2)
     assert all(CATEGORIES[da.category[i]] == "temporary" for i in ws)
-    assert da.stale_gradients is None                       # every run calls zero_grad(set_to_none=True)
+    if run != "stale":                                      # the others call zero_grad(set_to_none=True)
+        assert da.stale_gradients is None
 
 
 @pytest.mark.parametrize("run", ["lora", "ckpt", "full", "leak"])
@@ -49,13 +51,14 @@ def test_each_training_step_is_an_iteration(run):
     assert all(it.peak_type == "backward_start" for it in its)
 
 
-def test_the_peak_is_torchs_own_counter_to_the_rounding():
-    """Our peak sums the requested sizes; torch.cuda.max_memory_allocated() the blocks, rounded
-    up to 512 bytes: never below ours, and within 0.2%."""
+def test_the_peak_is_torchs_own_counter_to_the_blocks_rounding():
+    """Our peak sums the sizes the trace records (what was asked for); torch's
+    max_memory_allocated() sums whole blocks (rounded up to 512 bytes, and a large block is
+    not split when less than 1 MiB would remain): never below ours, and within 1%."""
     for run, rec in RUNS.items():
         _snap, an = load(run)
         ours = an.devices[0].peak.bytes
-        assert ours <= rec["max_memory_allocated"] <= ours * 1.002, run
+        assert ours <= rec["max_memory_allocated"] <= ours * 1.01, run
 
 
 def test_full_fine_tuning_optimizer_is_two_fp32_copies_of_the_parameters():
@@ -109,3 +112,33 @@ def test_oom_under_a_process_cap_is_the_third_step_and_says_so():
     text = oom_diagnosis(o)
     assert "limit set in the process" in text and "fragmented" in text
     assert o.advice and o.advice[0].lever == "expandable_segments"
+
+
+def test_gradients_zeroed_in_place_are_the_previous_steps_gradients():
+    """zero_grad(set_to_none=False): every parameter's fp32 gradient stays allocated through
+    each next step; the finding names them, their bytes and the fix."""
+    _snap, an = load("stale")
+    sg = an.devices[0].stale_gradients
+    assert sg is not None
+    assert sg.bytes == 4 * RUNS["stale"]["trainable_parameters"]
+    assert sg.iterations == (2, 3, 4) and sg.freed_last == -1          # never freed: zeroed in place
+    assert sg.live_at_peak == sg.bytes
+    from vramscope.present.words import stale_gradients_text
+    text = stale_gradients_text(sg)
+    assert "zeroed in place" in text and "zero_grad(set_to_none=True)" in text
+
+
+def test_generation_is_inference_its_kv_cache_is_named_and_no_training_lever_is_offered():
+    _snap, an = load("generate")
+    da = an.devices[0]
+    from vramscope.classifiers.ooms import TRAINING_LEVERS, trains
+    assert not trains(da)
+    assert not {a.lever for a in da.peak.advice} & TRAINING_LEVERS
+    # the K and V tensors of each decoding step: 2 prompts x 4 heads x 64 dims x fp32 per
+    # position, for 32 .. 47 positions (the prompt, then one more each step), 4 layers x K, V
+    kv = [i for i in range(len(da.allocs.size)) if da.rule_names[da.rule[i]] == "activations.kv_cache"]
+    sizes = sorted(int(da.allocs.size[i]) for i in kv)
+    assert sizes == sorted(2 * 4 * 64 * 4 * n for n in range(32, 48) for _ in range(2 * 4))
+    # the training runs keep their training levers
+    _s, lora = load("lora")
+    assert trains(lora.devices[0]) and {a.lever for a in lora.devices[0].peak.advice} & TRAINING_LEVERS

@@ -23,7 +23,7 @@ The runs:
                without .detach().cpu()): live memory grows every iteration
 * `stale`      full fine-tuning with `zero_grad(set_to_none=False)`: the gradients are zeroed
                in place and stay allocated through every next forward
-* `generate`   inference: `model.generate` of 48 new tokens for 4 prompts with the KV cache
+* `generate`   inference: `model.generate` of 16 new tokens for 2 prompts of 32 with the KV cache
 """
 from __future__ import annotations
 
@@ -103,10 +103,10 @@ def _generate(model, out_dir: str) -> dict:
     import torch
     model.eval()
     model.config.use_cache = True
-    prompts = torch.randint(0, VOCAB, (4, 64), device="cuda")
+    prompts = torch.randint(0, VOCAB, (2, 32), device="cuda")
     t0 = time.time()
     with torch.no_grad():
-        out = model.generate(prompts, max_new_tokens=48, min_new_tokens=48, do_sample=False, use_cache=True,
+        out = model.generate(prompts, max_new_tokens=16, min_new_tokens=16, do_sample=False, use_cache=True,
                              pad_token_id=0)
     torch.cuda.synchronize()
     path = os.path.join(out_dir, "cuda_generate.pickle")

@@ -28,7 +28,7 @@ PEAK_TYPE_WORDS = {
     "backward_end": "at the end of backward",
     "optimizer_step": "in the optimizer step",
     "oom": "right before an out-of-memory error",
-    "other": "outside a recognised training phase",
+    "other": "outside a recognised phase",
 }
 
 # What each lever asks the user to do (classifiers/levers.py names them and estimates them)
