@@ -255,6 +255,15 @@ def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: Rul
     traced_freed = (~pre) & (fi >= 0)
     freed[traced_freed & (seg_a == seg_f)] = F_SAME
     freed[traced_freed & (seg_a != seg_f) & (it_f > it_a) & (it_a >= 0)] = F_LATER_ITER
+    if n_ent:
+        # a trace that begins inside a phase (a ring buffer that wrapped mid-backward): a block
+        # from before it, of that phase by its stack, freed before the phase ends, was made in
+        # the same run of it
+        shown = np.flatnonzero(phase_e != PHASE_CODE["none"])
+        if len(shown):
+            k = int(shown[0])
+            run_phase, run_seg = int(phase_e[k]), int(tl.segment[k])
+            freed[pre & (fi >= 0) & (seg_f == run_seg) & (stl == run_phase)] = F_SAME
     del traced_freed, seg_a, seg_f, stl
     first = tl.first_start
     before_training = pre | (ai < first) if first >= 0 else np.ones(n, dtype=bool)

@@ -142,3 +142,36 @@ def test_generation_is_inference_its_kv_cache_is_named_and_no_training_lever_is_
     # the training runs keep their training levers
     _s, lora = load("lora")
     assert trains(lora.devices[0]) and {a.lever for a in lora.devices[0].peak.advice} & TRAINING_LEVERS
+
+
+def test_a_trace_whose_ring_buffer_wrapped_mid_backward():
+    """max_entries=2500: the trace begins inside step 5's backward. The blocks from before it
+    that this backward frees are its intermediates (autograd), not gradients; the previous
+    step's gradients, the weights and the optimizer state made before the trace are told
+    apart by what they are, to the byte."""
+    _snap, an = load("wrapped")
+    da = an.devices[0]
+    a = da.allocs
+    params = RUNS["wrapped"]["trainable_parameters"]
+    rule = [da.rule_names[r] for r in da.rule]
+    cat = [CATEGORIES[c] for c in da.category]
+    pre = a.alloc_index < 0
+
+    def total(pred) -> int:
+        return int(sum(int(a.size[i]) for i in range(len(a.size)) if pred(i)))
+
+    assert total(lambda i: cat[i] == "optimizer") == 2 * 4 * params
+    assert 4 * params <= total(lambda i: cat[i] == "weights") <= 4 * params + 1024      # + rotary buffers
+    # step 5's gradients, made before the trace began or in its interrupted backward
+    start = da.iterations[0].start_index
+    # (one 32 KiB block freed by the trace's very first entry, before the backward is seen,
+    # is counted with them)
+    assert total(lambda i: a.alloc_index[i] < start and cat[i] == "gradients") == pytest.approx(4 * params,
+                                                                                               rel=0.002)
+    # what the interrupted backward frees: its own intermediates
+    first_bwd = da.timeline.phase[:900] == 3
+    assert first_bwd.any()
+    assert total(lambda i: pre[i] and rule[i] == "gradients.backward" and a.free_index[i] >= 0
+                 and first_bwd[min(int(a.free_index[i]), 899)]) == 0
+    assert len(da.iterations) == 1 and da.iterations[0].peak_type == "backward_start"
+    assert da.peak.bytes <= RUNS["wrapped"]["max_memory_allocated"] <= da.peak.bytes * 1.01

@@ -23,6 +23,9 @@ The runs:
                without .detach().cpu()): live memory grows every iteration
 * `stale`      full fine-tuning with `zero_grad(set_to_none=False)`: the gradients are zeroed
                in place and stay allocated through every next forward
+* `wrapped`    full fine-tuning for 6 steps recorded with `max_entries=2500`: the trace keeps
+               only its last entries (the ring buffer wrapped), the model, optimizer state and
+               the last gradients were made before it began
 * `generate`   inference: `model.generate` of 16 new tokens for 2 prompts of 32 with the KV cache
 """
 from __future__ import annotations
@@ -33,7 +36,7 @@ import subprocess
 import sys
 import time
 
-RUNS = ("lora", "ckpt", "full", "oom", "leak", "stale", "generate")
+RUNS = ("lora", "ckpt", "full", "oom", "leak", "stale", "wrapped", "generate")
 VOCAB = 4096
 
 
@@ -55,7 +58,11 @@ def one_run(name: str, out_dir: str) -> dict:
         # a 1 GiB card, in effect; the third batch is the long one
         torch.cuda.set_per_process_memory_fraction((1 << 30) / torch.cuda.get_device_properties(0).total_memory)
         batches = [(8, 256), (8, 256), (96, 256), (8, 256)]
-    torch.cuda.memory._record_memory_history()
+    if name == "wrapped":
+        steps, batches = 6, [(8, 256)] * 6
+        torch.cuda.memory._record_memory_history(max_entries=2500)
+    else:
+        torch.cuda.memory._record_memory_history()
     model = LlamaForCausalLM(config()).to(dev)
     if name == "generate":
         return _generate(model, out_dir)
