@@ -379,6 +379,7 @@ def test_findings_wrap_and_show_the_oom_advice(qt, window):
     fv = next(f for f in d.findings if f.kind == "oom")
     from vramscope.common.units import fmt_bytes
     assert fmt_bytes(oom.requested) in fv.title and f"requested {fmt_bytes(oom.requested)}" not in fv.detail
+    assert not any(f"requested {fmt_bytes(oom.requested)}" in line for line in panel.detail_lines(fv))
     # narrower: the lines wrap again
     before = sum(t.count("\n") for t in texts)
     window.resizeDocks([window.docks["findings"]], [240], Qt.Orientation.Horizontal)

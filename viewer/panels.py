@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 from ..common.units import fmt_bytes, fmt_duration_us, fmt_seconds
 from ..present.markup import html as _esc
 from ..present.stacks import short_path
-from ..present.words import freed_note, oom_diagnosis, oom_suggestions
+from ..present.words import freed_note, oom_diagnosis, oom_suggestions, process_limit
 from .model import DeviceData
 from .segments import Segments
 from .theme import category_color
@@ -415,7 +415,8 @@ class FindingsPanel(QWidget):
         s = f.subject
         if f.kind == "oom":
             lines = [oom_diagnosis(s)]
-            lines += [f"requested {fmt_bytes(s.requested)}, device free {fmt_bytes(s.device_free)}"]
+            if not process_limit(s.requested, s.device_free):      # (else the diagnosis says it)
+                lines += [f"device free {fmt_bytes(s.device_free)}"]     # (the title says what was requested)
             lines += [f"Try: {t}" for t in oom_suggestions(s)]
             return lines
         return [f.detail] if f.detail else []
