@@ -50,8 +50,10 @@ _AUTOGRAD_NODE = re.compile(r"torch::autograd::generated::(\w+)::apply")
 _ALLOCATOR = ("torch::unwind::", "torch::CapturedTraceback::", "torch::cuda::(anonymous namespace)::gather",
               "c10::", "at::detail::empty", "at::detail::_empty", "at::TensorBase at::detail::_empty",
               "at::empty", "at::TensorBase at::empty")
-# Python frames outside the user's code: installed packages, the standard library, torch itself
-LIBRARY_PATH = ("site-packages/", "dist-packages/", "/lib/python", "/torch/", "<frozen", "<string>")
+# Python frames outside the user's code: installed packages, the standard library, torch itself,
+# and code torch generates (Inductor's kernels in /tmp/torchinductor_<user>/, FX graph modules)
+GENERATED_PATH = ("/torchinductor_", "<eval_with_key>")
+LIBRARY_PATH = ("site-packages/", "dist-packages/", "/lib/python", "/torch/", "<frozen", "<string>") + GENERATED_PATH
 
 ROLE_USER, ROLE_LIBRARY, ROLE_MODULE, ROLE_OP, ROLE_AUTOGRAD, ROLE_CPP, ROLE_ALLOCATOR = range(7)
 ROLE_NAMES = ("user", "library", "module", "op", "autograd", "cpp", "allocator")
@@ -341,14 +343,24 @@ class StackFacts:
 
     def _best_frames(self) -> tuple[np.ndarray, np.ndarray]:
         """(user frame, best frame) per stack: frame ids, -1 where a stack has none."""
-        role = self.table.role
+        t = self.table
+        role = t.role
         user = self.innermost_frame(role == ROLE_USER) if len(role) else np.full(self.n_stacks, -1, np.int64)
         best = user.copy()
-        for r in BEST_ORDER[1:]:
+        if not len(role):
+            return user, best
+        # a library's own frame names a stack before code torch generated for it (an Inductor
+        # kernel's `call` says less than the model's forward that ran it)
+        generated = np.array([any(g in f for g in GENERATED_PATH) for f in t.files], dtype=bool)
+        generated = generated[np.maximum(t.file_ids, 0)] & (t.file_ids >= 0) if len(t.files) \
+            else np.zeros(len(role), dtype=bool)
+        masks = [(role == ROLE_LIBRARY) & ~generated, (role == ROLE_LIBRARY) & generated]
+        masks += [role == r for r in BEST_ORDER[2:]]
+        for m in masks:
             todo = best < 0
-            if not todo.any() or not len(role):
+            if not todo.any():
                 break
-            best[todo] = self.innermost_frame(role == r)[todo]
+            best[todo] = self.innermost_frame(m)[todo]
         return user, best
 
     def _forward_user_frames(self) -> np.ndarray:

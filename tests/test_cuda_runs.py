@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from vramscope.classifiers import analyze
@@ -175,3 +176,27 @@ def test_a_trace_whose_ring_buffer_wrapped_mid_backward():
                  and first_bwd[min(int(a.free_index[i]), 899)]) == 0
     assert len(da.iterations) == 1 and da.iterations[0].peak_type == "backward_start"
     assert da.peak.bytes <= RUNS["wrapped"]["max_memory_allocated"] <= da.peak.bytes * 1.01
+
+
+def test_torch_compile_autotuning_is_named_and_generated_code_is_not_yours():
+    """Under torch.compile the first step compiles: Inductor's autotuning benchmarks candidate
+    kernels with scratch buffers (the first iteration's peak is higher for them); its
+    generated kernels' files (/tmp/torchinductor_<user>/...) are torch's code, not the user's."""
+    _snap, an = load("compiled")
+    da = an.devices[0]
+    its = da.iterations
+    assert len(its) == 4
+    rule = [da.rule_names[r] for r in da.rule]
+    tune = [i for i, r in enumerate(rule) if r == "temporary.compile_autotune"]
+    assert tune and all(CATEGORIES[da.category[i]] == "temporary" for i in tune)
+    assert max(int(da.allocs.alloc_index[i]) for i in tune) < its[1].start_index     # compiling: step 1 only
+    first, later = its[0].peak_bytes, its[1].peak_bytes
+    tuned_at_first = sum(int(da.allocs.size[i]) for i in np.flatnonzero(da.live_mask(its[0].peak_index))
+                         if rule[i] == "temporary.compile_autotune")
+    assert first > later and tuned_at_first >= first - later - 8 * MiB
+    params = RUNS["compiled"]["trainable_parameters"]
+    assert da.peak.by_category.get("optimizer", 0) in (0, 2 * 4 * params)
+    assert sum(int(da.allocs.size[i]) for i, r in enumerate(rule) if r == "optimizer.state") == 2 * 4 * params
+    st = Stacks(an)
+    for i in range(len(da.allocs.size)):
+        assert "torchinductor_" not in st.where(int(da.allocs.stack[i])).split(":")[0]

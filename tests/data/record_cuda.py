@@ -26,6 +26,8 @@ The runs:
 * `wrapped`    full fine-tuning for 6 steps recorded with `max_entries=2500`: the trace keeps
                only its last entries (the ring buffer wrapped), the model, optimizer state and
                the last gradients were made before it began
+* `compiled`   LoRA with bf16 autocast under `torch.compile(model)`: Inductor's generated
+               kernels and frames (the first step compiles)
 * `generate`   inference: `model.generate` of 16 new tokens for 2 prompts of 32 with the KV cache
 """
 from __future__ import annotations
@@ -36,7 +38,7 @@ import subprocess
 import sys
 import time
 
-RUNS = ("lora", "ckpt", "full", "oom", "leak", "stale", "wrapped", "generate")
+RUNS = ("lora", "ckpt", "full", "oom", "leak", "stale", "wrapped", "compiled", "generate")
 VOCAB = 4096
 
 
@@ -52,7 +54,7 @@ def one_run(name: str, out_dir: str) -> dict:
     from transformers import LlamaForCausalLM
     torch.manual_seed(0)
     dev = "cuda"
-    lora = name in ("lora", "ckpt", "leak")
+    lora = name in ("lora", "ckpt", "leak", "compiled")
     steps, batches = 4, [(8, 256)] * 4
     if name == "oom":
         # a 1 GiB card, in effect; the third batch is the long one
@@ -76,6 +78,8 @@ def one_run(name: str, out_dir: str) -> dict:
         if name == "ckpt":
             model.enable_input_require_grads()
     trainable = [p for p in model.parameters() if p.requires_grad]
+    if name == "compiled":
+        model = torch.compile(model)
     opt = torch.optim.AdamW(trainable, lr=1e-4)
     kept, what, oom_step = [], "finished", None
     t0 = time.time()
