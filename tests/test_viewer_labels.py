@@ -1,0 +1,102 @@
+"""Words on screen that must be whole and readable: the legend of each stacking mode, the
+y axis' top label, labels on the plot that keep clear of each other, text in narrow panels
+(pytest-qt, offscreen, real CUDA recordings)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("PySide6")
+
+from PySide6.QtCore import QRectF, Qt  # noqa: E402
+from PySide6.QtGui import QColor, QImage, QPainter  # noqa: E402
+
+from viewer_helpers import new_window, open_and_wait  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "tests" / "data"
+SHARED = REPO.parent / "shared" / "snapshots"
+CRANBERRII = SHARED / "cranberrii+ftcourse__memory_snapshot.pickle"
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+@pytest.fixture
+def window(qt):
+    return new_window(qt)
+
+
+def sized(qt, w, width, height):
+    w.resize(width, height)
+    qt.wait(30)
+    w.timeline.refresh_now()
+    return w
+
+
+def render(qt, w):
+    """Paint the plot now (the items lay their labels out while painting)."""
+    w.timeline.plot.viewport().repaint()
+    qt.wait(5)
+
+
+def device_rect(item, rect: QRectF) -> QRectF:
+    """An item's rectangle in the plot's viewport pixels."""
+    plot = item.scene().views()[0]
+    return item.deviceTransform(plot.viewportTransform()).mapRect(rect)
+
+
+def label_box(tl, label) -> QRectF:
+    """Where a peak's words are, in viewport pixels."""
+    return device_rect(label.parentItem(), label.mapRectToParent(label.boundingRect()))
+
+
+# -- 1: the legend says what the colours mean in every mode -------------------------------------
+def test_stacked_by_segment_the_legend_is_the_segments_key(qt, window):
+    from vramscope.viewer.theme import SEGMENT_COLORS
+    w = window
+    d = open_and_wait(qt, w, str(DATA / "cuda_lora.pickle"))
+    legend = w.legend
+    assert legend.buttons and all(b.isVisible() for b in legend.buttons.values())
+    assert legend.segment_key is not None and not legend.segment_key.isVisible()
+    w.timeline.plot.setFocus()
+    qt.keyClick(w.timeline.plot, Qt.Key.Key_S)
+    assert w.timeline.mode == "segments"
+    # the category toggles do not apply to bands coloured by pool: the key replaces them
+    assert not any(b.isVisible() for b in legend.buttons.values())
+    assert legend.segment_key.isVisible()
+    text = legend.segment_key.text()
+    palette = w.timeline.stack_palette()
+    keys = d.segment_keys()
+    assert [words for _, words in keys] == ["small pool", "large pool"]      # one stream, both pools used
+    for k, words in keys:
+        color = SEGMENT_COLORS[k]
+        assert QColor.fromRgba(int(palette[k, 0])).name() == color.lower()   # the colour the bands are drawn in
+        assert f"color:{color}'>■</span>&nbsp;{words}" in text
+    assert "one band per allocator segment" in text
+    for key, mode in ((Qt.Key.Key_L, "allocations"), (Qt.Key.Key_C, "categories")):
+        qt.keyClick(w.timeline.plot, key)
+        assert w.timeline.mode == mode
+        assert all(b.isVisible() for b in legend.buttons.values())        # bands by category again
+        assert not legend.segment_key.isVisible()
+
+
+def test_several_streams_are_the_segments_key(qt, window, tmp_path):
+    from test_viewer_allocator import two_stream_snapshot
+    w = window
+    d = open_and_wait(qt, w, two_stream_snapshot(tmp_path / "streams.pickle"))
+    w.set_mode("segments")
+    assert [words for _, words in d.segment_keys()] == ["stream 0", "stream 7"]
+    text = w.legend.segment_key.text()
+    assert "stream 0" in text and "stream 7" in text and "pool" not in text
+    assert w.legend.segment_key.isVisible()
+
+
+def test_a_file_opened_in_segment_mode_shows_the_key(qt, window):
+    w = window
+    open_and_wait(qt, w, str(DATA / "cuda_lora.pickle"))
+    w.set_mode("segments")
+    open_and_wait(qt, w, str(DATA / "cuda_ckpt.pickle"))
+    assert w.timeline.mode == "segments"
+    assert w.legend.segment_key.isVisible() and not any(b.isVisible() for b in w.legend.buttons.values())
