@@ -100,3 +100,40 @@ def test_a_file_opened_in_segment_mode_shows_the_key(qt, window):
     open_and_wait(qt, w, str(DATA / "cuda_ckpt.pickle"))
     assert w.timeline.mode == "segments"
     assert w.legend.segment_key.isVisible() and not any(b.isVisible() for b in w.legend.buttons.values())
+
+
+# -- 2: the y axis' top label is whole ---------------------------------------------------------
+def y_labels(tl) -> list[tuple[QRectF, str]]:
+    """The y axis' tick labels as it draws them, in the plot's viewport pixels."""
+    img = QImage(8, 8, QImage.Format.Format_ARGB32)
+    p = QPainter(img)
+    try:
+        _, _, texts = tl.axis_y.generateDrawSpecs(p)
+    finally:
+        p.end()
+    return [(device_rect(tl.axis_y, rect), text) for rect, _, text in texts]
+
+
+@pytest.mark.parametrize("path", [DATA / "cuda_oom.pickle", CRANBERRII], ids=lambda p: p.name)
+def test_the_top_tick_label_is_never_cut(qt, window, path):
+    if not path.exists():
+        pytest.skip("shared snapshots absent")
+    w = sized(qt, window, 1600, 1000)
+    open_and_wait(qt, w, str(path))
+    tl = w.timeline
+    inside = QRectF(tl.plot.viewport().rect())
+    # auto; a top just above a round tick (an auto range can land there, a box zoom anywhere)
+    ranges = [None, 1.004 * GiB, 250.5 * MiB, 6.02 * GiB]
+    for top in ranges:
+        if top is not None:
+            tl._auto_y = False
+            tl.vb.setYRange(0, top, padding=0)
+            qt.wait(5)
+        labels = y_labels(tl)
+        assert labels
+        highest = min(labels, key=lambda lt: lt[0].top())
+        if top is not None:
+            edge = device_rect(tl.vb, tl.vb.rect()).top()
+            assert abs(highest[0].center().y() - edge) < 3, (labels, edge)      # a tick at the edge
+        for rect, text in labels:
+            assert inside.contains(rect), (text, rect, inside)

@@ -96,6 +96,10 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
         pi.hideButtons()
         pi.setMenuEnabled(False)
         pi.getAxis("left").setWidth(72)
+        # each y tick's label is centred on its tick, and the plot starts at the widget's top
+        # edge: half a line of room above it, or a tick near the top has its label cut in half
+        # (a box zoom, or an auto range whose top lands just above a round number)
+        pi.layout.setContentsMargins(1, self.fontMetrics().height() // 2 + 2, 1, 1)
 
         self.spans = SpansItem()
         self.bands = RasterBands()
