@@ -137,3 +137,59 @@ def test_the_top_tick_label_is_never_cut(qt, window, path):
             assert abs(highest[0].center().y() - edge) < 3, (labels, edge)      # a tick at the edge
         for rect, text in labels:
             assert inside.contains(rect), (text, rect, inside)
+
+
+# -- 3: labels on the plot keep clear of the peaks' words -----------------------------------------
+def test_phase_names_keep_clear_of_the_peak_label(qt, window):
+    path = CRANBERRII if CRANBERRII.exists() else DATA / "cuda_full.pickle"
+    w = sized(qt, window, 1024, 620)          # a short plot: the peak's words reach the phases' row
+    open_and_wait(qt, w, str(path))
+    tl = w.timeline
+    render(qt, w)
+    peak = label_box(tl, tl.peak_label)
+    spans = tl.spans
+    tr = spans.deviceTransform(tl.plot.viewportTransform())
+    top = tr.mapRect(spans.viewRect()).top()
+    fm = tl.plot.fontMetrics()
+    # where a phase name would go (its span's left edge) if nothing were in the way
+    natural = []
+    for k in range(len(spans.starts)):
+        a = tr.map(spans.starts[k], 0)[0]
+        natural.append((QRectF(a + 4, top + 3, fm.horizontalAdvance(spans.labels[k]), fm.height()),
+                        spans.labels[k]))
+    assert any(r.intersects(peak) for r, _ in natural), (peak, natural)     # the clash this is about
+    assert spans.placed
+    for rect, text in spans.placed:
+        assert not rect.intersects(peak), (text, rect, peak)
+    # the phase whose place the peak took is still named, further right in its span
+    hidden = {t for r, t in natural if r.intersects(peak)}
+    assert hidden & {t for _, t in spans.placed}
+
+
+def test_note_labels_keep_clear_of_the_whatif_peak(qt, window):
+    from vramscope.classifiers.category_live import CategoryLive
+    from vramscope.viewer.plot_items import NoteMark
+    w = sized(qt, window, 1024, 700)
+    d = open_and_wait(qt, w, str(DATA / "cuda_full.pickle"))
+    tl = w.timeline
+    # everything but the weights scaled away: the scaled peak lies low, where the notes' labels go
+    scales = {c: (1.0 if c == "weights" else 0.0) for c in d.categories}
+    pk = CategoryLive.build(d.da).peak(scales)
+    factors = np.array([scales[c] for c in d.categories])
+    tl.set_whatif(factors, pk.index, pk.bytes, "what if: the weights alone, a long label to collide with")
+    x = float(d.x_of_index(max(pk.index, 0)))
+    tl.notes.set_marks([NoteMark(f"n{k}", "peak", x, x, f"{k + 1} · a note at the what-if peak", "")
+                        for k in range(3)])
+    render(qt, w)
+    label = label_box(tl, tl.whatif_label)
+    assert tl.whatif_label.isVisible()
+    rows = [QRectF(r) for r in tl.notes.chips.values()]
+    h = rows[0].height() if rows else tl.plot.fontMetrics().height()
+    bottom = device_rect(tl.vb, tl.vb.rect()).bottom()
+    xd = tl.notes.deviceTransform(tl.plot.viewportTransform()).map(x, 0)[0]
+    # where the chips would go (rows up from the bottom, at the mark) if nothing were in the way
+    natural = [QRectF(xd + 4, bottom - 3 - (r + 1) * (h + 2), 100, h) for r in range(tl.notes.ROWS)]
+    assert any(r.intersects(label) for r in natural), (label, natural)      # the clash this is about
+    assert tl.notes.chips
+    for ann_id, rect in tl.notes.chips.items():
+        assert not rect.intersects(label), (ann_id, rect, label)
