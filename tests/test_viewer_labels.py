@@ -193,3 +193,71 @@ def test_note_labels_keep_clear_of_the_whatif_peak(qt, window):
     assert tl.notes.chips
     for ann_id, rect in tl.notes.chips.items():
         assert not rect.intersects(label), (ann_id, rect, label)
+
+
+# -- 4: text in narrow places -------------------------------------------------------------------
+def test_category_filter_button_has_room_for_its_arrow(qt, window):
+    from PySide6.QtWidgets import QStyle
+    w = sized(qt, window, 1024, 700)
+    open_and_wait(qt, w, str(DATA / "cuda_lora.pickle"))
+    b = w.table_panel.cat_button
+    assert b.text() == "Categories: all"
+    text = b.fontMetrics().horizontalAdvance(b.text())
+    arrow = b.style().pixelMetric(QStyle.PixelMetric.PM_MenuButtonIndicator, None, b)
+    # the style centres the text and draws the arrow at the right edge (QCommonStyle: from
+    # right + 5 - arrow), inside the button: the text must end a few pixels before it
+    text_right = (b.width() + text) / 2
+    arrow_left = b.width() - 1 + 5 - arrow
+    assert arrow_left - text_right >= 4, (b.width(), text, arrow)
+
+
+@pytest.mark.parametrize("path", [CRANBERRII, DATA / "oom.pickle"], ids=lambda p: p.name)
+def test_no_stack_sentence_fits_the_selection_panel(qt, window, path):
+    if not path.exists():
+        pytest.skip("shared snapshots absent")
+    w = sized(qt, window, 1024, 700)
+    d = open_and_wait(qt, w, str(path))
+    view_of = d.stacks.view_of
+    rows = [r for r in range(d.n_rows) if not view_of(d.da, d.da.allocation(r), hide_internals=True).frames]
+    assert rows                                         # blocks with no frames recorded
+    w.select_row(rows[0])
+    qt.wait(5)
+    panel = w.stack_panel
+    assert panel.stack_text().startswith("no stack recorded for this allocation")
+    frames = panel.frames
+    assert frames.width() < frames.fontMetrics().horizontalAdvance("no stack recorded for this allocation") * 1.6
+    assert frames.document().size().width() <= frames.viewport().width() + 1
+    assert not frames.horizontalScrollBar().isVisible()
+
+
+@pytest.mark.parametrize("pair, size", [
+    ((DATA / "cuda_lora.pickle", DATA / "cuda_ckpt.pickle"), (1024, 700)),
+    ((SHARED / "kkaitlyn111+cs336-a2-systems__memory_files_memory_ctx128_fullstep.pickle",
+      SHARED / "kkaitlyn111+cs336-a2-systems__memory_files_memory_ctx128_forward_mixed.pickle"), (1600, 1000)),
+], ids=["cuda-1024", "cs336-1600"])
+def test_compare_sites_are_whole(qt, window, pair, size):
+    a, b = pair
+    if not (a.exists() and b.exists()):
+        pytest.skip("shared snapshots absent")
+    w = sized(qt, window, *size)
+    open_and_wait(qt, w, str(a))
+    with qt.waitSignal(w.compared, timeout=60_000):
+        w.compare_with(str(b))
+    qt.wait(30)
+    t = w.compare_panel.sites
+    fm = t.fontMetrics()
+    n = t.topLevelItemCount()
+    assert n
+    whole = 0
+    for k in range(n):
+        it = t.topLevelItem(k)
+        room = t.columnWidth(0) - t.indentation()
+        assert it.text(0) in it.toolTip(0)                 # what does not fit is in the tooltip
+        if fm.horizontalAdvance(it.text(0)) + 12 <= room:
+            whole += 1
+        else:
+            # no room to be had (the plot beside it keeps its share): cut in the middle, so the
+            # package and the function both show
+            assert t.textElideMode() == Qt.TextElideMode.ElideMiddle
+            assert size[0] < 1600, (it.text(0), room)        # at 1600 wide every site is whole
+    assert whole >= n // 2
