@@ -352,6 +352,9 @@ class ComparePanel(QWidget):
                               "Enter) for its allocations live at A's peak, in the Allocations tab.")
         self.sites.headerItem().setToolTip(3, "B − A; sorted by the size of the change, either way")
         self.sites.itemActivated.connect(self._on_site)
+        # a site too long for its column keeps its two ends (the package and the function);
+        # its tooltip has it whole
+        self.sites.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.cats.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.cats.viewport().installEventFilter(self)
         for t in (self.cats, self.sites):
@@ -499,8 +502,8 @@ class ComparePanel(QWidget):
             rows = sum(tree.sizeHintForRow(k) for k in range(n)) if n else fm.height() + 6
             self._cats_height = tree.header().sizeHint().height() + rows + 2 * tree.frameWidth() + 4
             tree.setMaximumHeight(self._cats_height)
-            self._size_parts()
             self._widen_bars()
+        self._size_parts()
 
     def _widen_bars(self):
         t = self.cats
@@ -524,12 +527,28 @@ class ComparePanel(QWidget):
     def _on_user_sized(self, *_):
         self._user_sized = True
 
+    def _sites_width(self) -> int:
+        """The width the site table needs to show every site's name whole."""
+        t = self.sites
+        n = t.topLevelItemCount()
+        if not n:
+            return 0
+        fm = t.fontMetrics()
+        names = max(fm.horizontalAdvance(t.topLevelItem(k).text(0)) for k in range(n))
+        numbers = sum(t.columnWidth(c) for c in (1, 2, 3))
+        return (names + t.indentation() + 16 + numbers + t.verticalScrollBar().sizeHint().width()
+                + 2 * t.frameWidth())
+
+    MAX_TABLES_SHARE = 0.62            # the plot keeps the rest
+
     def _size_parts(self):
         if self._user_sized:
             return
         w = self.split.width()
         if w > 0:
-            self.split.setSizes([w // 2, w - w // 2])
+            # the tables as wide as the site names need (half at least), the plot the rest
+            right = min(max(w // 2, self._sites_width()), int(w * self.MAX_TABLES_SHARE))
+            self.split.setSizes([w - right, right])
         h = self.tables.height()
         if h > 0 and self._cats_height:
             top = min(self._cats_height, h // 2)

@@ -9,7 +9,8 @@ from PySide6.QtWidgets import QLabel, QLayout, QToolButton, QWidget
 from ..classifiers import STACK_ORDER
 from ..common.units import fmt_bytes
 from .model import DeviceData
-from .theme import PHASE_COLORS, category_color
+from ..present.words import SEGMENT_BANDS_WORDS
+from .theme import PHASE_COLORS, SEGMENT_COLORS, category_color
 
 # what the store's undo/redo commands do, for the Edit menu's "Undo Add Note"
 
@@ -60,7 +61,8 @@ class FlowLayout(QLayout):
     def minimumSize(self):
         size = QSize()
         for it in self._items:
-            size = size.expandedTo(it.minimumSize())
+            if not it.isEmpty():
+                size = size.expandedTo(it.minimumSize())
         m = self.contentsMargins()
         return size + QSize(m.left() + m.right(), m.top() + m.bottom())
 
@@ -69,6 +71,8 @@ class FlowLayout(QLayout):
         r = rect.adjusted(m.left(), m.top(), -m.right(), -m.bottom())
         x, y, line_h = r.x(), r.y(), 0
         for it in self._items:
+            if it.isEmpty():
+                continue                       # a hidden widget takes no place
             hint = it.sizeHint()
             nx = x + hint.width() + self._spacing
             if nx - self._spacing > r.right() and line_h > 0:
@@ -83,7 +87,11 @@ class FlowLayout(QLayout):
 
 
 class LegendBar(QWidget):
-    """One toggle button per category present (the stacked bands), then the line styles."""
+    """What the timeline's colours mean: one toggle button per category present (the bands
+    when stacked by category or by allocation) or, stacked by segment, the segments' colour
+    key (pool or stream); then the line styles and the phases."""
+
+    SEGMENT_KEYS_SHOWN = 8
 
     toggled = Signal()
 
@@ -92,6 +100,8 @@ class LegendBar(QWidget):
         self.lay = FlowLayout(self)
         self.lay.setContentsMargins(6, 2, 6, 2)
         self.buttons: dict[int, QToolButton] = {}
+        self.segment_key: QLabel | None = None
+        self.mode = "categories"
 
     def set_data(self, data: DeviceData | None):
         while self.lay.count():
@@ -100,6 +110,7 @@ class LegendBar(QWidget):
             if w is not None:
                 w.deleteLater()
         self.buttons = {}
+        self.segment_key = None
         if data is None:
             return
         peak_comp = data.composition([data.peak_index])[0]
@@ -121,6 +132,9 @@ class LegendBar(QWidget):
             b.toggled.connect(lambda _=False: self.toggled.emit())
             self.lay.addWidget(b)
             self.buttons[c] = b
+        if data.segments_known:
+            self.segment_key = self._segment_key(data)
+            self.lay.addWidget(self.segment_key)
         fg = self.palette().color(self.foregroundRole()).name()
         lines = QLabel(f"<span style='color:{fg}'>━ allocated</span>"
                        + ("&nbsp;&nbsp;<span style='color:#777'>┅ reserved</span>" if data.reserved is not None else "")
@@ -136,6 +150,37 @@ class LegendBar(QWidget):
             pl = QLabel(phases, self)
             pl.setToolTip("Shaded phases of each iteration; dashed lines are iteration starts")
             self.lay.addWidget(pl)
+        self.set_mode(self.mode)
+
+    def _segment_key(self, data: DeviceData) -> QLabel:
+        """The segment bands' colours and what each stands for (viewer/timeline_modes.py
+        stack_palette), shown instead of the category toggles when stacked by segment."""
+        keys = data.segment_keys()
+        shown = keys[:self.SEGMENT_KEYS_SHOWN]
+        parts = [f"<span style='color:{SEGMENT_COLORS[k % len(SEGMENT_COLORS)]}'>■</span>&nbsp;{words}"
+                 for k, words in shown]
+        if len(keys) > len(shown):
+            parts.append(f"+{len(keys) - len(shown)} more")
+        key = QLabel("segments: " + "&nbsp;&nbsp;".join(parts)
+                     + f"&nbsp;&nbsp;<span style='color:#777'>({SEGMENT_BANDS_WORDS})</span>", self)
+        key.setTextFormat(Qt.TextFormat.RichText)
+        key.setToolTip("Stacked by segment: the allocator's reserved memory, each segment a band coloured by "
+                       + ("its stream" if len(data.streams) > 1 else
+                          "its pool (small pool: 2 MiB segments for requests up to 1 MiB; large pool: the rest)")
+                       + ". Categories do not apply here: Stack by Category (C) or Allocation (L) brings "
+                         "their toggles back.")
+        key.setVisible(self.mode == "segments")
+        return key
+
+    def set_mode(self, mode: str):
+        """Show the key to the timeline's colours in this stacking mode: the category toggles,
+        or the segments' pools or streams."""
+        self.mode = mode
+        segments = mode == "segments" and self.segment_key is not None
+        for b in self.buttons.values():
+            b.setVisible(not segments)
+        if self.segment_key is not None:
+            self.segment_key.setVisible(segments)
 
     def visible(self) -> list[int]:
         """Checked categories, bottom to top."""

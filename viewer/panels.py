@@ -52,7 +52,9 @@ class StackPanel(QWidget):
         self.python_only.toggled.connect(lambda _: self._render())
         self.frames = QTextBrowser(self)
         self.frames.setOpenLinks(False)
-        self.frames.setLineWrapMode(QTextBrowser.LineWrapMode.NoWrap)
+        # sentences (no stack, which stack this is) wrap to the panel's width; the frames are
+        # preformatted and scroll sideways when a path is longer than the panel is wide
+        self.frames.setLineWrapMode(QTextBrowser.LineWrapMode.WidgetWidth)
         self.frames.setToolTip("The allocation's stack, innermost frame first")
         lay = QVBoxLayout(self)
         lay.setContentsMargins(6, 6, 6, 6)
@@ -92,7 +94,7 @@ class StackPanel(QWidget):
             f"freed {when_text(d, fi) if fi >= 0 else 'never (live at the end)'}{life}<br>"
             f"address <code>0x{int(a.addr[row]):x}</code>")
         view = d.stacks.view_of(d.da, d.da.allocation(row), hide_internals=self.python_only.isChecked())
-        lines = []
+        lines, notes = [], []
         for fv in view.frames:
             if fv.role in ("user", "library"):
                 name = f"<b>{_esc(fv.function)}</b>" if fv.role == "user" else _esc(fv.function)
@@ -105,19 +107,21 @@ class StackPanel(QWidget):
                 where = f"  <span style='color:{muted}'>{_esc(fv.file)}</span>" if fv.file else ""
                 lines.append(f"{text}{where}")
         if not lines:
-            lines = ["<i>no stack recorded for this allocation</i>"]
+            notes.append("<i>no stack recorded for this allocation</i>")
         elif view.freed_here:
-            lines.insert(0, f"<i style='color:{muted}'>{_esc(freed_note())}</i>")
+            notes.append(f"<i style='color:{muted}'>{_esc(freed_note())}</i>")
         elif view.forward_site is not None:
             fs = view.forward_site
             lines.insert(0, f"<i style='color:{muted}'>backward of the forward op at</i> <b>{_esc(fs.function)}</b>"
                             f"<br>&nbsp;&nbsp;<span style='color:{muted}'>{_esc(short_path(fs.file))}:{fs.line}</span>")
         elif view.from_forward:
-            lines.insert(0, f"<i style='color:{muted}'>forward stack of this backward allocation "
-                            f"(autograd's thread recorded no Python frames)</i>")
-        if view.hidden:
-            lines.append(f"<i style='color:{muted}'>{view.hidden} {view.hidden_what} frames hidden</i>")
-        self.frames.setHtml("<div style='font-family:monospace; white-space:pre'>" + "<br>".join(lines) + "</div>")
+            notes.append(f"<i style='color:{muted}'>forward stack of this backward allocation "
+                         f"(autograd's thread recorded no Python frames)</i>")
+        tail = f"<div><i style='color:{muted}'>{view.hidden} {view.hidden_what} frames hidden</i></div>" \
+            if view.hidden else ""
+        self.frames.setHtml("".join(f"<div>{n}</div>" for n in notes)
+                            + ("<div style='font-family:monospace; white-space:pre'>" + "<br>".join(lines) + "</div>"
+                               if lines else "") + tail)
 
     def stack_text(self) -> str:
         return self.frames.toPlainText()

@@ -337,6 +337,17 @@ def cosmetic_pen(color, style=Qt.PenStyle.SolidLine) -> QPen:
     return pen
 
 
+def label_rect(label: pg.TextItem, tr: QTransform) -> QRectF:
+    """Where a text label (a pyqtgraph TextItem beside the item being painted, in the same
+    view) lies in device pixels, for an item painting with transform `tr`: its text box is
+    in pixels already (it ignores the view's scaling), placed at its anchor."""
+    return label.boundingRect().translated(tr.map(label.pos()))
+
+
+def free_of(rect: QRectF, blocked: list[QRectF]) -> bool:
+    return not any(rect.intersects(b) for b in blocked)
+
+
 class _ViewSpanning(pg.GraphicsObject):
     """An item that covers whatever the view shows and repaints when the view moves."""
 
@@ -374,6 +385,8 @@ class SpansItem(_ViewSpanning):
         self.line_pen = QPen()
         self.text_color = QColor("#666666")
         self.avoid = np.zeros(0)                 # x of marker lines whose labels sit at the top
+        self.obstacles: list[pg.TextItem] = []   # labels (the peak's) the span labels keep clear of
+        self.placed: list[tuple[QRectF, str]] = []   # the labels drawn in the last paint (device)
         self.setZValue(-100)
 
     def set_spans(self, starts, ends, colors, lines, line_pen: QPen, labels=None, text_color=None):
@@ -445,9 +458,13 @@ class SpansItem(_ViewSpanning):
                 ys[0::2], ys[1::2] = top, bottom
                 p.setPen(self.line_pen)
                 p.drawPath(pg.arrayToQPath(np.repeat(xs, 2), ys, connect="pairs"))
+        self.placed = []
         if 0 < len(shown) <= self.MANY and any(self.labels):
             p.setPen(self.text_color)
             fm = p.fontMetrics()
+            # the peak's words are worth more than a phase's name (the shade and the legend tell
+            # that): a span label moves right past them, or is left out
+            blocked = [label_rect(o, tr).adjusted(-3, -1, 3, 1) for o in self.obstacles if o.isVisible()]
             taken = -1e300                  # right end of the last label: overlapping spans
             for k in shown:                 # (micro-batches) must not print over each other
                 text = self.labels[k]
@@ -459,9 +476,18 @@ class SpansItem(_ViewSpanning):
                 near = self.avoid * sx + ox
                 if len(near) and bool(np.any((near > a - 40) & (near < a + tw + 44))):
                     continue                # a marker's label (OOM, leak) sits there
-                if b - a > tw + 8 and a + 4 > taken:
-                    p.drawText(QPointF(a + 4, top + fm.ascent() + 3), text)
-                    taken = a + 4 + tw + 6
+                if a + 4 <= taken:
+                    continue
+                box = QRectF(a + 4, top + 3, tw, fm.height())
+                for _ in range(len(blocked)):
+                    hit = [r for r in blocked if box.intersects(r)]
+                    if not hit:
+                        break
+                    box.moveLeft(max(r.right() for r in hit) + 4)
+                if box.right() + 4 < b and free_of(box, blocked):
+                    p.drawText(QPointF(box.left(), top + fm.ascent() + 3), text)
+                    self.placed.append((box, text))
+                    taken = box.right() + 6
         p.restore()
 
 
@@ -496,6 +522,8 @@ class NotesItem(_ViewSpanning):
         self.current: str | None = None
         self.hits: list[tuple[QRectF, str]] = []
         self.placed: list[str] = []            # ids whose label was drawn in the last paint
+        self.obstacles: list[pg.TextItem] = []  # labels (the peaks') the chips keep clear of
+        self.chips: dict[str, QRectF] = {}      # where each drawn label went (device pixels)
         self.set_colors(QColor(NOTE_COLOR), QColor("#FFFFFF"), QColor("#202020"))
         self.setZValue(12)
 
@@ -529,6 +557,7 @@ class NotesItem(_ViewSpanning):
     def paint(self, p: QPainter, *args):
         self.hits = []
         self.placed = []
+        self.chips = {}
         vr = self.viewRect()
         if vr is None or vr.width() <= 0 or not self.marks:
             return
@@ -569,6 +598,7 @@ class NotesItem(_ViewSpanning):
         fm = p.fontMetrics()
         h = fm.height() + 2
         rows: list[list[tuple[float, float]]] = [[] for _ in range(self.ROWS)]
+        blocked = [label_rect(o, tr).adjusted(-2, -1, 2, 1) for o in self.obstacles if o.isVisible()]
         # left to right, but the note the user picked gets its place first
         order = sorted(shown, key=lambda m: (m.id != self.current, m.x0))
         chips = []
@@ -581,7 +611,8 @@ class NotesItem(_ViewSpanning):
                 lx = (right if m.kind == "range" else min(a, right)) - w - 4
             lx = max(lx, left + 1)
             r = next((r for r in range(self.ROWS)
-                      if all(lx >= e + 3 or lx + w + 3 <= b for b, e in rows[r])), None)
+                      if all(lx >= e + 3 or lx + w + 3 <= b for b, e in rows[r])
+                      and free_of(QRectF(lx, bottom - 3 - (r + 1) * (h + 2), w, h), blocked)), None)
             if r is None:
                 continue
             rows[r].append((lx, lx + w))
@@ -596,6 +627,7 @@ class NotesItem(_ViewSpanning):
             p.drawText(rect.adjusted(4, 0, -4, 0), Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, text)
             self.hits.append((rect, m.id))
             self.placed.append(m.id)
+            self.chips[m.id] = rect
         p.restore()
 
 

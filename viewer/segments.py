@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..parsers.tables import A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP
+from ..present.words import segment_pool_words, segment_stream_words
 
 SMALL_SEGMENT = 2 << 20        # the caching allocator's small-pool segment (kSmallBuffer)
 
@@ -48,6 +49,14 @@ class SegmentsMixin:
             end = np.where(self.seg_end > self.n, -1, self.seg_end)
             self._segment_stack = AllocStack(self.seg_start, end, self.seg_size, self.seg_key, self.n)
         return self._segment_stack
+
+    def segment_keys(self) -> list[tuple[int, str]]:
+        """(key, what it is) for each colour key the segment bands use (`seg_key`; the colour
+        is theme.SEGMENT_COLORS[key % len]): a stream when there are several, else a pool."""
+        present = np.unique(self.seg_key).tolist()
+        if len(self.streams) > 1:
+            return [(k, segment_stream_words(int(self.streams[k]))) for k in present]
+        return [(k, segment_pool_words(small=k == 0)) for k in present]
 
     def _build_segments(self):
         """Segment intervals [start, end) in entries, paired by address like allocations."""

@@ -9,6 +9,7 @@ from PySide6.QtCore import (
     QAbstractTableModel,
     QModelIndex,
     QSignalBlocker,
+    QSize,
     Qt,
     QTimer,
     Signal,
@@ -22,6 +23,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QMenu,
+    QStyle,
     QTableView,
     QToolButton,
     QVBoxLayout,
@@ -192,6 +194,22 @@ def busy(rows: int):
         QApplication.restoreOverrideCursor()
 
 
+class MenuButton(QToolButton):
+    """A tool button that pops up its menu, with room for the menu's arrow: the style draws
+    the arrow inside the button's right edge without widening it for the arrow, so the text
+    ran into it ("Categories: all⌄")."""
+
+    def _arrow(self) -> int:
+        return self.style().pixelMetric(QStyle.PixelMetric.PM_MenuButtonIndicator, None, self)
+
+    def sizeHint(self):
+        s = super().sizeHint()
+        return QSize(s.width() + self._arrow(), s.height())
+
+    def minimumSizeHint(self):
+        return self.sizeHint()
+
+
 class AllocationsPanel(QWidget):
     """Filter bar + table. Emits `rowSelected(row)` when the user picks a row.
 
@@ -206,7 +224,7 @@ class AllocationsPanel(QWidget):
         self.data: DeviceData | None = None
         self.model = AllocationsModel(self)
 
-        self.cat_button = QToolButton(self)
+        self.cat_button = MenuButton(self)
         self.cat_button.setText("Categories: all")
         self.cat_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         self.cat_button.setToolTip("Show only some categories")

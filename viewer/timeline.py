@@ -96,6 +96,10 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
         pi.hideButtons()
         pi.setMenuEnabled(False)
         pi.getAxis("left").setWidth(72)
+        # each y tick's label is centred on its tick, and the plot starts at the widget's top
+        # edge: half a line of room above it, or a tick near the top has its label cut in half
+        # (a box zoom, or an auto range whose top lands just above a round number)
+        pi.layout.setContentsMargins(1, self.fontMetrics().height() // 2 + 2, 1, 1)
 
         self.spans = SpansItem()
         self.bands = RasterBands()
@@ -143,6 +147,8 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
         self.whatif_label.setZValue(11)
         self.whatif_label.hide()
         self.vb.addItem(self.whatif_label, ignoreBounds=True)
+        # the phases' names and the notes' chips keep clear of the peaks' words
+        self.spans.obstacles = [self.peak_label, self.whatif_label]
         self.gpu_line = pg.InfiniteLine(angle=0, movable=False,
                                         label="GPU", labelOpts={"position": 0.02, "anchors": [(0, 1), (0, 1)]})
         self.gpu_line.setZValue(9)
@@ -161,6 +167,7 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
 
         # the user's notes, and the range a Ctrl+drag marked (what "Annotate Range" takes)
         self.notes = NotesItem()
+        self.notes.obstacles = [self.peak_label, self.whatif_label]
         self.vb.addItem(self.notes, ignoreBounds=True)
         self.mark = pg.LinearRegionItem(movable=False)
         self.mark.setZValue(4)
@@ -655,6 +662,8 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
             if label.isVisible() and len(marker.data):
                 px = float(marker.data["x"][0])
                 label.setAnchor((1, 1) if px > x0 + 0.6 * (x1 - x0) else (0, 1))
+        for it in (self.spans, self.notes):
+            it.update()                  # their labels keep clear of the peaks' words, wherever they went
         self._update_selection_bar()
         self._thin_iteration_peaks(x0, x1)
         self.viewChanged.emit(x0, x1)

@@ -528,6 +528,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
         self._compare_follows(result)
         self.legend.set_data(d)
         self.timeline.set_data(d, self.legend.visible() if d is not None else [])
+        self.legend.set_mode(self.timeline.mode)
         self.stack_panel.set_data(d)
         self.moment_panel.set_data(d)
         self.findings_panel.set_data(d)

@@ -196,6 +196,7 @@ class ViewsMixin:
 
     def _on_mode_changed(self, mode: str):
         self.mode_actions[mode].setChecked(True)
+        self.legend.set_mode(mode)
 
     def _show_finding_rows(self, f):
         """A leak selects its allocations: the table shows exactly them (with a chip that

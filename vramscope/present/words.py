@@ -127,6 +127,20 @@ def leak_text(leak: Leak, where: str) -> str:
             f"{LEAK_CAUSE_WORDS.get(leak.cause, leak.cause)}")
 
 
+# The timeline stacked by segment: each band a segment of the caching allocator, coloured by
+# its pool (one stream) or its stream (several); the hover box and the legend say it alike.
+SEGMENT_BANDS_WORDS = "one band per allocator segment, neighbours in alternating shades"
+
+
+def segment_pool_words(small: bool) -> str:
+    """The caching allocator's pool of a segment (the small pool's segments are 2 MiB)."""
+    return "small pool" if small else "large pool"
+
+
+def segment_stream_words(stream: int) -> str:
+    return f"stream {stream}"
+
+
 def freed_note() -> str:
     return "where it was freed (allocated before the trace began)"
 
@@ -241,4 +255,5 @@ __all__ = ["PEAK_TYPE_WORDS", "LEVER_WORDS", "peak_words", "advice_text", "oom_s
            "process_limit", "device_free_text",
            "freed_note", "stale_gradients_text", "leak_text", "LEAK_CAUSE_WORDS", "error_text", "signed_bytes",
            "comparison_headline", "moment_text", "device_first_reason", "device_card_text", "leak_rows_text",
-           "site_rows_text", "iteration_text", "finding_title", "finding_detail"]
+           "site_rows_text", "iteration_text", "finding_title", "finding_detail", "SEGMENT_BANDS_WORDS",
+           "segment_pool_words", "segment_stream_words"]
