@@ -111,6 +111,27 @@ LEVERS = {
 }
 
 
+# the levers that act on training: nothing to pull in a trace that only runs forward passes
+TRAINING_LEVERS = frozenset({"checkpointing", "adam8bit", "paged_optimizer", "lora"})
+LORA_ALREADY = 0.05          # a trainable share below this is already LoRA-sized
+
+
+def left_out(name: str, facts=None, training: bool = True, expandable: bool = False) -> str | None:
+    """Why lever `name` cannot apply to this run (None: it can): nothing trains, the run
+    already trains an adapter-sized share, expandable segments are already on, the weights
+    are already 4-bit."""
+    if not training and name in TRAINING_LEVERS:
+        return "nothing trains in this trace (forward passes only)"
+    share = facts.trainable_fraction if facts is not None else None
+    if name == "lora" and share is not None and share < LORA_ALREADY:
+        return f"already trains only {share:.1%} of the parameters"
+    if name == "expandable_segments" and expandable:
+        return "already on"
+    if name == "4bit" and facts is not None and facts.quant_scheme:
+        return f"the weights are already 4-bit ({facts.quant_scheme})"
+    return None
+
+
 def lever(name: str, facts=None) -> Lever:
     """The named lever's factors for this run (`facts`: budget.BudgetFacts, or None)."""
     if name not in LEVERS:
@@ -120,4 +141,4 @@ def lever(name: str, facts=None) -> Lever:
     return Lever(name, title, scales, removes, "estimate: " + why)
 
 
-__all__ = ["Lever", "LEVERS", "LeverError", "lever", "CHECKPOINT_FACTOR"]
+__all__ = ["Lever", "LEVERS", "LeverError", "lever", "left_out", "TRAINING_LEVERS", "CHECKPOINT_FACTOR"]

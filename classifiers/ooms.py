@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..parsers.tables import A_OOM
-from .levers import lever
+from .levers import TRAINING_LEVERS, lever
 from .liveset import by_category_at
 from .results import Advice, Oom
 from .timeline import PHASE_NAMES
@@ -18,7 +18,6 @@ PHASE_CODE = {name: k for k, name in enumerate(PHASE_NAMES)}
 # the levers advice weighs: each with what it would save at one moment (levers.py says how
 # each is estimated); the paged optimizer is said together with the 8-bit one
 ADVICE_LEVERS = ("checkpointing", "half_batch", "adam8bit", "lora", "4bit")
-TRAINING_LEVERS = frozenset({"checkpointing", "adam8bit", "lora"})   # nothing to pull where nothing trains
 MIN_SHARE = 0.05            # a lever that saves less than this share of live memory is not worth a line
 
 

@@ -189,3 +189,13 @@ def test_levers_read_whole_in_a_1024_pixel_window(qt, window):
     qt.mouseClick(factors, Qt.MouseButton.LeftButton)
     assert cb.isChecked()
     qt.waitUntil(lambda: panel.checked_levers() != [], timeout=1000)
+
+
+def test_a_lever_that_cannot_apply_is_disabled_and_says_why(qt, window):
+    _d, panel = open_whatif(qt, window, REPO / "tests" / "data" / "cuda_lora.pickle")
+    cb = panel.levers["lora"]
+    assert not cb.isEnabled() and "Does not apply" in cb.toolTip()
+    assert not panel.levers["expandable_segments"].isEnabled()
+    assert panel.levers["checkpointing"].isEnabled()
+    qt.mouseClick(cb, Qt.MouseButton.LeftButton)
+    assert not cb.isChecked() and panel.checked_levers() == []

@@ -28,6 +28,8 @@ from PySide6.QtWidgets import (
 from ..classifiers import CATEGORIES
 from ..classifiers.budget import budget as make_budget
 from ..classifiers.category_live import CategoryLive
+from ..classifiers.levers import left_out
+from ..classifiers.ooms import expandable_segments_on, trains
 from ..classifiers.whatif import COMMON_CARDS, LEVERS, WhatIfError, fits_on, lever, parse_gpu_size
 from ..common.units import GiB, fmt_bytes
 from ..present.markup import html as _esc
@@ -239,6 +241,11 @@ class WhatIfPanel(QWidget):
             what = ", ".join(f"{c} ×{f:.3g}" for c, f in lv.scales.items()) or "no allocator overhead"
             cb = QCheckBox(title, self)
             cb.setToolTip(lv.assumption)
+            why_not = left_out(name, self.facts, training=trains(self.data.da),
+                               expandable=expandable_segments_on(self.data.snap.allocator_settings))
+            if why_not is not None:
+                cb.setEnabled(False)
+                cb.setToolTip(f"Does not apply to this run: {why_not}")
             cb.toggled.connect(lambda _on: self._schedule())
             # the factors beside the lever's name, wrapped in a narrow panel (a check box
             # never wraps: its whole text was cut off at 1024 pixels); a click on them ticks it
@@ -247,6 +254,9 @@ class WhatIfPanel(QWidget):
             factors.setWordWrap(True)
             factors.setToolTip(lv.assumption)
             factors.clicked.connect(cb.toggle)
+            factors.setEnabled(cb.isEnabled())
+            if not cb.isEnabled():
+                factors.setToolTip(cb.toolTip())
             self.lever_box.addWidget(cb, r, 0, Qt.AlignmentFlag.AlignTop)
             self.lever_box.addWidget(factors, r, 1, Qt.AlignmentFlag.AlignTop)
             self.levers[name] = cb

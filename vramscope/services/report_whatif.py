@@ -8,7 +8,7 @@ from ..classifiers.whatif import what_if
 from ..common.units import fmt_bytes
 from ..present.markup import md_text
 from ..present.words import peak_words
-from .whatif import lever_peaks
+from .whatif import lever_peaks, levers_left_out
 
 
 def whatif_section(an: Analysis, device: int) -> list[str]:
@@ -26,6 +26,9 @@ def whatif_section(an: Analysis, device: int) -> list[str]:
         cards = [c.name.split(" (")[0] for c in r.fits.cards if c.fits]
         L.append(f"| {title} (`{name}`) | {fmt_bytes(r.scaled.bytes)} | {fmt_bytes(d) if d else 'none'} | "
                  f"{peak_words(r.scaled.type)} | {cards[0] if cards else 'none of the common cards'} |")
+    skipped = levers_left_out(an, device)
+    if skipped:
+        L += ["", "Left out: " + "; ".join(f"`{n}` ({why})" for n, why in skipped.items()) + "."]
     L.append("")
     return L
 
@@ -34,7 +37,8 @@ def whatif_json(an: Analysis, device: int) -> dict:
     base = what_if(an, device)
     return {"budget": base.to_json()["budget"], "fits": base.fits.to_json(),
             "levers": [{"name": n, "title": t, "assumption": r.levers[0].assumption, "scaled": r.scaled.to_json(),
-                        "needed_bytes": r.fits.needed_bytes} for n, t, r in lever_peaks(an, device)]}
+                        "needed_bytes": r.fits.needed_bytes} for n, t, r in lever_peaks(an, device)],
+            "levers_left_out": levers_left_out(an, device)}
 
 
 __all__ = ["whatif_section", "whatif_json"]

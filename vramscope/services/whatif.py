@@ -8,6 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..classifiers import Analysis
+from ..classifiers.budget import budget
+from ..classifiers.levers import left_out
+from ..classifiers.ooms import expandable_segments_on, trains
 from ..classifiers.whatif import LEVERS, WhatIf, what_if
 from ..common.units import fmt_bytes
 from ..present.words import peak_words
@@ -19,10 +22,25 @@ def whatif_document(an: Analysis, scales: dict[str, float], levers: list[str], g
     return {"file": an.snapshot.path, "devices": [what_if(an, d, scales, levers, gpu).to_json() for d in devs]}
 
 
+def levers_left_out(an: Analysis, device: int) -> dict[str, str]:
+    """{lever: why it cannot apply to this run} (classifiers.levers.left_out)."""
+    da = an.devices[device]
+    facts = budget(an, device).facts
+    expandable = expandable_segments_on(an.snapshot.allocator_settings)
+    out = {}
+    for name in LEVERS:
+        why = left_out(name, facts, training=trains(da), expandable=expandable)
+        if why is not None:
+            out[name] = why
+    return out
+
+
 def lever_peaks(an: Analysis, device: int) -> list[tuple[str, str, WhatIf]]:
-    """(name, title, result) of each named lever alone: the peak each one gives."""
+    """(name, title, result) of each named lever alone that can apply to this run: the peak
+    each one gives."""
+    skip = levers_left_out(an, device)
     return [(name, title, what_if(an, device, levers=[name], with_budget=False))
-            for name, (title, _) in LEVERS.items()]
+            for name, (title, _) in LEVERS.items() if name not in skip]
 
 
 def _moment(m: dict) -> str:
@@ -62,4 +80,4 @@ def whatif_text(doc: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-__all__ = ["whatif_document", "whatif_text", "lever_peaks"]
+__all__ = ["whatif_document", "whatif_text", "lever_peaks", "levers_left_out"]
