@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..parsers.tables import A_FREE_REQUESTED
-from .segments import SMALL_SEGMENT
+from .segments import SMALL_ALLOC_MAX, SMALL_SEGMENT
 
 ROUND = 512           # CUDACachingAllocator kMinBlockSize
 
@@ -193,7 +193,8 @@ class AllocatorState:
             ends = np.concatenate([[base], pa + pr])
             starts = np.concatenate([pa, [base + n_bytes]])
             gaps = np.maximum(starts - ends, 0)
-            segs.append(SegmentView(base, n_bytes, int(st[k]), n_bytes == SMALL_SEGMENT,
+            small = n_bytes == SMALL_SEGMENT and not bool((psz > SMALL_ALLOC_MAX).any())
+            segs.append(SegmentView(base, n_bytes, int(st[k]), small,
                                     int(psz[~pp].sum()), int((pr[~pp] - psz[~pp]).sum()), int(pr[pp].sum()),
                                     max(0, n_bytes - used), int(gaps.max()) if len(gaps) else n_bytes, a, b - a))
         return cls(i, segs, ra, size, rnd, rows, pending)

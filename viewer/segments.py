@@ -12,6 +12,27 @@ from ..parsers.tables import A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP, A_S
 from ..present.words import segment_pool_words, segment_stream_words
 
 SMALL_SEGMENT = 2 << 20        # the caching allocator's small-pool segment (kSmallBuffer)
+SMALL_ALLOC_MAX = 1 << 20      # the small pool serves requests up to 1 MiB (kSmallSize)
+
+
+def small_pool(seg_addr: np.ndarray, seg_size: np.ndarray, alloc_addr: np.ndarray,
+               alloc_size: np.ndarray) -> np.ndarray:
+    """bool per segment (or mapped piece): the small pool's. Its segments are 2 MiB and never
+    hold a request over 1 MiB; size alone cannot tell, since an expandable large-pool segment
+    grows by 2 MiB pages too (a 2 MiB piece of one was called small pool)."""
+    small = np.asarray(seg_size) == SMALL_SEGMENT
+    idx = np.flatnonzero(small)
+    big = np.asarray(alloc_size) > SMALL_ALLOC_MAX
+    if not len(idx) or not big.any():
+        return small
+    order = np.argsort(np.asarray(alloc_addr)[big], kind="stable")
+    starts = np.asarray(alloc_addr)[big][order]
+    reach = np.maximum.accumulate((starts + np.asarray(alloc_size)[big][order]))
+    p0 = np.asarray(seg_addr)[idx]
+    hi = np.searchsorted(starts, p0 + SMALL_SEGMENT, side="left")     # big ones starting before its end
+    overlaps = (hi > 0) & (reach[np.maximum(hi - 1, 0)] > p0)           # ... one of which reaches into it
+    small[idx[overlaps]] = False
+    return small
 
 
 @dataclass
@@ -65,7 +86,7 @@ class SegmentsMixin:
         if not self.segments_known:
             self.seg_addr = self.seg_size = self.seg_start = self.seg_end = np.zeros(0, dtype=np.int64)
             self.seg_stream = self.seg_key = np.zeros(0, dtype=np.int64)
-            self.seg_expandable = np.zeros(0, dtype=bool)
+            self.seg_expandable = self.seg_small = np.zeros(0, dtype=bool)
             self.streams = np.zeros(0, dtype=np.int64)
             return
         cols = self.snap.trace(self.device).columns
@@ -125,11 +146,12 @@ class SegmentsMixin:
         self.seg_stream = np.asarray(out_stream, dtype=np.int64)
         self.seg_expandable = np.asarray(out_mapped, dtype=bool)
         self.streams = np.unique(self.seg_stream)
+        self.seg_small = small_pool(self.seg_addr, self.seg_size, np.asarray(self.allocs.addr),
+                                    np.asarray(self.allocs.size))
         if len(self.streams) > 1:
             self.seg_key = np.searchsorted(self.streams, self.seg_stream).astype(np.int64)
         else:
-            # the small pool's segments are 2 MiB (its buffer size); every large one is bigger
-            self.seg_key = (self.seg_size != SMALL_SEGMENT).astype(np.int64)
+            self.seg_key = (~self.seg_small).astype(np.int64)
 
     def allocated_in_segment(self, seg: int, i: int) -> int:
         """Bytes of the allocations live after entry i inside segment `seg`'s address range."""

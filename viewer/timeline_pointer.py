@@ -10,7 +10,6 @@ from PySide6.QtGui import QColor
 from ..common.units import fmt_bytes, fmt_duration_us, fmt_seconds
 from ..present.markup import html as _esc
 from ..present.words import segment_pool_words, segment_stream_words
-from .segments import SMALL_SEGMENT
 from .theme import category_color
 
 
@@ -109,7 +108,7 @@ class PointerMixin:
         size = int(d.seg_size[seg])
         inside = d.allocated_in_segment(seg, i)
         stream = f" · {segment_stream_words(int(d.seg_stream[seg]))}" if len(d.streams) > 1 else ""
-        pool = segment_pool_words(small=size == SMALL_SEGMENT)
+        pool = segment_pool_words(small=bool(d.seg_small[seg]))
         return (f"<div style='font-size:9pt'><span style='opacity:0.75'>{when} · reserved "
                 f"{fmt_bytes(d.reserved_at(i))}</span><br>"
                 f"<b>segment 0x{int(d.seg_addr[seg]):x}</b> · {fmt_bytes(size)} ({pool}{stream})<br>"
