@@ -179,8 +179,15 @@ def fallback_path(snapshot_path: str) -> str:
 
 
 def dir_writable(directory: str) -> bool:
-    """os.access can lie (root, ACLs, read-only mounts seen as writable): also try."""
+    """os.access can lie (root, ACLs, read-only mounts seen as writable): also try. A folder
+    whose mode lets nobody write (chmod a-w) is read-only by its owner's wish, which root
+    would otherwise ignore: the notes then go to the user data folder."""
     if not os.path.isdir(directory) or not os.access(directory, os.W_OK | os.X_OK):
+        return False
+    try:
+        if not os.stat(directory).st_mode & 0o222:
+            return False
+    except OSError:
         return False
     try:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".vramscope-probe-")
