@@ -15,7 +15,7 @@ pytest.importorskip("pyqtgraph")
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QFileDialog  # noqa: E402
 
-from helpers import DATA, GROUNDTRUTH, load_trusted  # noqa: E402
+from helpers import DATA, GROUNDTRUTH, SHARED, load_trusted  # noqa: E402
 from viewer_helpers import LOAD_TIMEOUT, new_window, open_and_wait  # noqa: E402
 from vramscope.cli import main  # noqa: E402
 from vramscope.common.units import fmt_bytes  # noqa: E402
@@ -203,3 +203,36 @@ def test_a_state_only_b_is_compared_with_its_note(qt, window, tmp_path, monkeypa
     # no iterations in B: by iteration cannot be chosen, and the axis stays aligned at the start
     panel.align.setCurrentIndex(panel.align.findData("iteration"))
     assert panel.totals.mode == "start" and panel.align.currentData() == "start"
+
+
+# -- at 1024x700 (a laptop), with real CUDA recordings whose peaks are close in time ------------
+KAITLYN = "kkaitlyn111+cs336-a2-systems__memory_files_memory_ctx128_{}.pickle"
+PAIRS = [pytest.param((DATA / "cuda_lora.pickle", DATA / "cuda_ckpt.pickle"), id="cuda_lora-cuda_ckpt"),
+         pytest.param((SHARED / KAITLYN.format("fullstep"), SHARED / KAITLYN.format("forward_mixed")),
+                      id="ctx128_fullstep-forward_mixed")]
+
+
+@pytest.fixture(params=PAIRS)
+def compared_at_1024(request, qt, window, monkeypatch, tmp_path):
+    """The window at 1024x700 comparing a real pair (copies: the viewer writes beside its files)."""
+    import shutil
+    a, b = request.param
+    if not (a.is_file() and b.is_file()):
+        pytest.skip(f"{a.name} or {b.name} is not here")
+    a, b = (shutil.copy(p, tmp_path / p.name) for p in (a, b))
+    window.resize(1024, 700)
+    open_and_wait(qt, window, str(a))
+    compare_through_the_menu(qt, window, monkeypatch, str(b))
+    qt.wait(50)
+    return window.compare_panel
+
+
+def test_at_1024_the_headers_file_names_are_whole_beside_the_controls(qt, compared_at_1024):
+    panel = compared_at_1024
+    files = panel.files
+    assert "<b>B</b>" in files.text() and files.isVisible()
+    assert files.width() >= files.sizeHint().width(), "the names are cut"
+    at = files.geometry()
+    for control in (panel.align, panel.swap_button, panel.close_button):
+        assert control.isVisible() and not control.geometry().intersects(at), control.text() \
+            if hasattr(control, "text") else control.currentText()

@@ -13,20 +13,14 @@ The numbers are the document of `vramscope compare --json` (CompareResult.docume
 """
 from __future__ import annotations
 
-import os
-
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QRectF, QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import (
-    QComboBox,
-    QHBoxLayout,
     QHeaderView,
     QLabel,
-    QSizePolicy,
     QSplitter,
     QStyledItemDelegate,
-    QToolButton,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
@@ -46,6 +40,7 @@ from .compare_data import (
     can_align_iterations,
     shared_seconds,
 )
+from .compare_header import CompareHeader
 from .plot_items import BytesAxis, TimeAxis, cosmetic_pen
 from .theme import Theme, category_color
 
@@ -284,10 +279,6 @@ class BarDelegate(QStyledItemDelegate):
         super().paint(painter, option, index)
 
 
-def _middle(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit // 2 - 1] + "…" + text[-(limit - limit // 2):]
-
-
 def _num_item(texts: list[str], numbers: list) -> SortItem:
     it = SortItem(texts)
     for col, v in enumerate(numbers):
@@ -310,30 +301,12 @@ class ComparePanel(QWidget):
         self.device: int | None = None
         self.dc = None
         self.doc: dict | None = None
-        self.files = QLabel(self)
-        self.files.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.files.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.files.setMinimumWidth(120)
-        self.swap_button = QToolButton(self)
-        self.swap_button.setText("⇄ Swap A and B")
-        self.swap_button.setToolTip("Show B in the timeline above and compare the other way round (B becomes A)")
-        self.swap_button.clicked.connect(self.swapRequested)
-        self.align = QComboBox(self)
-        self.align.addItem("Aligned at the first iteration's start", ALIGN_START)
-        self.align.addItem("Aligned by iteration", ALIGN_ITERATION)
-        self.align.setToolTip("How the two runs share the x axis: both start at their first iteration, or every "
-                              "iteration drawn one unit wide (iteration 3 of A over iteration 3 of B)")
+        self.header = CompareHeader(A_COLOR, B_COLOR, self)
+        self.files, self.align = self.header.files, self.header.align
+        self.swap_button, self.close_button = self.header.swap_button, self.header.close_button
+        self.header.swapRequested.connect(self.swapRequested)
+        self.header.closeRequested.connect(self.closeRequested)
         self.align.currentIndexChanged.connect(self._on_align)
-        self.close_button = QToolButton(self)
-        self.close_button.setText("✕ Close")
-        self.close_button.setToolTip("Close the comparison")
-        self.close_button.clicked.connect(self.closeRequested)
-        head = QHBoxLayout()
-        head.setContentsMargins(0, 0, 0, 0)
-        head.addWidget(self.files, 1)
-        head.addWidget(self.align)
-        head.addWidget(self.swap_button)
-        head.addWidget(self.close_button)
         self.headline = QLabel(self)
         self.headline.setWordWrap(True)
         self.headline.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -380,7 +353,7 @@ class ComparePanel(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.setSpacing(3)
-        lay.addLayout(head)
+        lay.addWidget(self.header)
         lay.addWidget(self.headline)
         lay.addWidget(self.split, 1)
 
@@ -397,19 +370,14 @@ class ComparePanel(QWidget):
         self.cats.clear()
         self.sites.clear()
         if r is None:
-            self.files.setText("")
+            self.header.set_paths(None)
             self.headline.setText("<i>File > Compare With… sets another recording of the same run (B) beside the "
                                   "file shown (A).</i>")
             self.totals.set_sides(None, ALIGN_START)
             return
         # long names (a project's prefix, a config in the name) cut in the middle: the header
         # must never make the window wider than the screen (the tooltip has both paths)
-        a_name, b_name = (_middle(os.path.basename(p), 34) for p in (r.a.path, r.b.path))
-        self.files.setText(f"<span style='color:{A_COLOR}; font-size:13pt'>■</span> <b>A</b> {_esc(a_name)} "
-                           f"<i>(the timeline)</i> &nbsp; <span style='color:{B_COLOR}; font-size:13pt'>■</span> "
-                           f"<b>B</b> {_esc(b_name)}")
-        self.files.setToolTip(f"A: {r.a.path}\nB: {r.b.path}\nOn the plot: wheel zooms, drag pans, double-click shows "
-                              f"all, hover tells both values")
+        self.header.set_paths((r.a.path, r.b.path))
         notes = list(r.document["notes"])
         if self.dc is None:
             compared = ", ".join(f"cuda:{d}" for d in r.devices)
