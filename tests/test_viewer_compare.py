@@ -236,3 +236,30 @@ def test_at_1024_the_headers_file_names_are_whole_beside_the_controls(qt, compar
     for control in (panel.align, panel.swap_button, panel.close_button):
         assert control.isVisible() and not control.geometry().intersects(at), control.text() \
             if hasattr(control, "text") else control.currentText()
+
+
+def test_at_1024_the_peak_labels_are_apart_and_inside_the_plot(qt, compared_at_1024):
+    totals = compared_at_1024.totals
+    a, b = (lab.sceneBoundingRect() for lab in totals.peak_labels)
+    assert not a.intersects(b), (a, b)
+    plot = totals.vb.sceneBoundingRect()
+    for lab, r in zip(totals.peak_labels, (a, b)):
+        assert lab.isVisible() and plot.contains(r), (lab.toPlainText(), r, plot)
+    # each still names its own peak, beside its own line
+    for k, (lab, line) in enumerate(zip(totals.peak_labels, totals.peak_lines)):
+        assert lab.toPlainText().startswith(f"{'AB'[k]} peak ")
+        x = totals.vb.mapViewToScene(pg_point(line.value(), 0)).x()
+        r = lab.sceneBoundingRect()
+        assert min(abs(r.left() - x), abs(r.right() - x)) <= 1.5
+    # zoomed in and out again, they stay apart
+    (x0, x1), _ = totals.vb.viewRange()
+    for lo, hi in ((x0, x0 + (x1 - x0) * 0.4), (x0, x1)):
+        totals.vb.setXRange(lo, hi, padding=0)
+        qt.wait(20)
+        a, b = (lab.sceneBoundingRect() for lab in totals.peak_labels)
+        assert not a.intersects(b)
+
+
+def pg_point(x, y):
+    import pyqtgraph as pg
+    return pg.Point(x, y)

@@ -76,6 +76,7 @@ class CompareTotals(QWidget):
         self.sides: tuple[AlignedSide, AlignedSide] | None = None
         self.mode = ALIGN_START
         self.seconds = False
+        self.top = 1                   # the higher of the two peaks, bytes
         self.axis_x = CompareAxis("bottom")
         self.axis_y = BytesAxis("left")
         for ax in (self.axis_x, self.axis_y):
@@ -166,19 +167,55 @@ class CompareTotals(QWidget):
         pad = (hi - lo) * 0.01
         self.vb.setLimits(xMin=lo - pad, xMax=hi + pad)
         self.vb.setXRange(lo - pad, hi + pad, padding=0)
-        top = max(max(s.side.peak.bytes for s in self.sides), 1)
-        self.vb.setYRange(0, top * 1.22, padding=0)
+        self.top = max(max(s.side.peak.bytes for s in self.sides), 1)
+        self.vb.setYRange(0, self.top * 1.22, padding=0)
         for k, s in enumerate(self.sides):
             pk = s.side.peak
             x = float(s.x_of_index(max(pk.index, 0), self.mode, self.seconds)) if s.n else lo
             self.peak_lines[k].setPos(x)
             self.peak_lines[k].show()
-            lab = self.peak_labels[k]
-            lab.setText(f"{'AB'[k]} peak {fmt_bytes(pk.bytes)}")
-            lab.setPos(x, top * (1.2 - 0.08 * k))
-            lab.setAnchor((1, 0) if x > lo + 0.62 * (hi - lo) else (0, 0))
-            lab.show()
+            self.peak_labels[k].setText(f"{'AB'[k]} peak {fmt_bytes(pk.bytes)}")
+            self.peak_labels[k].show()
         self.refresh()
+
+    def _place_peak_labels(self):
+        """Each peak's words beside its line, inside the plot and clear of the other's: side
+        by side when there is room (A left of its line, B right of its, when A comes first),
+        else in two rows, with the y range giving them room above both curves. In pixels, so
+        again on every zoom and resize."""
+        w, h = self.vb.width(), self.vb.height()
+        (x0, x1), _ = self.vb.viewRange()
+        if not (w > 0 and h > 0 and x1 > x0):
+            return
+        xs = [(ln.value() - x0) / (x1 - x0) * w for ln in self.peak_lines]
+        sizes = [lab.boundingRect() for lab in self.peak_labels]
+        shown = [0 <= x <= w for x in xs]           # a line zoomed out of view takes no room
+
+        def span(k, right):
+            return (xs[k], xs[k] + sizes[k].width()) if right else (xs[k] - sizes[k].width(), xs[k])
+
+        def inside(k, right):
+            lo, hi = span(k, right)
+            return lo >= 0 and hi <= w
+
+        placed = None
+        for ra, rb in ((True, True), (False, True), (True, False), (False, False)):
+            if all(inside(k, r) for k, r in ((0, ra), (1, rb)) if shown[k]):
+                (a0, a1), (b0, b1) = span(0, ra), span(1, rb)
+                if not all(shown) or a1 + 4 <= b0 or b1 + 4 <= a0:
+                    placed = ((ra, 0), (rb, 0))
+                    break
+        if placed is None:
+            placed = tuple((inside(k, True) or not inside(k, False), k) for k in range(2))
+        rows = max(row for _, row in placed) + 1
+        row_h = max(r.height() for r in sizes)
+        # the labels' rows above the higher peak (and at least the old 22% of headroom)
+        room = min(0.6, (rows * row_h + 6) / h)
+        y1 = max(self.top * 1.22, self.top / (1 - room))
+        self.vb.setYRange(0, y1, padding=0)
+        for lab, (right, row), x in zip(self.peak_labels, placed, (ln.value() for ln in self.peak_lines)):
+            lab.setAnchor((0, 0) if right else (1, 0))
+            lab.setPos(x, y1 - (1 + row * row_h) * y1 / h)
 
     def _schedule(self, *args):
         if not self._pending:
@@ -195,6 +232,7 @@ class CompareTotals(QWidget):
         for c, s in zip(self.curves, self.sides):
             xs, ys = s.envelope(x0, x1, buckets, self.mode, self.seconds)
             c.setData(xs, ys)
+        self._place_peak_labels()
         self.refresh_count += 1
 
     def values_at(self, x: float) -> tuple[int | None, int | None]:
