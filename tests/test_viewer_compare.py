@@ -263,3 +263,20 @@ def test_at_1024_the_peak_labels_are_apart_and_inside_the_plot(qt, compared_at_1
 def pg_point(x, y):
     import pyqtgraph as pg
     return pg.Point(x, y)
+
+
+def test_at_1024_the_x_axis_title_is_whole_in_every_alignment(qt, compared_at_1024):
+    panel = compared_at_1024
+    axis, plot = panel.totals.axis_x, panel.totals.plot
+    for mode in ("iteration", "start"):
+        panel.align.setCurrentIndex(panel.align.findData(mode))
+        qt.wait(20)
+        title = axis.label.toPlainText()
+        m = axis.label.document().documentMargin()        # the text's own rectangle, inside that margin
+        r = axis.label.mapRectToScene(axis.label.boundingRect().adjusted(m, m, -m, -m))
+        at = axis.mapRectToScene(axis.boundingRect())
+        assert r.left() >= at.left() and r.right() <= at.right(), (title, r, at)      # under the axis, whole
+        assert plot.sceneRect().contains(r), (title, r, plot.sceneRect())
+        assert "iteration" in title
+    # what the words would say at a greater width is in the tooltip
+    assert "since each side's first iteration's start" in axis.toolTip()

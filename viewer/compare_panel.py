@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 from ..classifiers import STACK_ORDER
 from ..common.units import fmt_bytes
 from ..present.markup import html as _esc
-from ..present.words import peak_words, signed_bytes
+from ..present.words import COMPARE_X_TITLES, peak_words, signed_bytes
 from .compare_data import (
     ALIGN_ITERATION,
     ALIGN_START,
@@ -77,6 +77,8 @@ class CompareTotals(QWidget):
         self.mode = ALIGN_START
         self.seconds = False
         self.top = 1                   # the higher of the two peaks, bytes
+        self.x_titles = COMPARE_X_TITLES["entries"]
+        self._x_title_fit: tuple | None = None
         self.axis_x = CompareAxis("bottom")
         self.axis_y = BytesAxis("left")
         for ax in (self.axis_x, self.axis_y):
@@ -156,9 +158,9 @@ class CompareTotals(QWidget):
         it = self.mode == ALIGN_ITERATION
         self.axis_x.iterations = it
         self.axis_x.has_time = self.seconds and not it
-        self.axis_x.setLabel("iteration (each drawn one unit wide, ticks at their starts)" if it else
-                             "time since each side's first iteration's start" if self.seconds else
-                             "trace entries since each side's first iteration's start")
+        self.x_titles = COMPARE_X_TITLES["iteration" if it else "seconds" if self.seconds else "entries"]
+        self.axis_x.setToolTip(self.x_titles[0])
+        self._x_title_fit = None
         spans = [s.x_span(self.mode, self.seconds) for s in self.sides if s.n]
         lo = min((x for x, _ in spans), default=0.0)
         hi = max((x for _, x in spans), default=1.0)
@@ -233,7 +235,21 @@ class CompareTotals(QWidget):
             xs, ys = s.envelope(x0, x1, buckets, self.mode, self.seconds)
             c.setData(xs, ys)
         self._place_peak_labels()
+        self._fit_x_title()
         self.refresh_count += 1
+
+    def _fit_x_title(self):
+        """The longest axis title that fits the axis whole (the tooltip has the longest); again
+        when the plot's width or the alignment changed."""
+        width = self.axis_x.width()
+        if self._x_title_fit == (self.x_titles, width) or not width > 0:
+            return
+        self._x_title_fit = (self.x_titles, width)
+        for title in self.x_titles:
+            self.axis_x.setLabel(title)
+            if self.axis_x.label.boundingRect().width() <= width:
+                break
+        self.axis_x.resizeEvent()          # pyqtgraph centres its label only on a resize
 
     def values_at(self, x: float) -> tuple[int | None, int | None]:
         a, b = self.sides
