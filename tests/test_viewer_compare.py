@@ -15,7 +15,7 @@ pytest.importorskip("pyqtgraph")
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QFileDialog  # noqa: E402
 
-from helpers import DATA, GROUNDTRUTH, load_trusted  # noqa: E402
+from helpers import DATA, GROUNDTRUTH, SHARED, load_trusted  # noqa: E402
 from viewer_helpers import LOAD_TIMEOUT, new_window, open_and_wait  # noqa: E402
 from vramscope.cli import main  # noqa: E402
 from vramscope.common.units import fmt_bytes  # noqa: E402
@@ -203,3 +203,80 @@ def test_a_state_only_b_is_compared_with_its_note(qt, window, tmp_path, monkeypa
     # no iterations in B: by iteration cannot be chosen, and the axis stays aligned at the start
     panel.align.setCurrentIndex(panel.align.findData("iteration"))
     assert panel.totals.mode == "start" and panel.align.currentData() == "start"
+
+
+# -- at 1024x700 (a laptop), with real CUDA recordings whose peaks are close in time ------------
+KAITLYN = "kkaitlyn111+cs336-a2-systems__memory_files_memory_ctx128_{}.pickle"
+PAIRS = [pytest.param((DATA / "cuda_lora.pickle", DATA / "cuda_ckpt.pickle"), id="cuda_lora-cuda_ckpt"),
+         pytest.param((SHARED / KAITLYN.format("fullstep"), SHARED / KAITLYN.format("forward_mixed")),
+                      id="ctx128_fullstep-forward_mixed")]
+
+
+@pytest.fixture(params=PAIRS)
+def compared_at_1024(request, qt, window, monkeypatch, tmp_path):
+    """The window at 1024x700 comparing a real pair (copies: the viewer writes beside its files)."""
+    import shutil
+    a, b = request.param
+    if not (a.is_file() and b.is_file()):
+        pytest.skip(f"{a.name} or {b.name} is not here")
+    a, b = (shutil.copy(p, tmp_path / p.name) for p in (a, b))
+    window.resize(1024, 700)
+    open_and_wait(qt, window, str(a))
+    compare_through_the_menu(qt, window, monkeypatch, str(b))
+    qt.wait(50)
+    return window.compare_panel
+
+
+def test_at_1024_the_headers_file_names_are_whole_beside_the_controls(qt, compared_at_1024):
+    panel = compared_at_1024
+    files = panel.files
+    assert "<b>B</b>" in files.text() and files.isVisible()
+    assert files.width() >= files.sizeHint().width(), "the names are cut"
+    at = files.geometry()
+    for control in (panel.align, panel.swap_button, panel.close_button):
+        assert control.isVisible() and not control.geometry().intersects(at), control.text() \
+            if hasattr(control, "text") else control.currentText()
+
+
+def test_at_1024_the_peak_labels_are_apart_and_inside_the_plot(qt, compared_at_1024):
+    totals = compared_at_1024.totals
+    a, b = (lab.sceneBoundingRect() for lab in totals.peak_labels)
+    assert not a.intersects(b), (a, b)
+    plot = totals.vb.sceneBoundingRect()
+    for lab, r in zip(totals.peak_labels, (a, b)):
+        assert lab.isVisible() and plot.contains(r), (lab.toPlainText(), r, plot)
+    # each still names its own peak, beside its own line
+    for k, (lab, line) in enumerate(zip(totals.peak_labels, totals.peak_lines)):
+        assert lab.toPlainText().startswith(f"{'AB'[k]} peak ")
+        x = totals.vb.mapViewToScene(pg_point(line.value(), 0)).x()
+        r = lab.sceneBoundingRect()
+        assert min(abs(r.left() - x), abs(r.right() - x)) <= 1.5
+    # zoomed in and out again, they stay apart
+    (x0, x1), _ = totals.vb.viewRange()
+    for lo, hi in ((x0, x0 + (x1 - x0) * 0.4), (x0, x1)):
+        totals.vb.setXRange(lo, hi, padding=0)
+        qt.wait(20)
+        a, b = (lab.sceneBoundingRect() for lab in totals.peak_labels)
+        assert not a.intersects(b)
+
+
+def pg_point(x, y):
+    import pyqtgraph as pg
+    return pg.Point(x, y)
+
+
+def test_at_1024_the_x_axis_title_is_whole_in_every_alignment(qt, compared_at_1024):
+    panel = compared_at_1024
+    axis, plot = panel.totals.axis_x, panel.totals.plot
+    for mode in ("iteration", "start"):
+        panel.align.setCurrentIndex(panel.align.findData(mode))
+        qt.wait(20)
+        title = axis.label.toPlainText()
+        m = axis.label.document().documentMargin()        # the text's own rectangle, inside that margin
+        r = axis.label.mapRectToScene(axis.label.boundingRect().adjusted(m, m, -m, -m))
+        at = axis.mapRectToScene(axis.boundingRect())
+        assert r.left() >= at.left() and r.right() <= at.right(), (title, r, at)      # under the axis, whole
+        assert plot.sceneRect().contains(r), (title, r, plot.sceneRect())
+        assert "iteration" in title
+    # what the words would say at a greater width is in the tooltip
+    assert "since each side's first iteration's start" in axis.toolTip()

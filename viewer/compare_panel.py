@@ -13,20 +13,14 @@ The numbers are the document of `vramscope compare --json` (CompareResult.docume
 """
 from __future__ import annotations
 
-import os
-
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QRectF, QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import (
-    QComboBox,
-    QHBoxLayout,
     QHeaderView,
     QLabel,
-    QSizePolicy,
     QSplitter,
     QStyledItemDelegate,
-    QToolButton,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
@@ -36,7 +30,7 @@ from PySide6.QtWidgets import (
 from ..classifiers import STACK_ORDER
 from ..common.units import fmt_bytes
 from ..present.markup import html as _esc
-from ..present.words import peak_words, signed_bytes
+from ..present.words import COMPARE_X_TITLES, peak_words, signed_bytes
 from .compare_data import (
     ALIGN_ITERATION,
     ALIGN_START,
@@ -46,6 +40,7 @@ from .compare_data import (
     can_align_iterations,
     shared_seconds,
 )
+from .compare_header import CompareHeader
 from .plot_items import BytesAxis, TimeAxis, cosmetic_pen
 from .theme import Theme, category_color
 
@@ -81,6 +76,9 @@ class CompareTotals(QWidget):
         self.sides: tuple[AlignedSide, AlignedSide] | None = None
         self.mode = ALIGN_START
         self.seconds = False
+        self.top = 1                   # the higher of the two peaks, bytes
+        self.x_titles = COMPARE_X_TITLES["entries"]
+        self._x_title_fit: tuple | None = None
         self.axis_x = CompareAxis("bottom")
         self.axis_y = BytesAxis("left")
         for ax in (self.axis_x, self.axis_y):
@@ -160,9 +158,9 @@ class CompareTotals(QWidget):
         it = self.mode == ALIGN_ITERATION
         self.axis_x.iterations = it
         self.axis_x.has_time = self.seconds and not it
-        self.axis_x.setLabel("iteration (each drawn one unit wide, ticks at their starts)" if it else
-                             "time since each side's first iteration's start" if self.seconds else
-                             "trace entries since each side's first iteration's start")
+        self.x_titles = COMPARE_X_TITLES["iteration" if it else "seconds" if self.seconds else "entries"]
+        self.axis_x.setToolTip(self.x_titles[0])
+        self._x_title_fit = None
         spans = [s.x_span(self.mode, self.seconds) for s in self.sides if s.n]
         lo = min((x for x, _ in spans), default=0.0)
         hi = max((x for _, x in spans), default=1.0)
@@ -171,19 +169,55 @@ class CompareTotals(QWidget):
         pad = (hi - lo) * 0.01
         self.vb.setLimits(xMin=lo - pad, xMax=hi + pad)
         self.vb.setXRange(lo - pad, hi + pad, padding=0)
-        top = max(max(s.side.peak.bytes for s in self.sides), 1)
-        self.vb.setYRange(0, top * 1.22, padding=0)
+        self.top = max(max(s.side.peak.bytes for s in self.sides), 1)
+        self.vb.setYRange(0, self.top * 1.22, padding=0)
         for k, s in enumerate(self.sides):
             pk = s.side.peak
             x = float(s.x_of_index(max(pk.index, 0), self.mode, self.seconds)) if s.n else lo
             self.peak_lines[k].setPos(x)
             self.peak_lines[k].show()
-            lab = self.peak_labels[k]
-            lab.setText(f"{'AB'[k]} peak {fmt_bytes(pk.bytes)}")
-            lab.setPos(x, top * (1.2 - 0.08 * k))
-            lab.setAnchor((1, 0) if x > lo + 0.62 * (hi - lo) else (0, 0))
-            lab.show()
+            self.peak_labels[k].setText(f"{'AB'[k]} peak {fmt_bytes(pk.bytes)}")
+            self.peak_labels[k].show()
         self.refresh()
+
+    def _place_peak_labels(self):
+        """Each peak's words beside its line, inside the plot and clear of the other's: side
+        by side when there is room (A left of its line, B right of its, when A comes first),
+        else in two rows, with the y range giving them room above both curves. In pixels, so
+        again on every zoom and resize."""
+        w, h = self.vb.width(), self.vb.height()
+        (x0, x1), _ = self.vb.viewRange()
+        if not (w > 0 and h > 0 and x1 > x0):
+            return
+        xs = [(ln.value() - x0) / (x1 - x0) * w for ln in self.peak_lines]
+        sizes = [lab.boundingRect() for lab in self.peak_labels]
+        shown = [0 <= x <= w for x in xs]           # a line zoomed out of view takes no room
+
+        def span(k, right):
+            return (xs[k], xs[k] + sizes[k].width()) if right else (xs[k] - sizes[k].width(), xs[k])
+
+        def inside(k, right):
+            lo, hi = span(k, right)
+            return lo >= 0 and hi <= w
+
+        placed = None
+        for ra, rb in ((True, True), (False, True), (True, False), (False, False)):
+            if all(inside(k, r) for k, r in ((0, ra), (1, rb)) if shown[k]):
+                (a0, a1), (b0, b1) = span(0, ra), span(1, rb)
+                if not all(shown) or a1 + 4 <= b0 or b1 + 4 <= a0:
+                    placed = ((ra, 0), (rb, 0))
+                    break
+        if placed is None:
+            placed = tuple((inside(k, True) or not inside(k, False), k) for k in range(2))
+        rows = max(row for _, row in placed) + 1
+        row_h = max(r.height() for r in sizes)
+        # the labels' rows above the higher peak (and at least the old 22% of headroom)
+        room = min(0.6, (rows * row_h + 6) / h)
+        y1 = max(self.top * 1.22, self.top / (1 - room))
+        self.vb.setYRange(0, y1, padding=0)
+        for lab, (right, row), x in zip(self.peak_labels, placed, (ln.value() for ln in self.peak_lines)):
+            lab.setAnchor((0, 0) if right else (1, 0))
+            lab.setPos(x, y1 - (1 + row * row_h) * y1 / h)
 
     def _schedule(self, *args):
         if not self._pending:
@@ -200,7 +234,22 @@ class CompareTotals(QWidget):
         for c, s in zip(self.curves, self.sides):
             xs, ys = s.envelope(x0, x1, buckets, self.mode, self.seconds)
             c.setData(xs, ys)
+        self._place_peak_labels()
+        self._fit_x_title()
         self.refresh_count += 1
+
+    def _fit_x_title(self):
+        """The longest axis title that fits the axis whole (the tooltip has the longest); again
+        when the plot's width or the alignment changed."""
+        width = self.axis_x.width()
+        if self._x_title_fit == (self.x_titles, width) or not width > 0:
+            return
+        self._x_title_fit = (self.x_titles, width)
+        for title in self.x_titles:
+            self.axis_x.setLabel(title)
+            if self.axis_x.label.boundingRect().width() <= width:
+                break
+        self.axis_x.resizeEvent()          # pyqtgraph centres its label only on a resize
 
     def values_at(self, x: float) -> tuple[int | None, int | None]:
         a, b = self.sides
@@ -284,10 +333,6 @@ class BarDelegate(QStyledItemDelegate):
         super().paint(painter, option, index)
 
 
-def _middle(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit // 2 - 1] + "…" + text[-(limit - limit // 2):]
-
-
 def _num_item(texts: list[str], numbers: list) -> SortItem:
     it = SortItem(texts)
     for col, v in enumerate(numbers):
@@ -310,30 +355,12 @@ class ComparePanel(QWidget):
         self.device: int | None = None
         self.dc = None
         self.doc: dict | None = None
-        self.files = QLabel(self)
-        self.files.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.files.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.files.setMinimumWidth(120)
-        self.swap_button = QToolButton(self)
-        self.swap_button.setText("⇄ Swap A and B")
-        self.swap_button.setToolTip("Show B in the timeline above and compare the other way round (B becomes A)")
-        self.swap_button.clicked.connect(self.swapRequested)
-        self.align = QComboBox(self)
-        self.align.addItem("Aligned at the first iteration's start", ALIGN_START)
-        self.align.addItem("Aligned by iteration", ALIGN_ITERATION)
-        self.align.setToolTip("How the two runs share the x axis: both start at their first iteration, or every "
-                              "iteration drawn one unit wide (iteration 3 of A over iteration 3 of B)")
+        self.header = CompareHeader(A_COLOR, B_COLOR, self)
+        self.files, self.align = self.header.files, self.header.align
+        self.swap_button, self.close_button = self.header.swap_button, self.header.close_button
+        self.header.swapRequested.connect(self.swapRequested)
+        self.header.closeRequested.connect(self.closeRequested)
         self.align.currentIndexChanged.connect(self._on_align)
-        self.close_button = QToolButton(self)
-        self.close_button.setText("✕ Close")
-        self.close_button.setToolTip("Close the comparison")
-        self.close_button.clicked.connect(self.closeRequested)
-        head = QHBoxLayout()
-        head.setContentsMargins(0, 0, 0, 0)
-        head.addWidget(self.files, 1)
-        head.addWidget(self.align)
-        head.addWidget(self.swap_button)
-        head.addWidget(self.close_button)
         self.headline = QLabel(self)
         self.headline.setWordWrap(True)
         self.headline.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -380,7 +407,7 @@ class ComparePanel(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.setSpacing(3)
-        lay.addLayout(head)
+        lay.addWidget(self.header)
         lay.addWidget(self.headline)
         lay.addWidget(self.split, 1)
 
@@ -397,19 +424,14 @@ class ComparePanel(QWidget):
         self.cats.clear()
         self.sites.clear()
         if r is None:
-            self.files.setText("")
+            self.header.set_paths(None)
             self.headline.setText("<i>File > Compare With… sets another recording of the same run (B) beside the "
                                   "file shown (A).</i>")
             self.totals.set_sides(None, ALIGN_START)
             return
         # long names (a project's prefix, a config in the name) cut in the middle: the header
         # must never make the window wider than the screen (the tooltip has both paths)
-        a_name, b_name = (_middle(os.path.basename(p), 34) for p in (r.a.path, r.b.path))
-        self.files.setText(f"<span style='color:{A_COLOR}; font-size:13pt'>■</span> <b>A</b> {_esc(a_name)} "
-                           f"<i>(the timeline)</i> &nbsp; <span style='color:{B_COLOR}; font-size:13pt'>■</span> "
-                           f"<b>B</b> {_esc(b_name)}")
-        self.files.setToolTip(f"A: {r.a.path}\nB: {r.b.path}\nOn the plot: wheel zooms, drag pans, double-click shows "
-                              f"all, hover tells both values")
+        self.header.set_paths((r.a.path, r.b.path))
         notes = list(r.document["notes"])
         if self.dc is None:
             compared = ", ".join(f"cuda:{d}" for d in r.devices)

@@ -18,7 +18,7 @@ from ..classifiers import CATEGORIES, STACK_ORDER, category_color
 from ..common.atomic import atomic_write
 from ..common.units import byte_unit, fmt_bytes
 from ..present.markup import html
-from ..present.words import signed_bytes
+from ..present.words import COMPARE_X_TITLES, signed_bytes
 from .compare_data import usable_times
 from .lod import envelope
 from .qt import QtCore, QtGui, QtWidgets, pg
@@ -60,8 +60,7 @@ def render_compare(an_a, an_b, dc, path: str, width: int = 1200, height: int = 5
             xs_all.append((tus - s.origin_us) / 1e6)
         else:
             xs_all.append(np.arange(n, dtype=np.float64) - origin)
-    x_label = ("seconds since the first iteration's start" if use_time
-               else "trace entries since the first iteration's start")
+    x_label = COMPARE_X_TITLES["seconds" if use_time else "entries"][0]
 
     top_bytes = max(dc.a.peak.bytes, dc.b.peak.bytes, 1)
     unit, scale = byte_unit(top_bytes)

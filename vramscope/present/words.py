@@ -43,6 +43,18 @@ LEVER_WORDS = {
 }
 
 
+# The x axis of two runs compared on one axis (the viewer's Compare panel, the report's
+# compare.png), longest first: a narrow plot takes the longest that fits
+COMPARE_X_TITLES = {
+    "seconds": ("seconds since each side's first iteration's start", "seconds since each side's iteration 1",
+                "seconds since iteration 1"),
+    "entries": ("trace entries since each side's first iteration's start", "entries since each side's iteration 1",
+                "entries since iteration 1"),
+    "iteration": ("iteration (each drawn one unit wide, ticks at their starts)", "iteration (each one unit wide)",
+                  "iteration"),
+}
+
+
 def peak_words(peak_type: str) -> str:
     return PEAK_TYPE_WORDS.get(peak_type, peak_type.replace("_", " "))
 
@@ -251,7 +263,7 @@ def finding_detail(f: Finding, where: str = "") -> str:
     return ""
 
 
-__all__ = ["PEAK_TYPE_WORDS", "LEVER_WORDS", "peak_words", "advice_text", "oom_suggestions", "oom_diagnosis",
+__all__ = ["PEAK_TYPE_WORDS", "LEVER_WORDS", "COMPARE_X_TITLES", "peak_words", "advice_text", "oom_suggestions", "oom_diagnosis",
            "process_limit", "device_free_text",
            "freed_note", "stale_gradients_text", "leak_text", "LEAK_CAUSE_WORDS", "error_text", "signed_bytes",
            "comparison_headline", "moment_text", "device_first_reason", "device_card_text", "leak_rows_text",
