@@ -199,3 +199,15 @@ def test_a_lever_that_cannot_apply_is_disabled_and_says_why(qt, window):
     assert panel.levers["checkpointing"].isEnabled()
     qt.mouseClick(cb, Qt.MouseButton.LeftButton)
     assert not cb.isChecked() and panel.checked_levers() == []
+
+
+def test_a_long_file_name_does_not_hold_the_window_wide(qt, window, tmp_path):
+    import shutil
+    long = tmp_path / ("kkaitlyn111+cs336-a2-systems__memory_files_memory_ctx128_fullstep_" + "x" * 30 + ".pickle")
+    shutil.copyfile(QLORA, long)
+    open_and_wait(qt, window, str(long))
+    label = window.status_file
+    assert len(label.text()) <= 40 and "…" in label.text() and str(long) in label.toolTip()
+    window.resize(1024, 700)
+    qt.wait(100)
+    assert window.width() == 1024

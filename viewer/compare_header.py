@@ -12,13 +12,10 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QGridLayout, QLabel, QSizePolicy, QToolButton, QWidget
 
 from ..present.markup import html as _esc
+from ..present.markup import middle
 from .compare_data import ALIGN_ITERATION, ALIGN_START
 
 NAME_LIMIT, SHORTEST_NAME = 34, 12     # characters of a file name, cut in the middle beyond
-
-
-def middle(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit // 2 - 1] + "…" + text[-(limit - limit // 2):]
 
 
 class CompareHeader(QWidget):

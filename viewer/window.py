@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 
 from ..common.units import fmt_bytes
 from ..present.markup import html as _esc
+from ..present.markup import middle
 from ..present.words import peak_words
 from ..services.annotations import AnnotationStore
 from .allocator_panel import AllocatorPanel
@@ -44,6 +45,7 @@ from .window_views import ViewsMixin
 
 PAGE_WELCOME, PAGE_TIMELINE, PAGE_EMPTY = range(3)
 # what the store's undo/redo commands do, for the Edit menu's "Undo Add Note"
+STATUS_NAME_LIMIT = 40         # characters of the file name in the status bar
 # the mouse's keys, longest first: the status bar shows the longest that fits the window
 MOUSE_HINTS = (
     "Wheel: zoom · drag: box zoom · Shift+drag: pan · Ctrl+drag: mark a range · click: select · F1: keys",
@@ -488,7 +490,9 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
             for w in (self.status_file, self.status_device, self.status_entries, self.status_peak):
                 w.setText("")
             return
-        self.status_file.setText(os.path.basename(self.path))
+        # a long name would hold the window wider than a small screen: cut in the middle
+        self.status_file.setText(middle(os.path.basename(self.path), STATUS_NAME_LIMIT))
+        self.status_file.setToolTip(f"The open file: {self.path}")
         if d is None:
             self.status_device.setText("no device with data")
             self.status_entries.setText("")

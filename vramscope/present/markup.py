@@ -47,4 +47,10 @@ def md_code(s, in_table: bool = False) -> str:
     return f"{fence}{pad}{s}{pad}{fence}" if s else "` `"
 
 
-__all__ = ["one_line", "html", "md_text", "md_code"]
+def middle(text: str, limit: int) -> str:
+    """`text` cut in the middle to `limit` characters ('run_with_a…long_name.pickle'): a file
+    name's start and its end say most."""
+    return text if len(text) <= limit else text[:limit // 2 - 1] + "…" + text[-(limit - limit // 2):]
+
+
+__all__ = ["one_line", "html", "md_text", "md_code", "middle"]
