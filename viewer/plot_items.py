@@ -143,6 +143,23 @@ class DeviceStrokes(pg.GraphicsObject):
         p.restore()
 
 
+def columns_rect(x: np.ndarray, top: float) -> QRectF:
+    """The data rectangle of pixel columns centred on `x`, from 0 up to `top`."""
+    half = (x[1] - x[0]) / 2 if len(x) > 1 else 0.5
+    return QRectF(float(x[0] - half), 0.0, float(x[-1] - x[0] + 2 * half), top or 1.0)
+
+
+def device_view(item, p: QPainter):
+    """(transform, device pixel ratio, the view in device coordinates, a key that changes
+    when any of them does): what a rasterised item's cached image depends on."""
+    tr = p.transform()
+    dev = p.device()
+    dpr = float(dev.devicePixelRatioF()) if dev is not None else 1.0
+    vr = item.viewRect()
+    clip = tr.mapRect(vr) if vr is not None else QRectF(0, -1e6, 1, 2e6)
+    return tr, dpr, clip, (tr.m11(), tr.m22(), tr.m31(), tr.m32(), dpr, clip.top(), clip.bottom())
+
+
 class RasterBands(pg.GraphicsObject):
     """Stacked category bands rasterised with numpy, one pixel column per bucket.
 
@@ -170,13 +187,8 @@ class RasterBands(pg.GraphicsObject):
         self.cum = np.asarray(cum, dtype=np.float64)
         self.colors = np.array([QColor(c).rgba() for c in colors], dtype=np.uint32)
         self._key = None
-        if len(self.x) and self.cum.shape[1]:
-            half = (self.x[1] - self.x[0]) / 2 if len(self.x) > 1 else 0.5
-            top = float(self.cum[:, -1].max())
-            self._rect = QRectF(float(self.x[0] - half), 0.0, float(self.x[-1] - self.x[0] + 2 * half),
-                                top or 1.0)
-        else:
-            self._rect = QRectF()
+        self._rect = columns_rect(self.x, float(self.cum[:, -1].max())) if len(self.x) and self.cum.shape[1] \
+            else QRectF()
         self.update()
 
     def clear(self):
@@ -217,12 +229,7 @@ class RasterBands(pg.GraphicsObject):
     def paint(self, p: QPainter, *args):
         if not len(self.x) or not self.cum.shape[1]:
             return
-        tr = p.transform()
-        dev = p.device()
-        dpr = float(dev.devicePixelRatioF()) if dev is not None else 1.0
-        vr = self.viewRect()
-        clip = tr.mapRect(vr) if vr is not None else QRectF(0, -1e6, 1, 2e6)
-        key = (tr.m11(), tr.m22(), tr.m31(), tr.m32(), dpr, clip.top(), clip.bottom())
+        tr, dpr, clip, key = device_view(self, p)
         if key != self._key:
             self._image, self._pos = self._render(tr, dpr, clip.top(), clip.bottom())
             self._key = key
@@ -259,11 +266,7 @@ class StackImage(pg.GraphicsObject):
         self.column_of = np.asarray(column_of, dtype=np.int64)
         self.palette = palette
         self._key = None
-        if len(self.x) and cols is not None:
-            half = (self.x[1] - self.x[0]) / 2 if len(self.x) > 1 else 0.5
-            self._rect = QRectF(float(self.x[0] - half), 0.0, float(self.x[-1] - self.x[0] + 2 * half), top or 1.0)
-        else:
-            self._rect = QRectF()
+        self._rect = columns_rect(self.x, top) if len(self.x) and cols is not None else QRectF()
         self.update()
 
     def clear(self):
@@ -277,12 +280,7 @@ class StackImage(pg.GraphicsObject):
     def paint(self, p: QPainter, *args):
         if self.cols is None or not len(self.x):
             return
-        tr = p.transform()
-        dev = p.device()
-        dpr = float(dev.devicePixelRatioF()) if dev is not None else 1.0
-        vr = self.viewRect()
-        clip = tr.mapRect(vr) if vr is not None else QRectF(0, -1e6, 1, 2e6)
-        key = (tr.m11(), tr.m22(), tr.m31(), tr.m32(), dpr, clip.top(), clip.bottom())
+        tr, dpr, clip, key = device_view(self, p)
         if key != self._key:
             self._key = key
             self._image = None
