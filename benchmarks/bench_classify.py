@@ -17,9 +17,10 @@ import argparse
 import gc
 import os
 import pickle
-import subprocess
 import sys
 import time
+
+from _snapshots import ensure_snapshot
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -48,14 +49,7 @@ def main(argv=None) -> int:
     from vramscope.classifiers import analyze, load_rules
     from vramscope.parsers import open_snapshot
 
-    path = args.file
-    if path is None:
-        os.makedirs(args.out, exist_ok=True)
-        path = os.path.join(args.out, f"snap_{args.events}.pickle")
-        if not os.path.exists(path):
-            print(f"generating {path} ...", flush=True)
-            subprocess.run([sys.executable, os.path.join(HERE, "gen_snapshot.py"), "--events", str(args.events),
-                            "-o", path, "-q"], check=True)
+    path = args.file if args.file is not None else ensure_snapshot(args.out, args.events)
     size = os.path.getsize(path)
 
     def load():

@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 
+from _snapshots import ensure_snapshot
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -43,16 +45,6 @@ def _run(cmd: list[str], env: dict) -> dict:
     return {"wall_s": wall, "rss_mb": rss_mb}
 
 
-def _snapshot(out: str, events: int, seed: int) -> str:
-    name = f"snap_{events}.pickle" if seed == 0 else f"snap_{events}_seed{seed}.pickle"
-    path = os.path.join(out, name)
-    if not os.path.exists(path):
-        print(f"generating {path} ...", flush=True)
-        subprocess.run([sys.executable, os.path.join(HERE, "gen_snapshot.py"), "--events", str(events),
-                        "--seed", str(seed), "-o", path, "-q"], check=True)
-    return path
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=lambda s: int(float(s)), default=1_000_000)
@@ -62,8 +54,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(HERE, "out"))
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
-    a = args.a or _snapshot(args.out, args.events, 0)
-    b = args.b or _snapshot(args.out, args.events, 1)
+    a = args.a or ensure_snapshot(args.out, args.events, 0)
+    b = args.b or ensure_snapshot(args.out, args.events, 1)
 
     cache = tempfile.mkdtemp(prefix="vramscope-bench-compare-")
     try:

@@ -43,6 +43,8 @@ import sys
 import tempfile
 import time
 
+from _snapshots import ensure_snapshot
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "out")
 SIZE = (1400, 900)
@@ -53,13 +55,7 @@ def rss_mb() -> float:
 
 
 def snapshot_path(events: int) -> str:
-    path = os.path.join(OUT, f"snap_{events}.pickle")
-    if not os.path.exists(path):
-        os.makedirs(OUT, exist_ok=True)
-        print(f"generating {path} ...", file=sys.stderr)
-        subprocess.run([sys.executable, os.path.join(HERE, "gen_snapshot.py"), "--events", str(events),
-                        "-o", path, "-q"], check=True)
-    return path
+    return ensure_snapshot(OUT, events)
 
 
 def warm_page_cache(path: str):

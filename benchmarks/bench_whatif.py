@@ -27,11 +27,12 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import subprocess
 import sys
 import time
 
 import numpy as np
+
+from _snapshots import ensure_snapshot
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -65,14 +66,7 @@ def main(argv=None) -> int:
     from vramscope.common.atomic import atomic_write
     from vramscope.parsers import open_snapshot
 
-    path = args.file
-    if path is None:
-        os.makedirs(args.out, exist_ok=True)
-        path = os.path.join(args.out, f"snap_{args.events}.pickle")
-        if not os.path.exists(path):
-            print(f"generating {path} ...", flush=True)
-            subprocess.run([sys.executable, os.path.join(HERE, "gen_snapshot.py"), "--events", str(args.events),
-                            "-o", path, "-q"], check=True)
+    path = args.file if args.file is not None else ensure_snapshot(args.out, args.events)
     t = time.perf_counter()
     snap = open_snapshot(path, use_cache=False)
     an = analyze(snap, rules=load_rules(use_user_rules=False), use_cache=False)
