@@ -55,6 +55,7 @@ def oom_reports(da, snap) -> tuple[Oom, ...]:
     stack = np.asarray(t.columns["stack"])
     live = da.live
     expandable = expandable_segments_on(snap.allocator_settings)
+    training = trains(da)
     out = []
     for i in da.oom_indices.tolist():
         extra = t.extras.get(int(i), {}) or {}
@@ -69,7 +70,7 @@ def oom_reports(da, snap) -> tuple[Oom, ...]:
         out.append(Oom(index=int(i), time_us=int(tus[i]) if tus[i] >= 0 else None, requested=req,
                        device_free=dev_free, allocated=allocated, reserved=reserved, fragmentation_bytes=frag,
                        by_category=byc, phase=phase, expandable_segments=expandable, stack=int(stack[i]),
-                       advice=advise(byc, allocated, frag, req, expandable, training=trains(da))))
+                       advice=advise(byc, allocated, frag, req, expandable, training=training)))
     return tuple(out)
 
 

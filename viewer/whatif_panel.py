@@ -236,13 +236,14 @@ class WhatIfPanel(QWidget):
             self.grid.addWidget(val, r, 2)
             self.sliders[name], self.values[name] = sl, val
         self.grid.setColumnStretch(1, 1)
+        training = trains(self.data.da)
+        expandable = expandable_segments_on(self.data.snap.allocator_settings)
         for r, (name, (title, _fn)) in enumerate(LEVERS.items()):
             lv = lever(name, self.facts)
             what = ", ".join(f"{c} ×{f:.3g}" for c, f in lv.scales.items()) or "no allocator overhead"
             cb = QCheckBox(title, self)
             cb.setToolTip(lv.assumption)
-            why_not = left_out(name, self.facts, training=trains(self.data.da),
-                               expandable=expandable_segments_on(self.data.snap.allocator_settings))
+            why_not = left_out(name, self.facts, training=training, expandable=expandable)
             if why_not is not None:
                 cb.setEnabled(False)
                 cb.setToolTip(f"Does not apply to this run: {why_not}")

@@ -21,12 +21,12 @@ def whatif_section(an: Analysis, device: int) -> list[str]:
         L.append(f"| {r.category} | {fmt_bytes(r.measured)} | {fmt_bytes(r.measured_max)} | {exp} | {md_text(r.note)} |")
     L += ["", "The peak with each lever alone (`vramscope whatif FILE --lever NAME` says how each is estimated):", "",
           "| Lever | Peak | Change | Moment | Fits on |", "|---|---:|---:|---|---|"]
-    for name, title, r in lever_peaks(an, device):
+    skipped = _left_out(an, device, base)
+    for name, title, r in lever_peaks(an, device, skipped):
         d = r.scaled.bytes - r.baseline.bytes
         cards = [c.name.split(" (")[0] for c in r.fits.cards if c.fits]
         L.append(f"| {title} (`{name}`) | {fmt_bytes(r.scaled.bytes)} | {fmt_bytes(d) if d else 'none'} | "
                  f"{peak_words(r.scaled.type)} | {cards[0] if cards else 'none of the common cards'} |")
-    skipped = levers_left_out(an, device)
     if skipped:
         L += ["", "Left out: " + "; ".join(f"`{n}` ({why})" for n, why in skipped.items()) + "."]
     L.append("")
@@ -35,10 +35,16 @@ def whatif_section(an: Analysis, device: int) -> list[str]:
 
 def whatif_json(an: Analysis, device: int) -> dict:
     base = what_if(an, device)
+    skipped = _left_out(an, device, base)
     return {"budget": base.to_json()["budget"], "fits": base.fits.to_json(),
             "levers": [{"name": n, "title": t, "assumption": r.levers[0].assumption, "scaled": r.scaled.to_json(),
-                        "needed_bytes": r.fits.needed_bytes} for n, t, r in lever_peaks(an, device)],
-            "levers_left_out": levers_left_out(an, device)}
+                        "needed_bytes": r.fits.needed_bytes} for n, t, r in lever_peaks(an, device, skipped)],
+            "levers_left_out": skipped}
+
+
+def _left_out(an: Analysis, device: int, base) -> dict[str, str]:
+    """levers_left_out from the budget `base` already holds (not made again)."""
+    return levers_left_out(an, device, base.budget.facts if base.budget is not None else None)
 
 
 __all__ = ["whatif_section", "whatif_json"]

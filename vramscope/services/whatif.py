@@ -22,23 +22,25 @@ def whatif_document(an: Analysis, scales: dict[str, float], levers: list[str], g
     return {"file": an.snapshot.path, "devices": [what_if(an, d, scales, levers, gpu).to_json() for d in devs]}
 
 
-def levers_left_out(an: Analysis, device: int) -> dict[str, str]:
-    """{lever: why it cannot apply to this run} (classifiers.levers.left_out)."""
+def levers_left_out(an: Analysis, device: int, facts=None) -> dict[str, str]:
+    """{lever: why it cannot apply to this run} (classifiers.levers.left_out); `facts`: the
+    device's budget facts when the caller has them."""
     da = an.devices[device]
-    facts = budget(an, device).facts
+    facts = facts if facts is not None else budget(an, device).facts
+    training = trains(da)
     expandable = expandable_segments_on(an.snapshot.allocator_settings)
     out = {}
     for name in LEVERS:
-        why = left_out(name, facts, training=trains(da), expandable=expandable)
+        why = left_out(name, facts, training=training, expandable=expandable)
         if why is not None:
             out[name] = why
     return out
 
 
-def lever_peaks(an: Analysis, device: int) -> list[tuple[str, str, WhatIf]]:
-    """(name, title, result) of each named lever alone that can apply to this run: the peak
-    each one gives."""
-    skip = levers_left_out(an, device)
+def lever_peaks(an: Analysis, device: int, skip: dict[str, str] | None = None) -> list[tuple[str, str, WhatIf]]:
+    """(name, title, result) of each named lever alone that can apply to this run (`skip`:
+    levers_left_out, when the caller has it): the peak each one gives."""
+    skip = skip if skip is not None else levers_left_out(an, device)
     return [(name, title, what_if(an, device, levers=[name], with_budget=False))
             for name, (title, _) in LEVERS.items() if name not in skip]
 
