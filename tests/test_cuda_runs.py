@@ -112,6 +112,10 @@ def test_oom_under_a_process_cap_is_the_third_step_and_says_so():
     assert o.device_free > 70 * (1 << 30)                   # the card had room: the 1 GiB cap ran out
     text = oom_diagnosis(o)
     assert "limit set in the process" in text and "fragmented" in text
+    # without fragmentation to blame, live tensors fill what the process was allowed, not the card
+    import dataclasses
+    text = oom_diagnosis(dataclasses.replace(o, fragmentation_bytes=0))
+    assert "fill the memory allowed" in text and "fill the device" not in text
     assert o.advice and o.advice[0].lever == "expandable_segments"
 
 

@@ -108,7 +108,8 @@ def oom_diagnosis(oom: Oom) -> str:
     top = max(oom.by_category.items(), key=lambda kv: kv[1]) if oom.by_category else ("unknown", 0)
     share = top[1] / oom.allocated if oom.allocated else 0.0
     held = fmt_bytes(frag) if frag is not None else "unknown"
-    return (f"Live tensors fill the device: {fmt_bytes(oom.allocated)} allocated, the largest share "
+    full = "the memory allowed" if limit else "the device"
+    return (f"Live tensors fill {full}: {fmt_bytes(oom.allocated)} allocated, the largest share "
             f"{top[0]} ({share:.0%}); reserved-but-free memory ({held}) could not have held the request." + limit)
 
 
