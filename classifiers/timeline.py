@@ -212,7 +212,8 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
     idx = np.arange(n, dtype=np.int32 if n < 2**31 - 1 else np.int64)
 
     def prev_anchor(mask):
-        return np.maximum.accumulate(np.where(mask, idx, -1))
+        out = np.where(mask, idx, -1)
+        return np.maximum.accumulate(out, out=out)          # in place: one array of n, not two
 
     # the autograd engine's thread: empty frames right after forward/backward evidence
     has_frames = bool((sid > 0).any())
@@ -228,15 +229,17 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
 
     anchor = ev >= 0
     pa = prev_anchor(anchor)
-    na = np.minimum.accumulate(np.where(anchor, idx, n)[::-1])[::-1]
+    na = np.where(anchor, idx, n)[::-1]
+    na = np.minimum.accumulate(na, out=na)[::-1]
     A = np.where(pa >= 0, ev[np.maximum(pa, 0)], -1).astype(np.int8)
     B = np.where(na < n, ev[np.minimum(na, n - 1)], -1).astype(np.int8)
     # a stretch leading into a forward is the next batch being prepared, from its first
     # allocation on; the frees before that still close the previous phase
     del na
-    n_alloc = np.cumsum((action == A_ALLOC) & (sid > 0) & ~bump_at, dtype=idx.dtype)
-    after_first_alloc = n_alloc > np.where(pa >= 0, n_alloc[np.maximum(pa, 0)], 0)
-    del n_alloc, pa
+    # (an allocation with frames since the previous anchor: the last such one comes after it;
+    # one array of n and a compare, where counting them took three arrays of n at 10^6 events)
+    after_first_alloc = prev_anchor((action == A_ALLOC) & (sid > 0) & ~bump_at) > pa
+    del pa
     lead_in = (B == P_FORWARD) & (A != P_FORWARD) & (after_first_alloc | (A < 0))
     del after_first_alloc
     fill = np.where(A == B, A, np.where(lead_in, P_NONE, A))
