@@ -14,6 +14,9 @@ DeviceAnalysis (one per device with data):
   allocs     parsers.Allocations: one row per allocation, the rows of `allocations --csv`
              (blocks live before the trace began included, alloc_index -1)
   category   uint8 per row, index into CATEGORIES;  rule  int16 per row, into rule_names
+  evidence   uint8 per row, index into evidence.EVIDENCE: what the category rests on
+  rules_category  uint8 per row: our rules' own verdict (differs from `category` only
+             where torch's own tag decided it; torch_tags.py)
   torch_category  uint8 per row into snap.category_names (torch's own category on
              profiler-converted files that carry one, 0 elsewhere) or None: a separate
              fact, never used to classify
@@ -41,6 +44,7 @@ from ..parsers import (
 )
 from . import cache
 from .categories import CATEGORIES
+from .evidence import EVIDENCE, bytes_by_evidence
 from .engine import SnapshotFacts, classify_device, stack_pass
 from .leaks import find_leaks, leak_rows
 from .liveset import (
@@ -66,6 +70,7 @@ from .results import (
 from .rules import RuleSet, load_rules
 from .stale import stale_gradients
 from .timeline import PHASE_NAMES, Timeline
+from .torch_tags import TORCH_RULES, combine, profiler_tags
 
 NO_PEAK = Peak(bytes=0, index=-1, time_us=None, type="other", by_category={}, iteration=None, phase="pre")
 
@@ -84,6 +89,8 @@ class DeviceAnalysis:
     trace_action: np.ndarray
     trace_stack: np.ndarray
     oom_indices: np.ndarray
+    evidence: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint8))
+    rules_category: np.ndarray | None = None
     torch_category: np.ndarray | None = None
     iterations: tuple[Iteration, ...] = ()
     peak: Peak = NO_PEAK                 # filled by analyze()
@@ -132,7 +139,19 @@ class DeviceAnalysis:
                           free_index=int(a.free_index[row]), alloc_us=int(a.alloc_us[row]),
                           free_us=int(a.free_us[row]), category=CATEGORIES[int(self.category[row])],
                           rule=self.rule_name(int(self.rule[row])), stack=int(a.stack[row]),
-                          forward_stack=self.forward_stack_of(ai))
+                          forward_stack=self.forward_stack_of(ai), evidence=EVIDENCE[int(self.evidence[row])],
+                          rules_category=self.rules_category_of(row))
+
+    def rules_category_of(self, row: int) -> str | None:
+        """Our rules' category for `row` where torch's own tag decided another, else None."""
+        rc = self.rules_category
+        if rc is None or row < 0 or row >= len(rc) or rc[row] == self.category[row]:
+            return None
+        return CATEGORIES[int(rc[row])]
+
+    def by_evidence_at(self, index: int) -> dict[str, int]:
+        """Live bytes per evidence level right after entry `index` (-1: at the start)."""
+        return bytes_by_evidence(self.evidence, self.allocs.size, np.flatnonzero(self.live_mask(index)))
 
     def rule_name(self, code: int) -> str:
         return self.rule_names[code] if 0 <= code < len(self.rule_names) else "none"
@@ -224,7 +243,7 @@ class Analysis:
     def rule_why(self) -> list[str]:
         if self.rules is None:
             return [""] * len(self.rule_names)
-        return ["no rule matched"] + [r.why for r in self.rules.rules]
+        return ["no rule matched"] + [r.why for r in self.rules.rules] + list(TORCH_RULES.values())
 
     def primary_device(self) -> int | None:
         """The device to look at first: one that ran out of memory, else the highest peak
@@ -256,7 +275,7 @@ def analyze(snap: Snapshot, progress: Progress | None = None, rules_path=None,
     if progress is not None:
         progress.start("Analyzing", max(1, len(devs)) + 1)
     facts = stack_pass(snap, rules)
-    rule_names = ["none"] + [r.id for r in rules.rules]
+    rule_names = ["none"] + [r.id for r in rules.rules] + list(TORCH_RULES)
     fp = None
     if use_cache and snap.cache_entry:
         fp = cache.analysis_fingerprint(rules_path, explicit)
@@ -291,14 +310,18 @@ def _analyze_device(snap, dev, facts, rules, rule_names) -> DeviceAnalysis:
     live = live_model(snap, dev, rows=allocs)
     tl, cl = classify_device(snap, t, allocs, live, facts, rules, dev)
     torch_category = None
+    rules_category = None
     if "category" in t.columns:
         col = np.asarray(t.columns["category"])
         ai = allocs.alloc_index
         torch_category = np.where(ai >= 0, col[np.clip(ai, 0, max(len(col) - 1, 0))], 0).astype(np.uint8)
+        tag, precise = profiler_tags(torch_category, snap.category_names)
+        rules_category = combine(cl.category, cl.rule, cl.evidence, tag, precise,
+                                 rule_names.index("torch.profiler_category"))
     da = DeviceAnalysis(dev, live, allocs, cl.category, cl.rule, timeline=tl, chain_root=cl.root,
                         chain_last=cl.last, row_phase=cl.row_phase, trace_action=np.asarray(t.columns["action"]),
                         trace_stack=np.asarray(t.columns["stack"]), oom_indices=oom_indices(t),
-                        torch_category=torch_category)
+                        evidence=cl.evidence, rules_category=rules_category, torch_category=torch_category)
     _attach(da, snap, facts, rule_names)
     da.iterations = with_peaks(da, facts, tl.iterations)
     tl.iterations = list(da.iterations)

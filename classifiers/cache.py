@@ -48,11 +48,12 @@ from ..parsers.cache import (
     write_artifact_array,
 )
 from .categories import CATEGORIES
+from .evidence import EVIDENCE
 from .results import Iteration, Leak, Oom, Peak, StaleGradients, from_plain, to_plain
 from .rules import user_rules_path
 from .timeline import PHASE_NAMES, Timeline
 
-FORMAT = 3                # 2: typed results (results.py), iterations numbered from 1
+FORMAT = 4                # 2: typed results (results.py), iterations numbered from 1; 4: evidence
 PREFIX = "an-"
 KEEP = 2                  # analyses kept per snapshot (under different keys)
 
@@ -70,6 +71,8 @@ _ARRAYS = {
     "free_us": ("allocs", "free_us", "rows"),
     "category": ("da", "category", "rows"),
     "rule": ("da", "rule", "rows"),
+    "evidence": ("da", "evidence", "rows"),
+    "rules_category": ("da", "rules_category", "rows"),
     "chain_root": ("da", "chain_root", "rows"),
     "chain_last": ("da", "chain_last", "rows"),
     "row_phase": ("da", "row_phase", "rows"),
@@ -267,9 +270,11 @@ def _load(snap, fp, rule_names, man) -> dict:
                 raise _Mismatch(f"{name} shape")
             arrs[name] = a
         for name, (_, _, expect) in _ARRAYS.items():
-            _check(name in arrs or name in ("torch_category",), f"{name} missing")
+            _check(name in arrs or name in ("torch_category", "rules_category"), f"{name} missing")
         # cheap range checks on the small columns (a damaged file is recomputed, not trusted)
         _check(_below(arrs["category"], len(CATEGORIES)) and _below(arrs["rule"], len(rule_names))
+               and _below(arrs["evidence"], len(EVIDENCE))
+               and _below(arrs.get("rules_category", arrs["category"]), len(CATEGORIES))
                and _below(arrs["row_phase"], len(PHASE_NAMES)) and _below(arrs["phase"], len(PHASE_NAMES)),
                "codes")
         _check(_within(arrs["alloc_index"], -1, n) and _within(arrs["free_index"], -1, n)
@@ -296,6 +301,7 @@ def _load(snap, fp, rule_names, man) -> dict:
                             chain_root=arrs["chain_root"], chain_last=arrs["chain_last"],
                             row_phase=arrs["row_phase"], trace_action=np.asarray(t.columns["action"]),
                             trace_stack=np.asarray(t.columns["stack"]), oom_indices=arrs["oom_indices"],
+                            evidence=arrs["evidence"], rules_category=arrs.get("rules_category"),
                             torch_category=arrs.get("torch_category"), iterations=iterations, peak=peak,
                             leaks=from_plain(tuple[Leak, ...], info["leaks"]), ooms=ooms,
                             stale_gradients=from_plain(StaleGradients | None, info["stale_gradients"]))

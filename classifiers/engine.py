@@ -20,6 +20,7 @@ import numpy as np
 
 from ..parsers.tables import A_ALLOC, A_OOM
 from .categories import CATEGORIES, CATEGORY_CODE
+from .evidence import E_NONE, EVIDENCE_CODE, row_evidence
 from .rules import Matcher, RuleSet
 from .stacks import KIND_PYTHON, StackFacts
 from .timeline import P_NEVER, P_PRE, PHASE_CODE, build_timeline, version_bumps
@@ -169,6 +170,7 @@ def quantized_sizes(allocs, sfacts: SnapshotFacts, frameless_pre: np.ndarray) ->
 class Classified:
     category: np.ndarray      # uint8 per allocation row
     rule: np.ndarray          # int16 per allocation row (index into rule_names; 0 = none)
+    evidence: np.ndarray      # uint8 per allocation row (index into evidence.EVIDENCE)
     root: np.ndarray          # int32 per row: first version of its chain
     last: np.ndarray          # int32 per row: last version of its chain
     row_phase: np.ndarray     # uint8 per row: phase at its chain's allocation (P_*; P_PRE)
@@ -250,6 +252,7 @@ def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: Rul
     # blocks from before the trace: the phase their stack names, else "pre"
     stl = sfacts.stack_timeline[st0]
     row_phase = np.where(pre, np.where(stl >= 0, stl, P_PRE), row_phase).astype(np.uint8)
+    phase_from_stack = pre & (stl >= 0)
     freed = np.full(n, F_LATER_PHASE, dtype=np.uint8)
     freed[fi < 0] = F_NEVER
     traced_freed = (~pre) & (fi >= 0)
@@ -314,10 +317,13 @@ def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: Rul
         category[hit] = CATEGORIES.index(r.category)
         rule[hit] = ri + 1
         todo = todo[~ok]
+    levels = np.array([E_NONE] + [EVIDENCE_CODE[r.evidence] for r in rules.rules], dtype=np.uint8)
+    evidence = row_evidence(rule, levels, sfacts.stacks.lengths[st0] > 0, pre, fi < 0, phase_from_stack)
     category = category[root]
     rule = rule[root]
+    evidence = evidence[root]
     idx_t = np.int32 if n < 2**31 - 1 else np.int64
-    return tl, Classified(category, rule, root.astype(idx_t), last.astype(idx_t), row_phase, free_phase, it_a, it_f)
+    return tl, Classified(category, rule, evidence, root.astype(idx_t), last.astype(idx_t), row_phase, free_phase, it_a, it_f)
 
 
 __all__ = ["stack_pass", "classify_device", "SnapshotFacts", "Classified", "version_chains", "quantized_sizes"]

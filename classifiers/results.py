@@ -32,6 +32,7 @@ class Advice:
     lever: str                      # see vramscope.present.words.LEVER_WORDS
     category: str | None = None     # the category it acts on
     saves_bytes: int | None = None  # an estimate at the moment the advice is about
+    evidence: str = "stack"         # the weakest evidence of the bytes it saves (never "guess" alone)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class Peak:
     iteration: int | None           # Iteration.number, None outside iterations
     phase: str                      # PHASE_NAMES of the entry ("pre" for the start state)
     advice: tuple[Advice, ...] = ()  # the levers worth pulling here, most saving first
+    by_evidence: dict[str, int] = field(default_factory=dict)   # live bytes per evidence level
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,8 @@ class Allocation:
     rule: str
     stack: int
     forward_stack: int = -1         # torch 2.13: the forward stack of a backward allocation
+    evidence: str = "none"          # what the category rests on: torch|stack|lifetime|guess|none (evidence.py)
+    rules_category: str | None = None   # our rules' verdict where torch's own tag decided another
 
 
 @dataclass(frozen=True)

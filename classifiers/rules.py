@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .categories import CATEGORIES
+from .evidence import rule_evidence
 from .stacks import KIND_CODES
 
 HERE = Path(__file__).resolve().parent
@@ -28,6 +29,7 @@ PHASES = ("none", "inputs", "forward", "backward", "optimizer", "pre")
 FREE_PHASES = PHASES[:5] + ("never",)
 FREED = ("same_phase", "later_phase", "later_iteration", "never")
 SIZE_MATCHES = ("quantized", "gradients")
+RULE_EVIDENCE = ("stack", "lifetime", "guess")     # a rule cannot claim torch's own tag
 
 
 class RulesError(ValueError):
@@ -62,6 +64,7 @@ class Rule:
     max_allocs_alive: int | None = None
     freed_within: str | None = None
     profiler_converted: bool | None = None
+    evidence: str = ""              # what the verdict rests on (evidence.py); "" until _check fills it
     source: str = "shipped"
 
 
@@ -81,7 +84,7 @@ class RuleSet:
 
 _RULE_KEYS = {"id", "category", "why", "markers", "not_markers", "stack_phase", "top", "op", "frames", "phase",
               "free_phase", "freed", "preexisting", "before_training", "size_match", "innermost",
-              "max_allocs_alive", "freed_within", "profiler_converted"}
+              "max_allocs_alive", "freed_within", "profiler_converted", "evidence"}
 _TOP_KEYS = {"version", "phases", "annotation", "markers", "rule", "disable", "replace_markers"}
 
 
@@ -202,6 +205,10 @@ def _rule(d, where: str, source: str) -> Rule:
             if not isinstance(d[key], bool):
                 raise RulesError(f"{where}: {key} must be true or false")
             setattr(r, key, d[key])
+    if "evidence" in d:
+        if d["evidence"] not in RULE_EVIDENCE:
+            raise RulesError(f"{where}: evidence must be one of {list(RULE_EVIDENCE)}")
+        r.evidence = d["evidence"]
     if "size_match" in d:
         if d["size_match"] not in SIZE_MATCHES:
             raise RulesError(f"{where}: size_match must be one of {list(SIZE_MATCHES)}")
@@ -300,6 +307,8 @@ def load_rules(rules_path=None, use_user_rules: bool = True) -> RuleSet:
 def _check(rs: RuleSet) -> None:
     seen = set()
     for r in rs.rules:
+        if not r.evidence:
+            r.evidence = rule_evidence(r)
         if r.id in seen:
             raise RulesError(f"rule id {r.id!r} is used twice")
         seen.add(r.id)

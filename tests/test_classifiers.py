@@ -186,7 +186,7 @@ def test_cli_allocations_csv(capsys):
     from vramscope.cli import main
     assert main(["allocations", str(DATA / "leak.pickle"), "--csv", "--no-cache"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0] == "device,index,addr,size,alloc_us,free_us,category,rule"
+    assert lines[0] == "device,index,addr,size,alloc_us,free_us,category,rule,evidence"
     rows = [ln.split(",") for ln in lines[1:]]
     an = data("leak.pickle")
     assert len(rows) == len(an.devices[0].allocs)
@@ -338,16 +338,30 @@ def test_example_has_four_iterations_with_all_phases():
         assert it.peak_type == "backward_start"
 
 
-def test_profiler_converted_categories_are_a_separate_fact():
-    p = GT / "transformer_adamw.with_category.pickle"
-    if not p.exists():
-        pytest.skip("no with_category pickle")
-    an = analysis(p)
+def test_profiler_category_decides_with_evidence_torch_and_our_verdict_kept():
+    """A profiler-converted snapshot that keeps torch's `category`: torch's tag decides the
+    category (evidence `torch`), our rules' own verdict stays beside it, identical to what
+    they say on the same run without the tags."""
+    from vramscope.classifiers.evidence import EVIDENCE
+    from vramscope.classifiers.torch_tags import PROFILER_TO_CATEGORY
+    an = analysis(GT / "transformer_adamw.with_category.pickle")
     plain = analysis(GT / "transformer_adamw.pickle")
     da, db = an.devices[0], plain.devices[0]
     assert da.torch_category is not None and (da.torch_category > 0).any()
-    assert db.torch_category is None
-    assert np.array_equal(da.category, db.category), "classification must not read torch's category"
+    assert db.torch_category is None and db.rules_category is None
+    assert np.array_equal(da.rules_category, db.category), "our rules must not read torch's category"
+    names = an.snapshot.category_names
+    tagged = np.array([names[c] in PROFILER_TO_CATEGORY for c in da.torch_category])
+    want = np.array([CATEGORIES.index(PROFILER_TO_CATEGORY[names[c]]) for c in da.torch_category[tagged]])
+    assert np.array_equal(da.category[tagged], want)
+    assert set(np.asarray(EVIDENCE)[da.evidence[tagged]]) == {"torch"}
+    assert "torch" not in set(np.asarray(EVIDENCE)[db.evidence])
+    # where the two disagree, the allocation says both
+    differ = np.flatnonzero(tagged & (da.category != da.rules_category))
+    assert len(differ), "the run has rows where torch and our rules disagree"
+    row = da.allocation(int(differ[0]))
+    assert row.rule == "torch.profiler_category" and row.rules_category == CATEGORIES[int(da.rules_category[differ[0]])]
+    assert da.allocation(int(np.flatnonzero(tagged & (da.category == da.rules_category))[0])).rules_category is None
 
 
 # -- real snapshots ------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import sys
 from .common import add_input, analyze_file, check_device
 from .errors import EXIT_OK
 
-HEADER = "device,index,addr,size,alloc_us,free_us,category,rule\n"
+HEADER = "device,index,addr,size,alloc_us,free_us,category,rule,evidence\n"
 
 
 def add_parser(sub) -> None:
@@ -24,6 +24,7 @@ def run(args) -> int:
     import numpy as np
 
     from ..classifiers.categories import CATEGORIES
+    from ..classifiers.evidence import EVIDENCE
     an = analyze_file(args.file, args.no_cache, args.rules)
     check_device(an, args.device)
     w = sys.stdout.write
@@ -35,10 +36,11 @@ def run(args) -> int:
         a = da.allocs
         cats = np.asarray(CATEGORIES, dtype=object)[da.category]
         rules = np.asarray(an.rule_names, dtype=object)[da.rule]
+        evid = np.asarray(EVIDENCE, dtype=object)[da.evidence]
         step = 65536
         for s in range(0, len(a), step):
             e = min(len(a), s + step)
             rows = zip(a.alloc_index[s:e].tolist(), a.addr[s:e].tolist(), a.size[s:e].tolist(),
-                       a.alloc_us[s:e].tolist(), a.free_us[s:e].tolist(), cats[s:e], rules[s:e])
-            w("".join(f"{dev},{i},{ad},{sz},{au},{fu},{c},{r}\n" for i, ad, sz, au, fu, c, r in rows))
+                       a.alloc_us[s:e].tolist(), a.free_us[s:e].tolist(), cats[s:e], rules[s:e], evid[s:e])
+            w("".join(f"{dev},{i},{ad},{sz},{au},{fu},{c},{r},{ev}\n" for i, ad, sz, au, fu, c, r, ev in rows))
     return EXIT_OK
