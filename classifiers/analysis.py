@@ -30,7 +30,7 @@ allocation, peak_type, phase_ranges, findings, summary, ...), documented on each
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -50,12 +50,15 @@ from .leaks import find_leaks, leak_rows
 from .liveset import (
     CategorySeries,
     by_category_at,
+    by_category_evidence_at,
     category_series,
     largest_live_rows,
     live_mask,
     series_at,
 )
-from .ooms import advise, oom_indices, oom_reports, trains
+from .levers import left_out
+from .ooms import ADVICE_LEVERS, advise, evidence_totals, expandable_segments_on, oom_indices, oom_reports
+from .profile import run_profile
 from .peaks import PEAK_TYPES, peak_type, with_peaks
 from .results import (
     Allocation,
@@ -65,6 +68,7 @@ from .results import (
     Leak,
     Oom,
     Peak,
+    RunProfile,
     StaleGradients,
 )
 from .rules import RuleSet, load_rules
@@ -97,6 +101,7 @@ class DeviceAnalysis:
     leaks: tuple[Leak, ...] = ()
     ooms: tuple[Oom, ...] = ()
     stale_gradients: StaleGradients | None = None
+    profile: RunProfile = field(default_factory=lambda: RunProfile("empty", False, True))
     # set by `analyze` (not cached): what the queries below need from the whole analysis
     facts: SnapshotFacts | None = field(default=None, repr=False)
     rule_names: list[str] = field(default_factory=list, repr=False)
@@ -148,6 +153,10 @@ class DeviceAnalysis:
         if rc is None or row < 0 or row >= len(rc) or rc[row] == self.category[row]:
             return None
         return CATEGORIES[int(rc[row])]
+
+    def by_category_evidence_at(self, index: int) -> dict[str, dict[str, int]]:
+        """{category: {evidence: live bytes}} right after entry `index` (-1: at the start)."""
+        return by_category_evidence_at(self.category, self.evidence, self.allocs, index)
 
     def by_evidence_at(self, index: int) -> dict[str, int]:
         """Live bytes per evidence level right after entry `index` (-1: at the start)."""
@@ -328,12 +337,18 @@ def _analyze_device(snap, dev, facts, rules, rule_names) -> DeviceAnalysis:
     tus = np.asarray(t.columns["time_us"])
     p = live.peak_index
     it = da.iteration_at(p)
-    by_cat = da.by_category_at(p)
+    by_ev = by_category_evidence_at(da.category, da.evidence, da.allocs, p)
     da.peak = Peak(bytes=int(live.peak_bytes), index=int(p),
                    time_us=int(tus[p]) if p >= 0 and tus[p] >= 0 else None,
-                   type=da.peak_type(p), by_category=by_cat,
+                   type=da.peak_type(p), by_category={c: sum(e.values()) for c, e in by_ev.items()},
                    iteration=it.number if it is not None else None, phase=da.phase_at(p),
-                   advice=advise(by_cat, int(live.peak_bytes), training=trains(da)))
+                   by_evidence=evidence_totals(by_ev))
+    da.profile = run_profile(da, facts)
+    expandable = expandable_segments_on(snap.allocator_settings)
+    da.peak = replace(da.peak, by_category_evidence=by_ev,
+                      advice=advise(by_ev, int(live.peak_bytes), da.profile, expandable=expandable),
+                      advice_left_out={n: why for n in ADVICE_LEVERS
+                                       if (why := left_out(n, da.profile, expandable)) is not None})
     da.leaks = find_leaks(da, rule_names)
     da.ooms = oom_reports(da, snap)
     da.stale_gradients = stale_gradients(da)

@@ -114,21 +114,45 @@ LEVERS = {
 # the levers that act on training: nothing to pull in a trace that only runs forward passes
 TRAINING_LEVERS = frozenset({"checkpointing", "adam8bit", "paged_optimizer", "lora"})
 LORA_ALREADY = 0.05          # a trainable share below this is already LoRA-sized
+GUESSED_TOO_MUCH = 0.9       # at or above this share of the peak guessed, no lever is advised
 
 
-def left_out(name: str, facts=None, training: bool = True, expandable: bool = False) -> str | None:
-    """Why lever `name` cannot apply to this run (None: it can): nothing trains, the run
-    already trains an adapter-sized share, expandable segments are already on, the weights
-    are already 4-bit."""
-    if not training and name in TRAINING_LEVERS:
+def left_out(name: str, profile=None, expandable: bool = False) -> str | None:
+    """Why lever `name` cannot apply to this run (None: it can), from what the trace shows
+    (`profile`: results.RunProfile; classifiers/profile.py). The one rule behind every
+    surface's advice: the peak's and the OOMs' "worth trying", what-if, the report, the
+    viewer. Expandable segments act on the allocator's cache, which even a state-only
+    dump measures; every other lever needs the run's evidence."""
+    if name == "expandable_segments":
+        return "already on" if expandable else None
+    if profile is None:
+        return None
+    if profile.recorded != "trace":
+        return ("a state-only snapshot (no trace): it shows what is live, not how the run got there, so no "
+                "lever can be simulated on it")
+    if not profile.frames:
+        return "no allocation carries frames: the categories are guesses, not evidence to advise on"
+    if profile.guessed_share >= GUESSED_TOO_MUCH:
+        return (f"{profile.guessed_share:.0%} of the peak is a guess (live before recording began, no frames): "
+                f"too little evidence to advise on")
+    if not profile.training and name in TRAINING_LEVERS:
         return "nothing trains in this trace (forward passes only)"
-    share = facts.trainable_fraction if facts is not None else None
-    if name == "lora" and share is not None and share < LORA_ALREADY:
-        return f"already trains only {share:.1%} of the parameters"
-    if name == "expandable_segments" and expandable:
-        return "already on"
-    if name == "4bit" and facts is not None and facts.quant_scheme:
-        return f"the weights are already 4-bit ({facts.quant_scheme})"
+    if name == "lora":
+        if profile.adapters:
+            return "LoRA/PEFT adapters are already there (their frames are in the trace)"
+        share = profile.trainable_share
+        if share is not None and share < LORA_ALREADY:
+            return f"already trains only {share:.1%} of the weights it shows"
+        if not profile.fine_tuning:
+            return ("the trace shows no pretrained model loaded and no frozen weights (training from scratch?); "
+                    "if this is a pretrained model, LoRA adapters would shrink the gradients and optimizer state: "
+                    "`vramscope whatif FILE --lever lora`")
+    if name == "4bit":
+        if profile.quantized:
+            return f"the weights are already quantized ({profile.quantized})"
+        if not profile.fine_tuning:
+            return ("the trace shows no pretrained model loaded and no frozen weights, and weights that train "
+                    "cannot be 4-bit; with LoRA on a pretrained base: `vramscope whatif FILE --lever 4bit --lever lora`")
     return None
 
 

@@ -24,6 +24,20 @@ def by_category_at(category: np.ndarray, allocs, index: int) -> dict[str, int]:
     return {c: int(s) for c, s in zip(CATEGORIES, sums) if s}
 
 
+def by_category_evidence_at(category: np.ndarray, evidence: np.ndarray, allocs, index: int) -> dict[str, dict[str, int]]:
+    """{category: {evidence: live bytes}} right after entry `index` (-1: at the start), non-zero only."""
+    from .evidence import EVIDENCE
+    live = np.flatnonzero(live_mask(allocs, index))
+    if not len(live):
+        return {}
+    key = category[live].astype(np.int64) * len(EVIDENCE) + evidence[live]
+    sums = np.bincount(key, weights=allocs.size[live].astype(np.float64), minlength=len(CATEGORIES) * len(EVIDENCE))
+    out: dict[str, dict[str, int]] = {}
+    for k in np.flatnonzero(sums).tolist():
+        out.setdefault(CATEGORIES[k // len(EVIDENCE)], {})[EVIDENCE[k % len(EVIDENCE)]] = int(sums[k])
+    return out
+
+
 @dataclass(frozen=True)
 class CategorySeries:
     """One category's live bytes over the trace, sparse: `start` before the first entry,
@@ -88,5 +102,5 @@ def largest_live_rows(allocs, index: int, n: int = 10) -> np.ndarray:
     return live[np.argsort(-allocs.size[live], kind="stable")[:n]]
 
 
-__all__ = ["live_mask", "by_category_at", "live_by_category", "largest_live_rows", "CategorySeries",
+__all__ = ["live_mask", "by_category_at", "by_category_evidence_at", "live_by_category", "largest_live_rows", "CategorySeries",
            "category_series", "series_at"]

@@ -8,9 +8,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..parsers.tables import A_OOM
-from .levers import TRAINING_LEVERS, lever
-from .liveset import by_category_at
-from .results import Advice, Oom
+from .evidence import EVIDENCE, EVIDENCED
+from .levers import TRAINING_LEVERS, left_out, lever
+from .liveset import by_category_evidence_at
+from .profile import trains
+from .results import Advice, Oom, RunProfile
 from .timeline import PHASE_NAMES
 
 PHASE_CODE = {name: k for k, name in enumerate(PHASE_NAMES)}
@@ -40,14 +42,6 @@ def oom_indices(trace) -> np.ndarray:
     return np.flatnonzero(np.asarray(trace.columns["action"]) == A_OOM).astype(np.int64)
 
 
-def trains(da) -> bool:
-    """Does this device's trace train? False where forward passes were seen and no backward
-    anywhere (inference, evaluation); a snapshot that cannot tell (no trace, no frames to
-    find phases by) counts as training."""
-    ph = da.timeline.phase
-    return bool((ph == PHASE_CODE["backward"]).any()) or not bool((ph == PHASE_CODE["forward"]).any())
-
-
 def oom_reports(da, snap) -> tuple[Oom, ...]:
     t = snap.trace(da.device)
     size = np.asarray(t.columns["size"])
@@ -55,14 +49,14 @@ def oom_reports(da, snap) -> tuple[Oom, ...]:
     stack = np.asarray(t.columns["stack"])
     live = da.live
     expandable = expandable_segments_on(snap.allocator_settings)
-    training = trains(da)
     out = []
     for i in da.oom_indices.tolist():
         extra = t.extras.get(int(i), {}) or {}
         allocated = int(live.live_after[i]) if len(live.live_after) else live.start_bytes
         reserved = live.reserved_at(i)
         frag = (reserved - allocated) if reserved is not None else None
-        byc = by_category_at(da.category, da.allocs, i)
+        by_ev = by_category_evidence_at(da.category, da.evidence, da.allocs, i)
+        byc = {c: sum(e.values()) for c, e in by_ev.items()}
         req = int(size[i])
         dev_free = extra.get("device_free")
         dev_free = int(dev_free) if isinstance(dev_free, int) and not isinstance(dev_free, bool) else None
@@ -70,38 +64,55 @@ def oom_reports(da, snap) -> tuple[Oom, ...]:
         out.append(Oom(index=int(i), time_us=int(tus[i]) if tus[i] >= 0 else None, requested=req,
                        device_free=dev_free, allocated=allocated, reserved=reserved, fragmentation_bytes=frag,
                        by_category=byc, phase=phase, expandable_segments=expandable, stack=int(stack[i]),
-                       advice=advise(byc, allocated, frag, req, expandable, training=training)))
+                       advice=advise(by_ev, allocated, da.profile, frag, req, expandable),
+                       by_evidence=evidence_totals(by_ev)))
     return tuple(out)
 
 
-def advise(by_category: dict, live_bytes: int, fragmentation: int | None = None, requested: int = 0,
-           expandable: bool = False, training: bool = True) -> tuple[Advice, ...]:
+def evidence_totals(by_category_evidence: dict) -> dict[str, int]:
+    """{evidence: bytes} over every category, strongest first."""
+    tot = {e: 0 for e in EVIDENCE}
+    for per in by_category_evidence.values():
+        for e, b in per.items():
+            tot[e] += b
+    return {e: b for e, b in tot.items() if b}
+
+
+def advise(by_category_evidence: dict, live_bytes: int, profile: RunProfile | None = None,
+           fragmentation: int | None = None, requested: int = 0, expandable: bool = False) -> tuple[Advice, ...]:
     """The levers worth pulling for memory in this state, most saving first, each with what
-    it would save here. Expandable segments lead when the allocator holds back more than
-    was asked (an OOM from fragmentation: no other lever is needed); then each lever of
-    levers.py by the bytes its factors take off the categories live now, those that save
-    at least MIN_SHARE of live memory. `training` False (a trace with no backward: inference)
-    leaves out the levers that act on training (checkpointing, 8-bit optimizer, LoRA)."""
+    it would save here and the evidence of the bytes it saves. Expandable segments lead when
+    the allocator holds back more than was asked (an OOM from fragmentation: no other lever
+    is needed); then each lever that can apply to this run (levers.left_out: one rule for
+    every surface) by the bytes its factors take off the categories live now, counting only
+    bytes with evidence (torch, stack, lifetime: never a guess), those that save at least
+    MIN_SHARE of live memory.
+
+    `by_category_evidence`: {category: {evidence: bytes}} live at the moment."""
     tips: list[Advice] = []
-    if fragmentation is not None and requested and fragmentation >= requested and not expandable:
-        tips.append(Advice("expandable_segments", None, int(fragmentation)))
+    if fragmentation is not None and requested and fragmentation >= requested and \
+            left_out("expandable_segments", profile, expandable) is None:
+        tips.append(Advice("expandable_segments", None, int(fragmentation), "lifetime"))
+    known = {c: {e: b for e, b in per.items() if e in EVIDENCED} for c, per in by_category_evidence.items()}
+    by_category = {c: sum(per.values()) for c, per in known.items()}
     scored = []
     for name in ADVICE_LEVERS:
-        if not training and name in TRAINING_LEVERS:
+        if left_out(name, profile, expandable) is not None:
             continue
         lv = lever(name)
         saves = sum(by_category.get(c, 0) * (1.0 - f) for c, f in lv.scales.items())
         main = max(lv.scales, key=lambda c: by_category.get(c, 0) * (1.0 - lv.scales[c]))
-        scored.append((int(saves), name, main))
+        weakest = max((EVIDENCE.index(e) for e in known.get(main, {})), default=EVIDENCE.index("lifetime"))
+        scored.append((int(saves), name, main, EVIDENCE[weakest]))
     scored.sort(key=lambda t: -t[0])
-    for saves, name, main in scored:
+    for saves, name, main, ev in scored:
         if saves > 0 and saves >= MIN_SHARE * max(1, live_bytes):
-            tips.append(Advice(name, main, saves))
+            tips.append(Advice(name, main, saves, ev))
     if not tips and scored and scored[0][0] > 0:
-        saves, name, main = scored[0]
-        tips.append(Advice(name, main, saves))
+        saves, name, main, ev = scored[0]
+        tips.append(Advice(name, main, saves, ev))
     return tuple(tips)
 
 
-__all__ = ["oom_reports", "oom_indices", "advise", "trains", "expandable_segments_on", "ADVICE_LEVERS",
+__all__ = ["oom_reports", "oom_indices", "advise", "evidence_totals", "trains", "expandable_segments_on", "ADVICE_LEVERS",
            "TRAINING_LEVERS"]

@@ -47,6 +47,8 @@ class Peak:
     phase: str                      # PHASE_NAMES of the entry ("pre" for the start state)
     advice: tuple[Advice, ...] = ()  # the levers worth pulling here, most saving first
     by_evidence: dict[str, int] = field(default_factory=dict)   # live bytes per evidence level
+    by_category_evidence: dict[str, dict[str, int]] = field(default_factory=dict)  # {category: {evidence: bytes}}
+    advice_left_out: dict[str, str] = field(default_factory=dict)  # {lever: why it cannot apply to this run}
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,7 @@ class Oom:
     expandable_segments: bool       # the allocator had expandable segments on
     stack: int                      # the failed request's stack (-1: none)
     advice: tuple[Advice, ...]      # most promising first
+    by_evidence: dict[str, int] = field(default_factory=dict)   # live bytes per evidence level
 
 
 @dataclass(frozen=True)
@@ -155,6 +158,34 @@ class Finding:
     kind: str                       # "peak" | "oom" | "stale_gradients" | "leak" | "iteration_peak"
     index: int                      # the trace entry it is about (-1: the start state)
     subject: Peak | Oom | StaleGradients | Leak | Iteration
+
+
+@dataclass(frozen=True)
+class RunProfile:
+    """What the trace shows of the run, from evidence only (classifiers/profile.py): the
+    facts advice must fit (classifiers/levers.py `left_out`)."""
+    recorded: str                   # "trace" | "state_only" (blocks, no allocation in a trace) | "empty"
+    frames: bool                    # some allocation carries frames
+    training: bool                  # a backward was seen, or nothing tells (no forward either)
+    backward_seen: bool = False
+    forward_seen: bool = False
+    pretrained_load: bool = False   # a pretrained model or checkpoint loaded, by its frames
+    frozen_weights: bool = False    # weights seen (not guessed) that no gradient matches
+    trainable_share: float | None = None   # of the weights seen, the bytes a gradient matches
+    adapters: bool = False          # LoRA/PEFT adapter frames seen
+    quantized: str = ""             # "4-bit" | "8-bit" | "quantized" | "": quantized weights seen
+    peak_evidenced_bytes: int = 0   # live at the peak with evidence torch, stack or lifetime
+    peak_guessed_bytes: int = 0     # live at the peak that are a guess (or unknown)
+
+    @property
+    def guessed_share(self) -> float:
+        total = self.peak_evidenced_bytes + self.peak_guessed_bytes
+        return self.peak_guessed_bytes / total if total else 0.0
+
+    @property
+    def fine_tuning(self) -> bool:
+        """A pretrained model is loaded or frozen weights are seen: LoRA and 4-bit weights can apply."""
+        return self.pretrained_load or self.frozen_weights
 
 
 @dataclass(frozen=True)
@@ -283,5 +314,5 @@ def _build_checker(tp: Any):
     raise TypeError(f"cannot check {tp}")
 
 
-__all__ = ["Peak", "Iteration", "Region", "StaleGradients", "Leak", "Advice", "Oom", "Allocation", "Finding", "DeviceSummary",
+__all__ = ["Peak", "Iteration", "Region", "StaleGradients", "Leak", "Advice", "Oom", "Allocation", "Finding", "DeviceSummary", "RunProfile",
            "to_plain", "from_plain", "field"]

@@ -19,6 +19,7 @@ import pytest
 os.environ.setdefault("VRAMSCOPE_CACHE_DIR", "")
 
 from vramscope.classifiers import CATEGORIES, analyze  # noqa: E402
+from vramscope.classifiers.evidence import EVIDENCE  # noqa: E402
 from vramscope.services.summary import summary_document  # noqa: E402
 from vramscope.parsers import open_snapshot  # noqa: E402
 
@@ -50,6 +51,10 @@ def golden_of(name: str) -> dict:
             "ooms": [[o["index"], o["requested"], o["device_free"], o["fragmentation_bytes"], o["by_category"],
                       o["suggestion"]] for o in d["ooms"]],
             "category_bytes": {c: int(b) for c, b in zip(CATEGORIES, cat_bytes) if b},
+            "evidence_bytes": {e: int(b) for e, b in zip(EVIDENCE, np.bincount(
+                da.evidence, weights=a.size.astype(np.float64), minlength=len(EVIDENCE))) if b},
+            "peak_by_evidence": pk["by_evidence"],
+            "advice": [[x["lever"], x["evidence"]] for x in pk["advice"]],
             "rules": {an.rule_names[int(r)]: int(c) for r, c in zip(rules, counts)},
         }
     return out
@@ -108,148 +113,190 @@ GOLDEN = r'''
 {
  "annotated_210.pickle": {
   "0": {
+   "advice": [["adam8bit", "stack"], ["checkpointing", "lifetime"], ["half_batch", "lifetime"]],
    "category_bytes": {"activations": 113508352, "autograd": 50331648, "gradients": 113442816, "inputs": 9437184, "optimizer": 75628544, "temporary": 56098816, "weights": 37814272},
+   "evidence_bytes": {"guess": 37814272, "lifetime": 289341440, "stack": 129105920},
    "iterations": [[0, 43, {"backward": [10, 30], "forward": [1, 9], "inputs": [0, 0], "optimizer": [31, 43]}, 1, 41, "optimizer_step"], [44, 83, {"backward": [62, 80], "forward": [55, 61], "inputs": [44, 54], "optimizer": [81, 83]}, 1, 68, "backward_start"], [84, 141, {"backward": [103, 120], "eval": [135, 141], "forward": [96, 102], "inputs": [84, 95], "optimizer": [121, 123]}, 1, 108, "backward_start"]],
    "leaks": [],
    "ooms": [],
    "peak": {"by_category": {"activations": 33554432, "autograd": 16777216, "gradients": 37814272, "inputs": 2097152, "optimizer": 75628544, "weights": 37814272}, "bytes": 203685888, "index": 68, "iteration": 2, "phase": "backward", "type": "backward_start"},
+   "peak_by_evidence": {"guess": 37814272, "lifetime": 90243072, "stack": 75628544},
    "peak_top3": [[16777216, "weights", "weights.preexisting"], [16777216, "weights", "weights.preexisting"], [16777216, "optimizer", "optimizer.state"]],
    "rules": {"activations.forward": 15, "autograd.backward": 6, "gradients.backward": 12, "inputs.frames": 1, "inputs.pre_forward": 3, "optimizer.scratch": 3, "optimizer.state": 8, "temporary.forward_scratch": 4, "weights.preexisting": 4}
   }
  },
  "backward_thread.pickle": {
   "0": {
+   "advice": [["adam8bit", "stack"]],
    "category_bytes": {"activations": 75497480, "autograd": 77594624, "gradients": 134299648, "inputs": 2097152, "optimizer": 268599360, "temporary": 268599296, "weights": 134299648},
+   "evidence_bytes": {"guess": 268599296, "lifetime": 155189256, "stack": 537198656},
    "iterations": [[0, 227, {"backward": [19, 106], "forward": [2, 18], "inputs": [0, 1], "optimizer": [107, 227]}, 1, 193, "optimizer_step"], [228, 356, {"backward": [242, 306], "forward": [229, 241], "inputs": [228, 228], "optimizer": [307, 356]}, 1, 322, "optimizer_step"]],
    "leaks": [],
    "ooms": [],
    "peak": {"by_category": {"gradients": 134299648, "inputs": 1048576, "optimizer": 268599360, "temporary": 134299648, "weights": 134299648}, "bytes": 672546880, "index": 193, "iteration": 1, "phase": "optimizer", "type": "optimizer_step"},
+   "peak_by_evidence": {"guess": 268599296, "lifetime": 1048576, "stack": 402899008},
    "peak_top3": [[16777216, "weights", "weights.preexisting"], [16777216, "weights", "weights.preexisting"], [16777216, "weights", "weights.preexisting"]],
    "rules": {"activations.forward": 26, "autograd.backward": 26, "gradients.backward": 16, "inputs.pre_forward": 2, "optimizer.scratch": 32, "optimizer.state": 48, "weights.preexisting": 16}
   }
  },
  "bare_list.pickle": {
   "0": {
+   "advice": [],
    "category_bytes": {"weights": 176173056},
+   "evidence_bytes": {"guess": 176173056},
    "iterations": [],
    "leaks": [],
    "ooms": [],
    "peak": {"by_category": {"weights": 176173056}, "bytes": 176173056, "index": -1, "iteration": null, "phase": "pre", "type": "other"},
+   "peak_by_evidence": {"guess": 176173056},
    "peak_top3": [[167772160, "weights", "weights.preexisting"], [5242880, "weights", "weights.preexisting"], [3145728, "weights", "weights.preexisting"]],
    "rules": {"weights.preexisting": 4}
   },
   "1": {
+   "advice": [],
    "category_bytes": {"weights": 347103232},
+   "evidence_bytes": {"guess": 347103232},
    "iterations": [],
    "leaks": [],
    "ooms": [],
    "peak": {"by_category": {"weights": 347103232}, "bytes": 347103232, "index": -1, "iteration": null, "phase": "pre", "type": "other"},
+   "peak_by_evidence": {"guess": 347103232},
    "peak_top3": [[335544320, "weights", "weights.preexisting"], [6291456, "weights", "weights.preexisting"], [5242880, "weights", "weights.preexisting"]],
    "rules": {"weights.preexisting": 4}
   }
  },
  "clean_loop.pickle": {
   "0": {
+   "advice": [["adam8bit", "stack"]],
    "category_bytes": {"activations": 3693084696, "autograd": 2359296000, "gradients": 1994588160, "inputs": 196608, "optimizer": 664862720, "temporary": 2397093888, "weights": 332431360},
+   "evidence_bytes": {"guess": 664862720, "lifetime": 9325346840, "stack": 1451343872},
    "iterations": [[0, 185, {"backward": [41, 118], "forward": [3, 40], "inputs": [0, 2], "optimizer": [119, 185]}, 1, 173, "optimizer_step"], [186, 355, {"backward": [263, 340], "forward": [238, 262], "inputs": [186, 237], "optimizer": [341, 355]}, 1, 264, "backward_start"], [356, 523, {"backward": [432, 508], "forward": [408, 431], "inputs": [356, 407], "optimizer": [509, 523]}, 1, 432, "backward_start"], [524, 691, {"backward": [600, 676], "forward": [576, 599], "inputs": [524, 575], "optimizer": [677, 691]}, 1, 600, "backward_start"], [692, 859, {"backward": [768, 844], "forward": [744, 767], "inputs": [692, 743], "optimizer": [845, 859]}, 1, 768, "backward_start"], [860, 1031, {"backward": [936, 1012], "eval": [1023, 1031], "forward": [912, 935], "inputs": [860, 911], "optimizer": [1013, 1022]}, 1, 1023, "forward"]],
    "leaks": [],
    "ooms": [],
    "peak": {"by_category": {"activations": 4, "gradients": 332431360, "inputs": 32768, "optimizer": 664862720, "temporary": 1610612736, "weights": 332431360}, "bytes": 2940370948, "index": 1023, "iteration": 6, "phase": "forward", "type": "forward"},
+   "peak_by_evidence": {"guess": 664862720, "lifetime": 1610645508, "stack": 664862720},
    "peak_top3": [[1610612736, "temporary", "temporary.forward_scratch"], [131072000, "weights", "weights.preexisting"], [131072000, "optimizer", "optimizer.state"]],
    "rules": {"activations.forward": 144, "autograd.backward": 12, "gradients.backward": 150, "inputs.pre_forward": 12, "optimizer.scratch": 18, "optimizer.state": 50, "temporary.forward_scratch": 1, "weights.preexisting": 25}
   }
  },
  "expandable.pickle": {
   "0": {
+   "advice": [["checkpointing", "lifetime"], ["half_batch", "lifetime"]],
    "category_bytes": {"activations": 47340847112, "autograd": 13186891776, "gradients": 649285632, "inputs": 1835008, "optimizer": 649285632, "temporary": 56678400, "weights": 324642816},
+   "evidence_bytes": {"guess": 324642816, "lifetime": 61178859528, "stack": 705964032},
    "iterations": [[0, 526, {"backward": [137, 356], "forward": [2, 136], "inputs": [0, 1], "optimizer": [357, 526]}, 1, 138, "backward_start"], [527, 992, {"backward": [749, 968], "forward": [679, 748], "inputs": [527, 678], "optimizer": [969, 992]}, 1, 750, "backward_start"], [993, 1377, {"forward": [1149, 1377], "inputs": [993, 1148]}, 1, 1256, "oom"]],
    "leaks": [],
-   "ooms": [[1257, 754974720, 536614656, 15927296, {"activations": 23172218880, "inputs": 1310720, "optimizer": 649285632, "weights": 324642816}, "gradient checkpointing (torch.utils.checkpoint on the transformer blocks): up to 18.34 GiB of activations at this moment"]],
+   "ooms": [[1257, 754974720, 536614656, 15927296, {"activations": 23172218880, "inputs": 1310720, "optimizer": 649285632, "weights": 324642816}, "gradient checkpointing (torch.utils.checkpoint on the model's repeated blocks): up to 18.34 GiB of activations at this moment"]],
    "peak": {"by_category": {"activations": 23172218880, "inputs": 1310720, "optimizer": 649285632, "weights": 324642816}, "bytes": 24147458048, "index": 1256, "iteration": 3, "phase": "forward", "type": "oom"},
+   "peak_by_evidence": {"guess": 324642816, "lifetime": 23173529600, "stack": 649285632},
    "peak_top3": [[1006632960, "activations", "activations.forward"], [1006632960, "activations", "activations.forward"], [1006632960, "activations", "activations.forward"]],
    "rules": {"activations.forward": 197, "autograd.backward": 4, "gradients.backward": 146, "inputs.pre_forward": 6, "optimizer.scratch": 16, "optimizer.state": 146, "weights.preexisting": 73}
   }
  },
  "leak.pickle": {
   "0": {
+   "advice": [["checkpointing", "lifetime"], ["half_batch", "lifetime"], ["adam8bit", "stack"]],
    "category_bytes": {"activations": 5265948696, "autograd": 2359296000, "gradients": 1994588160, "inputs": 196608, "optimizer": 664862720, "temporary": 2397093888, "weights": 332431360},
+   "evidence_bytes": {"guess": 664862720, "lifetime": 10898210840, "stack": 1451343872},
    "iterations": [[0, 187, {"backward": [43, 120], "forward": [3, 42], "inputs": [0, 2], "optimizer": [121, 187]}, 1, 175, "optimizer_step"], [188, 359, {"backward": [267, 344], "forward": [240, 266], "inputs": [188, 239], "optimizer": [345, 359]}, 1, 268, "backward_start"], [360, 529, {"backward": [437, 514], "forward": [412, 436], "inputs": [360, 411], "optimizer": [515, 529]}, 1, 438, "backward_start"], [530, 699, {"backward": [607, 684], "forward": [582, 606], "inputs": [530, 581], "optimizer": [685, 699]}, 1, 608, "backward_start"], [700, 869, {"backward": [777, 854], "forward": [752, 776], "inputs": [700, 751], "optimizer": [855, 869]}, 1, 778, "backward_start"], [870, 1043, {"backward": [947, 1024], "eval": [1035, 1043], "forward": [922, 946], "inputs": [870, 921], "optimizer": [1025, 1034]}, 1, 1035, "forward"]],
    "leaks": [["/home/user/project/train.py:42:train_step", 262144000, [1, 2, 3, 4, 5, 6], 6, "activations"]],
    "ooms": [],
    "peak": {"by_category": {"activations": 1572864004, "gradients": 332431360, "inputs": 32768, "optimizer": 664862720, "temporary": 1610612736, "weights": 332431360}, "bytes": 4513234948, "index": 1035, "iteration": 6, "phase": "forward", "type": "forward"},
+   "peak_by_evidence": {"guess": 664862720, "lifetime": 3183509508, "stack": 664862720},
    "peak_top3": [[1610612736, "temporary", "temporary.forward_scratch"], [262144000, "activations", "activations.forward"], [262144000, "activations", "activations.forward"]],
    "rules": {"activations.forward": 150, "autograd.backward": 12, "gradients.backward": 150, "inputs.pre_forward": 12, "optimizer.scratch": 18, "optimizer.state": 50, "temporary.forward_scratch": 1, "weights.preexisting": 25}
   }
  },
  "multi_device.pickle": {
   "0": {
+   "advice": [["4bit", "stack"], ["half_batch", "lifetime"]],
    "category_bytes": {"activations": 50331648, "temporary": 307200, "weights": 109576192},
+   "evidence_bytes": {"guess": 8388608, "lifetime": 50638848, "stack": 101187584},
    "iterations": [[6, 14, {"forward": [7, 14], "inputs": [6, 6]}, 1, 10, "forward"]],
    "leaks": [],
    "ooms": [],
    "peak": {"by_category": {"activations": 50331648, "temporary": 307200, "weights": 109576192}, "bytes": 160215040, "index": 10, "iteration": 1, "phase": "forward", "type": "forward"},
+   "peak_by_evidence": {"guess": 8388608, "lifetime": 50638848, "stack": 101187584},
    "peak_top3": [[50331648, "weights", "weights.load"], [50331648, "weights", "weights.load"], [25165824, "activations", "activations.forward"]],
    "rules": {"activations.forward": 2, "temporary.forward_scratch": 1, "weights.load": 3, "weights.preexisting": 1}
   },
   "1": {
+   "advice": [],
    "category_bytes": {"weights": 8388608},
+   "evidence_bytes": {"guess": 8388608},
    "iterations": [],
    "leaks": [],
    "ooms": [],
    "peak": {"by_category": {"weights": 8388608}, "bytes": 8388608, "index": -1, "iteration": null, "phase": "pre", "type": "other"},
+   "peak_by_evidence": {"guess": 8388608},
    "peak_top3": [[8388608, "weights", "weights.preexisting"]],
    "rules": {"weights.preexisting": 1}
   },
   "2": {
+   "advice": [["4bit", "stack"], ["half_batch", "lifetime"]],
    "category_bytes": {"activations": 50331648, "temporary": 307200, "weights": 109576192},
+   "evidence_bytes": {"guess": 8388608, "lifetime": 50638848, "stack": 101187584},
    "iterations": [[6, 16, {"forward": [7, 16], "inputs": [6, 6]}, 1, 10, "forward"]],
    "leaks": [],
    "ooms": [],
    "peak": {"by_category": {"activations": 50331648, "temporary": 307200, "weights": 109576192}, "bytes": 160215040, "index": 10, "iteration": 1, "phase": "forward", "type": "forward"},
+   "peak_by_evidence": {"guess": 8388608, "lifetime": 50638848, "stack": 101187584},
    "peak_top3": [[50331648, "weights", "weights.load"], [50331648, "weights", "weights.load"], [25165824, "activations", "activations.forward"]],
    "rules": {"activations.forward": 2, "temporary.forward_scratch": 1, "weights.load": 3, "weights.preexisting": 1}
   }
  },
  "oom.pickle": {
   "0": {
+   "advice": [["checkpointing", "lifetime"], ["half_batch", "lifetime"]],
    "category_bytes": {"activations": 17985916932, "autograd": 2440560640, "gradients": 4194304, "inputs": 319488, "optimizer": 2129920, "quantization": 6931349504, "weights": 528556032},
+   "evidence_bytes": {"lifetime": 20430671876, "stack": 7462354944},
    "iterations": [[192, 985, {"backward": [515, 921], "forward": [195, 514], "inputs": [192, 194], "optimizer": [922, 985]}, 1, 515, "backward_start"], [986, 1331, {"forward": [1027, 1331], "inputs": [986, 1026]}, 1, 1330, "oom"]],
    "leaks": [],
    "ooms": [[1331, 1048576000, 542380800, 1454563328, {"activations": 8516829184, "inputs": 196608, "optimizer": 2129920, "quantization": 455344128, "weights": 528556032}, "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (fragmentation: 1.35 GiB reserved but unallocated, more than the 1000.0 MiB requested)"]],
    "peak": {"by_category": {"activations": 8516829184, "inputs": 196608, "optimizer": 2129920, "quantization": 455344128, "weights": 528556032}, "bytes": 9503055872, "index": 1330, "iteration": 2, "phase": "forward", "type": "oom"},
+   "peak_by_evidence": {"lifetime": 8516829184, "stack": 986226688},
    "peak_top3": [[524288000, "activations", "activations.forward"], [262144000, "weights", "weights.load"], [262144000, "weights", "weights.load"]],
    "rules": {"activations.forward": 247, "autograd.backward": 30, "gradients.backward": 16, "inputs.frames": 6, "optimizer.state": 64, "quantization.frames": 168, "weights.load": 27}
   }
  },
  "protocol2.pickle": {
   "0": {
+   "advice": [],
    "category_bytes": {"activations": 94856704, "temporary": 29351936, "weights": 85983232},
+   "evidence_bytes": {"guess": 85983232, "lifetime": 124208640},
    "iterations": [[0, 262, {"forward": [0, 262]}, 1, 255, "forward"]],
    "leaks": [],
    "ooms": [],
    "peak": {"by_category": {"activations": 3422720, "temporary": 921600, "weights": 85983232}, "bytes": 90327552, "index": 255, "iteration": 1, "phase": "forward", "type": "forward"},
+   "peak_by_evidence": {"guess": 85983232, "lifetime": 4344320},
    "peak_top3": [[41943040, "weights", "weights.preexisting"], [41943040, "weights", "weights.preexisting"], [3160576, "activations", "activations.forward"]],
    "rules": {"activations.forward": 34, "temporary.forward_scratch": 56, "weights.preexisting": 3}
   }
  },
  "qlora_4bit.pickle": {
   "0": {
+   "advice": [["checkpointing", "lifetime"], ["half_batch", "lifetime"]],
    "category_bytes": {"activations": 728367108, "autograd": 380108800, "gradients": 2048000, "inputs": 16384, "optimizer": 1040000, "quantization": 1449656832, "temporary": 671744, "weights": 272580608},
+   "evidence_bytes": {"guess": 263237632, "lifetime": 1108475908, "stack": 1462775936},
    "iterations": [[347, 1105, {"backward": [582, 1007], "forward": [349, 581], "inputs": [347, 348], "optimizer": [1008, 1105]}, 1, 582, "backward_start"]],
    "leaks": [],
    "ooms": [],
    "peak": {"by_category": {"activations": 728367108, "autograd": 131072000, "inputs": 16384, "quantization": 114688512, "weights": 264192000}, "bytes": 1238336004, "index": 582, "iteration": 1, "phase": "backward", "type": "backward_start"},
+   "peak_by_evidence": {"guess": 263237632, "lifetime": 859439108, "stack": 115659264},
    "peak_top3": [[131072000, "weights", "weights.preexisting"], [131072000, "weights", "weights.preexisting"], [131072000, "activations", "activations.forward"]],
    "rules": {"activations.forward": 95, "autograd.backward": 37, "gradients.accumulate": 20, "inputs.frames": 2, "optimizer.scratch": 6, "optimizer.state": 80, "quantization.frames": 245, "quantization.size_match": 12, "weights.load": 21, "weights.preexisting": 2}
   }
  },
  "torch20_history.pickle": {
   "0": {
+   "advice": [["half_batch", "lifetime"]],
    "category_bytes": {"activations": 74994268, "temporary": 6291456, "weights": 146866176},
+   "evidence_bytes": {"guess": 146866176, "lifetime": 81285724},
    "iterations": [[0, 40, {"forward": [2, 40], "inputs": [0, 1]}, 1, 35, "forward"]],
    "leaks": [],
    "ooms": [],
    "peak": {"by_category": {"activations": 37622760, "weights": 146866176}, "bytes": 184488936, "index": 35, "iteration": 1, "phase": "forward", "type": "forward"},
+   "peak_by_evidence": {"guess": 146866176, "lifetime": 37622760},
    "peak_top3": [[104857600, "weights", "weights.preexisting"], [16777216, "weights", "weights.preexisting"], [16777216, "weights", "weights.preexisting"]],
    "rules": {"activations.forward": 17, "temporary.preexisting_freed": 1, "weights.preexisting": 6}
   }

@@ -211,9 +211,13 @@ def test_levers_that_cannot_apply_are_left_out_with_the_reason():
     _s, lora = load("lora")                       # LoRA already, expandable segments on
     out = levers_left_out(lora, 0)
     assert set(out) == {"lora", "expandable_segments"}
-    assert "0.6%" in out["lora"] and out["expandable_segments"] == "already on"
+    assert "adapters are already there" in out["lora"] and out["expandable_segments"] == "already on"
     assert not {n for n, _t, _r in lever_peaks(lora, 0)} & set(out)
     _s, gen = load("generate")                    # inference: no training lever
     assert {"checkpointing", "adam8bit", "paged_optimizer", "lora"} <= set(levers_left_out(gen, 0))
-    _s, full = load("full")                       # full fine-tuning, fixed segments: every lever applies
-    assert levers_left_out(full, 0) == {}
+    # full training of a model built from a config: nothing in the trace shows a pretrained
+    # model or frozen weights, so LoRA and 4-bit weights are left out, saying why and how to ask
+    _s, full = load("full")
+    out = levers_left_out(full, 0)
+    assert set(out) == {"lora", "4bit"}
+    assert all("no pretrained model loaded" in why and "whatif" in why for why in out.values())

@@ -126,12 +126,18 @@ def test_advice_is_ranked_by_what_it_saves_and_only_what_matters():
     assert da.peak.advice and da.peak.advice[0].lever == "checkpointing"
 
 
-def test_advice_on_the_adamw_full_step_points_at_the_optimizer_and_gradients():
+def test_advice_on_the_adamw_full_step_points_at_the_optimizer_and_fits_training_from_scratch():
+    """A Transformer LM trained from scratch (CS336): its weights were made before recording
+    (a guess: no frames), no pretrained model is loaded, so neither LoRA nor 4-bit weights
+    are advised; the optimizer state (made in the trace, by torch/optim frames) is."""
     from helpers import SHARED
     path = SHARED / "kkaitlyn111+cs336-a2-systems__memory_files_memory_ctx128_fullstep.pickle"
     da = analysis(path).devices[0]
     levers = [a.lever for a in da.peak.advice]
-    assert levers[0] == "lora" and "adam8bit" in levers and "checkpointing" not in levers
+    assert levers[0] == "adam8bit" and "checkpointing" not in levers
+    assert "lora" not in levers and "4bit" not in levers
+    assert da.peak.advice[0].evidence == "stack"
+    assert all("no pretrained model loaded" in da.peak.advice_left_out[n] for n in ("lora", "4bit"))
 
 
 def test_backward_allocations_show_their_forward_user_frame():

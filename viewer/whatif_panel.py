@@ -29,7 +29,7 @@ from ..classifiers import CATEGORIES
 from ..classifiers.budget import budget as make_budget
 from ..classifiers.category_live import CategoryLive
 from ..classifiers.levers import left_out
-from ..classifiers.ooms import expandable_segments_on, trains
+from ..classifiers.ooms import expandable_segments_on
 from ..classifiers.whatif import COMMON_CARDS, LEVERS, WhatIfError, fits_on, lever, parse_gpu_size
 from ..common.units import GiB, fmt_bytes
 from ..present.markup import html as _esc
@@ -236,14 +236,13 @@ class WhatIfPanel(QWidget):
             self.grid.addWidget(val, r, 2)
             self.sliders[name], self.values[name] = sl, val
         self.grid.setColumnStretch(1, 1)
-        training = trains(self.data.da)
         expandable = expandable_segments_on(self.data.snap.allocator_settings)
         for r, (name, (title, _fn)) in enumerate(LEVERS.items()):
             lv = lever(name, self.facts)
             what = ", ".join(f"{c} ×{f:.3g}" for c, f in lv.scales.items()) or "no allocator overhead"
             cb = QCheckBox(title, self)
             cb.setToolTip(lv.assumption)
-            why_not = left_out(name, self.facts, training=training, expandable=expandable)
+            why_not = left_out(name, self.data.da.profile, expandable=expandable)
             if why_not is not None:
                 cb.setEnabled(False)
                 cb.setToolTip(f"Does not apply to this run: {why_not}")

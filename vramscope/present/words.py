@@ -33,7 +33,7 @@ PEAK_TYPE_WORDS = {
 
 # What each lever asks the user to do (classifiers/levers.py names them and estimates them)
 LEVER_WORDS = {
-    "checkpointing": "gradient checkpointing (torch.utils.checkpoint on the transformer blocks)",
+    "checkpointing": "gradient checkpointing (torch.utils.checkpoint on the model's repeated blocks)",
     "half_batch": "half the micro-batch, with twice the gradient accumulation steps",
     "adam8bit": "an 8-bit or paged optimizer (bitsandbytes AdamW8bit / PagedAdamW)",
     "paged_optimizer": "a paged optimizer (bitsandbytes PagedAdamW)",
@@ -73,6 +73,51 @@ def advice_text(advice: Advice, oom: Oom | None = None, moment: str = "at this m
         of = f" of {advice.category}" if advice.category else ""
         text += f": up to {fmt_bytes(advice.saves_bytes)}{of} {moment}"
     return text
+
+
+# -- how sure: evidence (classifiers/evidence.py) ---------------------------------------------
+# how to record what a snapshot could not show: history on before the model is built
+RECORD_HINT = ("turn history on before the model is built: torch.cuda.memory._record_memory_history("
+               "max_entries=1_000_000, stacks=\"python\") (or with vramscope.record(): ...), then "
+               "torch.cuda.memory._dump_snapshot(\"run.pickle\")")
+EVIDENCE_WORDS = {"torch": "torch's own tag", "stack": "its stack", "lifetime": "its lifetime",
+                  "guess": "a guess", "none": "unknown"}
+
+
+def evidence_text(by_evidence: dict[str, int]) -> str:
+    """'5.29 GiB from stacks, 12.0 MiB from lifetimes, 181.9 KiB a guess'."""
+    said = {"torch": "torch's own tags", "stack": "from stacks", "lifetime": "from lifetimes",
+            "guess": "a guess", "none": "unknown"}
+    return ", ".join(f"{fmt_bytes(b)} {said.get(e, e)}" for e, b in by_evidence.items() if b)
+
+
+def category_evidence_note(per_evidence: dict[str, int]) -> str:
+    """What part of one category's bytes is a guess: '' (none), 'a guess', '1.20 GiB of it a guess'."""
+    total = sum(per_evidence.values())
+    guessed = per_evidence.get("guess", 0)
+    if not guessed:
+        return ""
+    return "a guess" if guessed == total else f"{fmt_bytes(guessed)} of it a guess"
+
+
+GUESS_NOTE_SHARE = 0.1      # below this share of a moment guessed, the "how sure" line says enough
+
+
+def guess_note(by_evidence: dict[str, int], recorded: str = "trace", frames: bool = True) -> str:
+    """What a snapshot could not show and how to record it ('' when little is a guess)."""
+    guessed = by_evidence.get("guess", 0)
+    total = sum(by_evidence.values())
+    if recorded == "state_only":
+        return ("a state-only snapshot: it shows the blocks live at one moment (their sizes, segments, pools, "
+                "fragmentation and, where recorded, stacks), not when each was made or freed, so it has no phases, "
+                "iterations, leaks or advice. To record a trace, " + RECORD_HINT)
+    if not frames:
+        return ("no allocation carries frames: every category is a guess from sizes and timing, and no advice "
+                "rests on it. To record stacks, " + RECORD_HINT)
+    if guessed < GUESS_NOTE_SHARE * max(1, total):
+        return ""
+    return (f"{guessed / max(1, total):.0%} of it was allocated before recording began and never freed (no frames): "
+            f"its categories are guesses, and no advice rests on them. To record it, " + RECORD_HINT)
 
 
 def oom_suggestions(oom: Oom) -> list[str]:
@@ -264,7 +309,8 @@ def finding_detail(f: Finding, where: str = "") -> str:
     return ""
 
 
-__all__ = ["PEAK_TYPE_WORDS", "LEVER_WORDS", "COMPARE_X_TITLES", "peak_words", "advice_text", "oom_suggestions", "oom_diagnosis",
+__all__ = ["RECORD_HINT", "EVIDENCE_WORDS", "evidence_text", "category_evidence_note", "guess_note",
+           "PEAK_TYPE_WORDS", "LEVER_WORDS", "COMPARE_X_TITLES", "peak_words", "advice_text", "oom_suggestions", "oom_diagnosis",
            "process_limit", "device_free_text",
            "freed_note", "stale_gradients_text", "leak_text", "LEAK_CAUSE_WORDS", "error_text", "signed_bytes",
            "comparison_headline", "moment_text", "device_first_reason", "device_card_text", "leak_rows_text",

@@ -21,7 +21,7 @@ def whatif_section(an: Analysis, device: int) -> list[str]:
         L.append(f"| {r.category} | {fmt_bytes(r.measured)} | {fmt_bytes(r.measured_max)} | {exp} | {md_text(r.note)} |")
     L += ["", "The peak with each lever alone (`vramscope whatif FILE --lever NAME` says how each is estimated):", "",
           "| Lever | Peak | Change | Moment | Fits on |", "|---|---:|---:|---|---|"]
-    skipped = _left_out(an, device, base)
+    skipped = levers_left_out(an, device)
     for name, title, r in lever_peaks(an, device, skipped):
         d = r.scaled.bytes - r.baseline.bytes
         cards = [c.name.split(" (")[0] for c in r.fits.cards if c.fits]
@@ -35,16 +35,11 @@ def whatif_section(an: Analysis, device: int) -> list[str]:
 
 def whatif_json(an: Analysis, device: int) -> dict:
     base = what_if(an, device)
-    skipped = _left_out(an, device, base)
+    skipped = levers_left_out(an, device)
     return {"budget": base.to_json()["budget"], "fits": base.fits.to_json(),
             "levers": [{"name": n, "title": t, "assumption": r.levers[0].assumption, "scaled": r.scaled.to_json(),
                         "needed_bytes": r.fits.needed_bytes} for n, t, r in lever_peaks(an, device, skipped)],
             "levers_left_out": skipped}
-
-
-def _left_out(an: Analysis, device: int, base) -> dict[str, str]:
-    """levers_left_out from the budget `base` already holds (not made again)."""
-    return levers_left_out(an, device, base.budget.facts if base.budget is not None else None)
 
 
 __all__ = ["whatif_section", "whatif_json"]

@@ -23,7 +23,10 @@ from ..present.stacks import Stacks
 from ..present.words import (
     LEAK_CAUSE_WORDS,
     advice_text,
+    category_evidence_note,
     device_free_text,
+    evidence_text,
+    guess_note,
     oom_diagnosis,
     peak_words,
     stale_gradients_text,
@@ -39,6 +42,7 @@ class TopAllocationJSON(TypedDict):
     size: int
     category: str
     rule: str
+    evidence: str
     alloc_index: int
     addr: int
     where: str
@@ -57,6 +61,9 @@ class PeakDocJSON(TypedDict):
     phase: str
     advice: list[dict[str, Any]]
     advice_words: list[str]
+    by_evidence: dict[str, int]
+    by_category_evidence: dict[str, dict[str, int]]
+    advice_left_out: dict[str, str]
 
 
 class PeakJSON(PeakDocJSON):
@@ -127,6 +134,8 @@ class DeviceJSON(TypedDict):
     leaks: list[LeakJSON]
     ooms: list[OomJSON]
     stale_gradients: StaleGradientsJSON | None
+    profile: dict[str, Any]
+    evidence_note: str
 
 
 class SummaryJSON(TypedDict):
@@ -154,7 +163,8 @@ def summary_document(an: Analysis, device: int | None = None, stacks: Stacks | N
         s = da.summary()
         peak = s.peak
         top: list[TopAllocationJSON] = [
-            {"size": a.size, "category": a.category, "rule": a.rule, "alloc_index": a.alloc_index, "addr": a.addr,
+            {"size": a.size, "category": a.category, "rule": a.rule, "evidence": a.evidence,
+             "alloc_index": a.alloc_index, "addr": a.addr,
              "where": stacks.where_of(a), "stack": stacks.short(a.stack, 6, a.forward_stack)}
             for a in da.largest_live(peak.index, TOP_AT_PEAK)]
         peak_json: PeakJSON = {**peak_document(peak), "top": top}
@@ -176,6 +186,9 @@ def summary_document(an: Analysis, device: int | None = None, stacks: Stacks | N
             "stale_gradients": None if s.stale_gradients is None else {  # type: ignore[typeddict-item]
                 **to_plain(s.stale_gradients), "where": stacks.where(s.stale_gradients.free_stack),
                 "advice": stale_gradients_text(s.stale_gradients)},
+            "profile": {**to_plain(da.profile), "guessed_share": da.profile.guessed_share,
+                        "fine_tuning": da.profile.fine_tuning},
+            "evidence_note": guess_note(peak.by_evidence, da.profile.recorded, da.profile.frames),
         })
     return {"file": an.snapshot.path, "primary_device": an.primary_device(), "devices": devices}
 
@@ -239,10 +252,20 @@ def summary_text(doc: SummaryJSON) -> str:
         if pk["iteration"] is not None:
             when += f" (iteration {pk['iteration']})"
         out.append(f"  peak live      {fmt_bytes(pk['bytes'])} ({pk['bytes']:,} B) {when}, {pk['type_words']}")
+        per_ev = pk.get("by_category_evidence", {})
         for cat, b in sorted(pk["by_category"].items(), key=lambda kv: -kv[1]):
-            out.append(f"    {cat:<13} {fmt_bytes(b):>11}")
+            note = category_evidence_note(per_ev.get(cat, {}))
+            out.append(f"    {cat:<13} {fmt_bytes(b):>11}" + (f"  ({note})" if note else ""))
+        if pk.get("by_evidence"):
+            out.append(f"  how sure       {evidence_text(pk['by_evidence'])}")
+        if d.get("evidence_note"):
+            out.append(f"                 {d['evidence_note']}")
         for k, words in enumerate(pk["advice_words"][:3]):
             out.append(f"  {'worth trying' if k == 0 else '':<14} {words}")
+        if not pk["advice_words"] and pk.get("advice_left_out") and not d.get("evidence_note"):
+            reasons = list(dict.fromkeys(pk["advice_left_out"].values()))
+            if len(reasons) == 1 and len(pk["advice_left_out"]) > 1:
+                out.append(f"  advice         none: {reasons[0]}")
         out.append(f"  live at start  {fmt_bytes(d['start_live_bytes'])}, at end {fmt_bytes(d['end_live_bytes'])}")
         if d["reserved_peak_bytes"] is None:
             out.append("  reserved peak  unknown (profiler-converted snapshot: no allocator segments)")

@@ -8,9 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..classifiers import Analysis
-from ..classifiers.budget import budget
 from ..classifiers.levers import left_out
-from ..classifiers.ooms import expandable_segments_on, trains
+from ..classifiers.ooms import expandable_segments_on
 from ..classifiers.whatif import LEVERS, WhatIf, what_if
 from ..common.units import fmt_bytes
 from ..present.words import peak_words
@@ -22,16 +21,14 @@ def whatif_document(an: Analysis, scales: dict[str, float], levers: list[str], g
     return {"file": an.snapshot.path, "devices": [what_if(an, d, scales, levers, gpu).to_json() for d in devs]}
 
 
-def levers_left_out(an: Analysis, device: int, facts=None) -> dict[str, str]:
-    """{lever: why it cannot apply to this run} (classifiers.levers.left_out); `facts`: the
-    device's budget facts when the caller has them."""
-    da = an.devices[device]
-    facts = facts if facts is not None else budget(an, device).facts
-    training = trains(da)
+def levers_left_out(an: Analysis, device: int) -> dict[str, str]:
+    """{lever: why it cannot apply to this run} (classifiers.levers.left_out, the one rule
+    every surface's advice reads)."""
+    profile = an.devices[device].profile
     expandable = expandable_segments_on(an.snapshot.allocator_settings)
     out = {}
     for name in LEVERS:
-        why = left_out(name, facts, training=training, expandable=expandable)
+        why = left_out(name, profile, expandable=expandable)
         if why is not None:
             out[name] = why
     return out
