@@ -32,9 +32,11 @@ import numpy as np
 from ..common.units import fmt_bytes
 from .categories import CATEGORIES
 from .category_live import CategoryLive
+from .evidence import E_GUESS
 from .timeline import PHASE_NAMES
 
 TOLERANCE = 0.15                 # relative difference above which a row is flagged
+UNCOUNTED_TOLERANCE = 0.05       # guessed weights left out of the count above this share: no trainable share
 GRAD_RATIOS = (1.0, 2.0, 0.5)    # gradient bytes / weight bytes of one parameter tensor
 QUANT_RATIOS = (8, 16, 32, 64)   # packed 4-bit bytes / constant bytes of one tensor
 ADAPTER_NUMEL_PAGED = 100_000    # bitsandbytes pages optimizer state of tensors this large or larger
@@ -80,10 +82,17 @@ class BudgetFacts:
     quant_constant_bytes: int
     input_tokens: int | None
     activation_bytes_per_token: float | None
+    guessed_bytes: dict | None = None   # {category: bytes} at the reference moment that are guesses (weights: those not counted)
+    counts_allowed: bool = True         # False: a state dump or no frames, so no parameter counts at all
 
     @property
     def trainable_fraction(self) -> float | None:
+        """Trainable share of the parameters; None when it cannot be told (no parameters
+        counted, or weights that are a guess were left out of the count)."""
         total = self.trainable_params + self.frozen_params + self.quantized_params
+        left = (self.guessed_bytes or {}).get("weights", 0)
+        if left > UNCOUNTED_TOLERANCE * (self.weight_bytes + left):
+            return None
         return self.trainable_params / total if total else None
 
     def to_json(self) -> dict:
@@ -108,10 +117,22 @@ class Budget:
 
 
 # -- inference helpers ---------------------------------------------------------------------
-def _live_rows(da, index: int, cat: int) -> np.ndarray:
+def _live_rows(da, index: int, cat: int, evidenced_only: bool = True) -> np.ndarray:
+    """Rows of category `cat` live right after entry `index`; with `evidenced_only`, only
+    those whose category has evidence (torch, stack, lifetime): counts never rest on guesses."""
     a = da.allocs
-    live = (a.alloc_index <= index) & ((a.free_index < 0) | (a.free_index > index))
-    return np.flatnonzero(live & (da.category == cat))
+    live = (a.alloc_index <= index) & ((a.free_index < 0) | (a.free_index > index)) & (da.category == cat)
+    if evidenced_only:
+        live &= da.evidence < E_GUESS
+    return np.flatnonzero(live)
+
+
+def _guessed_at(da, index: int) -> dict:
+    """{category: bytes} live right after entry `index` whose category is a guess."""
+    a = da.allocs
+    live = (a.alloc_index <= index) & ((a.free_index < 0) | (a.free_index > index)) & (da.evidence >= E_GUESS)
+    b = np.bincount(da.category[live], weights=a.size[live].astype(np.float64), minlength=len(CATEGORIES))
+    return {c: int(v) for c, v in zip(CATEGORIES, b) if v}
 
 
 def _category_max_moment(da, cat: int) -> int:
@@ -213,12 +234,18 @@ def budget(an, device: int, model: CategoryLive | None = None) -> Budget:
     ref = peak_index
     if da.iterations and tl is not None and tl.first_start >= 0 and peak_index < tl.first_start:
         ref = da.iterations[0].end_index
-    w_rows = _live_rows(da, ref, _I["weights"])
-    w_counts = _counts(size[w_rows])
-    weight_bytes = int(size[w_rows].sum())
+    # parameter counts rest on evidence: weights seen (torch, stack, lifetime), and weights that
+    # are a guess (made before recording, no frames) only where a gradient seen matches them
+    counts_allowed = da.profile.recorded == "trace" and da.profile.frames
+    none = np.zeros(0, dtype=np.int64)
+    w_all = _live_rows(da, ref, _I["weights"], evidenced_only=False) if counts_allowed else none
+    w_seen = w_all[da.evidence[w_all] < E_GUESS]
+    w_counts = _counts(size[w_all])
+    seen_counts = _counts(size[w_seen])
+    guessed = _guessed_at(da, ref)
 
     # trainable: weights with a gradient partner (else an optimizer-state partner)
-    g_rows = _live_rows(da, _category_max_moment(da, _I["gradients"]), _I["gradients"])
+    g_rows = _live_rows(da, _category_max_moment(da, _I["gradients"]), _I["gradients"]) if counts_allowed else none
     g_counts = _counts(size[g_rows])
     gradient_bytes = int(size[g_rows].sum())
     o_rows_all = np.flatnonzero(da.category == _I["optimizer"])
@@ -241,7 +268,15 @@ def budget(an, device: int, model: CategoryLive | None = None) -> Budget:
             if t > t_bytes:
                 trainable, t_bytes = m, t
         trainable_from = "optimizer state"
-    frozen_bytes = weight_bytes - t_bytes
+    # frozen: the weights seen that no gradient (or state) matched; guessed ones are not counted
+    frozen_counts = {sz: max(0, k - trainable.get(sz, 0)) for sz, k in seen_counts.items()}
+    frozen_bytes = sum(sz * k for sz, k in frozen_counts.items())
+    weight_bytes = t_bytes + frozen_bytes
+    uncounted = int(size[w_all].sum()) - weight_bytes
+    if uncounted > 0:
+        guessed["weights"] = uncounted
+    else:
+        guessed.pop("weights", None)
 
     # dtypes, where sizes tell
     evidence = []
@@ -261,9 +296,7 @@ def budget(an, device: int, model: CategoryLive | None = None) -> Budget:
             tb = 2.0
             evidence.append("8-bit optimizer states are half their parameters: 16-bit parameters")
     t_sizes = np.array([s for s in trainable for _ in range(trainable[s])], dtype=np.int64)
-    f_counts = dict(w_counts)
-    for s, k in trainable.items():
-        f_counts[s] -= k
+    f_counts = frozen_counts
     f_sizes = np.array([s for s, k in f_counts.items() for _ in range(k)], dtype=np.int64)
     for label, sizes, cur in (("trainable", t_sizes, tb), ("frozen", f_sizes, fb)):
         if cur is not None or not len(sizes):
@@ -311,7 +344,8 @@ def budget(an, device: int, model: CategoryLive | None = None) -> Budget:
     n_frozen = int(round(frozen_bytes / fb))
 
     # 4-bit quantized weights: packed tensors paired with their absmax constants
-    q_rows = _live_rows(da, ref, _I["quantization"])
+    # (packed 4-bit weights and their constants, paired by size: the pairing is the check)
+    q_rows = _live_rows(da, ref, _I["quantization"], evidenced_only=False) if counts_allowed else none
     if len(q_rows) and da.iterations:
         its = [it for it in da.iterations if it.start_index <= ref <= it.end_index]
         if its:     # persistent = live across the whole iteration (dequantization scratch is not)
@@ -359,7 +393,8 @@ def budget(an, device: int, model: CategoryLive | None = None) -> Budget:
         gradient_bytes=gradient_bytes, optimizer=kind, optimizer_evidence=kind_evidence,
         optimizer_bytes=optimizer_bytes, optimizer_bytes_per_param=opt_bpp, quantized_params=int(n_q),
         quant_scheme=q_scheme, quant_packed_bytes=int(packed), quant_constant_bytes=int(const_bytes),
-        input_tokens=tokens, activation_bytes_per_token=per_token)
+        input_tokens=tokens, activation_bytes_per_token=per_token, guessed_bytes=guessed,
+        counts_allowed=counts_allowed)
 
     rows = []
     ctx = _Context(an, da, cl, peak_index, facts, trainable, trainable_from, q_per_param)
@@ -396,12 +431,20 @@ class _Context:
     # weights
     def _weights(self, m, x):
         f = self.f
+        if not f.counts_allowed:
+            return None, ("no parameter counts: " + ("a state-only snapshot" if self.da.profile.recorded != "trace"
+                                                     else "no allocation carries frames") +
+                          " shows sizes, not which tensors are parameters"), ""
         e = f.weight_bytes
         formula = (f"parameters live at the peak: {f.trainable_params:,} trainable x "
                    f"{f.trainable_dtype_bytes:g} B + {f.frozen_params:,} frozen x {f.frozen_dtype_bytes:g} B "
                    f"(trainable = weights with a matching {self.trainable_from}; dtype: "
                    f"{f.dtype_evidence or 'from sizes'})")
         note = ""
+        g = (f.guessed_bytes or {}).get("weights", 0)
+        if g > 0:
+            formula += (f"; {fmt_bytes(g)} of weights are a guess (live before recording began, no frames, no "
+                        f"gradient of their size) and are not counted")
         if e and x > (1 + TOLERANCE) * e:
             note = (f"weights reach {fmt_bytes(x)}, {x / e:.2f}x the parameters at some moment: "
                     f"a dtype cast or copy while loading, or a second copy of the model (EMA, reference model)")
@@ -467,7 +510,9 @@ class _Context:
         elif kind == "Adafactor":
             return None, "Adafactor: factored second moments (rows + columns per matrix): shapes not in the snapshot", ""
         else:
-            name = kind if kind in ("AdamW", "Adam") else "AdamW (assumed: " + kind + ")"
+            name = kind if kind in ("AdamW", "Adam") else (
+                "AdamW assumed (no optimizer state seen in the trace)" if kind == "none seen" else
+                "AdamW assumed (" + kind + ")")
             e = 2 * t_bytes
             formula = (f"{name}: exp_avg + exp_avg_sq in the parameters' dtype: 2 x {n:,} x {b:g} B "
                        f"(= {2 * b:g} B per trainable parameter)")

@@ -184,8 +184,9 @@ class RunProfile:
 
     @property
     def fine_tuning(self) -> bool:
-        """A pretrained model is loaded or frozen weights are seen: LoRA and 4-bit weights can apply."""
-        return self.pretrained_load or self.frozen_weights
+        """A pretrained model is loaded, frozen weights are seen, or adapters train on a base:
+        LoRA and 4-bit weights can apply."""
+        return self.pretrained_load or self.frozen_weights or self.adapters
 
 
 @dataclass(frozen=True)

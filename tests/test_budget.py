@@ -85,11 +85,17 @@ def test_real_4bit_lora_run():
 
 # -- recorded runs: trainable parameters from the truth files -------------------------------------
 def test_lora_run_trainable_parameters_are_the_adapters():
+    """The adapters are counted from their gradients; the frozen base was built before the
+    profiler started (no frames, never freed: a guess), so it is not counted, and the
+    weights' formula says how much was left out."""
     truth = json.loads((GROUNDTRUTH / "lora.truth.json").read_text())
-    f = _budget(GROUNDTRUTH / "lora.pickle").facts
+    b = _budget(GROUNDTRUTH / "lora.pickle")
+    f = b.facts
     assert f.trainable_params == truth["trainable_params"]
-    total = f.trainable_params + f.frozen_params
-    assert total == pytest.approx(truth["total_params"], rel=0.01)
+    assert f.frozen_params == 0
+    frozen_bytes = 4 * (truth["total_params"] - truth["trainable_params"])
+    assert f.guessed_bytes["weights"] == pytest.approx(frozen_bytes, rel=0.02)
+    assert "are a guess" in b.row("weights").formula
 
 
 @pytest.mark.parametrize("run", ["mlp_adamw", "transformer_adamw", "checkpointing", "bf16_autocast", "lora",
@@ -99,7 +105,9 @@ def test_recorded_runs_optimizer_and_gradients_match_their_maximum(run):
     assert b.facts.optimizer == ("SGD" if run == "sgd_accum" else "Adam")
     assert _within(b.row("optimizer"), 0.10, "measured_max"), b.row("optimizer")
     assert _within(b.row("gradients"), 0.10, "measured_max"), b.row("gradients")
-    assert b.row("weights").expected == b.row("weights").measured
+    # every weight counted but the buffers no gradient matches (a guess: made before the
+    # profiler started), which the formula names
+    assert b.row("weights").expected + (b.facts.guessed_bytes or {}).get("weights", 0) == b.row("weights").measured
 
 
 def test_autocast_weights_are_recognized_as_fp32():
