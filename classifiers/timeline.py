@@ -215,9 +215,15 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
         out = np.where(mask, idx, -1)
         return np.maximum.accumulate(out, out=out)          # in place: one array of n, not two
 
-    # the autograd engine's thread: empty frames right after forward/backward evidence
+    # the autograd engine's thread: empty frames right after forward/backward evidence, in a
+    # trace that trains (a backward or an optimizer step shows somewhere, by frames or
+    # annotations): without either, nothing ran on that thread, and frameless entries say
+    # nothing of a phase
     has_frames = bool((sid > 0).any())
-    if not profiler_like and has_frames:
+    trains_here = bool(((ev == P_BACKWARD) | (ev == P_OPTIMIZER)).any())
+    # (another device's stacks count: under DataParallel the loss and the step run on one)
+    trains_anywhere = trains_here or bool(((stack_timeline == P_BACKWARD) | (stack_timeline == P_OPTIMIZER)).any())
+    if not profiler_like and has_frames and trains_anywhere:
         empty = (action == A_ALLOC) & (sid == 0)
         if not frees_carry_alloc:
             empty |= ((action == A_FREE_REQUESTED) | (action == A_FREE)) & (sid == 0)
@@ -226,6 +232,14 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
             pa = prev_anchor(ev >= 0)
             a_ph = np.where(pa >= 0, ev[np.maximum(pa, 0)], -1)
             ev[empty & ((a_ph == P_FORWARD) | (a_ph == P_BACKWARD))] = P_BACKWARD
+            del pa, a_ph
+    if has_frames and not frees_carry_alloc and bool((ev == P_FORWARD).any()) and not trains_anywhere:
+        # forward passes only (inference, evaluation): a free the user's code makes outside the
+        # model (its frames name no phase: the previous output dropped) lies between two passes,
+        # so the loop's steps stand apart instead of merging into one long forward
+        outside = ((action == A_FREE_REQUESTED) | (action == A_FREE)) & (sid > 0) & (ev < 0)
+        ev[outside] = P_NONE
+        del outside
 
     anchor = ev >= 0
     pa = prev_anchor(anchor)
