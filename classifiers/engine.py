@@ -220,6 +220,63 @@ def _gradient_sized(size: np.ndarray, category: np.ndarray, pre: np.ndarray, tod
     return out
 
 
+PARAM_LOOP_SHARE = 0.8      # of a stack's candidates, the parameter-sized share that makes it a loop over parameters
+PARAM_LOOP_PER_ITER = 4     # ... and at least this many of them per iteration
+
+
+def _parameter_sized(size: np.ndarray, stack: np.ndarray, category: np.ndarray, pre: np.ndarray,
+                     never: np.ndarray, todo: np.ndarray, ok: np.ndarray, n_iterations: int) -> np.ndarray:
+    """For `size_match = "parameters"`: which candidate rows `todo[ok]` come from a loop over
+    the model's parameters, one tensor the size of each (a perturbation, an update, a copy):
+    per stack, most of its candidates are the size of a weight (the blocks live before the
+    trace and never freed, or rows earlier rules called weights), several per iteration.
+    A batch is one or two tensors a step, not one per parameter."""
+    out = np.zeros(len(todo), dtype=bool)
+    weights = (pre & never) | (category == CATEGORY_CODE["weights"])
+    if not weights.any() or not ok.any():
+        return out
+    psizes = np.unique(size[weights])
+    cand = todo[ok]
+    sized = np.isin(size[cand], psizes)
+    st = stack[cand].astype(np.int64)
+    ust, inv = np.unique(st, return_inverse=True)
+    n = np.bincount(inv)
+    hits = np.bincount(inv, weights=sized.astype(np.float64))
+    loop = (hits >= PARAM_LOOP_SHARE * n) & (hits >= PARAM_LOOP_PER_ITER * max(1, n_iterations)) & (ust >= 0)
+    out[np.flatnonzero(ok)] = loop[inv] & sized
+    return out
+
+
+def _optimizer_moments(size: np.ndarray, addr: np.ndarray, category: np.ndarray, pre: np.ndarray,
+                       todo: np.ndarray, ok: np.ndarray, n_iterations: int, stepped: bool) -> np.ndarray:
+    """For `size_match = "optimizer_moments"`: among blocks live before the trace with no
+    frames (the candidates), the ones that are most likely Adam's two moments of the
+    parameters whose gradients the trace makes: for a size with g gradients a step, 3g such
+    blocks are a parameter and two moments each (the two with the higher addresses taken as
+    the moments: which is which cannot be seen), and 2g of a size twice that of g others are
+    fp32 moments of 16-bit parameters. Only in a trace whose optimizer steps."""
+    out = np.zeros(len(todo), dtype=bool)
+    grads = (category == CATEGORY_CODE["gradients"]) & ~pre
+    if not stepped or not grads.any() or not ok.any():
+        return out
+    g_sizes, g_counts = np.unique(size[grads], return_counts=True)
+    per_step = dict(zip(g_sizes.tolist(), (-(-g_counts // max(1, n_iterations))).tolist()))
+    cand = todo[ok]
+    c_sizes, c_counts = np.unique(size[cand], return_counts=True)
+    have = dict(zip(c_sizes.tolist(), c_counts.tolist()))
+    pick = np.zeros(len(cand), dtype=bool)
+    for sz, c in have.items():
+        g = per_step.get(sz, 0)
+        if not g:
+            continue
+        take = 2 * g if c == 3 * g else (c if c == 2 * g and have.get(sz // 2, 0) >= g and sz % 2 == 0 else 0)
+        if take:
+            rows = np.flatnonzero(size[cand] == sz)
+            pick[rows[np.argsort(addr[cand[rows]], kind="stable")[c - take:]]] = True
+    out[np.flatnonzero(ok)] = pick
+    return out
+
+
 def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: RuleSet, device: int):
     """-> (Timeline, Classified)."""
     marker_idx = {m: i for i, m in enumerate(sfacts.phase_markers)}
@@ -285,6 +342,19 @@ def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: Rul
         del cum, aic, fic
     else:
         alive_allocs = np.full(n, np.iinfo(np.int32).max)
+    # the stack of each chain's free, where the file's frees carry their own frames (not the
+    # allocation's): what freed it (zero_grad, the optimizer, the user's code, a quantizer)
+    own_free = not tl.frees_carry_alloc_frames and n_ent > 0
+    if own_free:
+        tstack = np.asarray(trace.columns["stack"])
+        fst = np.where(fi >= 0, tstack[np.clip(fi, 0, n_ent - 1)], -1).astype(np.int64)
+        free_framed = (fst >= 0) & (sfacts.stacks.lengths[np.maximum(fst, 0)] > 0)
+    else:
+        fst = np.full(n, -1, dtype=np.int64)
+        free_framed = np.zeros(n, dtype=bool)
+
+    def free_has(m):
+        return free_framed & sfacts.has_marker[m][np.maximum(fst, 0)]
     within = {m: _freed_within_run(trace, ai, fi, pre, sfacts.has_marker[m])
               for m in {r.freed_within for r in rules.rules if r.freed_within}} if n_ent else {}
     category = np.full(n, UNKNOWN, dtype=np.uint8)
@@ -309,8 +379,19 @@ def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: Rul
             ok &= alive_allocs[todo] <= r.max_allocs_alive
         if r.freed_within is not None:
             ok &= within[r.freed_within][todo] if n_ent else False
+        for m in r.free_markers:
+            ok &= free_has(m)[todo]
+        if r.free_not_markers:
+            ok &= free_framed[todo]
+            for m in r.free_not_markers:
+                ok &= ~free_has(m)[todo]
         if r.size_match == "quantized":
             ok &= size_q[todo]
+        elif r.size_match == "parameters":
+            ok &= _parameter_sized(allocs.size[root], stk, category, pre, fi < 0, todo, ok, len(tl.iterations))
+        elif r.size_match == "optimizer_moments":
+            ok &= _optimizer_moments(allocs.size[root], allocs.addr[root], category, pre, todo, ok,
+                                     len(tl.iterations), bool((phase_e == PHASE_CODE["optimizer"]).any()))
         elif r.size_match == "gradients":
             ok &= _gradient_sized(allocs.size[root], category, pre, todo, ok, len(tl.iterations))
         hit = todo[ok]

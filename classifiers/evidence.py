@@ -40,7 +40,7 @@ EVIDENCE_MEANING: dict[str, str] = {
 }
 
 # rule conditions that read the allocation's own frames, and those that read its lifetime
-_STACK_KEYS = ("markers", "stack_phase", "top", "op", "innermost")
+_STACK_KEYS = ("markers", "stack_phase", "top", "op", "innermost", "free_markers", "free_not_markers")
 _LIFETIME_KEYS = ("phase", "free_phase", "freed", "before_training", "max_allocs_alive", "freed_within")
 
 

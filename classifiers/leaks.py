@@ -67,8 +67,11 @@ def find_leaks(da, rule_names, min_bytes: int = 1) -> tuple[Leak, ...]:
             continue
         per_stack.append((int(s), iters, dict(zip(uit[sel].tolist(), kb[sel].tolist())), int(kc[sel].sum())))
     leaks = []
+    traced = (ai >= 0) & (it_a >= 0)
     for group in _by_site(per_stack, da.facts):
         stacks_ = tuple(g[0] for g in group["members"])
+        if not _grows(a, root, fi, traced & np.isin(a.stack, stacks_), ends, len(live) - 1):
+            continue
         per_it: dict[int, float] = {}
         for _, _, by_it, _ in group["members"]:
             for it, b in by_it.items():
@@ -95,6 +98,33 @@ def find_leaks(da, rule_names, min_bytes: int = 1) -> tuple[Leak, ...]:
             growth_per_iteration=growth))
     leaks.sort(key=lambda lk: -lk.total_bytes)
     return tuple(leaks)
+
+
+GROWING_STEPS = 0.75     # of the steps between iteration ends, the share where a leak's live bytes do not fall
+
+
+def _grows(a, root, fi, rows_mask, ends, last) -> bool:
+    """Whether the allocations of `rows_mask` (one site) hold more at the same point of each
+    iteration (its end) as the run goes on, and still hold some at the end of the trace: a
+    leak grows. Allocate-then-free churn, however long each allocation lives, does not: its
+    live bytes at the iteration ends go up and down, and nothing is left at the end."""
+    rows = np.flatnonzero(rows_mask & (root == np.arange(len(root))))
+    if not len(rows):
+        return False
+    size = a.size[rows].astype(np.int64)
+    f = fi[rows]
+    # live bytes of the site right after each iteration's end: a sweep over its allocs and frees
+    ev = np.r_[a.alloc_index[rows], f[f >= 0]]
+    delta = np.r_[size, -size[f >= 0]]
+    order = np.argsort(ev, kind="stable")
+    cum = np.cumsum(delta[order])
+    k = np.searchsorted(ev[order], np.r_[ends, last], side="right") - 1
+    held = np.where(k >= 0, cum[np.maximum(k, 0)], 0)
+    per_end, at_last = held[:-1], int(held[-1])
+    if at_last <= 0 or per_end[-1] <= per_end[0]:
+        return False
+    steps = np.diff(per_end)
+    return bool(np.count_nonzero(steps >= 0) >= GROWING_STEPS * len(steps))
 
 
 def _user_frames(facts, sid: int) -> list[int]:

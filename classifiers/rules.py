@@ -28,7 +28,7 @@ SHIPPED_JSON = HERE / "rules.json"
 PHASES = ("none", "inputs", "forward", "backward", "optimizer", "pre")
 FREE_PHASES = PHASES[:5] + ("never",)
 FREED = ("same_phase", "later_phase", "later_iteration", "never")
-SIZE_MATCHES = ("quantized", "gradients")
+SIZE_MATCHES = ("quantized", "gradients", "optimizer_moments", "parameters")
 RULE_EVIDENCE = ("stack", "lifetime", "guess")     # a rule cannot claim torch's own tag
 
 
@@ -63,6 +63,8 @@ class Rule:
     innermost: tuple | None = None
     max_allocs_alive: int | None = None
     freed_within: str | None = None
+    free_markers: tuple = ()        # the stack of its free has every one of these markers
+    free_not_markers: tuple = ()    # the stack of its free has frames and none of these
     profiler_converted: bool | None = None
     evidence: str = ""              # what the verdict rests on (evidence.py); "" until _check fills it
     source: str = "shipped"
@@ -84,7 +86,8 @@ class RuleSet:
 
 _RULE_KEYS = {"id", "category", "why", "markers", "not_markers", "stack_phase", "top", "op", "frames", "phase",
               "free_phase", "freed", "preexisting", "before_training", "size_match", "innermost",
-              "max_allocs_alive", "freed_within", "profiler_converted", "evidence"}
+              "max_allocs_alive", "freed_within", "profiler_converted", "evidence", "free_markers",
+              "free_not_markers"}
 _TOP_KEYS = {"version", "phases", "annotation", "markers", "rule", "disable", "replace_markers"}
 
 
@@ -171,6 +174,10 @@ def _rule(d, where: str, source: str) -> Rule:
         r.markers = _names(d["markers"], where + ".markers")
     if "not_markers" in d:
         r.not_markers = _names(d["not_markers"], where + ".not_markers")
+    if "free_markers" in d:
+        r.free_markers = _names(d["free_markers"], where + ".free_markers")
+    if "free_not_markers" in d:
+        r.free_not_markers = _names(d["free_not_markers"], where + ".free_not_markers")
     if "stack_phase" in d:
         r.stack_phase = _names(d["stack_phase"], where + ".stack_phase")
     if "top" in d:
@@ -312,7 +319,8 @@ def _check(rs: RuleSet) -> None:
         if r.id in seen:
             raise RulesError(f"rule id {r.id!r} is used twice")
         seen.add(r.id)
-        for m in r.markers + r.not_markers + ((r.freed_within,) if r.freed_within else ()):
+        for m in r.markers + r.not_markers + r.free_markers + r.free_not_markers + \
+                ((r.freed_within,) if r.freed_within else ()):
             if m not in rs.markers:
                 raise RulesError(f"rule {r.id}: unknown marker {m!r}")
         for m in r.stack_phase or ():
