@@ -111,7 +111,7 @@ class RunMetadata:
 class _Checker:
     """Reads one document field by field, keeping what passes and naming what does not."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.dropped: list[str] = []
 
     def section(self, doc: dict, key: str) -> dict:

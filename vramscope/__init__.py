@@ -7,12 +7,14 @@ The public Python API (stable; README "Python"):
     vramscope.SnapshotError                        bad input (not a snapshot, unsafe, truncated, corrupt)
 
 The names are imported on first use (PEP 562): `import vramscope` loads neither numpy nor
-torch, and the command line starts as fast as before.
+torch, and the command line starts as fast as before. (No eager imports for type checkers
+here: every layer imports this package for `__version__`, so an import of `api` here,
+even under TYPE_CHECKING, would make the layers look circular to import-linter.)
 """
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 __version__ = "0.1.0"
 
@@ -36,8 +38,3 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_WHERE))
 
-
-if TYPE_CHECKING:   # for type checkers and readers: the same names, imported eagerly
-    from .api import AllocationTable, SnapshotAnalysis, open  # noqa: F401
-    from .parsers import RunMetadata, SnapshotError  # noqa: F401
-    from .recorder import Recorder, record  # noqa: F401

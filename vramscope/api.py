@@ -115,7 +115,8 @@ class SnapshotAnalysis:
 
     def __repr__(self) -> str:
         from .common.units import fmt_bytes
-        parts = [f"cuda:{d.device} peak {fmt_bytes(d.peak.bytes)} ({d.peak.type})"
+        from .present.words import peak_words
+        parts = [f"cuda:{d.device} peak {fmt_bytes(d.peak.bytes)} {peak_words(d.peak.type)}"
                  + (f", {len(d.ooms)} OOM" if d.ooms else "") + (f", {len(d.leaks)} leak" if d.leaks else "")
                  for d in self.devices]
         return f"<vramscope {os.path.basename(self.path)!r}: {'; '.join(parts) or 'no device with data'}>"

@@ -44,7 +44,7 @@ import pickle
 import threading
 import time
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from . import __version__
 from .common.atomic import atomic_write
@@ -193,7 +193,7 @@ class Recorder(contextlib.ContextDecorator):
     def __enter__(self) -> Recorder:
         return self.start()
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         self.stop(exc)
         return False
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 try:
     from lightning.pytorch.callbacks import Callback
 except ImportError:                      # the pre-2.0 package name
-    from pytorch_lightning.callbacks import Callback  # type: ignore[no-redef]
+    from pytorch_lightning.callbacks import Callback  # type: ignore[no-redef,assignment,unused-ignore]
 
 from ..recorder import Recorder
 from . import recorder_for
