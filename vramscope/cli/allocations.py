@@ -8,6 +8,7 @@ from .common import add_input, analyze_file, check_device
 from .errors import EXIT_OK
 
 HEADER = ",".join(COLUMNS) + "\n"
+_ROW = ",".join("{}" for _ in COLUMNS) + "\n"
 
 
 def add_parser(sub) -> None:
@@ -30,6 +31,5 @@ def run(args) -> int:
     for dev in allocation_devices(an, args.device):
         for s in range(0, len(an.devices[dev].allocs), step):
             cols = allocation_columns(an, dev, s, s + step)
-            rows = zip(*(cols[c].tolist() for c in COLUMNS))
-            w("".join(",".join(map(str, row)) + "\n" for row in rows))
+            w("".join(map(_ROW.format, *(cols[c].tolist() for c in COLUMNS))))
     return EXIT_OK
