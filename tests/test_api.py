@@ -126,3 +126,28 @@ def test_the_public_api_and_a_cheap_import():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
     assert out.strip() == "[]"
     assert "cuda:0 peak 13.28 MiB" in repr(vramscope.open(GROUNDTRUTH / "ft_base.pickle"))
+
+
+def test_the_readme_example_runs_and_says_what_it_shows(monkeypatch):
+    """The README's Python section, run as written from the repository root; the values its
+    comments show are what it computes."""
+    pytest.importorskip("pandas")
+    from helpers import REPO
+    text = (REPO / "README.md").read_text()
+    block = text.split("## Python\n", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(REPO)
+    env: dict = {}
+    lines = block.splitlines()
+    for k, line in enumerate(lines):                  # each statement, its shown value checked
+        code, _, shown = line.partition("  # ")
+        if not code.strip():
+            continue
+        try:
+            value = eval(code, env)
+        except SyntaxError:
+            exec(code, env)
+            continue
+        shown = shown.strip()
+        if shown.startswith(("(", "{", "'", "-", "<")) or shown[:1].isdigit():
+            expected = shown if shown.startswith("<") else eval(shown)
+            assert (repr(value) if shown.startswith("<") else value) == expected, (k, line)

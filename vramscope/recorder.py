@@ -33,7 +33,7 @@ What it does, in order, and why:
     last dump if none was made at the current step (`dump_on_exit`).
 
 torch is imported when recording starts, never by `import vramscope`. Without CUDA the
-recorder warns once and records nothing, so the same script runs on a laptop. Nothing the
+recorder warns and records nothing, so the same script runs on a laptop. Nothing the
 recorder does may break the run it records: a dump that fails is a warning.
 """
 from __future__ import annotations
