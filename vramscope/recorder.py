@@ -139,7 +139,10 @@ class Recorder(contextlib.ContextDecorator):
     def start(self) -> Recorder:
         """Start recording (what entering the `with` block does)."""
         global _active, _observer_attached
-        import torch
+        try:
+            import torch
+        except ImportError:
+            raise ImportError("vramscope.record needs PyTorch: pip install torch (or \"vramscope[torch]\")") from None
         with _lock:
             if _active is not None and _active is not self:
                 warnings.warn("vramscope.record: another recorder was still recording; it is stopped and "
