@@ -58,9 +58,10 @@ class SnapshotAnalysis:
     """One snapshot, analysed (see the module docstring). `analysis` is the full query API
     (classifiers.analysis.Analysis) for what the shortcuts here do not cover."""
 
-    def __init__(self, analysis: Analysis, device: int | None = None):
+    def __init__(self, analysis: Analysis, device: int | None = None, rules: str | None = None):
         self.analysis = analysis
         self.device = device
+        self.rules = rules                   # the extra rules file it was classified with
         order = analysis.device_order()
         self.devices: list[DeviceSummary] = [analysis.devices[d].summary() for d in order
                                              if device is None or d == device]
@@ -99,11 +100,12 @@ class SnapshotAnalysis:
 
     def compare(self, other: SnapshotAnalysis | str | os.PathLike, device: int | None = None) -> Comparison:
         """This file (A) against `other` (B, an opened snapshot or a path), as `vramscope
-        compare A B`: peaks, the change by category and by code site. Raises SnapshotError
-        (CompareError) when the two have no device in common."""
+        compare A B`: peaks, the change by category and by code site (a path is opened with
+        this file's rules). Raises SnapshotError (CompareError) when the two have no device
+        in common."""
         from .services.compare import compare_analyses
         if not isinstance(other, SnapshotAnalysis):
-            other = open(other)
+            other = open(other, rules=self.rules)
         return compare_analyses(self.analysis, other.analysis, device if device is not None else self.device)
 
     def _device(self, device: int | None) -> int:
@@ -141,7 +143,7 @@ def open(path: str | os.PathLike, device: int | None = None, rules: str | os.Pat
     if device is not None and device not in an.devices:
         listed = ", ".join(str(d) for d in sorted(an.devices)) or "none"
         raise ValueError(f"no device {device} in {path} (devices with data: {listed})")
-    return SnapshotAnalysis(an, device)
+    return SnapshotAnalysis(an, device, rules_path)
 
 
 def _with_path(e: SnapshotError) -> SnapshotError:

@@ -114,7 +114,8 @@ class Recorder(contextlib.ContextDecorator):
         self.dump_on_exit = dump_on_exit
         self.model, self.optimizer = model, optimizer
         self.micro_batch, self.seq_len = micro_batch, seq_len
-        self.step_count = start_step
+        self.start_step = start_step
+        self.step_count = start_step         # steps completed (rec.step() counts them)
         self.files: list[str] = []           # every file written, in order
         self.recording = False               # history is on for this recorder
         self._torch: Any = None
@@ -150,6 +151,7 @@ class Recorder(contextlib.ContextDecorator):
                 _active.stop()
             self._torch = torch
             self._dumped_steps.clear()
+            self.step_count = self.start_step     # a decorated function's every call is a run
             if not _cuda_available(torch):
                 warnings.warn("vramscope.record: CUDA is not available, nothing is recorded",
                               RuntimeWarning, stacklevel=2)
