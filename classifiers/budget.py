@@ -185,11 +185,14 @@ def _stack_text(snap, stack_ids) -> str:
     return "\n".join(parts).lower().replace("\\", "/")
 
 
-def _optimizer_kind(an, da, opt_rows) -> tuple[str, str]:
-    """(kind, evidence) from the state's allocation frames, else the step annotation."""
+def _optimizer_kind(an, da, opt_rows, recorded=None) -> tuple[str, str]:
+    """(kind, evidence) from the recorder's metadata, else the state's allocation frames,
+    else the step annotation."""
     text = _stack_text(an.snapshot, da.allocs.stack[opt_rows]) if len(opt_rows) else ""
     ann = " ".join(str(a.get("name", "")) for a in (an.snapshot.annotations or []) if isinstance(a, dict)).lower()
-    for src, where in ((text, "the optimizer state's frames"), (ann, "the optimizer step's annotation")):
+    cls = recorded.optimizer if recorded is not None and recorded.optimizer else ""
+    for src, where in ((cls.lower(), f"the recorder's metadata ({cls})"), (text, "the optimizer state's frames"),
+                       (ann, "the optimizer step's annotation")):
         if not src:
             continue
         if "bitsandbytes/optim" in src or "bitsandbytes.optim" in src or "8bit" in src:
@@ -213,6 +216,36 @@ def _near(x, target) -> bool:
 
 def _dtype_name(b: float) -> str:
     return {4.0: "fp32", 2.0: "16-bit", 1.0: "8-bit", 0.5: "4-bit"}.get(float(b), f"{b:g} B")
+
+
+def recorded_model(an, device: int):
+    """The recorder's metadata (parsers/metadata.py) when it counts the model of `device`'s
+    process: parameters given, the file's device (or its only device), and every parameter
+    on the GPU when dumped (offloaded ones are not in this memory). None otherwise."""
+    meta = an.snapshot.metadata
+    if meta is None or meta.trainable is None or meta.frozen is None or meta.params_not_on_gpu:
+        return None
+    if (meta.device is not None and meta.device != device) or (meta.device is None and len(an.devices) > 1):
+        return None
+    return meta
+
+
+def _recorded_counts(meta, four_bit: bool):
+    """(trainable bytes, frozen bytes, trainable and frozen parameters, their bytes per
+    parameter, the evidence in words, 4-bit packed uint8 elements) from the metadata. With
+    4-bit weights found, frozen uint8 parameters are those packed weights: the
+    quantization row counts them, not the frozen weights."""
+    frozen = [p for p in meta.frozen if not (four_bit and p.dtype == "uint8")]
+    packed = sum(p.count for p in meta.frozen if four_bit and p.dtype == "uint8")
+    t_bytes, f_bytes = meta.trainable_bytes, sum(p.bytes for p in frozen)
+    n_t, n_f = meta.trainable_params, sum(p.count for p in frozen)
+    tb = t_bytes / n_t if n_t else 4.0
+    fb = f_bytes / n_f if n_f else tb
+
+    def said(counts):
+        return " + ".join(f"{p.count:,} {p.dtype}" for p in counts) or "none"
+    words = f"the recorder's metadata ({said(meta.trainable)} trainable; {said(frozen)} frozen)"
+    return t_bytes, f_bytes, n_t, n_f, tb, fb, words, packed
 
 
 # -- the budget -----------------------------------------------------------------------------
@@ -251,7 +284,8 @@ def budget(an, device: int, model: CategoryLive | None = None) -> Budget:
     o_rows_all = np.flatnonzero(da.category == _I["optimizer"])
     o_rows = _live_rows(da, _category_max_moment(da, _I["optimizer"]), _I["optimizer"])
     optimizer_bytes = int(size[o_rows].sum())
-    kind, kind_evidence = _optimizer_kind(an, da, o_rows_all)
+    recorded = recorded_model(an, device)
+    kind, kind_evidence = _optimizer_kind(an, da, o_rows_all, recorded)
 
     best: tuple[dict, int, float | None] = ({}, 0, None)
     for r in GRAD_RATIOS:
@@ -374,6 +408,14 @@ def budget(an, device: int, model: CategoryLive | None = None) -> Budget:
     else:
         packed = 0
 
+    size_ratio = g_ratio if t_bytes and trainable_from == "gradients" else None
+    if recorded is not None:
+        (t_bytes, frozen_bytes, n_train, n_frozen, tb, fb, words, n_packed) = _recorded_counts(recorded, bool(packed))
+        weight_bytes = t_bytes + frozen_bytes
+        evidence = [words]
+        if packed:
+            n_q = 2 * n_packed or n_q
+
     # input tokens (largest `inputs` tensor read as int64 ids)
     in_rows = np.flatnonzero(da.category == _I["inputs"])
     tokens = None
@@ -389,7 +431,7 @@ def budget(an, device: int, model: CategoryLive | None = None) -> Budget:
         weight_bytes=weight_bytes, trainable_weight_bytes=int(t_bytes), frozen_weight_bytes=int(frozen_bytes),
         trainable_params=n_train, frozen_params=n_frozen, trainable_dtype_bytes=float(tb),
         frozen_dtype_bytes=float(fb), dtype_evidence="; ".join(evidence),
-        gradient_ratio=g_ratio if t_bytes and trainable_from == "gradients" else None,
+        gradient_ratio=size_ratio,
         gradient_bytes=gradient_bytes, optimizer=kind, optimizer_evidence=kind_evidence,
         optimizer_bytes=optimizer_bytes, optimizer_bytes_per_param=opt_bpp, quantized_params=int(n_q),
         quant_scheme=q_scheme, quant_packed_bytes=int(packed), quant_constant_bytes=int(const_bytes),
@@ -397,7 +439,7 @@ def budget(an, device: int, model: CategoryLive | None = None) -> Budget:
         counts_allowed=counts_allowed)
 
     rows = []
-    ctx = _Context(an, da, cl, peak_index, facts, trainable, trainable_from, q_per_param)
+    ctx = _Context(an, da, cl, peak_index, facts, trainable, trainable_from, q_per_param, recorded is not None)
     for c in CATEGORIES:
         exp, formula, note = ctx.expect(c, measured[c], measured_max[c])
         if measured_max[c] == 0 and not exp:
@@ -410,8 +452,9 @@ def budget(an, device: int, model: CategoryLive | None = None) -> Budget:
 class _Context:
     """The per-category expectations and notes of one budget."""
 
-    def __init__(self, an, da, cl, peak_index, facts, trainable, trainable_from, q_per_param):
+    def __init__(self, an, da, cl, peak_index, facts, trainable, trainable_from, q_per_param, recorded=False):
         self.an, self.da, self.cl = an, da, cl
+        self.recorded = recorded
         self.peak_index = peak_index
         self.f = facts
         self.trainable = trainable
@@ -436,10 +479,10 @@ class _Context:
                                                      else "no allocation carries frames") +
                           " shows sizes, not which tensors are parameters"), ""
         e = f.weight_bytes
-        formula = (f"parameters live at the peak: {f.trainable_params:,} trainable x "
-                   f"{f.trainable_dtype_bytes:g} B + {f.frozen_params:,} frozen x {f.frozen_dtype_bytes:g} B "
-                   f"(trainable = weights with a matching {self.trainable_from}; dtype: "
-                   f"{f.dtype_evidence or 'from sizes'})")
+        how = (f"counts and dtypes exact, from {f.dtype_evidence}" if self.recorded else
+               f"trainable = weights with a matching {self.trainable_from}; dtype: {f.dtype_evidence or 'from sizes'}")
+        formula = (f"parameters{'' if self.recorded else ' live at the peak'}: {f.trainable_params:,} trainable x "
+                   f"{f.trainable_dtype_bytes:g} B + {f.frozen_params:,} frozen x {f.frozen_dtype_bytes:g} B ({how})")
         note = ""
         g = (f.guessed_bytes or {}).get("weights", 0)
         if g > 0:
@@ -614,4 +657,4 @@ _NO_NAPKIN = {
     "unknown": "allocations no rule classified; no expectation",
 }
 
-__all__ = ["Budget", "BudgetRow", "BudgetFacts", "budget", "TOLERANCE"]
+__all__ = ["Budget", "BudgetRow", "BudgetFacts", "budget", "recorded_model", "TOLERANCE"]

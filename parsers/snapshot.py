@@ -7,6 +7,7 @@ import numpy as np
 
 from . import numbers
 from .errors import NotASnapshotError
+from .metadata import METADATA_KEY, RunMetadata, read_metadata
 from .sink import TracesList
 from .tables import ACTIONS, BLOCK_STATES, LIVE_BLOCK_STATES, PROFILER_CATEGORIES
 from .values import DROPPED
@@ -64,6 +65,12 @@ class Snapshot:
     from_cache: bool = False
     cache_entry: str | None = None     # the cache directory holding its columns, if any
     dropped_values: int = 0            # values outside the schema not kept: over the file's bound
+
+    @property
+    def metadata(self) -> RunMetadata | None:
+        """The run's metadata document that `vramscope.record` wrote (every field checked),
+        or None for a snapshot without one."""
+        return read_metadata(self.extra.get(METADATA_KEY))
 
     # -- devices --------------------------------------------------------------
     @property

@@ -82,12 +82,14 @@ def test_report_png_fifty_times_without_the_viewer_imported_first(tmp_path):
 
 def test_typed_packages_type_check(tmp_path):
     """mypy over the analysis (typed results, query API), the presentation layer, the
-    services and the command line, with pyproject.toml's [tool.mypy] settings."""
+    services, the command line and the Python API (open, record, the Trainer callbacks, the
+    recorder's metadata), with pyproject.toml's [tool.mypy] settings."""
     pytest.importorskip("mypy")
     src = installed_layout(tmp_path / "src")
     shutil.copy(ROOT / "pyproject.toml", src / "pyproject.toml")
     r = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache"),
                         "-p", "vramscope.classifiers", "-p", "vramscope.present", "-p", "vramscope.common",
-                        "-p", "vramscope.services", "-p", "vramscope.cli"],
+                        "-p", "vramscope.services", "-p", "vramscope.cli", "-m", "vramscope", "-m", "vramscope.api",
+                        "-m", "vramscope.recorder", "-p", "vramscope.integrations", "-m", "vramscope.parsers.metadata"],
                        cwd=src, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]

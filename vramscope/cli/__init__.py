@@ -1,11 +1,12 @@
 """`vramscope` command line (DESIGN.md §6; scripts depend on it).
 
-One module per verb (summary, allocations, compare, report, export, whatif, view), each thin: it parses
+One module per verb (summary, allocations, compare, report, export, whatif, check, view), each thin: it parses
 its arguments, calls the services and prints. This module only dispatches and turns
 every expected failure into one line on stderr and an exit code: 0 success, 2 usage
 (a wrong command line, a path that cannot be written, no display for the viewer),
-3 bad input (not a snapshot, unsafe, truncated, corrupt), 130 interrupted. An internal
-error is one line too (exit 1); VRAMSCOPE_DEBUG=1 shows its traceback.
+3 bad input (not a snapshot, unsafe, truncated, corrupt), 130 interrupted; `check` exits 1
+when a memory limit is broken. An internal error is one line too (exit 1); VRAMSCOPE_DEBUG=1
+shows its traceback.
 """
 from __future__ import annotations
 
@@ -14,18 +15,19 @@ import difflib
 import os
 import sys
 
-from . import allocations, compare, export, report, summary, view, whatif
+from . import allocations, check, compare, export, report, summary, view, whatif
 from .errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
 
-VERBS = {m.__name__.rsplit(".", 1)[1]: m for m in (summary, allocations, compare, report, export, whatif, view)}
+VERBS = {m.__name__.rsplit(".", 1)[1]: m for m in (summary, allocations, compare, report, export, whatif, check,
+                                                   view)}
 EXIT_INTERNAL = 1
 
 EPILOG = """\
 also:
   vramscope FILE            open FILE in the desktop viewer (as `vramscope view FILE`)
 
-exit codes: 0 success, 2 usage error, 3 bad input (not a snapshot, unsafe, truncated,
-corrupt), 130 interrupted. Errors are one line on stderr.
+exit codes: 0 success, 1 a limit broken (check), 2 usage error, 3 bad input (not a
+snapshot, unsafe, truncated, corrupt), 130 interrupted. Errors are one line on stderr.
 """
 
 

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import sys
 
+from ..services.allocations import COLUMNS, allocation_columns, allocation_devices
 from .common import add_input, analyze_file, check_device
 from .errors import EXIT_OK
 
-HEADER = "device,index,addr,size,alloc_us,free_us,category,rule,evidence\n"
+HEADER = ",".join(COLUMNS) + "\n"
+_ROW = ",".join("{}" for _ in COLUMNS) + "\n"
 
 
 def add_parser(sub) -> None:
@@ -21,26 +23,13 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    import numpy as np
-
-    from ..classifiers.categories import CATEGORIES
-    from ..classifiers.evidence import EVIDENCE
     an = analyze_file(args.file, args.no_cache, args.rules)
     check_device(an, args.device)
     w = sys.stdout.write
     w(HEADER)
-    for dev in sorted(an.devices):
-        if args.device is not None and dev != args.device:
-            continue
-        da = an.devices[dev]
-        a = da.allocs
-        cats = np.asarray(CATEGORIES, dtype=object)[da.category]
-        rules = np.asarray(an.rule_names, dtype=object)[da.rule]
-        evid = np.asarray(EVIDENCE, dtype=object)[da.evidence]
-        step = 65536
-        for s in range(0, len(a), step):
-            e = min(len(a), s + step)
-            rows = zip(a.alloc_index[s:e].tolist(), a.addr[s:e].tolist(), a.size[s:e].tolist(),
-                       a.alloc_us[s:e].tolist(), a.free_us[s:e].tolist(), cats[s:e], rules[s:e], evid[s:e])
-            w("".join(f"{dev},{i},{ad},{sz},{au},{fu},{c},{r},{ev}\n" for i, ad, sz, au, fu, c, r, ev in rows))
+    step = 65536
+    for dev in allocation_devices(an, args.device):
+        for s in range(0, len(an.devices[dev].allocs), step):
+            cols = allocation_columns(an, dev, s, s + step)
+            w("".join(map(_ROW.format, *(cols[c].tolist() for c in COLUMNS))))
     return EXIT_OK

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 EXIT_OK, EXIT_USAGE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 2, 3, 130
+EXIT_LIMIT_BROKEN = 1        # `vramscope check`: a memory limit is broken
 
 
 class UsageError(Exception):
