@@ -413,6 +413,7 @@ def budget(an, device: int, model: CategoryLive | None = None) -> Budget:
         (t_bytes, frozen_bytes, n_train, n_frozen, tb, fb, words, n_packed) = _recorded_counts(recorded, bool(packed))
         weight_bytes = t_bytes + frozen_bytes
         evidence = [words]
+        guessed.pop("weights", None)           # counted exactly, guessed or not
         if packed:
             n_q = 2 * n_packed or n_q
 

@@ -75,6 +75,15 @@ def run_profile(da, sfacts) -> RunProfile:
     share = trainable / w_bytes if w_bytes else None
     frozen = bool(w_bytes) and (not backward or trainable < 0.5 * w_bytes)
 
+    # the recorder's metadata (vramscope.record) counts the model exactly: it outranks sizes
+    meta = getattr(sfacts.stacks.snap, "metadata", None) if sfacts is not None else None
+    if meta is not None and meta.trainable is not None and meta.frozen is not None and not meta.params_not_on_gpu \
+            and meta.device in (None, da.device):
+        n_t, n_f = meta.trainable_params or 0, meta.frozen_params or 0
+        if n_t + n_f:
+            share = n_t / (n_t + n_f)
+            frozen = n_f > 0
+
     quantized = ""
     if _marked(sfacts, "quant_4bit", stacks):
         quantized = "4-bit"
