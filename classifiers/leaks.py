@@ -100,7 +100,8 @@ def find_leaks(da, rule_names, min_bytes: int = 1) -> tuple[Leak, ...]:
     return tuple(leaks)
 
 
-GROWING_STEPS = 0.75     # of the steps between iteration ends, the share where a leak's live bytes do not fall
+GROWING_STEPS = 0.5      # a leak's live bytes at iteration ends rise at more than this share of the steps
+FALLING_STEPS = 0.1      # ... and fall at no more than this share
 
 
 def _grows(a, root, fi, rows_mask, ends, last) -> bool:
@@ -124,7 +125,10 @@ def _grows(a, root, fi, rows_mask, ends, last) -> bool:
     if at_last <= 0 or per_end[-1] <= per_end[0]:
         return False
     steps = np.diff(per_end)
-    return bool(np.count_nonzero(steps >= 0) >= GROWING_STEPS * len(steps))
+    # it keeps growing: up at more than half of the steps, almost never down (a loop that
+    # holds the last one or two outputs steps up once, then stays flat)
+    return bool(np.count_nonzero(steps > 0) > GROWING_STEPS * len(steps)
+                and np.count_nonzero(steps < 0) <= FALLING_STEPS * len(steps))
 
 
 def _user_frames(facts, sid: int) -> list[int]:

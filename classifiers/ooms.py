@@ -21,6 +21,7 @@ PHASE_CODE = {name: k for k, name in enumerate(PHASE_NAMES)}
 # each is estimated); the paged optimizer is said together with the 8-bit one
 ADVICE_LEVERS = ("checkpointing", "half_batch", "adam8bit", "lora", "4bit")
 MIN_SHARE = 0.05            # a lever that saves less than this share of live memory is not worth a line
+MIN_SHARE_FALLBACK = 0.01   # ... unless it is the best there is and saves at least this share
 
 
 def expandable_segments_on(settings) -> bool:
@@ -108,8 +109,8 @@ def advise(by_category_evidence: dict, live_bytes: int, profile: RunProfile | No
     for saves, name, main, ev in scored:
         if saves > 0 and saves >= MIN_SHARE * max(1, live_bytes):
             tips.append(Advice(name, main, saves, ev))
-    if not tips and scored and scored[0][0] > 0:
-        saves, name, main, ev = scored[0]
+    if not tips and scored and scored[0][0] >= MIN_SHARE_FALLBACK * max(1, live_bytes):
+        saves, name, main, ev = scored[0]          # nothing worth a line: still the best one, if it is not nothing
         tips.append(Advice(name, main, saves, ev))
     return tuple(tips)
 

@@ -73,7 +73,9 @@ def run_profile(da, sfacts) -> RunProfile:
     g_counts = _counts(a.size[g_rows])
     trainable = max((_matched_bytes(w_counts, g_counts, r) for r in GRAD_RATIOS), default=0) if g_rows.size else 0
     share = trainable / w_bytes if w_bytes else None
-    frozen = bool(w_bytes) and (not backward or trainable < 0.5 * w_bytes)
+    # frozen weights: seen in a run that trains, with no gradient of theirs (in inference every
+    # weight is frozen, which says nothing of whether the model is a pretrained one)
+    frozen = bool(w_bytes) and backward and trainable < 0.5 * w_bytes
 
     # the recorder's metadata (vramscope.record) counts the model exactly: it outranks sizes
     meta = getattr(sfacts.stacks.snap, "metadata", None) if sfacts is not None else None

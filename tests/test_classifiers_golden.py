@@ -209,7 +209,7 @@ GOLDEN = r'''
  },
  "multi_device.pickle": {
   "0": {
-   "advice": [["4bit", "stack"], ["half_batch", "lifetime"]],
+   "advice": [["half_batch", "lifetime"]],
    "category_bytes": {"activations": 50331648, "temporary": 307200, "weights": 109576192},
    "evidence_bytes": {"guess": 8388608, "lifetime": 50638848, "stack": 101187584},
    "iterations": [[6, 12, {"forward": [7, 12], "inputs": [6, 6]}, 1, 10, "forward"]],
@@ -233,7 +233,7 @@ GOLDEN = r'''
    "rules": {"weights.preexisting": 1}
   },
   "2": {
-   "advice": [["4bit", "stack"], ["half_batch", "lifetime"]],
+   "advice": [["half_batch", "lifetime"]],
    "category_bytes": {"activations": 50331648, "temporary": 307200, "weights": 109576192},
    "evidence_bytes": {"guess": 8388608, "lifetime": 50638848, "stack": 101187584},
    "iterations": [[6, 12, {"forward": [7, 12], "inputs": [6, 6]}, 1, 10, "forward"]],

@@ -2782,10 +2782,20 @@ FIXTURES = [
 MAX_BYTES = 200_000
 
 
+def _all_fixtures():
+    """FIXTURES, then those of evidence_fixtures.py (the cases of how sure an answer is)."""
+    sys.path.insert(0, HERE)
+    try:
+        import evidence_fixtures
+    finally:
+        sys.path.remove(HERE)
+    return FIXTURES + evidence_fixtures.FIXTURES
+
+
 def generate():
     """{name: (bytes, info, sim)} for every fixture."""
     out = {}
-    for name, fn in FIXTURES:
+    for name, fn in _all_fixtures():
         res = fn()
         sn, info = res[0], res[1]
         obj = res[2] if len(res) > 2 else sn.build()
