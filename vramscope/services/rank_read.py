@@ -247,12 +247,12 @@ def _on_processes(paths, rules_path, use_cache, jobs: int, progress: Progress) -
 def _stop(ex: ProcessPoolExecutor) -> None:
     """Cancel what has not started and end the workers now (a file half read leaves no
     cache entry behind: entries are renamed into place when complete)."""
-    ex.shutdown(wait=False, cancel_futures=True)
     terminate: Callable[[], None] | None = getattr(ex, "terminate_workers", None)   # Python 3.14+
     if terminate is not None:
-        terminate()
+        terminate()                      # shuts the executor down too
         return
-    procs = list((getattr(ex, "_processes", None) or {}).values())
+    procs = list((getattr(ex, "_processes", None) or {}).values())      # gone after shutdown()
+    ex.shutdown(wait=False, cancel_futures=True)
     for p in procs:
         p.terminate()
     for p in procs:
