@@ -26,14 +26,23 @@ GPUS = 8
 TR = "/workspace/torchtitan/train.py"
 MD = "/workspace/torchtitan/models/llama/model.py"
 SP = "/usr/lib/python3.11/site-packages/"
-ITERATION_US = 400_000
+ENTRY_US = 4_000                    # a step of about 0.5 s spread over its ~120 entries
+PAUSE_US = 20_000                   # between steps
+
+
+class _Clock(mf.Snap):
+    """The generator's snapshot with entries `ENTRY_US` apart (its default: 37 µs), so the
+    ranks' live memory fills their time as a real step's does."""
+
+    def tick(self, dt=37):
+        return super().tick(ENTRY_US if dt == 37 else dt)
 
 
 def rank_object(rank: int, act_scale: float = 1.0, oom_iteration: int | None = None, capacity: int | None = None,
                 metadata: dict | None = None, iterations: int = 4):
     """A snapshot object as `torch.cuda.memory._snapshot()` returns it (see the module
     docstring); `metadata` goes under the top-level key `vramscope_metadata`."""
-    sn = mf.Snap((2, 6), t0=T0 + 150 * rank, context="all")
+    sn = _Clock((2, 6), t0=T0 + 150 * rank, context="all")
     d = sn.device(rank % GPUS, base=0x7F00_0000_0000 + rank * 0x100_0000_0000, capacity=capacity)
     M = mf.module_call(SP)
     main = [(TR, 310, "train"), (TR, 402, "<module>")]
@@ -67,7 +76,7 @@ def rank_object(rank: int, act_scale: float = 1.0, oom_iteration: int | None = N
             for gr in grads:
                 d.free(gr, mf.call((SP + "torch/optim/optimizer.py", 975, "zero_grad"), step))
             d.free(x, mf.call((TR, 241, "train_step"), main))
-            sn.tick(ITERATION_US)
+            sn.tick(PAUSE_US)
     except mf.OutOfMemory:
         pass                                   # the run died here; the dump is taken now
     obj = sn.build(GPUS)

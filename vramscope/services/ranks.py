@@ -265,17 +265,18 @@ def versus_median(peak: int, median: int) -> str:
 
 
 def rank_notes(res: RanksResult, r: Rank) -> list[str]:
-    """What sets a rank apart, in words (the text's last column, the viewer's table)."""
+    """What sets a rank apart, in a few words each (the text's last column, the viewer's list)."""
     ov = res.overview
     notes = []
     if ov.first_oom is not None and ov.first_oom.rank == r.rank:
         notes.append("first OOM")
     if r.rank in ov.outliers:
-        notes.append(f"outlier: {versus_median(r.peak_bytes, ov.peak_median)}")
+        d = (r.peak_bytes - ov.peak_median) / ov.peak_median if ov.peak_median > 0 else 0.0
+        notes.append(f"outlier ({d:+.1%})")
     if r.rank_source == "order":
-        notes.append("rank guessed from the file order")
+        notes.append("rank guessed")
     if r.exit_dump:
-        notes.append("dump at the failure")
+        notes.append("failure dump")
     if len(r.devices) > 1:
         notes.append(f"cuda:{r.device} of {len(r.devices)} devices")
     return notes
