@@ -15,6 +15,8 @@ Interface: `set_result(result, grid)`, `set_current(rank)`, `release()`; signals
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPoint, QPointF, QRectF, Qt, Signal
@@ -54,6 +56,7 @@ COLUMNS = ("Rank", "Peak", "Notes", "OOMs", "Reserved peak", "Peak type", "Leaks
 HINT = "Click a rank to open it · select two in the list to compare them"
 RANK_ROLE = Qt.ItemDataRole.UserRole + 20
 LABELLED_ROWS = 40            # rows labelled one by one up to this many ranks
+MAX_LIST_MIN_WIDTH = 420      # pixels the list claims at most when the panel is narrow
 
 
 class OverviewAxis(TimeAxis):
@@ -346,12 +349,17 @@ class RanksView(QWidget):
         self.table.sortByColumn(0, Qt.SortOrder.AscendingOrder)
         self.set_current(self.current)
         self._update_buttons()
+        # the list keeps room for its rank, peak and notes; the picture takes the rest
+        cols = sum(max(self.table.sizeHintForColumn(c), self.table.header().sectionSizeHint(c)) for c in range(3))
+        self.table.setMinimumWidth(min(cols + self.table.verticalScrollBar().sizeHint().width()
+                                       + 2 * self.table.frameWidth() + 16, MAX_LIST_MIN_WIDTH))
 
     def _header_html(self) -> str:
         res = self.result
         assert res is not None
         ov = res.overview
-        parts = [f"<b>{_esc(res.folder)}</b>: {ov.ranks} rank{'s' if ov.ranks != 1 else ''}"
+        name = os.path.basename(os.path.normpath(res.folder)) or res.folder
+        parts = [f"<b>{_esc(name)}</b>: {ov.ranks} rank{'s' if ov.ranks != 1 else ''}"
                  + (f" of {ov.world_size}" if ov.world_size is not None else "")
                  + f", peaks {fmt_bytes(ov.peak_min)} to {fmt_bytes(ov.peak_max)}"
                  + (f" (imbalance {ov.imbalance:.2f}, max / median)" if ov.imbalance is not None else "")]
@@ -370,7 +378,7 @@ class RanksView(QWidget):
             extra.append(f"{len(ov.missing)} rank{'s' if len(ov.missing) != 1 else ''} missing")
         if extra:
             parts.append(_esc(", ".join(extra)))
-        tip = [f"An outlier has {OUTLIER_RULE}."]
+        tip = [res.folder, f"An outlier has {OUTLIER_RULE}."]
         tip += [f"Not read: {n.file}: {n.error}" for n in res.not_snapshots[:20]]
         tip += [f"Skipped: {s.path}: {s.reason}" for s in res.skipped[:20]]
         self.header.setToolTip("\n".join(tip))
