@@ -24,9 +24,9 @@ import pytest
 import ranks_data as rd
 from vramscope.cli import main
 from vramscope.parsers import Cancelled, Progress
-from vramscope.services import rank_read
+from vramscope.services import rank_cache, rank_read
 from vramscope.services.rank_files import choose, describe
-from vramscope.services.ranks import OUTLIER_RULE, live_grid, outliers, read_ranks
+from vramscope.services.ranks import OUTLIER_RULE, live_grid, outliers, ranks_document, read_ranks
 
 RANK_KEYS = ["rank", "rank_source", "file", "device", "peak", "reserved_peak_bytes", "ooms", "first_oom_time_us",
              "leaks"]
@@ -130,17 +130,46 @@ def test_a_dask_cluster_gives_what_one_process_gives(capsys, titan):
         assert ranks_json(capsys, titan, "--dask", cl.scheduler_address) == one
 
 
-def test_the_cache_is_reused(titan, monkeypatch):
+def test_a_second_run_opens_no_snapshot(titan, monkeypatch, tmp_path):
+    """Each file's record (rank_cache.py) answers a second run; a file that changed, a
+    damaged record, other code or --no-cache read the file again."""
+    monkeypatch.setattr(rank_cache, "RACY_NS", 0)      # the files were written a moment ago
     first = read_ranks(str(titan), jobs=1)
     from vramscope.services import summary
 
     def boom(*a, **k):
-        raise AssertionError("computed again")
-    monkeypatch.setattr(rank_read, "live_envelope", boom)
-    monkeypatch.setattr(summary, "summary_document", boom)
-    again = read_ranks(str(titan), jobs=1)
-    assert [r.summary for r in again.ranks] == [r.summary for r in first.ranks]
-    assert all(np.array_equal(a.live.high, b.live.high) for a, b in zip(again.ranks, first.ranks))
+        raise AssertionError("read again")
+    real = rank_read.open_snapshot
+    with monkeypatch.context() as m:
+        for mod, name in ((rank_read, "live_envelope"), (summary, "summary_document")):
+            m.setattr(mod, name, boom)
+        # notes.txt is opened again (not a snapshot: nothing kept), no snapshot is
+        m.setattr(rank_read, "open_snapshot", lambda p, **k: boom() if p.endswith(".pickle") else real(p, **k))
+        again = read_ranks(str(titan), jobs=1)
+        assert ranks_document(again) == ranks_document(first)
+        with pytest.raises(AssertionError, match="read again"):
+            read_ranks(str(titan), jobs=1, use_cache=False)
+    records = sorted((tmp_path / "cache" / "ranks-v1").iterdir())
+    assert len(records) == 8                             # the ranks read (not the skipped files)
+    # a damaged record is a miss: the file is read again, the same
+    records[0].write_bytes(records[0].read_bytes()[:-3] + b"xyz")
+    calls = []
+    monkeypatch.setattr(rank_read, "open_snapshot", lambda p, **k: (p.endswith(".pickle") and calls.append(p))
+                        or real(p, **k))
+    assert ranks_document(read_ranks(str(titan), jobs=1)) == ranks_document(first) and len(calls) == 1
+    # a file written again (same content, new ctime) is read again
+    f = titan / "step_4" / "000001_step_4.pickle"
+    f.write_bytes(f.read_bytes())
+    calls.clear()
+    assert ranks_document(read_ranks(str(titan), jobs=1)) == ranks_document(first) and calls == [str(f)]
+
+
+def test_a_record_from_elsewhere_is_checked(tmp_path):
+    good = rank_read.to_record(rank_read.RankRead("x", None, 1, 8, 1, (1,), {"peak": {}}, rank_read.RankLive(
+        "us", np.array([0, 5]), np.array([7]))))
+    assert rank_read.from_record("x", good) is None                          # the summary lacks what ranks reads
+    for bad in ({}, {"live": "x"}, {**good, "device": "1"}, {**good, "meta_rank": 1.5}):
+        assert rank_read.from_record("x", bad) is None
 
 
 def test_the_live_grid_keeps_every_peak(titan):

@@ -6,9 +6,9 @@ its `summary` document (cached beside the columns: services/summary.py) and the 
 that document leads with (an OOM, else the highest peak), the metadata document
 `vramscope.record` writes (rank and world size, when present) and a compact envelope of
 live memory over time (the highest live bytes in each of `ENVELOPE_BUCKETS` stretches of
-the run, also cached) for the overview's picture. It returns a small picklable
-`RankRead`, so it can run anywhere: `read_files` maps it over the files inline
-(`jobs=1`), on a `concurrent.futures.ProcessPoolExecutor` (`jobs>1`) or on an existing
+the run) for the overview's picture; all of it is kept between runs, a small record per
+file (rank_cache.py). It returns a small picklable `RankRead`, so it can run anywhere: `read_files` maps it over the files inline
+(`jobs=1`), in `jobs` processes (a `concurrent.futures.ProcessPoolExecutor`) or on an existing
 Dask cluster (`dask_address`); progress and cancellation go through one `Progress`.
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ import os
 import signal
 import time
 import zlib
+from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -28,12 +29,12 @@ from typing import Any, Callable
 import numpy as np
 
 from ..parsers import Progress, SnapshotError, live_model, open_snapshot
-from ..parsers.cache import map_artifact_array, prune_artifacts, write_artifact_array
+from ..parsers.cache import cache_root
+from . import rank_cache
 from .summary import DeviceJSON, cached_summary_document
 
 ENVELOPE_BUCKETS = 1024
 METADATA_KEY = "vramscope_metadata"       # the document vramscope.record adds to a snapshot
-_LIVE_ARTIFACT = "rank-live-"
 _AXES = ("us", "entries")
 _MAX_RANK = 1 << 31
 
@@ -72,7 +73,18 @@ class RankRead:
 # -- one file --------------------------------------------------------------------------------
 def read_rank(path: str, rules_path: str | None = None, use_cache: bool = True,
               progress: Progress | None = None) -> RankRead:
-    """Read one file (any process). Bad input is returned as `error`, never raised."""
+    """Read one file (any process). Bad input is returned as `error`, never raised. With
+    the cache, a file read before with the same code is not opened again (rank_cache.py)."""
+    key = _code_key(rules_path) if use_cache and cache_root() else None
+    if key is not None:
+        known = from_record(path, rank_cache.lookup(path, key))
+        if known is not None:
+            return known
+        checked_ns = rank_cache.now_ns()
+        try:
+            before = os.stat(path)
+        except OSError:
+            key = None
     try:
         snap = open_snapshot(path, progress=progress, use_cache=use_cache)
         doc = cached_summary_document(snap, rules_path)
@@ -84,8 +96,50 @@ def read_rank(path: str, rules_path: str | None = None, use_cache: bool = True,
                         meta_rank=rank, world_size=world)
     dev_doc = doc["devices"][0]                # the device to look at first leads the document
     dev = dev_doc["device"]
-    return RankRead(path, None, rank, world, dev, tuple(sorted(d["device"] for d in doc["devices"])), dev_doc,
-                    _cached_live(snap, dev, rules_path))
+    read = RankRead(path, None, rank, world, dev, tuple(sorted(d["device"] for d in doc["devices"])), dev_doc,
+                    live_envelope(snap, dev))
+    if key is not None:
+        rank_cache.store(path, key, to_record(read), before, checked_ns)
+    return read
+
+
+def to_record(read: RankRead) -> dict[str, Any]:
+    """What the rank cache keeps of a read (the path is where it is found again)."""
+    live = read.live
+    assert live is not None
+    return {"meta_rank": read.meta_rank, "world_size": read.world_size, "device": read.device,
+            "devices": list(read.devices), "summary": read.summary,
+            "live": {"axis": live.axis, "edges": live.edges.tolist(), "high": live.high.tolist()}}
+
+
+def from_record(path: str, rec: dict | None) -> RankRead | None:
+    """A read from a cache record, or None unless every field is what `to_record` writes
+    (and the summary holds what `ranks` reads of it)."""
+    if rec is None:
+        return None
+    live, summary, devices = rec.get("live"), rec.get("summary"), rec.get("devices")
+    if not (isinstance(live, dict) and live.get("axis") in _AXES and isinstance(summary, dict)
+            and isinstance(devices, list) and all(type(d) is int for d in devices)
+            and all(rank_cache.int_or_none(rec.get(k)) for k in ("meta_rank", "world_size"))
+            and type(rec.get("device")) is int and _summary_ok(summary)):
+        return None
+    edges, high = rank_cache.int_array(live.get("edges")), rank_cache.int_array(live.get("high"))
+    if edges is None or high is None or len(high) < 1 or len(edges) != len(high) + 1:
+        return None
+    return RankRead(path, None, rec["meta_rank"], rec["world_size"], rec["device"], tuple(devices),
+                    summary, RankLive(live["axis"], edges, high))       # type: ignore[arg-type]
+
+
+def _summary_ok(s: dict) -> bool:
+    peak, ooms, leaks = s.get("peak"), s.get("ooms"), s.get("leaks")
+    return (isinstance(peak, dict) and type(peak.get("bytes")) is int and isinstance(peak.get("type"), str)
+            and isinstance(peak.get("type_words"), str) and isinstance(peak.get("by_category"), dict)
+            and rank_cache.int_or_none(s.get("reserved_peak_bytes")) and type(s.get("device")) is int
+            and isinstance(ooms, list) and all(isinstance(o, dict) and rank_cache.int_or_none(o.get("time_us"))
+                                               and type(o.get("index")) is int and type(o.get("requested")) is int
+                                               and isinstance(o.get("suggestion"), str) for o in ooms)
+            and isinstance(leaks, list) and all(isinstance(lk, dict) and type(lk.get("bytes_per_iteration")) is int
+                                                and isinstance(lk.get("where"), str) for lk in leaks))
 
 
 def _without_path(e: SnapshotError) -> str:
@@ -134,35 +188,23 @@ def live_envelope(snap, device: int, buckets: int = ENVELOPE_BUCKETS) -> RankLiv
 
 
 @functools.lru_cache(maxsize=8)
-def _live_key(rules_path: str | None) -> str:
-    """The envelope's cache key: what the live memory depends on (the analysis' code key)
-    and this module's code."""
-    from ..classifiers.cache import analysis_fingerprint
-    blob = f"{analysis_fingerprint(rules_path)}{ENVELOPE_BUCKETS}".encode() + Path(__file__).read_bytes()
+def _code_key(rules_path: str | None) -> str | None:
+    """The key of what a read depends on besides the file: the summary document's key (the
+    analysis' code and rules, the presentation layer, the summary service) and this module's
+    code; None when the rules cannot be keyed (then nothing is kept)."""
+    from .summary import _document_key
+    doc_key = _document_key(rules_path)
+    if doc_key is None:
+        return None
+    blob = f"{doc_key}{ENVELOPE_BUCKETS}".encode() + Path(__file__).read_bytes()
     return f"{zlib.crc32(blob):08x}{zlib.adler32(blob):08x}"
-
-
-def _cached_live(snap, device: int, rules_path: str | None) -> RankLive:
-    name = f"{_LIVE_ARTIFACT}{_live_key(rules_path)}-{device}.npy" if snap.cache_entry else None
-    if name:
-        arr = map_artifact_array(snap, name)
-        if arr is not None and arr.ndim == 1 and len(arr) >= 4 and 0 <= int(arr[0]) < len(_AXES):
-            b = int(arr[1])
-            if b >= 1 and len(arr) == 2 * b + 3:
-                return RankLive(_AXES[int(arr[0])], np.array(arr[2:b + 3]), np.array(arr[b + 3:]))
-    live = live_envelope(snap, device)
-    if name:
-        b = len(live.high)
-        packed = np.concatenate([[_AXES.index(live.axis), b], live.edges, live.high]).astype(np.int64)
-        prune_artifacts(snap, lambda n: n.startswith(_LIVE_ARTIFACT) and n.endswith(f"-{device}.npy") and n != name)
-        write_artifact_array(snap, name, packed)
-    return live
 
 
 # -- many files ------------------------------------------------------------------------------
 def default_jobs(n_files: int) -> int:
-    """One process per core, at most 8 (each holds one snapshot's columns and analysis:
-    about a quarter of `pickle.load`'s memory for the file), never more than the files."""
+    """One process per core (this one included), at most 8 (each holds one snapshot's
+    columns and analysis: about a quarter of `pickle.load`'s memory for the file), never
+    more than the files."""
     return max(1, min(os.cpu_count() or 1, 8, n_files))
 
 
@@ -220,33 +262,66 @@ def _quiet_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _ready() -> bool:
+    """A worker's first task: it answers once the worker has started."""
+    return True
+
+
 def _on_processes(paths, rules_path, use_cache, jobs: int, progress: Progress) -> list[RankRead]:
+    """`jobs` processes read the files: `jobs - 1` workers from the start of the list and
+    this process from its end. A worker is given files only once it has started (an
+    interpreter and our imports: about a second on a busy machine), two at a time, so a
+    folder this process finishes alone (a cached one, where a file takes milliseconds)
+    never waits for a worker."""
+    n = len(paths)
+    workers = min(jobs - 1, n - 1)
     # spawn: a fresh interpreter per worker, safe from a threaded parent (the viewer)
-    ex = ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=multiprocessing.get_context("spawn"),
+    ex = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                              initializer=_quiet_worker)
-    out: list[Any] = [None] * len(paths)
+    out: list[Any] = [None] * n
+    todo = deque(range(n))
+    finished = ready = 0
+    running: dict[Future, int] = {}
     try:
-        index: dict[Future, int] = {ex.submit(read_rank, p, rules_path, use_cache): k for k, p in enumerate(paths)}
-        pending = set(index)
-        while pending:
-            done, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
-            for f in done:
-                try:
-                    out[index[f]] = f.result()
-                except BrokenProcessPool:
-                    raise WorkerDied(f"a worker process ended without an answer while reading {paths[index[f]]} "
-                                     f"(killed, or out of memory?); try fewer --jobs") from None
-            progress.update((len(paths) - len(pending)) * progress.total / len(paths))
-    except BaseException:
-        _stop(ex)
-        raise
-    ex.shutdown(wait=True)
+        starting = [ex.submit(_ready) for _ in range(workers)]
+        while finished < n:
+            for f in [f for f in starting if f.done()]:
+                starting.remove(f)
+                _result(f, "starting")
+                ready += 1
+            while todo and len(running) < 2 * ready:
+                k = todo.popleft()
+                running[ex.submit(read_rank, paths[k], rules_path, use_cache)] = k
+            if todo:
+                k = todo.pop()
+                progress.check()
+                out[k] = read_rank(paths[k], rules_path, use_cache, _Within(progress, finished, n))
+                finished += 1
+            else:
+                wait(list(running) + starting, timeout=0.1, return_when=FIRST_COMPLETED)
+            for f in [f for f in running if f.done()]:
+                k = running.pop(f)
+                out[k] = _result(f, f"reading {paths[k]}")
+                finished += 1
+            progress.update(finished * progress.total / n)
+    finally:
+        _stop(ex)          # done: the workers hold nothing (one may still be starting: no need to wait)
     return out
+
+
+def _result(f: Future, doing: str) -> Any:
+    try:
+        return f.result()
+    except BrokenProcessPool:
+        raise WorkerDied(f"a worker process ended without an answer while {doing} (killed, out of memory, or "
+                         "started from a Python script without `if __name__ == '__main__':`); try fewer "
+                         "--jobs") from None
 
 
 def _stop(ex: ProcessPoolExecutor) -> None:
     """Cancel what has not started and end the workers now (a file half read leaves no
-    cache entry behind: entries are renamed into place when complete)."""
+    cache entry behind: entries are renamed into place when complete, and results are
+    only sent once written)."""
     terminate: Callable[[], None] | None = getattr(ex, "terminate_workers", None)   # Python 3.14+
     if terminate is not None:
         terminate()                      # shuts the executor down too
