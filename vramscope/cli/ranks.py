@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from ..common.jsonio import dumps_pretty
-from .common import check_rules
+from .common import add_input, check_rules
 from .errors import EXIT_BAD_INPUT, EXIT_OK, UsageError
 
 EXIT_WORKER_DIED = 1
@@ -31,13 +31,12 @@ def add_parser(sub) -> None:
                                    "its latest step.")
     p.add_argument("folder", metavar="DIR", help="a folder of snapshots, one per rank (searched recursively)")
     p.add_argument("--json", action="store_true", help="print one JSON object (stable: scripts use it)")
-    p.add_argument("--jobs", type=_jobs, metavar="N", help="worker processes (default: one per core, at most 8)")
+    p.add_argument("--jobs", type=_jobs, metavar="N", help="processes that read the files, this one included "
+                   "(default: one per core, at most 8)")
     p.add_argument("--dask", metavar="ADDRESS", help="run the analyses on this Dask scheduler "
                    "(e.g. tcp://host:8786; needs `pip install 'vramscope[dask]'`, and the files at the same path "
                    "on the workers); --jobs is then the cluster's business")
-    p.add_argument("--no-cache", action="store_true",
-                   help="neither read nor write the cache of parsed columns and analyses")
-    p.add_argument("--rules", metavar="FILE", help="extra classification rules (TOML or JSON)")
+    add_input(p, device=False)          # each rank's device is the one its file leads with
     p.set_defaults(run=run)
 
 

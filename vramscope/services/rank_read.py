@@ -168,8 +168,9 @@ def live_envelope(snap, device: int, buckets: int = ENVELOPE_BUCKETS) -> RankLiv
     lm = live_model(snap, device)
     live = np.asarray(lm.live_after, dtype=np.int64)
     n = len(live)
-    times = np.asarray(snap.trace(device).columns["time_us"], dtype=np.int64) if n else np.zeros(0, np.int64)
-    if n and times[0] >= 0 and times.min() >= 0 and times[-1] > times[0]:
+    cols = snap.trace(device).columns
+    times = np.asarray(cols["time_us"], dtype=np.int64) if n and "time_us" in cols else None
+    if times is not None and times.min() >= 0 and times[-1] > times[0]:
         axis, x = "us", np.maximum.accumulate(times)    # a clock that steps back stays where it was
     else:
         axis, x = "entries", np.arange(n, dtype=np.int64)
@@ -187,11 +188,23 @@ def live_envelope(snap, device: int, buckets: int = ENVELOPE_BUCKETS) -> RankLiv
     return RankLive(axis, edges, high)
 
 
-@functools.lru_cache(maxsize=8)
 def _code_key(rules_path: str | None) -> str | None:
     """The key of what a read depends on besides the file: the summary document's key (the
     analysis' code and rules, the presentation layer, the summary service) and this module's
-    code; None when the rules cannot be keyed (then nothing is kept)."""
+    code; None when the rules cannot be keyed (then nothing is kept). Worked out once per
+    process and rules file (as it is on disk: the viewer may outlive an edit of it)."""
+    from ..classifiers.rules import user_rules_path
+    user = user_rules_path(rules_path)
+    try:
+        st = os.stat(user) if user is not None else None
+        stamp = (str(user), st.st_size, st.st_mtime_ns) if st is not None else None
+    except OSError:
+        stamp = (str(user), -1, -1)
+    return _code_key_for(rules_path, stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _code_key_for(rules_path: str | None, _rules_stamp) -> str | None:
     from .summary import _document_key
     doc_key = _document_key(rules_path)
     if doc_key is None:
