@@ -155,3 +155,13 @@ def test_screenshot_of_a_folder(capsys, titan, tmp_path, monkeypatch):
     err = capsys.readouterr().err.strip()
     assert err.endswith("no snapshot found in this folder (it has no files)") and len(err.splitlines()) == 1
     assert os.path.isdir(empty) and not (tmp_path / "e.png").exists()
+
+
+def test_cancel_while_reading_the_ranks(qt, window, titan):
+    """Cancel in the progress dialog stops the reading (and its worker processes)."""
+    with qt.waitSignal(window.loader.cancelled, timeout=LOAD_TIMEOUT):
+        window.open_path(str(titan))
+        window.loader.cancel()
+    qt.wait(1)
+    assert window.progress_dialog is None and window.ranks.dock.isHidden() and window.path is None
+    assert not multiprocessing.active_children()
