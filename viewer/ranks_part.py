@@ -53,15 +53,12 @@ class RanksPart(QObject):
         super().__init__(window)
         self.window = window
         self.result: RanksResult | None = None
-        self.view = RanksView(window)
+        self.view: RanksView | None = None   # made with the first folder (the window starts faster)
         self.dock = QDockWidget("Ranks", window)
         self.dock.setObjectName("dock_ranks")
-        self.dock.setWidget(self.view)
         window.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.dock)
         window.tabifyDockWidget(window.docks["compare"], self.dock)
         self.dock.hide()                     # until a folder is opened
-        self.view.rankOpened.connect(self.open_rank)
-        self.view.compareRequested.connect(self.compare)
         window.loaded.connect(self._on_window_loaded)
         self._compare_after_open: str | None = None
         self._raise_after_open = False
@@ -87,6 +84,11 @@ class RanksPart(QObject):
     def apply(self, load: RanksLoad, open_first: bool = True):
         """Show a folder's overview (GUI thread) and open the rank to look at first."""
         self.result = load.result
+        if self.view is None:
+            self.view = RanksView(self.window)
+            self.view.rankOpened.connect(self.open_rank)
+            self.view.compareRequested.connect(self.compare)
+            self.dock.setWidget(self.view)
         self.view.set_result(load.result, load.grid)
         self._on_window_loaded()
         w = self.window
@@ -127,7 +129,8 @@ class RanksPart(QObject):
         path = os.path.abspath(self.window.path) if self.window.path else None
         rank = next((r.rank for r in self.result.ranks if os.path.abspath(r.file) == path), None) \
             if self.result is not None and path else None
-        self.view.set_current(rank)
+        if self.view is not None:
+            self.view.set_current(rank)
         if self._raise_after_open:
             self._raise_after_open = False
             self.dock.raise_()
@@ -136,4 +139,5 @@ class RanksPart(QObject):
             self.window.compare_with(pending, across_devices=True)
 
     def release(self):
-        self.view.release()
+        if self.view is not None:
+            self.view.release()

@@ -32,8 +32,8 @@ from .legend import LegendBar
 from .loader import Loader, LoadResult
 from .model import DeviceData
 from .notes import NotesPanel
-from .ranks_part import RanksPart
 from .panels import FindingsPanel, MomentPanel, StackPanel
+from .ranks_part import RanksPart
 from .status_bar import StatusBar
 from .table import AllocationsPanel
 from .theme import Theme
@@ -689,7 +689,8 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
 
     # -- misc ----------------------------------------------------------------------------------------------
     def show_shortcuts(self):
-        rows = [("Ctrl+O", "open a snapshot"), ("Ctrl+Shift+O", "open a folder of per-rank snapshots"), ("F5", "reload"), ("Ctrl+E", "save the window as PNG"),
+        rows = [("Ctrl+O", "open a snapshot"), ("Ctrl+Shift+O", "open a folder of per-rank snapshots"),
+                ("F5", "reload"), ("Ctrl+E", "save the window as PNG"),
                 ("Ctrl+Shift+E", "export a report (Markdown, PNG, JSON)"),
                 ("+ / -", "zoom in / out"), ("Home, Ctrl+0", "show the whole run"),
                 ("← / →", "pan (timeline focused)"), ("wheel", "zoom time around the cursor"),
