@@ -92,7 +92,12 @@ def run_viewer(path: str | None, screenshot: str | None = None, device: int | No
     from .window import MainWindow
 
     if screenshot:
+        folder = None
         try:
+            if os.path.isdir(path):          # a folder of per-rank snapshots: its overview and first rank
+                from .ranks_part import load_folder
+                folder = load_folder(path, use_cache)
+                path = folder.result.primary().file
             result = load(path, device, use_cache)
         except SnapshotError as e:
             print(f"vramscope: {e.one_line()}", file=sys.stderr)
@@ -103,6 +108,11 @@ def run_viewer(path: str | None, screenshot: str | None = None, device: int | No
         win = MainWindow(persist=False, use_cache=use_cache)
         try:
             win.apply_result(result)
+            if folder is not None:           # on a window laid out (a panel hidden before cannot be raised)
+                win.resize(*SCREENSHOT_SIZE)
+                win.show()
+                process_events(app)
+                win.ranks.apply(folder, open_first=False)
             ok = render_screenshot(win, screenshot)
         finally:
             win.close()

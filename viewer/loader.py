@@ -18,7 +18,7 @@ from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 from ..classifiers import Analysis, analyze
 from ..parsers import Cancelled, Progress, Snapshot, SnapshotError, open_snapshot
 from ..present.stacks import Stacks
-from ..services.compare import compare_analyses, compare_document
+from ..services.compare import compare_analyses, compare_devices, compare_document
 from .compare_data import CompareResult
 from .model import DeviceData
 
@@ -60,24 +60,29 @@ def switch_device(result: LoadResult, device: int, progress: Progress | None = N
     return LoadResult(result.path, result.snapshot, result.analysis, device, data, result.stacks)
 
 
-def compare_results(a: LoadResult, b: LoadResult, progress: Progress | None = None) -> CompareResult:
-    """A and B compared as `vramscope compare A B` compares them (any thread). Raises
+def compare_results(a: LoadResult, b: LoadResult, progress: Progress | None = None,
+                    across_devices: bool = False) -> CompareResult:
+    """A and B compared as `vramscope compare A B` compares them (any thread), or, with
+    `across_devices`, the device each shows (two ranks, each on its own GPU). Raises
     CompareError (a SnapshotError: no device in common, a side with no data)."""
     if progress is not None:
         progress.start("comparing", 1.0)
-    cmp = compare_analyses(a.analysis, b.analysis)
+    if across_devices and a.device is not None and b.device is not None:
+        cmp = compare_devices(a.analysis, a.device, b.analysis, b.device)
+    else:
+        cmp = compare_analyses(a.analysis, b.analysis)
     if progress is not None:
         progress.check()
     return CompareResult(a, b, cmp, compare_document(cmp, a.path, b.path))
 
 
 def load_compare(a: LoadResult, path_b: str, use_cache: bool = True,
-                 progress: Progress | None = None) -> CompareResult:
+                 progress: Progress | None = None, across_devices: bool = False) -> CompareResult:
     """Open, analyze and model B (on the device A shows, where B has it), then compare."""
     progress = progress or Progress()
     b = load(path_b, a.device, use_cache, progress)
     progress.check()
-    return compare_results(a, b, progress)
+    return compare_results(a, b, progress, across_devices)
 
 
 def swap_compare(cr: CompareResult, device: int | None, progress: Progress | None = None) -> CompareResult:
@@ -85,7 +90,7 @@ def swap_compare(cr: CompareResult, device: int | None, progress: Progress | Non
     b = cr.b
     if device is not None and device in b.analysis.devices and (b.data is None or b.data.device != device):
         b = switch_device(b, device, progress)
-    return compare_results(b, cr.a, progress)
+    return compare_results(b, cr.a, progress, any(dc.a.device != dc.b.device for dc in cr.comparison.devices))
 
 
 class _Signals(QObject):

@@ -33,6 +33,7 @@ from .loader import Loader, LoadResult
 from .model import DeviceData
 from .notes import NotesPanel
 from .panels import FindingsPanel, MomentPanel, StackPanel
+from .ranks_part import RanksPart
 from .status_bar import StatusBar
 from .table import AllocationsPanel
 from .theme import Theme
@@ -172,6 +173,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
         self.tabifyDockWidget(self.docks["allocator"], self.docks["whatif"])
         self.tabifyDockWidget(self.docks["whatif"], self.docks["compare"])
         self.docks["compare"].hide()               # until File > Compare With…
+        self.ranks = RanksPart(self)               # File > Open Folder…: the rank overview, a panel of its own
         # the right column runs the full height; the table sits under the timeline only
         self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
         self.setCorner(Qt.Corner.TopRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
@@ -288,6 +290,8 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
         fm = mb.addMenu("&File")
         self.act_open = self._act(fm, "&Open…", self.open_dialog, [QKeySequence.StandardKey.Open],
                                   "Open a memory snapshot")
+        self.act_open_folder = self._act(fm, "Open &Folder…", self.ranks.open_dialog, ["Ctrl+Shift+O"],
+                                         "Open a folder of per-rank snapshots: every rank at a glance")
         self.recent_menu = fm.addMenu("Open &Recent")
         self.recent_menu.aboutToShow.connect(self._fill_recent)
         self.act_reload = self._act(fm, "&Reload", self.reload, ["F5"], "Reload the file from disk")
@@ -685,7 +689,8 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
 
     # -- misc ----------------------------------------------------------------------------------------------
     def show_shortcuts(self):
-        rows = [("Ctrl+O", "open a snapshot"), ("F5", "reload"), ("Ctrl+E", "save the window as PNG"),
+        rows = [("Ctrl+O", "open a snapshot"), ("Ctrl+Shift+O", "open a folder of per-rank snapshots"),
+                ("F5", "reload"), ("Ctrl+E", "save the window as PNG"),
                 ("Ctrl+Shift+E", "export a report (Markdown, PNG, JSON)"),
                 ("+ / -", "zoom in / out"), ("Home, Ctrl+0", "show the whole run"),
                 ("← / →", "pan (timeline focused)"), ("wheel", "zoom time around the cursor"),
@@ -730,3 +735,4 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
         if ev.isAccepted():
             self.timeline.release()
             self.compare_panel.release()
+            self.ranks.release()

@@ -42,14 +42,15 @@ class CompareMixin:
         if path:
             self.compare_with(path)
 
-    def compare_with(self, path: str):
-        """Load `path` as B in the background and compare the file shown (A) with it."""
+    def compare_with(self, path: str, across_devices: bool = False):
+        """Load `path` as B in the background and compare the file shown (A) with it (with
+        `across_devices`: A's device against B's, whatever their numbers: two ranks)."""
         if self.result is None or self.data is None:
             return
         a, path, use_cache = self.result, os.path.abspath(path), self.use_cache
         self._close_error()
         self._pending_what = "compare"
-        self.loader.submit(lambda progress: load_compare(a, path, use_cache, progress))
+        self.loader.submit(lambda progress: load_compare(a, path, use_cache, progress, across_devices))
         self._show_progress(f"Comparing with {os.path.basename(path)}…")
         self.statusBar().showMessage(f"Opening {path} to compare…")
 

@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox, QProgressDialog
 
 from .compare_data import CompareResult
 from .loader import load, switch_device
+from .ranks_part import RanksLoad
 
 FILE_FILTER = "Memory snapshots (*.pickle *.pkl *.pck *.p);;All files (*)"
 
@@ -26,6 +27,8 @@ class LoadingMixin:
     def open_path(self, path: str, device: int | None = None):
         """Load in the background (a newer request replaces an older one)."""
         path = os.path.abspath(path)
+        if os.path.isdir(path):
+            return self.ranks.open_folder(path)
         use_cache = self.use_cache
         self._close_error()
         self._pending_what = "open"
@@ -79,6 +82,8 @@ class LoadingMixin:
         self.statusBar().clearMessage()
         if isinstance(result, CompareResult):
             self.apply_compare(result)
+        elif isinstance(result, RanksLoad):
+            self.ranks.apply(result)
         else:
             self.apply_result(result)
 

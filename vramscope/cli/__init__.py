@@ -1,6 +1,6 @@
 """`vramscope` command line (DESIGN.md §6; scripts depend on it).
 
-One module per verb (summary, allocations, compare, report, export, whatif, check, view), each thin: it parses
+One module per verb (summary, allocations, compare, report, export, whatif, check, ranks, view), each thin: it parses
 its arguments, calls the services and prints. This module only dispatches and turns
 every expected failure into one line on stderr and an exit code: 0 success, 2 usage
 (a wrong command line, a path that cannot be written, no display for the viewer),
@@ -15,11 +15,11 @@ import difflib
 import os
 import sys
 
-from . import allocations, check, compare, export, report, summary, view, whatif
+from . import allocations, check, compare, export, ranks, report, summary, view, whatif
 from .errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
 
 VERBS = {m.__name__.rsplit(".", 1)[1]: m for m in (summary, allocations, compare, report, export, whatif, check,
-                                                   view)}
+                                                   ranks, view)}
 EXIT_INTERNAL = 1
 
 EPILOG = """\

@@ -11,10 +11,11 @@ if TYPE_CHECKING:
     from ..parsers import Snapshot
 
 
-def add_input(p, rules: bool = True) -> None:
+def add_input(p, rules: bool = True, device: bool = True) -> None:
     """The options of every verb that reads a snapshot."""
-    p.add_argument("--device", type=int, metavar="N", help="only this CUDA device (default: all, or the one "
-                   "to look at first: an OOM, else the highest peak)")
+    if device:
+        p.add_argument("--device", type=int, metavar="N", help="only this CUDA device (default: all, or the one "
+                       "to look at first: an OOM, else the highest peak)")
     p.add_argument("--no-cache", action="store_true",
                    help="neither read nor write the cache of parsed columns and analyses")
     if rules:

@@ -12,7 +12,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("view", help="open the desktop viewer (also: vramscope FILE)",
                        description="Open the desktop viewer. With --screenshot, load FILE, render the window "
                                    "offscreen to a PNG and exit (no display needed).")
-    p.add_argument("file", nargs="?", help="a snapshot to open (optional: File > Open later)")
+    p.add_argument("file", nargs="?", help="a snapshot to open, or a folder of per-rank snapshots (optional: "
+                   "File > Open later)")
     p.add_argument("--screenshot", metavar="OUT.png", help="render the window offscreen to a PNG and exit")
     p.add_argument("--device", type=int, metavar="N", help="open on this CUDA device (default: an OOM, else the "
                    "highest peak)")

@@ -16,8 +16,10 @@ from __future__ import annotations
 import os
 from typing import Any, TypedDict
 
+import numpy as np
+
 from ..classifiers import Analysis, to_plain
-from ..classifiers.compare import Comparison, DeviceComparison, compare
+from ..classifiers.compare import Comparison, DeviceComparison, compare, compare_side, compare_sides
 from ..common.units import fmt_bytes
 from ..present.stacks import Stacks, site_where
 from ..present.words import comparison_headline, moment_text, signed_bytes
@@ -93,6 +95,17 @@ def compare_analyses(an_a: Analysis, an_b: Analysis, device: int | None = None) 
                    a_name=f"A ({an_a.snapshot.path})", b_name=f"B ({an_b.snapshot.path})")
 
 
+def compare_devices(an_a: Analysis, dev_a: int, an_b: Analysis, dev_b: int) -> Comparison:
+    """One device of A against one device of B whatever their numbers: two ranks of one job,
+    each on its own GPU (the comparison is filed under A's device)."""
+    sides = []
+    for an, dev in ((an_a, dev_a), (an_b, dev_b)):
+        cols = an.snapshot.trace(dev).columns
+        sides.append(compare_side(an.devices[dev], Stacks(an).site_key,
+                                  np.asarray(cols["time_us"]) if "time_us" in cols else None))
+    return Comparison(devices=(compare_sides(*sides),), only_a=(), only_b=())
+
+
 def _side_json(side) -> CompareSideJSON:
     peak: ComparePeakJSON = peak_document(side.peak)
     return {"entries": side.entries, "peak": peak, "iterations": to_plain(side.iterations),
@@ -116,6 +129,8 @@ def comparison_notes(cmp: Comparison, a_path: str, b_path: str) -> list[str]:
         for d in devs:
             notes.append(f"device {d} has data only in {name}: not compared")
     for dc in cmp.devices:
+        if dc.a.device != dc.b.device:
+            notes.append(f"A's device {dc.a.device} against B's device {dc.b.device} (no device in common)")
         for side, name in ((dc.a, "A"), (dc.b, "B")):
             if side.entries == 0:
                 notes.append(f"device {dc.device}: {name} has no trace (a state-only snapshot): its peak is the "

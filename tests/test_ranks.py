@@ -1,0 +1,387 @@
+"""`vramscope ranks DIR`: a folder of per-rank snapshots (issue 23, DESIGN.md §6).
+
+The folders are generated here (tests/ranks_data.py, torch's exact layout, nothing
+committed): 8 ranks of a data-parallel job in torchtitan's layout, rank 5 holding twice
+the activations, rank 3 running out of memory (its dump in `step_4_exit/`), and an
+earlier step of two ranks that must be skipped.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+import ranks_data as rd
+from vramscope.cli import main
+from vramscope.parsers import Cancelled, Progress
+from vramscope.services import rank_cache, rank_read
+from vramscope.services.rank_files import choose, describe
+from vramscope.services.ranks import OUTLIER_RULE, live_grid, outliers, ranks_document, read_ranks
+
+RANK_KEYS = ["rank", "rank_source", "file", "device", "peak", "reserved_peak_bytes", "ooms", "first_oom_time_us",
+             "leaks"]
+OVERVIEW_KEYS = ["ranks", "peak_max", "peak_median", "peak_min", "imbalance", "outliers", "first_oom"]
+
+
+@pytest.fixture(autouse=True)
+def _cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("VRAMSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def titan(tmp_path_factory) -> Path:
+    folder = rd.torchtitan_folder(tmp_path_factory.mktemp("run"))
+    (folder / "notes.txt").write_text("launched with 8 GPUs\n")
+    (folder / "step_4" / ".hidden.pickle").write_bytes(b"\x80\x04junk")          # hidden: not a rank
+    return folder
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def ranks_json(capsys, folder, *more) -> dict:
+    code, out, err = run(capsys, "ranks", folder, "--json", *more)
+    assert code == 0, err
+    return orjson.loads(out)
+
+
+# -- the 8-rank folder -----------------------------------------------------------------------
+def test_every_rank_is_its_own_summary(capsys, titan):
+    doc = ranks_json(capsys, titan, "--jobs", "1")
+    assert list(doc) == ["folder", "ranks", "overview", "not_snapshots", "skipped"]
+    assert [r["rank"] for r in doc["ranks"]] == list(range(8))
+    for r in doc["ranks"]:
+        assert list(r) == RANK_KEYS
+        assert list(r["peak"]) == ["bytes", "type", "by_category"]
+        assert r["rank_source"] == "file name"
+        assert r["device"] == r["rank"]               # cuda:rank on an 8-GPU node
+        code, out, err = run(capsys, "summary", r["file"], "--json")
+        assert code == 0, err
+        s = orjson.loads(out)
+        d = next(x for x in s["devices"] if x["device"] == r["device"])
+        assert r["peak"] == {k: d["peak"][k] for k in ("bytes", "type", "by_category")}
+        assert r["reserved_peak_bytes"] == d["reserved_peak_bytes"]
+        assert r["ooms"] == d["ooms"] and r["leaks"] == d["leaks"]
+        assert sum(r["peak"]["by_category"].values()) == r["peak"]["bytes"]
+
+
+def test_the_first_oom_and_the_heavier_rank_are_named(capsys, titan):
+    doc = ranks_json(capsys, titan)
+    ov = doc["overview"]
+    assert list(ov) == OVERVIEW_KEYS
+    exit_file = titan / "step_4_exit" / "000003_step_4_exit.pickle"
+    expected_time = rd.oom_time_us(pickle.loads(exit_file.read_bytes()))    # our own file: trusted
+    assert ov["first_oom"] == {"rank": 3, "file": str(exit_file), "time_us": expected_time}
+    assert doc["ranks"][3]["first_oom_time_us"] == expected_time and len(doc["ranks"][3]["ooms"]) == 1
+    assert [r["rank"] for r in doc["ranks"] if r["ooms"]] == [3]
+    assert ov["outliers"] == [5]
+    peaks = [r["peak"]["bytes"] for r in doc["ranks"]]
+    assert ov["peak_max"] == peaks[5] == max(peaks) and ov["peak_min"] == min(peaks) and ov["ranks"] == 8
+    assert ov["peak_median"] == int(np.median(peaks))
+    assert ov["imbalance"] == pytest.approx(peaks[5] / ov["peak_median"], abs=1e-4)
+    # each rank's latest step, the exit dump over a regular one; the others skipped with the reason
+    assert sorted(Path(r["file"]).parent.name for r in doc["ranks"]) == ["step_4"] * 7 + ["step_4_exit"]
+    assert {(Path(s["file"]).parent.name, s["rank"]) for s in doc["skipped"]} == {("step_2", 0), ("step_2", 3)}
+    assert "when the run failed" in next(s["reason"] for s in doc["skipped"] if s["rank"] == 3)
+    assert doc["not_snapshots"] == [{"file": str(titan / "notes.txt"),
+                                     "error": "not a pickle of protocol 2 or later (starts with b'laun')"}]
+
+
+def test_text_names_the_first_oom_and_the_outlier(capsys, titan):
+    code, out, err = run(capsys, "ranks", titan)
+    assert code == 0, err
+    lines = out.splitlines()
+    rows = {ln.split()[0]: ln for ln in lines[2:10]}
+    assert set(rows) == {str(k) for k in range(8)}
+    assert rows["3"].endswith("first OOM; failure dump") and rows["5"].endswith("outlier (+24.1%)")
+    assert "first OOM: rank 3, requesting" in out and "after the earliest trace began" in out
+    assert "outliers: rank 5 (+" in out and OUTLIER_RULE in out
+    assert f"not read: {titan / 'notes.txt'}: not a pickle" in out
+    assert "skipped 2 files" in out
+    assert err == ""
+
+
+def test_two_processes_give_what_one_gives(capsys, titan, tmp_path, monkeypatch):
+    one = ranks_json(capsys, titan, "--jobs", "1")
+    monkeypatch.setenv("VRAMSCOPE_CACHE_DIR", str(tmp_path / "fresh"))      # the workers parse cold
+    assert ranks_json(capsys, titan, "--jobs", "2") == one
+    assert ranks_json(capsys, titan, "--jobs", "2") == one                   # and reopen the cache
+    assert ranks_json(capsys, titan, "--no-cache", "--jobs", "2") == one
+    assert not multiprocessing.active_children()
+
+
+def test_a_dask_cluster_gives_what_one_process_gives(capsys, titan):
+    distributed = pytest.importorskip("distributed")
+    one = ranks_json(capsys, titan, "--jobs", "1")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl:
+        assert ranks_json(capsys, titan, "--dask", cl.scheduler_address) == one
+
+
+def test_a_second_run_opens_no_snapshot(titan, monkeypatch, tmp_path):
+    """Each file's record (rank_cache.py) answers a second run; a file that changed, a
+    damaged record, other code or --no-cache read the file again."""
+    monkeypatch.setattr(rank_cache, "RACY_NS", 0)      # the files were written a moment ago
+    first = read_ranks(str(titan), jobs=1)
+    from vramscope.services import summary
+
+    def boom(*a, **k):
+        raise AssertionError("read again")
+    real = rank_read.open_snapshot
+    with monkeypatch.context() as m:
+        for mod, name in ((rank_read, "live_envelope"), (summary, "summary_document")):
+            m.setattr(mod, name, boom)
+        # notes.txt is opened again (not a snapshot: nothing kept), no snapshot is
+        m.setattr(rank_read, "open_snapshot", lambda p, **k: boom() if p.endswith(".pickle") else real(p, **k))
+        again = read_ranks(str(titan), jobs=1)
+        assert ranks_document(again) == ranks_document(first)
+        with pytest.raises(AssertionError, match="read again"):
+            read_ranks(str(titan), jobs=1, use_cache=False)
+    records = sorted((tmp_path / "cache" / "ranks-v1").iterdir())
+    assert len(records) == 8                             # the ranks read (not the skipped files)
+    # a damaged record is a miss: the file is read again, the same
+    records[0].write_bytes(records[0].read_bytes()[:-3] + b"xyz")
+    calls = []
+    monkeypatch.setattr(rank_read, "open_snapshot", lambda p, **k: (p.endswith(".pickle") and calls.append(p))
+                        or real(p, **k))
+    assert ranks_document(read_ranks(str(titan), jobs=1)) == ranks_document(first) and len(calls) == 1
+    # a file written again (same content, new ctime) is read again
+    f = titan / "step_4" / "000001_step_4.pickle"
+    f.write_bytes(f.read_bytes())
+    calls.clear()
+    assert ranks_document(read_ranks(str(titan), jobs=1)) == ranks_document(first) and calls == [str(f)]
+
+
+def test_a_record_from_elsewhere_is_checked(tmp_path):
+    good = rank_read.to_record(rank_read.RankRead("x", None, 1, 8, 1, (1,), {"peak": {}}, rank_read.RankLive(
+        "us", np.array([0, 5]), np.array([7]))))
+    assert rank_read.from_record("x", good) is None                          # the summary lacks what ranks reads
+    for bad in ({}, {"live": "x"}, {**good, "device": "1"}, {**good, "meta_rank": 1.5}):
+        assert rank_read.from_record("x", bad) is None
+
+
+def test_the_live_grid_keeps_every_peak(titan):
+    res = read_ranks(str(titan), jobs=1)
+    grid = live_grid(res, columns=300)
+    assert grid.axis == "seconds" and grid.ranks == tuple(range(8)) and grid.values.shape == (8, 300)
+    for i, r in enumerate(res.ranks):
+        assert np.nanmax(grid.values[i]) == r.peak_bytes == int(r.live.high.max())
+    (row, x), = grid.ooms
+    assert row == 3 and grid.x0 <= x <= grid.x1
+    start = min(int(r.live.edges[0]) for r in res.ranks)
+    assert x == pytest.approx((res.ranks[3].first_oom_time_us - start) / 1e6)
+    # the OOM rank stopped early: nothing recorded after its dump
+    assert np.isnan(grid.values[3, -1]) and not np.isnan(grid.values[0, -1])
+
+
+# -- ranks from names, metadata, order ---------------------------------------------------------
+@pytest.mark.parametrize("relative, rank, step, exit_dump", [
+    ("step_4/000003_step_4.pickle", 3, 4, False),
+    ("step_4_exit/000003_step_4_exit.pickle", 3, 4, True),
+    ("step_10/000012_step_10_exit.pickle", 12, 10, True),
+    ("memory_snapshot/iteration_10/rank3_memory_snapshot.pickle", 3, 10, False),     # torchtitan today
+    ("memory_snapshot/iteration_9_exit/rank3_memory_snapshot.pickle", 3, 9, True),
+    ("memory.snapshot_rank-7.pickle", 7, None, False),                                # Megatron-LM
+    ("memory.snapshot_oom_rank-1.pickle", 1, None, True),
+    ("snapshot_0.pickle", 0, None, False),                                           # NeMo / Megatron-Bridge
+    ("snapshot_oom_rank-12.pickle", 12, None, True),
+    ("mem_rank_2_step_6.pkl", 2, 6, False),
+    ("snapshot.pickle", None, None, False),
+    ("crankshaft5.pickle", None, None, False),
+    ("zoom/snapshot.pickle", None, None, False),
+])
+def test_names_say_rank_step_and_failure(relative, rank, step, exit_dump):
+    f = describe("/runs", relative)
+    assert (f.rank, f.step, f.exit_dump) == (rank, step, exit_dump)
+    assert f.path == "/runs/" + relative
+
+
+def test_one_file_per_named_rank():
+    files = [describe("d", p) for p in ("iteration_10/rank0_memory_snapshot.pickle",
+                                        "iteration_20/rank0_memory_snapshot.pickle",
+                                        "iteration_19_exit/rank0_memory_snapshot.pickle",
+                                        "iteration_10/rank1_memory_snapshot.pickle",
+                                        "iteration_20/rank1_memory_snapshot.pickle",
+                                        "extra.pickle", "other.pickle")]
+    kept, skipped = choose(files)
+    assert [f.relative for f in kept] == ["iteration_19_exit/rank0_memory_snapshot.pickle",
+                                          "iteration_20/rank1_memory_snapshot.pickle", "extra.pickle", "other.pickle"]
+    assert sorted((s.rank, Path(s.path).parent.name) for s in skipped) == [
+        (0, "iteration_10"), (0, "iteration_20"), (1, "iteration_10")]
+
+
+def test_ranks_from_metadata_then_names_then_order(capsys, tmp_path):
+    d = tmp_path / "job"
+    rd.write(d / "a.pickle", rd.rank_object(0, metadata={"rank": 1, "world_size": 4}))
+    rd.write(d / "b.pickle", rd.rank_object(1, metadata={"rank": 0, "world_size": 4}))
+    rd.write(d / "snapshot_rank-9.pickle", rd.rank_object(2, metadata={"rank": 2, "world_size": 4}))  # metadata wins
+    for k, bad in enumerate(({"rank": "3"}, {"rank": -1}, {"rank": True}, {"rank": 1 << 40}, [3])):
+        rd.write(d / f"z{k}.pickle", rd.rank_object(3, metadata=bad))      # untrusted: ignored, numbered in order
+    doc = ranks_json(capsys, d)
+    got = {Path(r["file"]).name: (r["rank"], r["rank_source"]) for r in doc["ranks"]}
+    assert got == {"a.pickle": (1, "metadata"), "b.pickle": (0, "metadata"),
+                   "snapshot_rank-9.pickle": (2, "metadata"),
+                   "z0.pickle": (3, "order"), "z1.pickle": (4, "order"), "z2.pickle": (5, "order"),
+                   "z3.pickle": (6, "order"), "z4.pickle": (7, "order")}
+    code, out, _ = run(capsys, "ranks", d)
+    assert "ranks 3, 4, 5, 6, 7 are guesses" in out and "rank guessed" in out
+    assert "8 ranks of 4" in out.splitlines()[0]
+
+
+def test_metadata_naming_one_rank_twice_keeps_the_preferred_file(capsys, tmp_path):
+    d = tmp_path / "job"
+    rd.write(d / "step_1" / "x.pickle", rd.rank_object(0, metadata={"rank": 0}))
+    rd.write(d / "step_2" / "y.pickle", rd.rank_object(0, metadata={"rank": 0}))
+    doc = ranks_json(capsys, d)
+    assert [Path(r["file"]).parent.name for r in doc["ranks"]] == ["step_2"]
+    assert [(Path(s["file"]).parent.name, s["rank"]) for s in doc["skipped"]] == [("step_1", 0)]
+
+
+def test_oom_order_and_an_unknown_first(capsys, tmp_path):
+    d = tmp_path / "run"
+    cap = rd.normal_reserved_peak()
+    objs = {r: rd.rank_object(r, oom_iteration={2: 1, 6: 3}.get(r), capacity=cap if r in (2, 6) else None)
+            for r in range(4)}
+    objs[6] = rd.rank_object(6, oom_iteration=3, capacity=cap)
+    for r, obj in objs.items():
+        rd.write(d / f"rank{r}.pickle", obj)
+    doc = ranks_json(capsys, d)
+    assert doc["overview"]["first_oom"]["rank"] == 2
+    code, out, _ = run(capsys, "ranks", d)
+    assert "first OOM: rank 2" in out and "then rank 6 (+" in out
+    # without times, which rank ran out first is not known: no guess
+    for e in objs[6]["device_traces"][6]:
+        e.pop("time_us", None)
+    rd.write(d / "rank6.pickle", objs[6])
+    doc = ranks_json(capsys, d)
+    assert doc["overview"]["first_oom"] is None
+    assert [r["rank"] for r in doc["ranks"] if r["ooms"]] == [2, 6]
+    code, out, _ = run(capsys, "ranks", d)
+    assert "2 ranks ran out of memory (2, 6); which was first is unknown" in out
+    grid = live_grid(read_ranks(str(d), jobs=1), 64)
+    assert grid.axis == "fraction" and grid.x1 == 1.0
+
+
+def test_outlier_rule():
+    assert outliers({0: 100, 1: 100}) == ()                                   # two ranks cannot tell
+    assert outliers({k: 100 for k in range(8)}) == ()
+    assert outliers({**{k: 100 for k in range(7)}, 7: 104}) == ()            # within 5% of the median
+    assert outliers({**{k: 100 for k in range(7)}, 7: 106}) == (7,)
+    assert outliers({**{k: 100 for k in range(7)}, 7: 60}) == (7,)          # a light rank stands out too
+    spread = {k: 1000 + 40 * k for k in range(8)}                             # a steady spread: MAD 80
+    assert outliers(spread) == ()
+    assert outliers({**spread, 8: 1140 + 5.2 * 80 + 20}) == (8,)
+    # pipeline stages: two groups, none stands out
+    assert outliers({k: 100 if k < 4 else 200 for k in range(8)}) == ()
+
+
+# -- bad input, usage, interruption -------------------------------------------------------------
+def test_usage_and_bad_input(capsys, tmp_path, titan):
+    def one_line(code, err, want_code):
+        assert code == want_code and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (code, err)
+        return err
+    code, _, err = run(capsys, "ranks", tmp_path / "nope")
+    assert "no such folder" in one_line(code, err, 2)
+    f = titan / "step_4" / "000000_step_4.pickle"
+    code, _, err = run(capsys, "ranks", f)
+    assert "is a file, not a folder" in one_line(code, err, 2)
+    for bad in ("0", "-2", "two"):
+        code, _, err = run(capsys, "ranks", titan, "--jobs", bad)
+        assert "--jobs" in one_line(code, err, 2)
+    (tmp_path / "empty").mkdir()
+    code, _, err = run(capsys, "ranks", tmp_path / "empty")
+    assert "no snapshot found (the folder has no files)" in one_line(code, err, 3)
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "a.pickle").write_bytes(b"\x80\x04\x95" + b"\0" * 5)
+    (junk / "b.txt").write_text("hello")
+    code, out, err = run(capsys, "ranks", junk, "--json")
+    assert code == 3 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 3 and lines[-1].endswith("no snapshot found (2 files could not be read)")
+    assert "a.pickle: truncated" in lines[0] and "b.txt: not a pickle" in lines[1]
+
+
+def test_dask_missing_is_one_line(capsys, titan, monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)      # import distributed -> ImportError
+    code, out, err = run(capsys, "ranks", titan, "--dask", "tcp://127.0.0.1:1")
+    assert code == 2 and out == ""
+    assert err.strip() == "vramscope ranks: error: --dask needs dask.distributed: pip install 'vramscope[dask]'"
+
+
+def test_an_unreachable_scheduler_is_one_line(capsys, titan):
+    pytest.importorskip("distributed")
+    code, _, err = run(capsys, "ranks", titan, "--dask", "tcp://127.0.0.1:9")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith("vramscope ranks: error: cannot reach the Dask scheduler at tcp://127.0.0.1:9")
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_cancel_stops_the_work(titan, jobs):
+    progress = Progress()
+    progress.cancel()
+    with pytest.raises(Cancelled):
+        read_ranks(str(titan), jobs=jobs, progress=progress)
+    seen = []
+
+    def cancel_after_one(label, done, total):
+        seen.append(done)
+        if done >= 1:
+            later.cancel()
+    later = Progress(cancel_after_one, min_interval=0)
+    with pytest.raises(Cancelled):
+        read_ranks(str(titan), jobs=jobs, progress=later)
+    assert max(seen) < 9
+    assert not multiprocessing.active_children()
+
+
+def _session_processes(sid: int) -> list[int]:
+    """The processes still alive in session `sid` (Linux /proc)."""
+    left = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":
+                left.append(int(d))
+    return left
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_stops_the_workers(tmp_path):
+    """Ctrl-C in a terminal (SIGINT to the whole process group) while two workers parse:
+    one line, exit 130, and no process left behind."""
+    sys.path.insert(0, str(rd.DATA.parent.parent / "benchmarks"))
+    try:
+        import gen_snapshot
+    finally:
+        sys.path.pop(0)
+    big = tmp_path / "big"
+    big.mkdir()
+    gen_snapshot.generate(str(big / "rank0.pickle"), 100_000, seed=1)
+    for r in range(1, 24):                      # about 0.5 s each to parse here: 6 s with two workers
+        shutil.copy(big / "rank0.pickle", big / f"rank{r}.pickle")
+    p = subprocess.Popen([sys.executable, "-m", "vramscope", "ranks", str(big), "--no-cache", "--jobs", "2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    time.sleep(2.0)
+    os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert (p.returncode, out, err.decode()) == (130, b"", "vramscope ranks: interrupted\n")
+    deadline = time.monotonic() + 10
+    while _session_processes(p.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _session_processes(p.pid) == []

@@ -1,0 +1,380 @@
+"""Reading the ranks: one analysis per file, in this process, in worker processes or on a
+Dask cluster, with the same result whichever runs it.
+
+`read_rank(path)` is the whole job for one file: open it (through its column cache), take
+its `summary` document (cached beside the columns: services/summary.py) and the device
+that document leads with (an OOM, else the highest peak), the metadata document
+`vramscope.record` writes (rank and world size, when present) and a compact envelope of
+live memory over time (the highest live bytes in each of `ENVELOPE_BUCKETS` stretches of
+the run) for the overview's picture; all of it is kept between runs, a small record per
+file (rank_cache.py). It returns a small picklable `RankRead`, so it can run anywhere: `read_files` maps it over the files inline
+(`jobs=1`), in `jobs` processes (a `concurrent.futures.ProcessPoolExecutor`) or on an existing
+Dask cluster (`dask_address`); progress and cancellation go through one `Progress`.
+"""
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import os
+import signal
+import time
+import zlib
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ..parsers import Progress, SnapshotError, live_model, open_snapshot
+from ..parsers.cache import cache_root
+from . import rank_cache
+from .summary import DeviceJSON, cached_summary_document
+
+ENVELOPE_BUCKETS = 1024
+METADATA_KEY = "vramscope_metadata"       # the document vramscope.record adds to a snapshot
+_AXES = ("us", "entries")
+_MAX_RANK = 1 << 31
+
+
+class RanksError(Exception):
+    """A request that cannot run (no such folder, Dask missing or unreachable): a usage error."""
+
+
+class WorkerDied(Exception):
+    """A worker process ended without an answer (killed, or out of memory)."""
+
+
+@dataclass(frozen=True)
+class RankLive:
+    """Live memory over a rank's run, coarsely: `high[j]` is the highest live bytes between
+    `edges[j]` and `edges[j + 1]` on `axis` ('us': time_us since the epoch, comparable across
+    ranks; 'entries': trace entry index, when the trace has no times)."""
+    axis: str
+    edges: np.ndarray          # int64[B + 1]
+    high: np.ndarray           # int64[B]
+
+
+@dataclass(frozen=True)
+class RankRead:
+    """What one file gave: its summary (of the device it leads with) or why it could not."""
+    path: str
+    error: str | None = None                   # one line: not a snapshot, truncated, records nothing
+    meta_rank: int | None = None               # from the metadata document, when valid
+    world_size: int | None = None
+    device: int | None = None
+    devices: tuple[int, ...] = ()              # every device with data in the file
+    summary: DeviceJSON | None = None          # `summary --json`'s document for `device`
+    live: RankLive | None = None
+
+
+# -- one file --------------------------------------------------------------------------------
+def read_rank(path: str, rules_path: str | None = None, use_cache: bool = True,
+              progress: Progress | None = None) -> RankRead:
+    """Read one file (any process). Bad input is returned as `error`, never raised. With
+    the cache, a file read before with the same code is not opened again (rank_cache.py)."""
+    key = _code_key(rules_path) if use_cache and cache_root() else None
+    if key is not None:
+        known = from_record(path, rank_cache.lookup(path, key))
+        if known is not None:
+            return known
+        checked_ns = rank_cache.now_ns()
+        try:
+            before = os.stat(path)
+        except OSError:
+            key = None
+    try:
+        snap = open_snapshot(path, progress=progress, use_cache=use_cache)
+        doc = cached_summary_document(snap, rules_path)
+    except SnapshotError as e:
+        return RankRead(path, error=_without_path(e))
+    rank, world = metadata_rank(snap.extra.get(METADATA_KEY))
+    if not doc["devices"]:
+        return RankRead(path, error="records no memory on any device (no trace entries, no allocator segments)",
+                        meta_rank=rank, world_size=world)
+    dev_doc = doc["devices"][0]                # the device to look at first leads the document
+    dev = dev_doc["device"]
+    read = RankRead(path, None, rank, world, dev, tuple(sorted(d["device"] for d in doc["devices"])), dev_doc,
+                    live_envelope(snap, dev))
+    if key is not None:
+        rank_cache.store(path, key, to_record(read), before, checked_ns)
+    return read
+
+
+def to_record(read: RankRead) -> dict[str, Any]:
+    """What the rank cache keeps of a read (the path is where it is found again)."""
+    live = read.live
+    assert live is not None
+    return {"meta_rank": read.meta_rank, "world_size": read.world_size, "device": read.device,
+            "devices": list(read.devices), "summary": read.summary,
+            "live": {"axis": live.axis, "edges": live.edges.tolist(), "high": live.high.tolist()}}
+
+
+def from_record(path: str, rec: dict | None) -> RankRead | None:
+    """A read from a cache record, or None unless every field is what `to_record` writes
+    (and the summary holds what `ranks` reads of it)."""
+    if rec is None:
+        return None
+    live, summary, devices = rec.get("live"), rec.get("summary"), rec.get("devices")
+    if not (isinstance(live, dict) and live.get("axis") in _AXES and isinstance(summary, dict)
+            and isinstance(devices, list) and all(type(d) is int for d in devices)
+            and all(rank_cache.int_or_none(rec.get(k)) for k in ("meta_rank", "world_size"))
+            and type(rec.get("device")) is int and _summary_ok(summary)):
+        return None
+    edges, high = rank_cache.int_array(live.get("edges")), rank_cache.int_array(live.get("high"))
+    if edges is None or high is None or len(high) < 1 or len(edges) != len(high) + 1:
+        return None
+    return RankRead(path, None, rec["meta_rank"], rec["world_size"], rec["device"], tuple(devices),
+                    summary, RankLive(live["axis"], edges, high))       # type: ignore[arg-type]
+
+
+def _summary_ok(s: dict) -> bool:
+    peak, ooms, leaks = s.get("peak"), s.get("ooms"), s.get("leaks")
+    return (isinstance(peak, dict) and type(peak.get("bytes")) is int and isinstance(peak.get("type"), str)
+            and isinstance(peak.get("type_words"), str) and isinstance(peak.get("by_category"), dict)
+            and rank_cache.int_or_none(s.get("reserved_peak_bytes")) and type(s.get("device")) is int
+            and isinstance(ooms, list) and all(isinstance(o, dict) and rank_cache.int_or_none(o.get("time_us"))
+                                               and type(o.get("index")) is int and type(o.get("requested")) is int
+                                               and isinstance(o.get("suggestion"), str) for o in ooms)
+            and isinstance(leaks, list) and all(isinstance(lk, dict) and type(lk.get("bytes_per_iteration")) is int
+                                                and isinstance(lk.get("where"), str) for lk in leaks))
+
+
+def _without_path(e: SnapshotError) -> str:
+    msg = e.one_line()
+    prefix = f"{e.path}: " if e.path else ""
+    return msg[len(prefix):] if prefix and msg.startswith(prefix) else msg
+
+
+def metadata_rank(doc: Any) -> tuple[int | None, int | None]:
+    """(rank, world size) from a snapshot's metadata document, each None unless it is a
+    plain integer in range (the document is untrusted input)."""
+    if not isinstance(doc, dict):
+        return None, None
+    rank, world = doc.get("rank"), doc.get("world_size")
+    rank = rank if type(rank) is int and 0 <= rank < _MAX_RANK else None
+    world = world if type(world) is int and 0 < world <= _MAX_RANK else None
+    if rank is not None and world is not None and rank >= world:
+        world = None                           # one of the two is wrong; the rank names the file
+    return rank, world
+
+
+def live_envelope(snap, device: int, buckets: int = ENVELOPE_BUCKETS) -> RankLive:
+    """The highest live bytes in each of `buckets` equal stretches of the trace (by time_us
+    when every entry has one, else by entry), from the same live memory as the peak
+    (parsers.live_model): the envelope's maximum is the summary's peak."""
+    lm = live_model(snap, device)
+    live = np.asarray(lm.live_after, dtype=np.int64)
+    n = len(live)
+    cols = snap.trace(device).columns
+    times = np.asarray(cols["time_us"], dtype=np.int64) if n and "time_us" in cols else None
+    if times is not None and times.min() >= 0 and times[-1] > times[0]:
+        axis, x = "us", np.maximum.accumulate(times)    # a clock that steps back stays where it was
+    else:
+        axis, x = "entries", np.arange(n, dtype=np.int64)
+    if n == 0:
+        return RankLive("entries", np.array([0, 1], np.int64), np.array([lm.start_bytes], np.int64))
+    lo, hi = int(x[0]), int(x[-1]) + 1
+    edges = np.unique(np.linspace(lo, hi, min(buckets, hi - lo) + 1).astype(np.int64))
+    first = np.searchsorted(x, edges[:-1], side="left")
+    # entering each stretch: the level left by the entry before it
+    level_in = np.where(first > 0, live[np.maximum(first - 1, 0)], lm.start_bytes)
+    high = level_in.copy()
+    filled = np.append(first[1:], n) > first
+    if filled.any():
+        np.maximum.at(high, np.flatnonzero(filled), np.maximum.reduceat(live, first[filled]))
+    return RankLive(axis, edges, high)
+
+
+def _code_key(rules_path: str | None) -> str | None:
+    """The key of what a read depends on besides the file: the summary document's key (the
+    analysis' code and rules, the presentation layer, the summary service) and this module's
+    code; None when the rules cannot be keyed (then nothing is kept). Worked out once per
+    process and rules file (as it is on disk: the viewer may outlive an edit of it)."""
+    from ..classifiers.rules import user_rules_path
+    user = user_rules_path(rules_path)
+    try:
+        st = os.stat(user) if user is not None else None
+        stamp = (str(user), st.st_size, st.st_mtime_ns) if st is not None else None
+    except OSError:
+        stamp = (str(user), -1, -1)
+    return _code_key_for(rules_path, stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _code_key_for(rules_path: str | None, _rules_stamp) -> str | None:
+    from .summary import _document_key
+    doc_key = _document_key(rules_path)
+    if doc_key is None:
+        return None
+    blob = f"{doc_key}{ENVELOPE_BUCKETS}".encode() + Path(__file__).read_bytes()
+    return f"{zlib.crc32(blob):08x}{zlib.adler32(blob):08x}"
+
+
+# -- many files ------------------------------------------------------------------------------
+def default_jobs(n_files: int) -> int:
+    """One process per core (this one included), at most 8 (each holds one snapshot's
+    columns and analysis: about a quarter of `pickle.load`'s memory for the file), never
+    more than the files."""
+    return max(1, min(os.cpu_count() or 1, 8, n_files))
+
+
+def read_files(paths: list[str], rules_path: str | None = None, use_cache: bool = True, jobs: int = 1,
+               dask_address: str | None = None, progress: Progress | None = None) -> list[RankRead]:
+    """`read_rank` of every path, in order. Raises `Cancelled` (progress.cancel(), in any
+    thread) or KeyboardInterrupt with the workers stopped, RanksError for Dask problems,
+    WorkerDied when a worker process ended without an answer."""
+    progress = progress or Progress()
+    progress.start("Reading ranks", max(1, len(paths)))
+    if not paths:
+        return []
+    if dask_address is not None:
+        out = _on_dask(paths, rules_path, use_cache, dask_address, progress)
+    elif jobs <= 1 or len(paths) == 1:
+        out = [_inline(k, p, len(paths), rules_path, use_cache, progress) for k, p in enumerate(paths)]
+    else:
+        out = _on_processes(paths, rules_path, use_cache, jobs, progress)
+    progress.finish()
+    return out
+
+
+class _Within(Progress):
+    """The progress of one file among n, reported as the outer progress of the whole;
+    the outer one's cancel stops the file too."""
+
+    def __init__(self, outer: Progress, k: int, n: int):
+        super().__init__()
+        self.outer, self.k, self.n = outer, k, n
+
+    def check(self) -> None:
+        self.outer.check()
+
+    def start(self, label: str, total: float) -> None:
+        self.total = float(total)
+        self.outer.check()
+
+    def update(self, done: float) -> None:
+        frac = min(1.0, done / self.total) if self.total > 0 else 0.0
+        self.outer.update((self.k + frac) * self.outer.total / self.n)
+
+    def finish(self) -> None:
+        self.outer.check()
+
+
+def _inline(k: int, path: str, n: int, rules_path, use_cache, progress: Progress) -> RankRead:
+    progress.check()
+    read = read_rank(path, rules_path, use_cache, _Within(progress, k, n))
+    progress.update((k + 1) * progress.total / n)
+    return read
+
+
+def _quiet_worker() -> None:
+    """In a worker process: Ctrl-C is the parent's to handle (it stops the workers)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _ready() -> bool:
+    """A worker's first task: it answers once the worker has started."""
+    return True
+
+
+def _on_processes(paths, rules_path, use_cache, jobs: int, progress: Progress) -> list[RankRead]:
+    """`jobs` processes read the files: `jobs - 1` workers from the start of the list and
+    this process from its end. A worker is given files only once it has started (an
+    interpreter and our imports: about a second on a busy machine), two at a time, so a
+    folder this process finishes alone (a cached one, where a file takes milliseconds)
+    never waits for a worker."""
+    n = len(paths)
+    workers = min(jobs - 1, n - 1)
+    # spawn: a fresh interpreter per worker, safe from a threaded parent (the viewer)
+    ex = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_quiet_worker)
+    out: list[Any] = [None] * n
+    todo = deque(range(n))
+    finished = ready = 0
+    running: dict[Future, int] = {}
+    try:
+        starting = [ex.submit(_ready) for _ in range(workers)]
+        while finished < n:
+            for f in [f for f in starting if f.done()]:
+                starting.remove(f)
+                _result(f, "starting")
+                ready += 1
+            while todo and len(running) < 2 * ready:
+                k = todo.popleft()
+                running[ex.submit(read_rank, paths[k], rules_path, use_cache)] = k
+            if todo:
+                k = todo.pop()
+                progress.check()
+                out[k] = read_rank(paths[k], rules_path, use_cache, _Within(progress, finished, n))
+                finished += 1
+            else:
+                wait(list(running) + starting, timeout=0.1, return_when=FIRST_COMPLETED)
+            for f in [f for f in running if f.done()]:
+                k = running.pop(f)
+                out[k] = _result(f, f"reading {paths[k]}")
+                finished += 1
+            progress.update(finished * progress.total / n)
+    finally:
+        _stop(ex)          # done: the workers hold nothing (one may still be starting: no need to wait)
+    return out
+
+
+def _result(f: Future, doing: str) -> Any:
+    try:
+        return f.result()
+    except BrokenProcessPool:
+        raise WorkerDied(f"a worker process ended without an answer while {doing} (killed, out of memory, or "
+                         "started from a Python script without `if __name__ == '__main__':`); try fewer "
+                         "--jobs") from None
+
+
+def _stop(ex: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and end the workers now (a file half read leaves no
+    cache entry behind: entries are renamed into place when complete, and results are
+    only sent once written)."""
+    terminate: Callable[[], None] | None = getattr(ex, "terminate_workers", None)   # Python 3.14+
+    if terminate is not None:
+        terminate()                      # shuts the executor down too
+        return
+    procs = list((getattr(ex, "_processes", None) or {}).values())      # gone after shutdown()
+    ex.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.join(5)
+
+
+def _on_dask(paths, rules_path, use_cache, address: str, progress: Progress) -> list[RankRead]:
+    try:
+        from distributed import Client
+    except ImportError:
+        raise RanksError("--dask needs dask.distributed: pip install 'vramscope[dask]'") from None
+    try:
+        client = Client(address, timeout=10, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as e:
+        raise RanksError(f"cannot reach the Dask scheduler at {address}: {' '.join(str(e).split())}") from None
+    futures: list = []
+    try:
+        # each file is a task of its own (pure=False: read it again if asked again)
+        futures = client.map(read_rank, paths, rules_path=rules_path, use_cache=use_cache, pure=False)
+        pending = set(range(len(futures)))
+        while pending:
+            done = {k for k in pending if futures[k].done()}
+            pending -= done
+            progress.update((len(paths) - len(pending)) * progress.total / len(paths))
+            if pending and not done:
+                time.sleep(0.05)
+        return client.gather(futures)
+    except BaseException:
+        if futures:
+            client.cancel(futures)
+        raise
+    finally:
+        client.close()
+
+
+__all__ = ["RankLive", "RankRead", "RanksError", "WorkerDied", "read_rank", "read_files", "live_envelope",
+           "metadata_rank", "default_jobs", "ENVELOPE_BUCKETS", "METADATA_KEY"]
