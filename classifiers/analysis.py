@@ -74,6 +74,7 @@ from .results import (
 from .rules import RuleSet, load_rules
 from .stale import stale_gradients
 from .timeline import PHASE_NAMES, Timeline
+from .carried import apply_carried
 from .torch_tags import TORCH_RULES, combine, profiler_tags
 
 NO_PEAK = Peak(bytes=0, index=-1, time_us=None, type="other", by_category={}, iteration=None, phase="pre")
@@ -327,6 +328,7 @@ def _analyze_device(snap, dev, facts, rules, rule_names) -> DeviceAnalysis:
         tag, precise = profiler_tags(torch_category, snap.category_names)
         rules_category = combine(cl.category, cl.rule, cl.evidence, tag, precise,
                                  rule_names.index("torch.profiler_category"))
+    apply_carried(snap, dev, allocs, cl.category, cl.rule, cl.evidence, rule_names)
     da = DeviceAnalysis(dev, live, allocs, cl.category, cl.rule, timeline=tl, chain_root=cl.root,
                         chain_last=cl.last, row_phase=cl.row_phase, trace_action=np.asarray(t.columns["action"]),
                         trace_stack=np.asarray(t.columns["stack"]), oom_indices=oom_indices(t),

@@ -279,3 +279,29 @@ def test_no_lever_left_out_is_advised_anywhere(path):
         assert set(da.peak.advice_left_out.items()) <= set(out.items())
         for a in da.peak.advice:
             assert a.evidence in ("torch", "stack", "lifetime")
+
+
+# -- a trimmed export keeps every category it had ----------------------------------------------
+TRIMMED = [DATA / "cuda_ckpt.pickle", DATA / "qlora_4bit.pickle", DATA / "adamw_after_step1.pickle",
+           GROUNDTRUTH / "transformer_adamw.pickle"] + \
+    ([SHARED / "cranberrii+ftcourse__memory_snapshot.pickle"] if SHARED.is_dir() else [])
+
+
+@pytest.mark.parametrize("path", TRIMMED, ids=[p.name for p in TRIMMED])
+def test_a_trimmed_export_keeps_every_category_rule_and_evidence(path, tmp_path):
+    from vramscope.services.export import export_trimmed
+    full = an_of(path)
+    dev = full.primary_device()
+    info = export_trimmed(full.snapshot, str(tmp_path / "t.pickle"), dev, around_peak=400, analysis=full)
+    part = an_of(tmp_path / "t.pickle")
+    df, dp = full.devices[dev], part.devices[dev]
+    assert dp.peak.bytes == df.peak.bytes and dp.peak.by_category == df.peak.by_category
+    key = {(int(a), int(i)): r for r, (a, i) in enumerate(zip(df.allocs.addr.tolist(), df.allocs.alloc_index.tolist()))}
+    for r, (a, i) in enumerate(zip(dp.allocs.addr.tolist(), dp.allocs.alloc_index.tolist())):
+        if i >= 0:
+            f = key[(a, i + info["start"])]
+        else:            # from before the window: the allocation live at the address when it began
+            f = next(rr for (aa, ii), rr in key.items() if aa == a and ii < info["start"]
+                     and (df.allocs.free_index[rr] < 0 or df.allocs.free_index[rr] >= info["start"]))
+        assert (dp.category[r], dp.rule_name(int(dp.rule[r])), dp.evidence[r]) == \
+            (df.category[f], df.rule_name(int(df.rule[f])), df.evidence[f]), (path.name, r)

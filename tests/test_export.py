@@ -172,8 +172,12 @@ def test_perfetto_uses_time_when_present():
         pytest.skip("tests/data/oom.pickle not generated yet")
     an = analyze(open_snapshot(str(OOM), use_cache=False))
     doc = perfetto_trace(an)
-    ts = [e["ts"] for e in doc["traceEvents"] if e["ph"] == "C"]
-    assert min(ts) > 10 ** 12          # µs since the epoch, not entry numbers
+    tus = an.snapshot.trace(0).columns["time_us"]
+    # microseconds from the first entry (the clock's origin, since the epoch, in otherData)
+    origin = doc["otherData"]["time_origin_us"]["cuda:0"]
+    assert origin == int(tus[0]) > 10 ** 12
+    ts = sorted({e["ts"] for e in doc["traceEvents"] if e["ph"] == "C"})
+    assert ts[0] == -1 and 0 < ts[-1] < int(tus[-1]) - origin + 1
 
 
 def test_cli_export(tmp_path, capsys):
@@ -205,3 +209,30 @@ def test_trimmed_expandable_segments_never_have_negative_sizes(tmp_path):
             with open(out, "rb") as fh:
                 doc = pickle.load(fh)
             assert all(s["total_size"] >= 0 for s in doc["segments"]), (a, b)
+
+
+# -- Perfetto counters reach the exact peak, even when entries share a microsecond -------------
+@pytest.mark.parametrize("name", ["oom.pickle", "cuda_lora.pickle", "leak.pickle", "forward_only_loop.pickle"])
+def test_perfetto_counters_sum_to_the_exact_peak(name):
+    import os as _os
+    _os.environ.setdefault("VRAMSCOPE_CACHE_DIR", "")
+    from vramscope.classifiers import analyze
+    from vramscope.parsers import open_snapshot
+    from vramscope.services.export import perfetto_trace
+    an = analyze(open_snapshot(str(DATA / name), use_cache=False))
+    for dev, da in an.devices.items():
+        doc = perfetto_trace(an, dev)
+        points: dict[str, list] = {}
+        for e in doc["traceEvents"]:
+            if e["ph"] == "C":
+                points.setdefault(e["name"], []).append((e["ts"], e["args"]["bytes"]))
+        tus = an.snapshot.trace(dev).columns["time_us"]
+        stamps = sorted({ts for pts in points.values() for ts, _ in pts})
+        # the highest sum of the tracks over every timestamp any of them has is the peak
+        best = 0
+        for ts in stamps:
+            best = max(best, sum(max((p for p in pts if p[0] <= ts), default=(0, 0))[1] for pts in points.values()))
+        assert best == da.peak.bytes, (name, dev)
+        # and entries sharing a microsecond are apart
+        if len(tus) > 1 and (tus[1:] == tus[:-1]).any():
+            assert any(isinstance(ts, float) for ts in stamps)

@@ -105,6 +105,10 @@ def run_viewer(path: str | None, screenshot: str | None = None, device: int | No
         except (Cancelled, KeyboardInterrupt):
             print("vramscope: interrupted", file=sys.stderr)
             return 130
+        if device is not None and result.analysis is not None and device not in result.analysis.devices:
+            devs = ", ".join(str(d) for d in sorted(result.analysis.devices)) or "none"
+            print(f"vramscope view: error: no device {device} in {path} (devices with data: {devs})", file=sys.stderr)
+            return 2
         win = MainWindow(persist=False, use_cache=use_cache)
         try:
             win.apply_result(result)

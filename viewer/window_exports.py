@@ -117,7 +117,8 @@ class ExportsMixin:
             return
         snap = self.result.snapshot
         info = self._run_export("trimmed snapshot",
-                                lambda: export_trimmed(snap, path, device=d.device, start=span[0], end=span[1]))
+                                lambda: export_trimmed(snap, path, device=d.device, start=span[0], end=span[1],
+                                                       analysis=self.result.analysis if self.result else None))
         if info:
             self.statusBar().showMessage(
                 f"Wrote entries {info['start']:,}–{info['end']:,} of cuda:{info['device']} to {path} "

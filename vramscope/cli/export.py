@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 
 from ..common.units import fmt_bytes
+from ..parsers.errors import SnapshotError
 from .common import add_input, analyze_file, check_device, output_file
 from .errors import EXIT_OK, UsageError
 
@@ -60,7 +61,7 @@ def run(args) -> int:
             return EXIT_OK
         device = args.device if args.device is not None else an.primary_device()
         if device is None:
-            raise UsageError(f"{args.file} holds no device with data to export")
+            raise SnapshotError("no allocations recorded (an empty snapshot): nothing to export", args.file)
         n = len(an.snapshot.trace(device))
         if trim is not None and n:
             start, end = (v + n if v < 0 else v for v in trim)
@@ -73,10 +74,11 @@ def run(args) -> int:
                 print(f"vramscope export: note: --trim {args.trim} clamped to the trace: {c_start}:{c_end}",
                       file=sys.stderr)
             info = export.export_trimmed(an.snapshot, out, device=device, start=c_start, end=c_end,
-                                         redact_paths=args.redact_paths)
+                                         redact_paths=args.redact_paths, analysis=an)
         else:
             info = export.export_trimmed(an.snapshot, out, device=device,
-                                         around_peak=args.window if n else None, redact_paths=args.redact_paths)
+                                         around_peak=args.window if n else None, redact_paths=args.redact_paths,
+                                         analysis=an)
     except OSError as e:
         raise UsageError(f"{out}: cannot write: {e.strerror or e}") from None
     what = (f"entries {info['start']:,}-{info['end']:,} of {n:,}" if n else

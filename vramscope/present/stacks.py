@@ -44,6 +44,13 @@ _ATEN_OP = re.compile(r"at::_ops::(\w+)::(?:call|redispatch)")
 _THP_OP = re.compile(r"torch::autograd::THPVariable_(\w+)\(")
 # nn.Module / autograd.Function dispatch frames repeat on every stack and say nothing
 _PLUMBING = {"_call_impl", "_wrapped_call_impl", "apply", "decorate_context", "wrapper", "inner"}
+# what launched the program, not what it did: the interpreter's module runner, threads, event
+# loops, notebooks' kernels, debuggers and process launchers; a short stack never shows them
+_LAUNCH = re.compile(r"(^|/)(runpy\.py|threading\.py|<frozen runpy>|<frozen importlib[^/]*>|asyncio/|"
+                     r"concurrent/futures/|multiprocessing/|IPython/|ipykernel/|ipykernel_launcher\.py|tornado/|"
+                     r"traitlets/|zmq/|debugpy/|_pydevd|pydevd|torch/distributed/(elastic|run\.py|launch)|"
+                     r"accelerate/commands/|lightning/fabric/strategies/launchers/|"
+                     r"pytorch_lightning/strategies/launchers/)")
 
 
 @dataclass(frozen=True)
@@ -299,6 +306,8 @@ class Stacks:
         lib = [fv for fv in others if fv.role == "library"] or [fv for fv in others if fv.role != "allocator"] \
             or others
         lib = [fv for fv in lib if fv.function not in _PLUMBING] or lib
+        launch = [fv for fv in lib if _LAUNCH.search(fv.file)]
+        lib = [fv for fv in lib if fv not in launch] or ([] if user else lib)
         if not user:
             # no code of the user's: the frame that names the stack (the autograd node, the
             # op) leads, then the innermost others

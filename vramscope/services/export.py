@@ -30,6 +30,8 @@ import numpy as np
 import orjson
 
 from ..classifiers import CATEGORIES, annotation_regions
+from ..classifiers.carried import KEY as CARRIED_KEY
+from ..classifiers.carried import carried_document
 from ..classifiers.liveset import series_at
 from ..common.atomic import atomic_write
 from ..parsers.tables import (
@@ -168,9 +170,11 @@ def _live_blocks_at(snap, dev: int, end: int):
     return addr[order], size[order], stack[order], np.asarray(rounded, dtype=np.int64)[order], pending[order]
 
 
-def trimmed_snapshot(snap, device: int, start: int, end: int, redact_paths: bool = False) -> dict:
+def trimmed_snapshot(snap, device: int, start: int, end: int, redact_paths: bool = False, analysis=None) -> dict:
     """The snapshot dict (torch's layout) of entries [start, end] of `device`'s trace. A
-    device without a trace (a state-only snapshot) exports its state: (start, end) = (0, -1)."""
+    device without a trace (a state-only snapshot) exports its state: (start, end) = (0, -1).
+    With the whole run's `analysis`, the categories it gave every allocation of the window
+    travel with it (classifiers/carried.py), so the trimmed file keeps them."""
     t = snap.trace(device)
     n = len(t)
     if n == 0:
@@ -294,7 +298,22 @@ def trimmed_snapshot(snap, device: int, start: int, end: int, redact_paths: bool
                                                       int(known.max()))
     elif "external_annotations" in snap.extra or snap.annotations:
         out["external_annotations"] = []
+    if analysis is not None and device in analysis.devices:
+        carried = _carried(analysis, device, start, end)
+        if carried is not None:
+            out[CARRIED_KEY] = carried
     return out
+
+
+def _carried(analysis, device: int, start: int, end: int) -> dict | None:
+    """What the whole run's analysis said of the allocations the window holds: those made in
+    it (their index moves by `start`) and those live when it begins (before the trimmed trace)."""
+    da = analysis.devices[device]
+    ai, fi = da.allocs.alloc_index, da.allocs.free_index
+    inside = (ai >= start) & (ai <= end)
+    before = (ai < start) & ((fi < 0) | (fi >= start))
+    rows = np.flatnonzero(inside | before)
+    return carried_document(da, analysis.rule_names, rows, np.where(inside[rows], ai[rows] - start, -1))
 
 
 def _annotations_in(annotations, device: int, t0: int, t1: int) -> list:
@@ -317,7 +336,7 @@ def _inactive(addr: int, size: int, profiler: bool) -> dict:
 
 
 def export_trimmed(snap, out_path: str, device: int, start: int | None = None, end: int | None = None,
-                   around_peak: int | None = None, redact_paths: bool = False) -> dict:
+                   around_peak: int | None = None, redact_paths: bool = False, analysis=None) -> dict:
     """Write a trimmed snapshot pickle; returns {path, device, start, end, entries, bytes}.
 
     Give `start`/`end` (inclusive, inside the trace), or `around_peak` = the window width
@@ -332,7 +351,7 @@ def export_trimmed(snap, out_path: str, device: int, start: int | None = None, e
         start, end = window_around(n, max(lm.peak_index, 0), around_peak)
     elif start is None or end is None:
         raise ValueError("give a window (start and end) or around_peak")
-    doc = trimmed_snapshot(snap, device, start, end, redact_paths)
+    doc = trimmed_snapshot(snap, device, start, end, redact_paths, analysis)
     atomic_write(out_path, lambda fh: pickle.dump(doc, fh))
     return {"path": out_path, "device": device, "start": start, "end": end, "entries": end - start + 1,
             "bytes": os.path.getsize(out_path)}
@@ -344,6 +363,7 @@ def perfetto_trace(analysis, device: int | None = None, max_points: int = 20000)
     """Counter tracks of live bytes per category (one per category per device)."""
     snap = analysis.snapshot
     events = []
+    origins: dict = {}
     for dev, da in analysis.devices.items():
         if device is not None and dev != device:
             continue
@@ -358,7 +378,15 @@ def perfetto_trace(analysis, device: int | None = None, max_points: int = 20000)
                        "args": {"name": f"cuda:{dev} memory" + ("" if has_time else " (x = entry index)")}})
         events.append({"name": "thread_name", "ph": "M", "pid": dev, "tid": 0, "args": {"name": "live bytes"}})
         series = da.category_series()
-        first_ts = int(ts_of[0]) if n else 0
+        # entries that share a microsecond get a nanosecond each, in order (a counter keeps one
+        # value per timestamp: the peak must not hide behind the free that follows it), and the
+        # state before the trace takes the microsecond before the first entry
+        # (counted from the trace's first entry: microseconds since the epoch leave a float64
+        # no room for nanoseconds; otherData says where the clock starts)
+        origin = int(ts_of[0]) if n else 0
+        ts_of = _distinct_times(np.asarray(ts_of, dtype=np.int64) - origin)
+        first_ts = (ts_of[0] - 1) if n else 0
+        origins[f"cuda:{dev}"] = origin if has_time else None
         if n > max_points:
             edges = np.unique(np.linspace(0, n, max_points, endpoint=False).astype(np.int64))
             ends = np.append(edges[1:], n) - 1           # last entry of each bucket
@@ -376,14 +404,31 @@ def perfetto_trace(analysis, device: int | None = None, max_points: int = 20000)
                 np.maximum.at(bmax, b_of_ev, vals)
                 at_end = series_at(one, ends)[:, 0]
                 for b in np.unique(b_of_ev).tolist():
-                    pts.append((int(ts_of[edges[b]]), int(bmax[b])))
+                    pts.append((ts_of[edges[b]], int(bmax[b])))
                     if at_end[b] != bmax[b]:
-                        pts.append((int(ts_of[ends[b]]), int(at_end[b])))
+                        pts.append((ts_of[ends[b]], int(at_end[b])))
             for ts, v in pts:
-                events.append({"name": name, "ph": "C", "ts": int(ts), "pid": dev, "tid": 0,
+                events.append({"name": name, "ph": "C", "ts": _ts(ts), "pid": dev, "tid": 0,
                                "args": {"bytes": int(v)}})
     return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"source": "vramscope", "file": os.path.basename(snap.path)}}
+            "otherData": {"source": "vramscope", "file": os.path.basename(snap.path),
+                          "time_origin_us": origins}}
+
+
+def _distinct_times(ts: np.ndarray) -> np.ndarray:
+    """float64 microseconds, entries that share one spread by a nanosecond each (in order)."""
+    t = np.asarray(ts, dtype=np.float64)
+    if len(t) < 2:
+        return t
+    same = np.r_[False, ts[1:] == ts[:-1]]
+    run_start = np.maximum.accumulate(np.where(~same, np.arange(len(t)), 0))
+    return t + (np.arange(len(t)) - run_start) * 1e-3
+
+
+def _ts(t) -> int | float:
+    """A Chrome-trace timestamp: whole microseconds as an int, else a float."""
+    f = float(t)
+    return int(f) if f.is_integer() else round(f, 3)
 
 
 def export_perfetto(analysis, out_path: str, device: int | None = None, max_points: int = 20000) -> dict:

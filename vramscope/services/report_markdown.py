@@ -17,9 +17,11 @@ from ..common.units import fmt_bytes
 from ..present.markup import md_code, md_text
 from ..present.stacks import Stacks
 from ..present.words import (
+    EVIDENCE_WORDS,
     LEAK_CAUSE_WORDS,
     advice_text,
     device_free_text,
+    guess_note,
     oom_diagnosis,
     peak_words,
     stale_gradients_text,
@@ -114,10 +116,17 @@ def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: s
           f"| OOMs | {len(s.ooms) or 'none'} |", ""]
 
     total = sum(pk.by_category.values()) or 1
-    L += ["### Live memory at the peak, by category", "", "| Category | Bytes | Share |", "|---|---:|---:|"]
+    L += ["### Live memory at the peak, by category", "",
+          "| Category | Bytes | Share | How sure |", "|---|---:|---:|---|"]
     for c, b in sorted(pk.by_category.items(), key=lambda kv: -kv[1]):
-        L.append(f"| {c} | {fmt_bytes(b)} | {b / total:.1%} |")
+        per = pk.by_category_evidence.get(c, {})
+        sure = ", ".join(f"{EVIDENCE_WORDS.get(e, e)} {fmt_bytes(v)}" for e, v in per.items()) if len(per) > 1 \
+            else EVIDENCE_WORDS.get(next(iter(per), ""), "")
+        L.append(f"| {c} | {fmt_bytes(b)} | {b / total:.1%} | {sure} |")
     L.append("")
+    note = guess_note(pk.by_evidence, da.profile.recorded, da.profile.frames)
+    if note:
+        L += [md_text(note), ""]
     if pk.advice:
         L.append("Worth trying, by what each would save at the peak (estimates; see What would fit):")
         L.append("")
@@ -153,7 +162,8 @@ def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: s
                         else "some live before the trace began")
                 dies = "never freed" if max(fi) < 0 else ("some freed later" if min(fi) < 0 else "freed later")
                 size = f"**{fmt_bytes(a0.size * len(rows))}** ({len(rows)} x {fmt_bytes(a0.size)})"
-            L.append(f"{k}. {size} {a0.category} (rule {md_code(a0.rule)}), {born}, {dies}")
+            sure = "" if a0.evidence in ("stack", "torch") else f", {EVIDENCE_WORDS.get(a0.evidence, a0.evidence)}"
+            L.append(f"{k}. {size} {a0.category} (rule {md_code(a0.rule)}{sure}), {born}, {dies}")
             for fr in stacks.short(a0.stack, limits["frames"], a0.forward_stack):
                 L.append(f"    - {md_code(fr)}")
         L.append("")
