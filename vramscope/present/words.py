@@ -78,8 +78,8 @@ def advice_text(advice: Advice, oom: Oom | None = None, moment: str = "at this m
 # -- how sure: evidence (classifiers/evidence.py) ---------------------------------------------
 # how to record what a snapshot could not show: history on before the model is built
 RECORD_HINT = ("turn history on before the model is built: torch.cuda.memory._record_memory_history("
-               "max_entries=1_000_000, stacks=\"python\") (or with vramscope.record(): ...), then "
-               "torch.cuda.memory._dump_snapshot(\"run.pickle\")")
+               "max_entries=1_000_000, stacks=\"python\"), then torch.cuda.memory._dump_snapshot(\"run.pickle\") "
+               "(vramscope.record() does both)")
 EVIDENCE_WORDS = {"torch": "torch's own tag", "stack": "its stack", "lifetime": "its lifetime",
                   "guess": "a guess", "none": "unknown"}
 
