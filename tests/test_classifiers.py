@@ -186,7 +186,7 @@ def test_cli_allocations_csv(capsys):
     from vramscope.cli import main
     assert main(["allocations", str(DATA / "leak.pickle"), "--csv", "--no-cache"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0] == "device,index,addr,size,alloc_us,free_us,category,rule,evidence"
+    assert lines[0] == "device,index,addr,size,alloc_us,free_us,category,rule,evidence,rules_category,torch_tag,metadata,notes"
     rows = [ln.split(",") for ln in lines[1:]]
     an = data("leak.pickle")
     assert len(rows) == len(an.devices[0].allocs)
@@ -476,7 +476,11 @@ def test_fixture_iteration_counts_from_expected_json():
 
 # Fixtures made to expose a classifier weakness a later change is to fix: expected to stay
 # below the bar until then (strict: a pass means the marker must go).
-INTENT_KNOWN_BELOW: dict[str, str] = {}
+INTENT_KNOWN_BELOW: dict[str, str] = {
+    "fx_frames.pickle": "an inference-only loop of three forwards through an FX GraphModule: one iteration is "
+                        "found, so the later inputs read as activations and the outputs the caller frees as "
+                        "temporaries (the classifier's reading of inference; the FX frames are read right)",
+}
 _FIXTURE_NAMES = sorted(json.loads((DATA / "expected.json").read_text())["fixtures"])
 
 

@@ -2914,7 +2914,15 @@ def fx_component_tracking():
                 d.tag(p, "parameter")
         for layer in range(L):
             sn.user_metadata = "layers.%d" % layer
+            if it == 0 and layer == 0:
+                # a rotary cache built lazily in the first forward and registered as a buffer:
+                # stamped 'activation', re-tagged 'buffer' by pointer on the next forward
+                rope = d.alloc(T * C * 4, call((MD, 35, "_rope_cache"), (MD, 44, "forward"), lm.M, (MD, 53, "forward"),
+                                               lm.M, (MD, 86, "forward"), lm.M, (MD, 88, "forward"), lm.M, step(63)),
+                               "weights")
             next(fwd)
+        if it == 1:
+            d.tag(rope, "buffer")
         sn.user_metadata = "lm_head"
         for _ in fwd:
             pass
@@ -2952,11 +2960,12 @@ def fx_component_tracking():
                 "every entry carries the thread's component type (other / activation / temp / "
                 "optimizer_state) and user_metadata is the module's qualified name (embed, layers.0, "
                 "layers.1, lm_head), 'optimizer' inside optimizer.step(), '' between modules; weights "
-                "re-tagged parameter and the last step's gradients gradient by pointer (on their blocks); "
+                "re-tagged parameter, a rotary cache made in the first forward re-tagged buffer, and the "
+                "last step's gradients gradient by pointer (on their blocks); "
                 "the snapshot is taken before the last zero_grad",
         "layout": "torch main (2.15 dev): 2.14 entry keys plus component_type; " + COMPONENT_NOTE,
         "expect": {"modules": ["embed", "layers.0", "layers.1", "lm_head"],
-                   "precise_tags": ["parameter", "gradient"], "coarse_tags": ["activation", "temp",
+                   "precise_tags": ["parameter", "buffer", "gradient"], "coarse_tags": ["activation", "temp",
                                                                               "optimizer_state", "other"]},
     }
     return sn, info

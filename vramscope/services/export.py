@@ -47,6 +47,37 @@ ROUND = 512   # the caching allocator's block granularity
 
 # -- trimmed snapshot ---------------------------------------------------------------
 
+def csv_field(text: str) -> str:
+    """One CSV field (RFC 4180): quoted when it holds a comma, a quote or a line break."""
+    if any(c in text for c in ',"\r\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def allocation_text_columns(da) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The text columns of `allocations --csv` per row, as CSV fields (object arrays):
+    torch's own tag, the user_metadata, the notes (annotate, joined by ' | '). Each distinct
+    string is quoted once, never per row."""
+    n = len(da.allocs)
+    snap = da.snapshot
+    tags = np.full(n, "", dtype=object)
+    for col, names in ((da.torch_category, snap.category_names), (da.torch_component, snap.component_names)):
+        if col is not None and len(col):
+            lut = np.asarray([csv_field(str(x)) for x in names] or [""], dtype=object)
+            col = np.asarray(col)
+            tags = np.where(col > 0, lut[np.minimum(col, len(lut) - 1)], tags)
+    meta = np.full(n, "", dtype=object)
+    notes = np.full(n, "", dtype=object)
+    md = da.metadata()
+    if md is not None and n:
+        ids, inv = np.unique(md.user, return_inverse=True)
+        lut = np.asarray([csv_field(snap.strings[i]) if i >= 0 else "" for i in ids.tolist()], dtype=object)
+        meta = lut[inv.reshape(-1)]
+        for row, ns in md.notes.items():
+            notes[row] = csv_field(" | ".join(snap.strings[sid] for _, sid in ns))
+    return tags, meta, notes
+
+
 def window_around(n: int, center: int, width: int) -> tuple[int, int]:
     """[start, end] (inclusive) of `width` entries centred on `center`, clipped to the trace."""
     width = max(1, min(int(width), n))
