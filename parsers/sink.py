@@ -311,7 +311,8 @@ class TraceSink:
             self._copy_row(e, device)
             return
         if type(e) is not dict:
-            raise CorruptError(f"trace entry of device {device} is a {type(e).__name__}, not a dict")
+            where = "the pinned host memory trace" if device == HOST_DEVICE else f"device {device}"
+            raise CorruptError(f"trace entry of {where} is a {type(e).__name__}, not a dict")
         dev = self.device(device)
         opt = {}
         extra = None
