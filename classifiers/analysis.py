@@ -49,6 +49,7 @@ from .evidence import EVIDENCE, bytes_by_evidence
 from .engine import SnapshotFacts, classify_device, stack_pass
 from .leaks import find_leaks, leak_rows
 from .metadata import RowMetadata, group_rows, row_metadata
+from .pools import PoolFootprint, pool_footprints
 from .liveset import (
     CategorySeries,
     by_category_at,
@@ -179,6 +180,11 @@ class DeviceAnalysis:
         if self.torch_component is None or md is None or not 0 <= row < len(md.user) or md.user[row] < 0:
             return ""
         return md.strings[int(md.user[row])]
+
+    def pool_footprints(self) -> tuple[PoolFootprint, ...]:
+        """Private memory pools per (pool, stream): memory_viz's envelopes, as numbers
+        (pools.py); () without any or without the snapshot."""
+        return pool_footprints(self.snapshot, self) if self.snapshot is not None else ()
 
     def group_by_metadata(self, key: str | None = None) -> list[MetadataGroup]:
         """Allocations grouped by what their metadata says for `key` (`step` of 'step=12' or

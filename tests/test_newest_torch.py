@@ -353,3 +353,17 @@ def test_what_a_device_would_refuse_the_host_refuses_alike(capsys, tmp_path, ove
     err = capsys.readouterr().err
     assert code == 3 and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert "device -1" not in err
+
+
+# -- memory_viz's private pool envelopes, as numbers ------------------------------------------------
+def test_private_pool_footprint_is_the_larger_of_live_and_reserved(capsys):
+    obj = load_trusted(DATA / "annotated_210.pickle")
+    doc = orjson.loads(run(capsys, "summary", DATA / "annotated_210.pickle", "--json"))
+    (pool,) = doc["devices"][0]["private_pools"]
+    segs = [s for s in obj["segments"] if s["segment_pool_id"] == (0, 1)]
+    trace = obj["device_traces"][0]
+    graph = [e for e in trace if e["action"] == "alloc" and e["pool_id"] == (0, 1)]
+    assert pool["pool"] == [0, 1] and pool["allocations"] == len(graph) == 4
+    assert pool["active_peak_bytes"] == sum(e["size"] for e in graph)      # none freed before the last
+    assert pool["reserved_end_bytes"] == sum(s["total_size"] for s in segs) == pool["reserved_peak_bytes"]
+    assert pool["envelope_bytes"] == max(pool["active_peak_bytes"], pool["reserved_peak_bytes"])

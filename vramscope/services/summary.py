@@ -164,6 +164,7 @@ class DeviceJSON(TypedDict):
     stale_gradients: StaleGradientsJSON | None
     skipped_actions: list[str]          # actions the recording provably left out (skip_actions)
     metadata: MetadataJSON | None       # None: no allocation carries any
+    private_pools: list[dict[str, Any]]  # classifiers.pools.PoolFootprint: memory_viz's pool envelopes
 
 
 class SummaryJSON(TypedDict):
@@ -231,6 +232,7 @@ def summary_document(an: Analysis, device: int | None = None, stacks: Stacks | N
                 **to_plain(s.stale_gradients), "where": stacks.where(s.stale_gradients.free_stack),
                 "advice": stale_gradients_text(s.stale_gradients)},
             "skipped_actions": list(s.skipped_actions), "metadata": metadata_document(da),
+            "private_pools": [to_plain(p) for p in da.pool_footprints()],
         })
     return {"file": an.snapshot.path, "primary_device": an.primary_device(), "devices": devices,
             "host": None if an.host is None else to_plain(an.host)}
@@ -326,6 +328,10 @@ def summary_text(doc: SummaryJSON) -> str:
                        f"{device_free_text(o['requested'], o['device_free'])}")
             if o["suggestion"]:
                 out.append(f"                 next step: {o['suggestion']}")
+        for p in (d.get("private_pools") or [])[:5]:
+            out.append(f"  private pool   {tuple(p['pool'])} stream {p['stream']}: holds {fmt_bytes(p['envelope_bytes'])}"
+                       f" at most (live peak {fmt_bytes(p['active_peak_bytes'])}, reserved peak "
+                       f"{fmt_bytes(p['reserved_peak_bytes'])})")
         md = d.get("metadata")
         if md:
             texts = [g["value"] for g in md["by"]["user_metadata"] if g["value"]][:6]
