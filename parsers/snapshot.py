@@ -66,7 +66,7 @@ class Snapshot:
     cache_entry: str | None = None     # the cache directory holding its columns, if any
     dropped_values: int = 0            # values outside the schema not kept: over the file's bound
     component_names: list = field(default_factory=lambda: [""])   # component tracking's names
-    # frame id -> FX source mapping (2.9+ augment_with_fx_traces): (fx_node_op, fx_node_name,
+    # frame id -> FX source mapping (augment_with_fx_traces, #166676): (fx_node_op, fx_node_name,
     # fx_node_target, fx_original_trace) string ids (-1: absent) and the original trace's
     # frames, innermost first (tables.Interner.frame_fx)
     frame_fx: dict = field(default_factory=dict)

@@ -71,7 +71,7 @@ OPTIONAL_COLUMNS = {
 ALL_COLUMNS = {**TRACE_COLUMNS, **{k: v[0] for k, v in OPTIONAL_COLUMNS.items()}}
 
 
-# FX source mapping (torch >= 2.9, pytorch #166676; torch/_utils.py `_augment_frames`):
+# FX source mapping (pytorch #166676, in torch 2.13.0; torch/_utils.py `_augment_frames`):
 # `_snapshot(augment_with_fx_traces=True)` adds to a frame of FX-generated code
 # (`fx_generated__<hash>.py`) `fx_node_op`, `fx_node_name`, `fx_node_target` (str, or None
 # for the first two) and, when the node has one, `fx_original_trace`: the node's

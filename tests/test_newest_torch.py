@@ -367,3 +367,19 @@ def test_private_pool_footprint_is_the_larger_of_live_and_reserved(capsys):
     assert pool["active_peak_bytes"] == sum(e["size"] for e in graph)      # none freed before the last
     assert pool["reserved_end_bytes"] == sum(s["total_size"] for s in segs) == pool["reserved_peak_bytes"]
     assert pool["envelope_bytes"] == max(pool["active_peak_bytes"], pool["reserved_peak_bytes"])
+
+
+def test_a_trimmed_export_keeps_the_new_fields(capsys, tmp_path):
+    for name in ("fx_frames.pickle", "component_tracking.pickle", "metadata_annotate.pickle"):
+        out = tmp_path / f"t_{name}"
+        run(capsys, "export", DATA / name, "--around-peak", "-o", out)
+        obj = load_trusted(out)
+        entries = obj["device_traces"][0]
+        frames = [f for e in entries for f in e.get("frames", [])]
+        if name == "fx_frames.pickle":
+            assert any(f.get("fx_original_trace", "").count("net.py") for f in frames)
+        elif name == "component_tracking.pickle":
+            assert {e.get("component_type") for e in entries} >= {"activation", "temp"}
+        else:
+            assert any(e["action"] == "annotate" and e["user_metadata"] == "kept for the eval logger"
+                       for e in entries) or any(e.get("user_metadata", "").startswith('{"step"') for e in entries)

@@ -285,7 +285,8 @@ def check_bytes(data: bytes, path: str, compare_paths: bool = True) -> tuple[str
             tb = traceback.extract_tb(e.__traceback__)
             where = f"{tb[-1].filename.rsplit('/', 2)[-2:]}:{tb[-1].lineno}" if tb else "?"
             return "FAIL", f"allocations raised {type(e).__name__}: {str(e)[:120]} at {where}"
-        if rc2 != 0 or not rows.startswith(b"device,index,addr,size,alloc_us,free_us,category,rule,evidence\n"):
+        from vramscope.cli.allocations import HEADER
+        if rc2 != 0 or not rows.startswith(HEADER.encode()):
             return "FAIL", f"allocations exit {rc2} after summary exit 0: {err2.strip()[-150:]}"
         outcome, detail = "ok", ""
     elif rc == 3 and len(lines) == 1:

@@ -39,6 +39,8 @@ from ..parsers.tables import (
     A_SEGMENT_FREE,
     A_SEGMENT_MAP,
     A_SEGMENT_UNMAP,
+    COMPONENT_KEY,
+    FX_KEYS,
     LIVE_BLOCK_STATES,
 )
 
@@ -104,6 +106,11 @@ class _Frames:
             if self.redact:
                 filename = os.path.basename(filename)
             d = self._frames[fid] = {"name": name, "filename": filename, "line": line}
+            fx = self.snap.frame_fx.get(fid)
+            if fx is not None:      # augment_with_fx_traces: the frame's FX fields, as torch adds them
+                for key, sid in zip(FX_KEYS, fx[:4]):
+                    if sid >= 0:
+                        d[key] = self.snap.strings[sid]
         return d
 
     def stack(self, sid: int) -> list | None:
@@ -216,8 +223,8 @@ def trimmed_snapshot(snap, device: int, start: int, end: int, redact_paths: bool
     # -- the trace window ------------------------------------------------------------
     sl = slice(start, end + 1)
     base = [cols[k][sl].tolist() for k in ("action", "addr", "size", "stream", "time_us", "stack")]
-    opt = {k: cols[k][sl].tolist() for k in ("category", "compile_context", "user_metadata",
-                                             "forward_stack", "pool_a", "pool_b") if k in cols}
+    opt = {k: cols[k][sl].tolist() for k in ("category", "compile_context", "user_metadata", "internal_metadata",
+                                             "component", "forward_stack", "pool_a", "pool_b") if k in cols}
     entries = []
     for j, (act, addr, size, stream, tus, sid) in enumerate(zip(*base)):
         i = start + j
@@ -237,9 +244,11 @@ def trimmed_snapshot(snap, device: int, start: int, end: int, redact_paths: bool
             e["frames"] = frames
         if "category" in opt and opt["category"][j] > 0:
             e["category"] = snap.category_names[opt["category"][j]]
-        for k in ("compile_context", "user_metadata"):
+        for k in ("compile_context", "user_metadata", "internal_metadata"):
             if k in opt and opt[k][j] >= 0:
                 e[k] = snap.strings[opt[k][j]]
+        if "component" in opt and opt["component"][j] > 0:
+            e[COMPONENT_KEY] = snap.component_names[opt["component"][j]]
         if "forward_stack" in opt and opt["forward_stack"][j] >= 0:
             e["forward_frames"] = fr.stack(opt["forward_stack"][j])
         if "pool_a" in opt and opt["pool_a"][j] >= 0:
