@@ -220,7 +220,7 @@ def snapshot_signature(snap) -> dict:
         for k, v in tab.items():
             v = np.asarray(v)
             out[name][k] = [tuple(snap.stack_frames_list(int(x))) if x >= 0 else None for x in v.tolist()] \
-                if k == "stack" else v.tolist()
+                if k == "stack" else [snap.component_names[x] for x in v.tolist()] if k == "component" else v.tolist()
     for dev, t in snap.traces.items():
         cols = {}
         for k, v in t.columns.items():
@@ -229,15 +229,19 @@ def snapshot_signature(snap) -> dict:
                 cols[k] = [snap.action_names[x] for x in a]
             elif k in ("stack", "forward_stack"):
                 cols[k] = [tuple(snap.stack_frames_list(x)) if x >= 0 else None for x in a]
-            elif k in ("compile_context", "user_metadata"):
+            elif k in ("compile_context", "user_metadata", "internal_metadata"):
                 cols[k] = [snap.strings[x] if x >= 0 else None for x in a]
             elif k == "category":
                 cols[k] = [snap.category_names[x] for x in a]
+            elif k == "component":
+                cols[k] = [snap.component_names[x] for x in a]
             else:
                 cols[k] = a
         out[dev] = cols
         out[f"extras{dev}"] = {i: {kk: vv for kk, vv in e.items() if kk == "device_free"}
                                for i, e in t.extras.items()}
+    out["frame_fx"] = {snap.frame(f): (tuple(snap.strings[x] if x >= 0 else None for x in v[:4]),
+                                       tuple(snap.frame(g) for g in v[4])) for f, v in snap.frame_fx.items()}
     return out
 
 
