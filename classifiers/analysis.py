@@ -18,8 +18,9 @@ DeviceAnalysis (one per device with data):
   rules_category  uint8 per row: our rules' own verdict (differs from `category` only
              where torch's own tag decided it; torch_tags.py)
   torch_category  uint8 per row into snap.category_names (torch's own category on
-             profiler-converted files that carry one, 0 elsewhere) or None: a separate
-             fact, never used to classify
+             profiler-converted files that carry one, 0 elsewhere) or None
+  torch_component uint8 per row into snap.component_names (component tracking's tag,
+             torch main; 0 untagged) or None (torch_tags.py decides what either tag decides)
   timeline   timeline.Timeline: `phase` (uint8 per entry, PHASE_NAMES), `segment`,
              `iteration` (int32 per entry: Iteration.number - 1, -1 outside), `first_start`
   chain_root / chain_last  first / last version of each row's version-bump chain
@@ -43,10 +44,13 @@ from ..parsers import (
     live_model,
 )
 from . import cache
+from .carried import apply_carried
 from .categories import CATEGORIES
 from .evidence import EVIDENCE, bytes_by_evidence
 from .engine import SnapshotFacts, classify_device, stack_pass
 from .leaks import find_leaks, leak_rows
+from .metadata import RowMetadata, group_rows, row_metadata
+from .pools import PoolFootprint, pool_footprints
 from .liveset import (
     CategorySeries,
     by_category_at,
@@ -60,12 +64,15 @@ from .levers import left_out
 from .ooms import ADVICE_LEVERS, advise, evidence_totals, expandable_segments_on, oom_indices, oom_reports
 from .profile import run_profile
 from .peaks import PEAK_TYPES, peak_type, with_peaks
+from .recording import host_memory, skipped_actions
 from .results import (
     Allocation,
     DeviceSummary,
     Finding,
+    HostMemory,
     Iteration,
     Leak,
+    MetadataGroup,
     Oom,
     Peak,
     RunProfile,
@@ -74,8 +81,7 @@ from .results import (
 from .rules import RuleSet, load_rules
 from .stale import stale_gradients
 from .timeline import PHASE_NAMES, Timeline
-from .carried import apply_carried
-from .torch_tags import TORCH_RULES, combine, profiler_tags
+from .torch_tags import TORCH_RULES, combine, component_rows, component_tags, profiler_tags
 
 NO_PEAK = Peak(bytes=0, index=-1, time_us=None, type="other", by_category={}, iteration=None, phase="pre")
 
@@ -97,6 +103,7 @@ class DeviceAnalysis:
     evidence: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint8))
     rules_category: np.ndarray | None = None
     torch_category: np.ndarray | None = None
+    torch_component: np.ndarray | None = None
     iterations: tuple[Iteration, ...] = ()
     peak: Peak = NO_PEAK                 # filled by analyze()
     leaks: tuple[Leak, ...] = ()
@@ -107,6 +114,9 @@ class DeviceAnalysis:
     facts: SnapshotFacts | None = field(default=None, repr=False)
     rule_names: list[str] = field(default_factory=list, repr=False)
     trace_forward_stack: np.ndarray | None = field(default=None, repr=False)
+    skipped_actions: tuple[str, ...] = ()   # left out by the recording (recording.skipped_actions)
+    snapshot: Snapshot | None = field(default=None, repr=False)
+    _metadata: RowMetadata | None = field(default=None, repr=False)
     _free_order: tuple | None = field(default=None, repr=False)
     _series: list | None = field(default=None, repr=False)
 
@@ -141,12 +151,57 @@ class DeviceAnalysis:
     def allocation(self, row: int) -> Allocation:
         a = self.allocs
         ai = int(a.alloc_index[row])
+        md = self.metadata()
         return Allocation(row=int(row), size=int(a.size[row]), addr=int(a.addr[row]), alloc_index=ai,
                           free_index=int(a.free_index[row]), alloc_us=int(a.alloc_us[row]),
                           free_us=int(a.free_us[row]), category=CATEGORIES[int(self.category[row])],
                           rule=self.rule_name(int(self.rule[row])), stack=int(a.stack[row]),
                           forward_stack=self.forward_stack_of(ai), evidence=EVIDENCE[int(self.evidence[row])],
-                          rules_category=self.rules_category_of(row))
+                          rules_category=self.rules_category_of(row), torch_tag=self.torch_tag_of(row),
+                          module=self.module_of(row), metadata=tuple(md.texts(row)) if md is not None else ())
+
+    def torch_tag_of(self, row: int) -> str:
+        """torch's own tag of `row` as the file names it: the profiler's category, or component
+        tracking's type ('' none)."""
+        snap = self.snapshot
+        for col, names in ((self.torch_category, snap.category_names if snap else []),
+                           (self.torch_component, snap.component_names if snap else [])):
+            if col is not None and 0 <= row < len(col) and 0 < int(col[row]) < len(names):
+                return str(names[int(col[row])])
+        return ""
+
+    # -- metadata -------------------------------------------------------------------------
+    def metadata(self) -> RowMetadata | None:
+        """user_metadata, notes (annotate) and internal tags per row (metadata.py), computed
+        once; None without the snapshot."""
+        if self._metadata is None and self.snapshot is not None:
+            self._metadata = row_metadata(self.snapshot, self.device, self.allocs)
+        return self._metadata
+
+    def module_of(self, row: int) -> str:
+        """The module a row was allocated in, where torch's component tracking names it (it
+        sets user_metadata to the module's qualified name; 'optimizer' inside optimizer.step()):
+        '' elsewhere, and in files without component tags."""
+        md = self.metadata()
+        if self.torch_component is None or md is None or not 0 <= row < len(md.user) or md.user[row] < 0:
+            return ""
+        return md.strings[int(md.user[row])]
+
+    def pool_footprints(self) -> tuple[PoolFootprint, ...]:
+        """Private memory pools per (pool, stream): memory_viz's envelopes, as numbers
+        (pools.py); () without any or without the snapshot."""
+        return pool_footprints(self.snapshot, self) if self.snapshot is not None else ()
+
+    def group_by_metadata(self, key: str | None = None) -> list[MetadataGroup]:
+        """Allocations grouped by what their metadata says for `key` (`step` of 'step=12' or
+        of {"step": 12}); `key` None groups by the whole user_metadata text. Each group's
+        allocations, bytes allocated and bytes live at the peak, most bytes first; the
+        allocations without the key last (value '')."""
+        md = self.metadata()
+        if md is None:
+            return []
+        values, names = md.values(key)
+        return group_rows(values, names, np.asarray(self.allocs.size), self.live_mask(self.peak.index))
 
     def rules_category_of(self, row: int) -> str | None:
         """Our rules' category for `row` where torch's own tag decided another, else None."""
@@ -235,9 +290,14 @@ class DeviceAnalysis:
             device=self.device, entries=n, allocations=len(self.allocs),
             allocations_before_trace=int(np.count_nonzero(self.allocs.alloc_index < 0)),
             peak=self.peak, start_live_bytes=int(self.live.start_bytes), end_live_bytes=int(self.live.end_bytes),
-            reserved_peak_bytes=None if self.live.reserved_peak is None else int(self.live.reserved_peak),
+            reserved_peak_bytes=None if self.live.reserved_peak is None or self.reserved_unknown()
+            else int(self.live.reserved_peak),
             end_by_category=self.by_category_at(n - 1), iterations=self.iterations, leaks=self.leaks,
-            ooms=self.ooms, stale_gradients=self.stale_gradients)
+            ooms=self.ooms, stale_gradients=self.stale_gradients, skipped_actions=self.skipped_actions)
+
+    def reserved_unknown(self) -> bool:
+        """Reserved memory over the trace is unknown: its segment events were not recorded."""
+        return any(a.startswith("segment_") for a in self.skipped_actions)
 
 
 @dataclass(eq=False)
@@ -248,6 +308,7 @@ class Analysis:
     rules: RuleSet | None = None
     facts: SnapshotFacts | None = None
     from_cache: bool = False             # the results were read from the snapshot's cache entry
+    host: HostMemory | None = None       # pinned host memory (2.14): its own space, never a GPU's
 
     @property
     def rule_why(self) -> list[str]:
@@ -304,14 +365,16 @@ def analyze(snap: Snapshot, progress: Progress | None = None, rules_path=None,
             _attach(da, snap, facts, rule_names)
     if progress is not None:
         progress.finish()
-    return Analysis(snap, devices, rule_names, rules, facts, from_cache=from_cache)
+    return Analysis(snap, devices, rule_names, rules, facts, from_cache=from_cache, host=host_memory(snap))
 
 
 def _attach(da: DeviceAnalysis, snap: Snapshot, facts: SnapshotFacts, rule_names: list) -> None:
     da.facts = facts
     da.rule_names = rule_names
+    da.snapshot = snap
     cols = snap.trace(da.device).columns
     da.trace_forward_stack = np.asarray(cols["forward_stack"]) if "forward_stack" in cols else None
+    da.skipped_actions = skipped_actions(snap, da.device)
 
 
 def _analyze_device(snap, dev, facts, rules, rule_names) -> DeviceAnalysis:
@@ -328,11 +391,17 @@ def _analyze_device(snap, dev, facts, rules, rule_names) -> DeviceAnalysis:
         tag, precise = profiler_tags(torch_category, snap.category_names)
         rules_category = combine(cl.category, cl.rule, cl.evidence, tag, precise,
                                  rule_names.index("torch.profiler_category"))
+    torch_component = component_rows(snap, dev, allocs)
+    if torch_component is not None:
+        tag, precise = component_tags(torch_component, snap.component_names)
+        ours = combine(cl.category, cl.rule, cl.evidence, tag, precise, rule_names.index("torch.component"))
+        rules_category = ours if rules_category is None else rules_category
     apply_carried(snap, dev, allocs, cl.category, cl.rule, cl.evidence, rule_names)
     da = DeviceAnalysis(dev, live, allocs, cl.category, cl.rule, timeline=tl, chain_root=cl.root,
                         chain_last=cl.last, row_phase=cl.row_phase, trace_action=np.asarray(t.columns["action"]),
                         trace_stack=np.asarray(t.columns["stack"]), oom_indices=oom_indices(t),
-                        evidence=cl.evidence, rules_category=rules_category, torch_category=torch_category)
+                        evidence=cl.evidence, rules_category=rules_category, torch_category=torch_category,
+                        torch_component=torch_component)
     _attach(da, snap, facts, rule_names)
     da.iterations = with_peaks(da, facts, tl.iterations)
     tl.iterations = list(da.iterations)

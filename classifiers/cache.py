@@ -53,7 +53,7 @@ from .results import Iteration, Leak, Oom, Peak, RunProfile, StaleGradients, fro
 from .rules import user_rules_path
 from .timeline import PHASE_NAMES, Timeline
 
-FORMAT = 4                # 2: typed results (results.py), iterations numbered from 1; 4: evidence
+FORMAT = 5                # 2: typed results (results.py), iterations numbered from 1; 4: evidence; 5: components
 PREFIX = "an-"
 KEEP = 2                  # analyses kept per snapshot (under different keys)
 
@@ -77,6 +77,7 @@ _ARRAYS = {
     "chain_last": ("da", "chain_last", "rows"),
     "row_phase": ("da", "row_phase", "rows"),
     "torch_category": ("da", "torch_category", "rows"),
+    "torch_component": ("da", "torch_component", "rows"),
     "oom_indices": ("da", "oom_indices", None),
     "phase": ("timeline", "phase", "n"),
     "segment": ("timeline", "segment", "n"),
@@ -271,7 +272,7 @@ def _load(snap, fp, rule_names, man) -> dict:
                 raise _Mismatch(f"{name} shape")
             arrs[name] = a
         for name, (_, _, expect) in _ARRAYS.items():
-            _check(name in arrs or name in ("torch_category", "rules_category"), f"{name} missing")
+            _check(name in arrs or name in ("torch_category", "rules_category", "torch_component"), f"{name} missing")
         # cheap range checks on the small columns (a damaged file is recomputed, not trusted)
         _check(_below(arrs["category"], len(CATEGORIES)) and _below(arrs["rule"], len(rule_names))
                and _below(arrs["evidence"], len(EVIDENCE))
@@ -303,7 +304,8 @@ def _load(snap, fp, rule_names, man) -> dict:
                             row_phase=arrs["row_phase"], trace_action=np.asarray(t.columns["action"]),
                             trace_stack=np.asarray(t.columns["stack"]), oom_indices=arrs["oom_indices"],
                             evidence=arrs["evidence"], rules_category=arrs.get("rules_category"),
-                            torch_category=arrs.get("torch_category"), iterations=iterations, peak=peak,
+                            torch_category=arrs.get("torch_category"), torch_component=arrs.get("torch_component"),
+                            iterations=iterations, peak=peak,
                             leaks=from_plain(tuple[Leak, ...], info["leaks"]), ooms=ooms,
                             stale_gradients=from_plain(StaleGradients | None, info["stale_gradients"]),
                             profile=from_plain(RunProfile, info["profile"]))

@@ -147,23 +147,30 @@ def naming_stacks(da, rows: np.ndarray) -> np.ndarray:
 
 def sites_at(da, index: int, site_of: SiteOf) -> tuple[SiteBytes, ...]:
     """Bytes live right after entry `index` grouped by code site, most bytes first: grouped
-    by naming stack with numpy, then `site_of` once per distinct stack."""
+    by naming stack with numpy, then `site_of` once per distinct stack. Where torch's
+    component tracking names the module each row was made in, a site is a code site in one
+    module ('forward in layers.0': one line of a Linear runs in every layer)."""
     rows = np.flatnonzero(da.live_mask(index))
     if not len(rows):
         return ()
     naming = naming_stacks(da, rows)
+    module = row_modules(da, rows)
     size = np.asarray(da.allocs.size[rows], dtype=np.int64)
-    order = np.argsort(naming, kind="stable")
-    naming, size = naming[order], size[order]
-    starts = np.flatnonzero(np.r_[True, naming[1:] != naming[:-1]])
+    order = np.lexsort((module, naming))
+    naming, module, size = naming[order], module[order], size[order]
+    starts = np.flatnonzero(np.r_[True, (naming[1:] != naming[:-1]) | (module[1:] != module[:-1])])
     stack_bytes = np.add.reduceat(size, starts)            # int64: exact
     stack_count = np.diff(np.r_[starts, len(naming)])
     stack_ids = naming[starts]
+    strings = da.snapshot.strings if da.snapshot is not None else []
 
     line_of = _line_getter(da)
     groups: dict[tuple[str, str], _Group] = {}
-    for sid, nbytes, count in zip(stack_ids.tolist(), stack_bytes.tolist(), stack_count.tolist()):
+    for sid, mod, nbytes, count in zip(stack_ids.tolist(), module[starts].tolist(), stack_bytes.tolist(),
+                                       stack_count.tolist()):
         file, function = site_of(int(sid))
+        if mod >= 0:
+            function = f"{function} in {strings[mod]}"
         g = groups.setdefault((str(file), str(function)), _Group())
         g.bytes += nbytes
         g.count += count
@@ -176,6 +183,15 @@ def sites_at(da, index: int, site_of: SiteOf) -> tuple[SiteBytes, ...]:
            for k, g in groups.items()]
     out.sort(key=lambda s: (-s.bytes, s.file, s.function))
     return tuple(out)
+
+
+def row_modules(da, rows: np.ndarray) -> np.ndarray:
+    """int64 per row: the string id of the module it was made in (component tracking sets
+    user_metadata to it; DeviceAnalysis.module_of), -1 unknown."""
+    md = da.metadata() if getattr(da, "torch_component", None) is not None else None
+    if md is None:
+        return np.full(len(rows), -1, dtype=np.int64)
+    return np.asarray(md.user[rows], dtype=np.int64)
 
 
 @dataclass

@@ -149,6 +149,9 @@ class Allocation:
     forward_stack: int = -1         # torch 2.13: the forward stack of a backward allocation
     evidence: str = "none"          # what the category rests on: torch|stack|lifetime|guess|none (evidence.py)
     rules_category: str | None = None   # our rules' verdict where torch's own tag decided another
+    torch_tag: str = ""             # torch's own tag as the file names it (profiler category, component type)
+    module: str = ""                # the module it was allocated in (component tracking), '' unknown
+    metadata: tuple[tuple[str, str], ...] = ()  # (kind, text): 'metadata', each 'note' (annotate), 'internal'
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,35 @@ class DeviceSummary:
     leaks: tuple[Leak, ...]
     ooms: tuple[Oom, ...]
     stale_gradients: StaleGradients | None = None
+    skipped_actions: tuple[str, ...] = ()   # left out by the recording (skip_actions), as the trace proves
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    """Pinned host memory (torch 2.14 `record_pinned_host_memory`): its own memory space
+    beside the devices, never part of a GPU's peak. Indices are positions in `host_traces`."""
+    entries: int
+    allocations: int
+    allocations_before_trace: int
+    peak_bytes: int                 # the sum of live pinned blocks (power-of-two rounded sizes)
+    peak_index: int                 # -1: the start state is the peak
+    peak_time_us: int | None
+    start_live_bytes: int
+    end_live_bytes: int
+    reserved_peak_bytes: int | None  # pinned memory the host allocator held (cached blocks included)
+    reserved_end_bytes: int
+    segments: int
+    skipped_actions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MetadataGroup:
+    """Allocations whose metadata (user_metadata, annotations) gives one value to a key
+    (`DeviceAnalysis.group_by_metadata`): a user who stamps `step=12` groups by `step`."""
+    value: str                      # '' for the allocations without the key
+    allocations: int
+    bytes: int                      # allocated, in all
+    peak_bytes: int                 # of them, live at the peak
 
 
 # -- plain data -----------------------------------------------------------------------------
@@ -316,4 +348,5 @@ def _build_checker(tp: Any):
 
 
 __all__ = ["Peak", "Iteration", "Region", "StaleGradients", "Leak", "Advice", "Oom", "Allocation", "Finding", "DeviceSummary", "RunProfile",
+           "HostMemory", "MetadataGroup",
            "to_plain", "from_plain", "field"]

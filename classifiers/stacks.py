@@ -27,6 +27,11 @@ Frame roles (what a user is shown first; the one frame-kind test of the project)
 `best_frame` per stack follows that order of preference: a stack's user frame when it
 has one, else the innermost library frame, the module, the autograd node, the op, and
 only then C++ frames; an allocator frame is named only when a stack holds nothing else.
+
+FX source mapping (`_snapshot(augment_with_fx_traces=True)`, snap.frame_fx): a frame of
+FX-generated code names the node it runs and the node's original trace. The innermost user
+frame of that trace is the stack's user frame (the model's own line, not the generated
+one), unless a user frame of the stack itself lies inside the generated code's call.
 """
 from __future__ import annotations
 
@@ -51,8 +56,9 @@ _ALLOCATOR = ("torch::unwind::", "torch::CapturedTraceback::", "torch::cuda::(an
               "c10::", "at::detail::empty", "at::detail::_empty", "at::TensorBase at::detail::_empty",
               "at::empty", "at::TensorBase at::empty")
 # Python frames outside the user's code: installed packages, the standard library, torch itself,
-# and code torch generates (Inductor's kernels in /tmp/torchinductor_<user>/, FX graph modules)
-GENERATED_PATH = ("/torchinductor_", "<eval_with_key>")
+# and code torch generates (Inductor's kernels in /tmp/torchinductor_<user>/, FX graph modules:
+# '<eval_with_key>.N', or 'fx_generated__<hash>.py' where torch registers FX metadata)
+GENERATED_PATH = ("/torchinductor_", "<eval_with_key>", "fx_generated_")
 LIBRARY_PATH = ("site-packages/", "dist-packages/", "/lib/python", "/torch/", "<frozen", "<string>") + GENERATED_PATH
 
 ROLE_USER, ROLE_LIBRARY, ROLE_MODULE, ROLE_OP, ROLE_AUTOGRAD, ROLE_CPP, ROLE_ALLOCATOR = range(7)
@@ -346,6 +352,7 @@ class StackFacts:
         t = self.table
         role = t.role
         user = self.innermost_frame(role == ROLE_USER) if len(role) else np.full(self.n_stacks, -1, np.int64)
+        self._fx_user_frames(user)
         best = user.copy()
         if not len(role):
             return user, best
@@ -362,6 +369,34 @@ class StackFacts:
                 break
             best[todo] = self.innermost_frame(m)[todo]
         return user, best
+
+    def fx_original_user(self) -> np.ndarray:
+        """int64 per frame: the innermost user frame of its FX original trace, -1 none."""
+        role = self.table.role
+        out = np.full(len(role), -1, dtype=np.int64)
+        for f, v in (getattr(self.snap, "frame_fx", None) or {}).items():
+            mine = [g for g in v[4] if 0 <= g < len(role) and role[g] == ROLE_USER]
+            if 0 <= f < len(out) and mine:
+                out[f] = mine[0]
+        return out
+
+    def _fx_user_frames(self, user: np.ndarray) -> None:
+        """In place: a stack through FX-generated code is the user's at the node's original
+        line (see the module docstring)."""
+        if not getattr(self.snap, "frame_fx", None) or not len(self.table.role):
+            return
+        orig = self.fx_original_user()
+        has = orig >= 0
+        if not has.any():
+            return
+        fx_pos = self.first_pos(has)
+        user_pos = self.first_pos(self.table.role == ROLE_USER)
+        if self.outer_first.any():          # traceback-line stacks: no FX frames there
+            fx_pos[self.outer_first] = -1
+        take = (fx_pos >= 0) & ((user_pos < 0) | (user_pos > fx_pos))
+        if take.any():
+            g = self.frames[self.offsets[:-1][take] + fx_pos[take]]
+            user[take] = orig[g]
 
     def _forward_user_frames(self) -> np.ndarray:
         """Per stack named by an autograd node (a backward allocation on autograd's thread,

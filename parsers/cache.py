@@ -54,7 +54,7 @@ from .reader import read_pickle_stream
 from .snapshot import BLOCK_COLUMNS, SEGMENT_COLUMNS, DeviceTrace, Snapshot, build_tables, interned_arrays
 from .tables import ALL_COLUMNS, CacheWriteError, map_column
 
-CACHE_VERSION = 5
+CACHE_VERSION = 6        # 6: annotate action, host memory, component tags, internal_metadata, FX frames
 _HASH_SPAN = 1 << 16
 MAX_ENTRIES = 24          # keep the most recently used snapshots' columns
 RACY_NS = 2_000_000_000   # a file changed this close to our last look may have changed again unseen
@@ -211,7 +211,8 @@ def _parse_into(path, fh, st, root, entry, workdir, progress, fast=True):
                         stack_offsets=so, stack_frames=sf, traces=traces, segments=seg, blocks=blk,
                         action_names=sink.action_names, category_names=sink.category_names,
                         allocator_settings=settings, annotations=annotations, extra=extra, layout=layout,
-                        trace_device_count=ntrace, dropped_values=sink.flat.dropped)
+                        trace_device_count=ntrace, dropped_values=sink.flat.dropped,
+                        component_names=sink.component_names, frame_fx=sink.interner.frame_fx)
         if progress is not None:
             progress.finish()
     except BaseException:
@@ -287,6 +288,8 @@ def _write_entry(workdir, snap: Snapshot, sink, columns, content: dict, source: 
         "layout": snap.layout,
         "trace_device_count": snap.trace_device_count,
         "dropped_values": snap.dropped_values,
+        "component_names": snap.component_names,
+        "frame_fx": {str(f): [*v[:4], list(v[4])] for f, v in snap.frame_fx.items()},
     }
     # No fsync anywhere: a power cut can leave any of these files short or empty, and then
     # its checksum discards the entry on the next open. Losing an entry costs only time.
@@ -375,7 +378,10 @@ def _load_cached(entry: str, path: str, fh, st, verify: bool = True) -> Snapshot
             action_names=meta["action_names"], category_names=meta["category_names"],
             allocator_settings=meta["allocator_settings"], annotations=meta["annotations"],
             extra=meta["extra"], layout=meta["layout"], trace_device_count=meta["trace_device_count"],
-            from_cache=True, cache_entry=entry, dropped_values=int(meta.get("dropped_values", 0)))
+            from_cache=True, cache_entry=entry, dropped_values=int(meta.get("dropped_values", 0)),
+            component_names=meta["component_names"],
+            frame_fx={int(f): (int(v[0]), int(v[1]), int(v[2]), int(v[3]), tuple(int(x) for x in v[4]))
+                      for f, v in meta["frame_fx"].items()})
         _validate(snap)
         try:
             os.utime(entry)   # most recently used
@@ -419,9 +425,20 @@ def _validate(snap: Snapshot) -> None:
             raise CorruptError("actions")
         if "category" in c and len(c["category"]) and int(c["category"].max()) >= len(snap.category_names):
             raise CorruptError("categories")
-        for k in ("compile_context", "user_metadata"):
+        for k in ("compile_context", "user_metadata", "internal_metadata"):
             if k in c and len(c[k]) and (int(c[k].max()) >= nstr or int(c[k].min()) < -1):
                 raise CorruptError("trace strings")
+        if "component" in c and len(c["component"]) and int(c["component"].max()) >= len(snap.component_names):
+            raise CorruptError("components")
+    if not isinstance(snap.component_names, list) or not all(type(s) is str for s in snap.component_names):
+        raise CorruptError("component names")
+    bc = snap.blocks["component"]
+    if len(bc) and int(bc.max()) >= len(snap.component_names):
+        raise CorruptError("block components")
+    for f, (op, name, target, trace, originals) in snap.frame_fx.items():
+        if not 0 <= f < nf or any(not -1 <= x < nstr for x in (op, name, target, trace)) \
+                or any(not 0 <= x < nf for x in originals):
+            raise CorruptError("fx frames")
 
 
 # -- housekeeping ----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import numpy as np
 
 from . import numbers
 from .sink import MISSING_ACTION
+from .tables import COMPONENT_KEY
 
 if TYPE_CHECKING:  # pragma: no cover
     from .interpreter import Interpreter
@@ -31,7 +32,8 @@ if TYPE_CHECKING:  # pragma: no cover
 FAST_KINDS = {
     "action": "str", "addr": "int", "size": "int", "stream": "int", "time_us": "int",
     "frames": "list", "forward_frames": "list", "compile_context": "str",
-    "user_metadata": "str", "category": "str", "pool_id": "tuple2",
+    "user_metadata": "str", "category": "str", "pool_id": "tuple2", "internal_metadata": "str",
+    COMPONENT_KEY: "str",
 }
 POOL_BASE = -(1 << 30)   # memo_fast codes at or below this name a pool tuple
 _KIND_CODES = {"str": 1, "list": 2, "tuple2": 3}
@@ -442,8 +444,9 @@ class FastPath:
                 if key == "action":
                     out["action"] = self._action_codes(ids)
                 elif key == "category":
-                    out["category"] = np.asarray([sink.category_code(sink.interner.strings[i]) if i >= 0 else 0
-                                                  for i in ids.tolist()], dtype=np.uint8)
+                    out["category"] = self._name_codes(ids, sink.category_code)
+                elif key == COMPONENT_KEY:
+                    out["component"] = self._name_codes(ids, sink.component_code)
                 else:
                     out[key] = ids.astype(np.int32)
             else:
@@ -539,6 +542,14 @@ class FastPath:
         codes = np.asarray([sink.action_code(sink.interner.strings[i] if i >= 0 else MISSING_ACTION)
                             for i in uniq.tolist()], dtype=np.uint8)
         return codes[inv]
+
+    def _name_codes(self, string_ids: np.ndarray, code_of) -> np.ndarray:
+        """uint8 codes of named values (profiler categories, component names): `code_of`
+        once per distinct string, 0 where the entry has none."""
+        strings = self.r.sink.interner.strings
+        uniq, inv = np.unique(string_ids, return_inverse=True)
+        codes = np.asarray([code_of(strings[i]) if i >= 0 else 0 for i in uniq.tolist()], dtype=np.uint8)
+        return codes[inv.reshape(-1)]
 
     def _ref_stacks(self, ref, inline, sids) -> np.ndarray:
         r = self.r

@@ -29,6 +29,7 @@ from .fastpath import _OP_H, POOL_BASE, FastPath, Win8
 from .limits import MAX_LONG_BYTES, MAX_NESTING, MAX_STACK, MAX_STRING
 from .progress import Progress
 from .sink import EntryRef, TraceList, TracesList, TraceSink, is_frames
+from .tables import COMPONENT_KEY, HOST_DEVICE
 from .values import StackRef
 
 CHUNK = 4 << 20              # bytes read at a time
@@ -42,7 +43,8 @@ _UNSAFE = {
 }
 
 KNOWN_ENTRY_KEYS = frozenset(("action", "addr", "size", "stream", "time_us", "frames", "compile_context",
-                              "user_metadata", "forward_frames", "category", "device_free", "pool_id"))
+                              "user_metadata", "forward_frames", "category", "device_free", "pool_id",
+                              "internal_metadata", COMPONENT_KEY))
 
 _MISSING = object()
 
@@ -85,6 +87,7 @@ class Interpreter:
         self.fast_enabled = fast
         self.top = None
         self.traces: TracesList | None = None
+        self.host_traces: TraceList | None = None   # `host_traces` (2.14): streamed like a device's
         self.protocol = None
 
     # -- buffer -------------------------------------------------------------
@@ -536,6 +539,12 @@ class Interpreter:
 
     def _new_list(self, stack, metastack):
         st = stack
+        if st and type(st[-1]) is str and st[-1] == "host_traces" and self.host_traces is None \
+                and len(metastack) == 1 and len(metastack[0]) == 1 and type(metastack[0][0]) is dict \
+                and len(st) % 2 == 1:
+            # torch 2.14's pinned host memory: one flat list of entries in the device layout
+            self.host_traces = TraceList(HOST_DEVICE, self.sink)
+            return self.host_traces
         if self.traces is None:
             if (len(metastack) == 1 and len(metastack[0]) == 1 and type(metastack[0][0]) is dict
                     and st and len(st) % 2 == 1 and st[-1] == "device_traces"):

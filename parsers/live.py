@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .snapshot import Snapshot
-from .tables import (A_ALLOC, A_FREE, A_FREE_COMPLETED, A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP,
-                     A_SEGMENT_UNMAP, LIVE_BLOCK_STATES)
+from .tables import (A_ALLOC, A_FREE, A_FREE_COMPLETED, A_FREE_REQUESTED, A_SEGMENT_ALLOC, A_SEGMENT_FREE,
+                     A_SEGMENT_MAP, A_SEGMENT_UNMAP, LIVE_BLOCK_STATES)
 
 
 @dataclass
@@ -133,9 +133,44 @@ class Allocations:
         return len(self.addr)
 
 
+def frees_at_request(snap: Snapshot, device: int) -> np.ndarray:
+    """Trace indices of the `free_requested` entries that end an allocation: none in a
+    trace that records `free_completed` (or torch 2.0's `free`); in one recorded with
+    `skip_actions=["free_completed"]` (torch 2.13+), every `free_requested` but those of
+    blocks still live at the end with no later alloc at their address (a free still pending
+    on a stream when the snapshot was taken, or a window cut before its completion)."""
+    t = snap.trace(device)
+    action = np.asarray(t.columns["action"])
+    none = np.zeros(0, dtype=np.int64)
+    if not len(action) or (action == A_FREE_COMPLETED).any() or (action == A_FREE).any():
+        return none
+    fr = np.flatnonzero(action == A_FREE_REQUESTED)
+    if not len(fr):
+        return none
+    addr = np.asarray(t.columns["addr"])
+    blk = snap.device_blocks(device)
+    live_end = blk["address"][np.isin(blk["state"], LIVE_BLOCK_STATES)]
+    pending = np.isin(addr[fr], live_end)
+    if pending.any():
+        al = np.flatnonzero(action == A_ALLOC)
+        a_addr = addr[al]
+        order = np.lexsort((al, a_addr))          # by address, then index: the last is the latest
+        a_addr, al = a_addr[order], al[order]
+        k = np.searchsorted(a_addr, addr[fr[pending]], side="right") - 1
+        if len(al):
+            later = (k >= 0) & (a_addr[np.maximum(k, 0)] == addr[fr[pending]]) & (al[np.maximum(k, 0)] > fr[pending])
+        else:
+            later = np.zeros(len(k), dtype=bool)
+        keep = np.ones(len(fr), dtype=bool)
+        keep[np.flatnonzero(pending)[~later]] = False
+        fr = fr[keep]
+    return fr
+
+
 def allocations(snap: Snapshot, device: int) -> Allocations:
     """Pair each `alloc` with the `free_completed` that ends it (same address, next
-    event there), vectorized: sort alloc/free events by (address, time)."""
+    event there; the `free_requested` of `frees_at_request` where the trace recorded no
+    completions), vectorized: sort alloc/free events by (address, time)."""
     t = snap.trace(device)
     action = np.asarray(t.columns["action"])
     addr = np.asarray(t.columns["addr"])
@@ -143,7 +178,10 @@ def allocations(snap: Snapshot, device: int) -> Allocations:
     tus = np.asarray(t.columns["time_us"])
     stack = np.asarray(t.columns["stack"])
     idx_t = np.int32 if len(action) < (1 << 31) else np.int64
-    ev = np.flatnonzero((action == A_ALLOC) | (action == A_FREE_COMPLETED) | (action == A_FREE)).astype(idx_t)
+    is_ev = (action == A_ALLOC) | (action == A_FREE_COMPLETED) | (action == A_FREE)
+    is_ev[frees_at_request(snap, device)] = True
+    ev = np.flatnonzero(is_ev).astype(idx_t)
+    del is_ev
     ev_addr = addr[ev]
     order = np.lexsort((ev, ev_addr))           # by address, then time
     e_sorted = ev[order]

@@ -20,8 +20,8 @@ import numpy as np
 from . import numbers
 from .errors import CorruptError, LimitError
 from .limits import RowBudget
-from .tables import (A_UNKNOWN, ACTIONS, OPTIONAL_COLUMNS, PROFILER_CATEGORIES, TRACE_COLUMNS, ColumnFile,
-                     Interner)
+from .tables import (A_UNKNOWN, ACTIONS, COMPONENT_KEY, HOST_DEVICE, OPTIONAL_COLUMNS, PROFILER_CATEGORIES,
+                     TRACE_COLUMNS, ColumnFile, Interner)
 from .values import DROPPED, Flattener, StackRef
 
 MISSING_ACTION = "(missing)"     # an entry without an 'action' key
@@ -218,6 +218,8 @@ class TraceSink:
         self._action_codes = {a: i for i, a in enumerate(ACTIONS)}
         self.category_names = list(PROFILER_CATEGORIES)
         self._category_codes = {c: i for i, c in enumerate(PROFILER_CATEGORIES)}
+        self.component_names = [""]          # component tracking's names, as the file spells them
+        self._component_codes = {"": 0}
         self._list_stack_ids: dict[int, int] = {}  # id(python list) -> stack id
         self.interned_lists = self._list_stack_ids   # (the interpreter refuses to change them)
         self._frame_ids: dict[int, int] = {}       # id(frame dict) -> frame id
@@ -237,7 +239,8 @@ class TraceSink:
     def device(self, device: int) -> DeviceColumns:
         d = self.devices.get(device)
         if d is None:
-            numbers.device(device)          # device_traces has more than 65536 lists: refused
+            if device != HOST_DEVICE:
+                numbers.device(device)      # device_traces has more than 65536 lists: refused
             d = self.devices[device] = DeviceColumns(self, device)
         return d
 
@@ -259,6 +262,16 @@ class TraceSink:
                 return self._category_codes["unknown"]
             code = self._category_codes[name] = len(self.category_names)
             self.category_names.append(name)
+        return code
+
+    def component_code(self, name: str) -> int:
+        """Code of a component-tracking name (0: none; more than 255 distinct: 0 too)."""
+        code = self._component_codes.get(name)
+        if code is None:
+            if len(self.component_names) >= 255:
+                return 0
+            code = self._component_codes[name] = len(self.component_names)
+            self.component_names.append(name)
         return code
 
     def stack_of(self, frames) -> int:
@@ -298,7 +311,8 @@ class TraceSink:
             self._copy_row(e, device)
             return
         if type(e) is not dict:
-            raise CorruptError(f"trace entry of device {device} is a {type(e).__name__}, not a dict")
+            where = "the pinned host memory trace" if device == HOST_DEVICE else f"device {device}"
+            raise CorruptError(f"trace entry of {where} is a {type(e).__name__}, not a dict")
         dev = self.device(device)
         opt = {}
         extra = None
@@ -307,8 +321,10 @@ class TraceSink:
                 continue
             if k == "category" and type(v) is str:
                 opt["category"] = self.category_code(v)
-            elif (k == "compile_context" or k == "user_metadata") and type(v) is str:
+            elif (k == "compile_context" or k == "user_metadata" or k == "internal_metadata") and type(v) is str:
                 opt[k] = self.string_id(v)
+            elif k == COMPONENT_KEY and type(v) is str:
+                opt["component"] = self.component_code(v)
             elif k == "forward_frames" and is_frames(v):
                 opt["forward_stack"] = self.stack_of(v)
             elif k == "pool_id" and type(v) is tuple and len(v) == 2 and all(type(x) is int for x in v):

@@ -9,7 +9,7 @@ from . import numbers
 from .errors import NotASnapshotError
 from .metadata import METADATA_KEY, RunMetadata, read_metadata
 from .sink import TracesList
-from .tables import ACTIONS, BLOCK_STATES, LIVE_BLOCK_STATES, PROFILER_CATEGORIES
+from .tables import ACTIONS, BLOCK_STATES, COMPONENT_KEY, HOST_DEVICE, LIVE_BLOCK_STATES, PROFILER_CATEGORIES
 from .values import DROPPED
 
 SEGMENT_COLUMNS = {
@@ -20,6 +20,7 @@ SEGMENT_COLUMNS = {
 BLOCK_COLUMNS = {
     "device": np.int32, "segment": np.int32, "address": np.int64, "size": np.int64,
     "requested_size": np.int64, "state": np.uint8, "stack": np.int32,
+    "component": np.uint8,      # component tracking's tag of the block (code into component_names)
 }
 SEGMENT_TYPES = ("small", "large", "other")
 _SEGMENT_TYPE_CODES = {"small": 0, "large": 1}
@@ -65,6 +66,11 @@ class Snapshot:
     from_cache: bool = False
     cache_entry: str | None = None     # the cache directory holding its columns, if any
     dropped_values: int = 0            # values outside the schema not kept: over the file's bound
+    component_names: list = field(default_factory=lambda: [""])   # component tracking's names
+    # frame id -> FX source mapping (augment_with_fx_traces, #166676): (fx_node_op, fx_node_name,
+    # fx_node_target, fx_original_trace) string ids (-1: absent) and the original trace's
+    # frames, innermost first (tables.Interner.frame_fx)
+    frame_fx: dict = field(default_factory=dict)
 
     @property
     def metadata(self) -> RunMetadata | None:
@@ -75,9 +81,20 @@ class Snapshot:
     # -- devices --------------------------------------------------------------
     @property
     def devices(self) -> list[int]:
-        devs = set(self.traces)
-        devs.update(int(d) for d in np.unique(self.segments["device"]))
+        """The GPUs with data (pinned host memory is not one of them: `host`)."""
+        devs = {d for d in self.traces if d >= 0}
+        devs.update(int(d) for d in np.unique(self.segments["device"]) if d >= 0)
         return sorted(devs)
+
+    @property
+    def has_host(self) -> bool:
+        """The file recorded pinned host memory (2.14 `record_pinned_host_memory`): a trace
+        or segments under `HOST_DEVICE`."""
+        return HOST_DEVICE in self.traces or bool((self.segments["device"] == HOST_DEVICE).any())
+
+    @property
+    def host(self) -> DeviceTrace | None:
+        return self.traces.get(HOST_DEVICE)
 
     def trace(self, device: int) -> DeviceTrace:
         t = self.traces.get(device)
@@ -137,15 +154,65 @@ def build_tables(top, sink, reader):
     if not isinstance(segments, list) or isinstance(segments, TracesList):
         raise NotASnapshotError("'segments' is not a list")
     rows = sink.rows
-    rows.take(len(segments), "segments")
     seg_rows = {k: [] for k in SEGMENT_COLUMNS}
     blk_rows = {k: [] for k in BLOCK_COLUMNS}
+    _segment_rows(segments, sink, seg_rows, blk_rows, None)
+    host_segments = top.get("host_segments") if type(top) is dict else None
+    if isinstance(host_segments, list) and not isinstance(host_segments, TracesList):
+        # torch 2.14 pinned host memory: segments of the host allocator (device -1, one
+        # block each), read under HOST_DEVICE after the devices' own
+        _segment_rows(host_segments, sink, seg_rows, blk_rows, HOST_DEVICE)
+    if segments and all(type(s) is dict and "segment_type" not in s and "allocated_size" not in s
+                        for s in segments):
+        # torch.cuda._memory_viz._profile_to_snapshot writes one pseudo-segment per
+        # device spanning the addresses it saw: no allocator state to speak of.
+        layout = "profiler"
+    seg_tab = {k: np.asarray(v, dtype=dt) for (k, dt), v in zip(SEGMENT_COLUMNS.items(), seg_rows.values())}
+    blk_tab = {k: np.asarray(v, dtype=dt) for (k, dt), v in zip(BLOCK_COLUMNS.items(), blk_rows.values())}
+
+    settings = annotations = None
+    extra = {}
+    trace_device_count = 0
+    flat = sink.flat
+    if type(top) is dict:
+        settings = top.get("allocator_settings")
+        settings = flat.value(settings) if type(settings) is dict else None
+        if type(settings) is not dict:
+            settings = None
+        ann = top.get("external_annotations")
+        annotations = []
+        if isinstance(ann, list) and not isinstance(ann, TracesList):
+            rows.take(len(ann), "external annotations")
+            for a in ann:
+                v = flat.value(a)
+                if v is not DROPPED:
+                    annotations.append(v)
+        dt = top.get("device_traces")
+        if dt is not None and not isinstance(dt, list):
+            raise NotASnapshotError("'device_traces' is not a list")
+        trace_device_count = len(dt) if dt is not None else 0
+        for k, v in top.items():
+            if type(k) is str and k in ("segments", "device_traces", "allocator_settings", "external_annotations",
+                                        "host_segments", "host_traces"):
+                continue
+            v = flat.value(v)
+            if v is not DROPPED:
+                extra[k if type(k) is str else flat.key(k, len(extra))] = v
+    return seg_tab, blk_tab, settings, annotations or [], extra, layout, trace_device_count
+
+
+def _segment_rows(segments: list, sink, seg_rows: dict, blk_rows: dict, device: int | None) -> None:
+    """Append the rows of a list of segment dicts (and their blocks) to the tables; `device`
+    overrides each segment's own (host segments say -1, which is no device number)."""
+    rows = sink.rows
+    rows.take(len(segments), "segments")
     seg_total: dict[int, float] = {}
     blk_total: dict[int, float] = {}
-    for si, s in enumerate(segments):
+    base = len(seg_rows["device"])
+    for si, s in enumerate(segments, base):
         if type(s) is not dict:
             raise NotASnapshotError("a segment is not a dict")
-        dev = numbers.device(s.get("device"), 0)
+        dev = numbers.device(s.get("device"), 0) if device is None else device
         addr = numbers.addr(s.get("address", 0), "segment address")
         pool = s.get("segment_pool_id")
         pa, pb = pool if type(pool) is tuple and len(pool) == 2 else (-1, -1)
@@ -193,46 +260,12 @@ def build_tables(top, sink, reader):
             blk_rows["requested_size"].append(requested)
             blk_rows["state"].append(code)
             blk_rows["stack"].append(sink.stack_of(frames) if frames is not None else -1)
+            comp = b.get(COMPONENT_KEY)
+            blk_rows["component"].append(sink.component_code(comp) if type(comp) is str else 0)
     for dev, total in seg_total.items():
         numbers.check_total(total, f"the segment sizes of device {dev}")
     for dev, total in blk_total.items():
         numbers.check_total(total, f"the live block sizes of device {dev}")
-    if segments and all(type(s) is dict and "segment_type" not in s and "allocated_size" not in s
-                        for s in segments):
-        # torch.cuda._memory_viz._profile_to_snapshot writes one pseudo-segment per
-        # device spanning the addresses it saw: no allocator state to speak of.
-        layout = "profiler"
-    seg_tab = {k: np.asarray(v, dtype=dt) for (k, dt), v in zip(SEGMENT_COLUMNS.items(), seg_rows.values())}
-    blk_tab = {k: np.asarray(v, dtype=dt) for (k, dt), v in zip(BLOCK_COLUMNS.items(), blk_rows.values())}
-
-    settings = annotations = None
-    extra = {}
-    trace_device_count = 0
-    flat = sink.flat
-    if type(top) is dict:
-        settings = top.get("allocator_settings")
-        settings = flat.value(settings) if type(settings) is dict else None
-        if type(settings) is not dict:
-            settings = None
-        ann = top.get("external_annotations")
-        annotations = []
-        if isinstance(ann, list) and not isinstance(ann, TracesList):
-            rows.take(len(ann), "external annotations")
-            for a in ann:
-                v = flat.value(a)
-                if v is not DROPPED:
-                    annotations.append(v)
-        dt = top.get("device_traces")
-        if dt is not None and not isinstance(dt, list):
-            raise NotASnapshotError("'device_traces' is not a list")
-        trace_device_count = len(dt) if dt is not None else 0
-        for k, v in top.items():
-            if type(k) is str and k in ("segments", "device_traces", "allocator_settings", "external_annotations"):
-                continue
-            v = flat.value(v)
-            if v is not DROPPED:
-                extra[k if type(k) is str else flat.key(k, len(extra))] = v
-    return seg_tab, blk_tab, settings, annotations or [], extra, layout, trace_device_count
 
 
 def interned_arrays(interner):

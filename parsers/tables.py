@@ -6,6 +6,7 @@ stack a tuple of frame ids, innermost first).
 """
 from __future__ import annotations
 
+import re
 import zlib
 from typing import Iterable
 
@@ -15,13 +16,32 @@ from . import numbers
 from .values import as_text
 
 # Action codes. Unknown future actions are interned after these (kept, not fatal).
+# `annotate` (torch 2.14, pytorch #190575): `_annotate_tensor` / `_annotate_memory(ptr, md)`
+# attach a note to a live allocation after the fact; `addr` is its base address and
+# `user_metadata` the note. It changes no live or reserved memory.
 ACTIONS = (
     "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
-    "segment_map", "segment_unmap", "snapshot", "oom", "free",
+    "segment_map", "segment_unmap", "snapshot", "oom", "free", "annotate",
 )
 A_ALLOC, A_FREE_REQUESTED, A_FREE_COMPLETED, A_SEGMENT_ALLOC, A_SEGMENT_FREE, \
-    A_SEGMENT_MAP, A_SEGMENT_UNMAP, A_SNAPSHOT, A_OOM, A_FREE = range(len(ACTIONS))
+    A_SEGMENT_MAP, A_SEGMENT_UNMAP, A_SNAPSHOT, A_OOM, A_FREE, A_ANNOTATE = range(len(ACTIONS))
 A_UNKNOWN = 255  # more distinct unknown actions than a uint8 can name
+
+# Pinned host memory (torch 2.14, pytorch #182407, `record_pinned_host_memory=True`): the
+# snapshot's `host_traces` (one flat list of entries, the device entries' layout) and
+# `host_segments` (segment dicts with device -1) are read into the same tables as a device's,
+# under this device number. It is never one of `Snapshot.devices`: host memory is its own
+# memory space, never part of a GPU's peak.
+HOST_DEVICE = -1
+
+# torch's memory component tracking (pytorch #182387/#182388, torch main): the component
+# type an allocation is stamped with. UNVERIFIED: the snapshot key and its value form could
+# not be read from torch's source (its Module.cpp / memory.py with component tracking are not
+# in any source we could see; see docs/format.md); we read the key below with a string value,
+# the lower-case names of `memory_stats()`' `component_bytes.<name>.*` (upper-case accepted),
+# on trace entries and on blocks. Names are interned as the file spells them (as profiler
+# categories are); the classifier maps them (classifiers/torch_tags.py).
+COMPONENT_KEY = "component_type"
 
 # torch's memory-profiler categories, as found on profiler-converted snapshots.
 PROFILER_CATEGORIES = (
@@ -45,8 +65,22 @@ OPTIONAL_COLUMNS = {
     "forward_stack": (np.int32, -1),    # 2.13 forward_frames
     "pool_a": (np.int64, -1),           # 2.12 pool_id
     "pool_b": (np.int64, -1),
+    "internal_metadata": (np.int32, -1),   # main (pytorch #193432): allocator tags, string ids
+    "component": (np.uint8, 0),         # component tracking: code into Snapshot.component_names
 }
 ALL_COLUMNS = {**TRACE_COLUMNS, **{k: v[0] for k, v in OPTIONAL_COLUMNS.items()}}
+
+
+# FX source mapping (pytorch #166676, in torch 2.13.0; torch/_utils.py `_augment_frames`):
+# `_snapshot(augment_with_fx_traces=True)` adds to a frame of FX-generated code
+# (`fx_generated__<hash>.py`) `fx_node_op`, `fx_node_name`, `fx_node_target` (str, or None
+# for the first two) and, when the node has one, `fx_original_trace`: the node's
+# `meta["stack_trace"]`, Python traceback text, outermost frame first.
+FX_KEYS = ("fx_node_op", "fx_node_name", "fx_node_target", "fx_original_trace")
+_FX_TRACE_LINE = re.compile(r'File "([^"\n]*)", line (\d{1,9}), in ([^\n]*)')
+FX_TEXT_MAX = 1 << 16          # characters kept of one fx string
+FX_FRAMES_MAX = 64             # frames kept of one original trace (the innermost)
+FX_TEXT_TOTAL = 1 << 24        # characters of fx strings in the whole file; beyond: not kept
 
 
 class Interner:
@@ -61,6 +95,10 @@ class Interner:
         self._frame_ids: dict[tuple, int] = {}
         self.stacks: list[tuple] = [()]   # stack 0 is the empty stack
         self._stack_ids: dict[tuple, int] = {(): 0}
+        # frame id -> (op, node name, target, original trace): string ids (-1: none), and the
+        # original trace's frames, innermost first (frame ids of ordinary frames)
+        self.frame_fx: dict[int, tuple[int, int, int, int, tuple[int, ...]]] = {}
+        self._fx_chars_left = FX_TEXT_TOTAL
 
     def string(self, s: str) -> int:
         i = self._string_ids.get(s)
@@ -94,7 +132,28 @@ class Interner:
             if name == "EntryRef":
                 return self.frame("??", 0, "??")
             return self.frame("??", 0, "<list>" if name == "StackRef" else f"<{name}>")
-        return self.frame(d.get("filename", "??"), d.get("line", 0), d.get("name", "??"))
+        fid = self.frame(d.get("filename", "??"), d.get("line", 0), d.get("name", "??"))
+        if len(d) > 3 and fid not in self.frame_fx:
+            self._fx(fid, d)
+        return fid
+
+    def _fx(self, fid: int, d: dict) -> None:
+        """Keep a frame's FX fields (the first dict seen for a frame decides), bounded."""
+        vals = [d.get(k) for k in FX_KEYS]
+        if not any(type(v) is str for v in vals) or self._fx_chars_left <= 0:
+            return
+        ids = []
+        for v in vals:
+            if type(v) is str:
+                v = v[:FX_TEXT_MAX]
+                self._fx_chars_left -= len(v)
+                ids.append(self.string(v))
+            else:
+                ids.append(-1)
+        trace = vals[3][:FX_TEXT_MAX] if type(vals[3]) is str else ""
+        lines = _FX_TRACE_LINE.findall(trace)[-FX_FRAMES_MAX:]
+        originals = tuple(self.frame(f, int(n), name.strip()) for f, n, name in reversed(lines))
+        self.frame_fx[fid] = (ids[0], ids[1], ids[2], ids[3], originals)
 
     def stack(self, frame_ids: Iterable[int]) -> int:
         key = tuple(frame_ids)

@@ -476,7 +476,11 @@ def test_fixture_iteration_counts_from_expected_json():
 
 # Fixtures made to expose a classifier weakness a later change is to fix: expected to stay
 # below the bar until then (strict: a pass means the marker must go).
-INTENT_KNOWN_BELOW: dict[str, str] = {}
+INTENT_KNOWN_BELOW: dict[str, str] = {
+    "fx_frames.pickle": "an inference-only loop of three forwards through an FX GraphModule: one iteration is "
+                        "found, so the later inputs read as activations and the outputs the caller frees as "
+                        "temporaries (the classifier's reading of inference; the FX frames are read right)",
+}
 _FIXTURE_NAMES = sorted(json.loads((DATA / "expected.json").read_text())["fixtures"])
 
 

@@ -1,8 +1,10 @@
 """The device overview above the timeline (issue 11): one button per device with data, its
 peak, reserved peak and OOMs, the one to look at first marked; a click shows that device.
+Pinned host memory (torch 2.14 `record_pinned_host_memory`) is a card of its own after them:
+its own memory space, never part of a device's peak.
 
-Shown only when the snapshot has more than one device with data (one device needs no
-overview: the status bar names it). The window's own device switch does the work
+Shown only when the snapshot has more than one device with data, or host memory (one
+device alone needs no overview: the status bar names it). The window's own device switch does the work
 (`MainWindow.show_device`), so the strip, the toolbar's combo box and a reload agree.
 """
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QButtonGroup, QLabel, QSizePolicy, QToolButton, QWidget
 
-from ..present.words import device_card_text, device_first_reason
+from ..present.words import device_card_text, device_first_reason, host_card_text, host_space_words
 from .legend import FlowLayout
 from .theme import OOM_COLOR
 
@@ -26,6 +28,7 @@ class DeviceStrip(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.buttons: dict[int, QToolButton] = {}
+        self.host: QLabel | None = None
         self.primary: int | None = None
         self.group = QButtonGroup(self)
         self.group.setExclusive(True)
@@ -35,7 +38,8 @@ class DeviceStrip(QWidget):
         self.lay.setContentsMargins(6, 3, 6, 3)
         self.title = QLabel("Devices", self)
         self.title.setToolTip("Every GPU with data in this snapshot: its peak of live memory, the allocator's "
-                              "reserved peak and its out-of-memory errors. Click one to show it.")
+                              "reserved peak and its out-of-memory errors. Click one to show it. Pinned host "
+                              "memory, when recorded, is its own card (never part of a GPU's peak).")
         self.lay.addWidget(self.title)
         self.note = QLabel(self)
         self.note.setEnabled(False)          # muted, in the palette's disabled text colour
@@ -47,7 +51,8 @@ class DeviceStrip(QWidget):
             "QToolButton { border: 1px solid palette(mid); border-radius: 3px; padding: 2px 7px;"
             " background: palette(button); }"
             "QToolButton:hover { border-color: palette(highlight); }"
-            "QToolButton:checked { border: 2px solid palette(highlight); background: palette(base); }")
+            "QToolButton:checked { border: 2px solid palette(highlight); background: palette(base); }"
+            "QLabel#hostCard { border: 1px dashed palette(mid); border-radius: 3px; padding: 2px 7px; }")
         self.hide()
 
     def set_analysis(self, analysis, current: int | None):
@@ -57,9 +62,14 @@ class DeviceStrip(QWidget):
             self.lay.removeWidget(b)
             b.deleteLater()
         self.lay.removeWidget(self.note)
+        if self.host is not None:
+            self.lay.removeWidget(self.host)
+            self.host.deleteLater()
+            self.host = None
         self.buttons = {}
         devices = analysis.devices if analysis is not None else {}
-        if len(devices) < 2:
+        host = analysis.host if analysis is not None else None
+        if len(devices) < 2 and (host is None or not devices):
             self.primary = None
             self.hide()
             return
@@ -88,7 +98,14 @@ class DeviceStrip(QWidget):
             self.group.addButton(b, dev)
             self.lay.addWidget(b)
             self.buttons[dev] = b
-        self.note.setText(f"{FIRST_MARK} {device_first_reason(bool(devices[self.primary].ooms))}")
+        if host is not None:
+            self.host = QLabel(host_card_text(host.peak_bytes, host.reserved_peak_bytes), self)
+            self.host.setObjectName("hostCard")
+            self.host.setToolTip(f"{host_space_words()}: peak of live pinned blocks, the host allocator's "
+                                 f"reserved peak; {host.allocations:,} allocations in {host.entries:,} trace entries")
+            self.lay.addWidget(self.host)
+        self.note.setText(f"{FIRST_MARK} {device_first_reason(bool(devices[self.primary].ooms))}"
+                          if len(devices) > 1 else "")
         self.lay.addWidget(self.note)
         self.set_current(current)
         self.show()

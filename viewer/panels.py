@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 from ..common.units import fmt_bytes, fmt_duration_us, fmt_seconds
 from ..present.markup import html as _esc
 from ..present.stacks import short_path
-from ..present.words import freed_note, oom_diagnosis, oom_suggestions, process_limit
+from ..present.words import freed_note, oom_diagnosis, oom_suggestions, process_limit, torch_tag_words
 from .model import DeviceData
 from .segments import Segments
 from .theme import category_color
@@ -93,12 +93,21 @@ class StackPanel(QWidget):
             f"allocated {when_text(d, ai) if ai >= 0 else 'before the trace began'}<br>"
             f"freed {when_text(d, fi) if fi >= 0 else 'never (live at the end)'}{life}<br>"
             f"address <code>0x{int(a.addr[row]):x}</code>")
-        view = d.stacks.view_of(d.da, d.da.allocation(row), hide_internals=self.python_only.isChecked())
+        alloc = d.da.allocation(row)
+        tag = torch_tag_words(alloc.torch_tag, alloc.rules_category)
+        extra = (f"<br>{_esc(tag)}" if tag else "") \
+            + (f"<br>module <code>{_esc(alloc.module)}</code>" if alloc.module else "") \
+            + "".join(f"<br>{_esc(kind)}: <code>{_esc(text[:300])}</code>" for kind, text in alloc.metadata
+                      if not (kind == "metadata" and text == alloc.module))
+        if extra:
+            self.header.setText(self.header.text() + extra)
+        view = d.stacks.view_of(d.da, alloc, hide_internals=self.python_only.isChecked())
         lines, notes = [], []
         for fv in view.frames:
             if fv.role in ("user", "library"):
                 name = f"<b>{_esc(fv.function)}</b>" if fv.role == "user" else _esc(fv.function)
-                lines.append(f"{name}<br>&nbsp;&nbsp;<span style='color:{muted}'>"
+                fx = f"  <i style='color:{muted}'>[{_esc(fv.note)}]</i>" if fv.note else ""
+                lines.append(f"{name}{fx}<br>&nbsp;&nbsp;<span style='color:{muted}'>"
                              f"{_esc(short_path(fv.file))}:{fv.line}</span>")
             else:
                 text = _esc(fv.where if self.python_only.isChecked() else fv.function)

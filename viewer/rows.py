@@ -167,6 +167,9 @@ class RowView:
             ok = st >= 0
             m2 = np.zeros(self.n, dtype=bool)
             m2[ok] = sm[st[ok]] if len(sm) else False
+            md = d.da.metadata()
+            if md is not None and md.any():      # user_metadata, notes, internal tags, modules
+                m2 |= md.matching(self.text.strip())
             mask &= m2
         self._mask = mask
         self.rows = self._perm[mask[self._perm]]

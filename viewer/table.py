@@ -240,7 +240,9 @@ class AllocationsPanel(QWidget):
         self.text = QLineEdit(self)
         self.text.setPlaceholderText("Search frames: file, function or file.py:line (Ctrl+F)")
         self.text.setToolTip("Keep allocations with a frame whose file, function or file:line contains this text "
-                             "(as the Where column and the stack show it: 'train.py:42', 'forward', 'site-packages/')")
+                             "(as the Where column and the stack show it: 'train.py:42', 'forward', 'site-packages/'), "
+                             "or whose metadata does (user_metadata such as 'step=12', notes from annotate, the "
+                             "module torch's component tracking names)")
         self.text.setClearButtonEnabled(True)
         self.count = QLabel(self)
         self.count.setToolTip("Allocations shown / all allocations on this device")

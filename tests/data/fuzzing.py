@@ -220,7 +220,7 @@ def snapshot_signature(snap) -> dict:
         for k, v in tab.items():
             v = np.asarray(v)
             out[name][k] = [tuple(snap.stack_frames_list(int(x))) if x >= 0 else None for x in v.tolist()] \
-                if k == "stack" else v.tolist()
+                if k == "stack" else [snap.component_names[x] for x in v.tolist()] if k == "component" else v.tolist()
     for dev, t in snap.traces.items():
         cols = {}
         for k, v in t.columns.items():
@@ -229,15 +229,19 @@ def snapshot_signature(snap) -> dict:
                 cols[k] = [snap.action_names[x] for x in a]
             elif k in ("stack", "forward_stack"):
                 cols[k] = [tuple(snap.stack_frames_list(x)) if x >= 0 else None for x in a]
-            elif k in ("compile_context", "user_metadata"):
+            elif k in ("compile_context", "user_metadata", "internal_metadata"):
                 cols[k] = [snap.strings[x] if x >= 0 else None for x in a]
             elif k == "category":
                 cols[k] = [snap.category_names[x] for x in a]
+            elif k == "component":
+                cols[k] = [snap.component_names[x] for x in a]
             else:
                 cols[k] = a
         out[dev] = cols
         out[f"extras{dev}"] = {i: {kk: vv for kk, vv in e.items() if kk == "device_free"}
                                for i, e in t.extras.items()}
+    out["frame_fx"] = {snap.frame(f): (tuple(snap.strings[x] if x >= 0 else None for x in v[:4]),
+                                       tuple(snap.frame(g) for g in v[4])) for f, v in snap.frame_fx.items()}
     return out
 
 
@@ -285,7 +289,8 @@ def check_bytes(data: bytes, path: str, compare_paths: bool = True) -> tuple[str
             tb = traceback.extract_tb(e.__traceback__)
             where = f"{tb[-1].filename.rsplit('/', 2)[-2:]}:{tb[-1].lineno}" if tb else "?"
             return "FAIL", f"allocations raised {type(e).__name__}: {str(e)[:120]} at {where}"
-        if rc2 != 0 or not rows.startswith(b"device,index,addr,size,alloc_us,free_us,category,rule,evidence\n"):
+        from vramscope.cli.allocations import HEADER
+        if rc2 != 0 or not rows.startswith(HEADER.encode()):
             return "FAIL", f"allocations exit {rc2} after summary exit 0: {err2.strip()[-150:]}"
         outcome, detail = "ok", ""
     elif rc == 3 and len(lines) == 1:

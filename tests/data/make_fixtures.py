@@ -425,7 +425,8 @@ class OutOfMemory(Exception):
 
 
 class Blk:
-    __slots__ = ("addr", "size", "req", "state", "frames", "free_frames", "history", "cat", "seg", "mapped")
+    __slots__ = ("addr", "size", "req", "state", "frames", "free_frames", "history", "cat", "seg", "mapped",
+                 "component")
 
     def __init__(self, addr, size, seg, req=0, mapped=True):
         self.addr, self.size, self.seg, self.req = addr, size, seg, req
@@ -435,6 +436,7 @@ class Blk:
         self.free_frames = None
         self.history = []
         self.cat = None
+        self.component = None       # component tracking's tag of the block (None: untagged)
 
 
 class Seg:
@@ -468,6 +470,9 @@ class Snap:
         self.annotations = []
         self.compile_context = "N/A"
         self.user_metadata = ""
+        self.component = None             # component tracking: the thread's current component type
+        self.skip_actions = ()            # _record_memory_history(skip_actions=...): never recorded
+        self.host = None                  # HostDev: pinned host memory (2.14 record_pinned_host_memory)
         self.alloc_conf = alloc_conf
         self.expandable = expandable
         self.max_split_size = max_split_size
@@ -536,8 +541,8 @@ class Snap:
         if self.v >= (2, 5):
             out["external_annotations"] = self.annotations
         if self.v >= (2, 13):
-            out["host_segments"] = []
-            out["host_traces"] = []
+            out["host_segments"] = self.host.segment_dicts() if self.host is not None else []
+            out["host_traces"] = self.host.trace if self.host is not None else []
         return out
 
 
@@ -563,6 +568,9 @@ class Dev:
               forward_frames=None, dt=None, cat=None):
         sn = self.snap
         e = {"action": action}
+        if action in sn.skip_actions:       # the allocator never records it (its clock still moves)
+            sn.tick(dt if dt is not None else 37)
+            return e
         if action == "oom":
             e["device_free"] = device_free
         else:
@@ -591,6 +599,10 @@ class Dev:
                 e["internal_metadata"] = internal
             if sn.v >= (2, 12):
                 e["pool_id"] = pool
+        if sn.component is not None:
+            # UNVERIFIED key and value form (see COMPONENT_NOTE): the stamp of the thread's
+            # component type at the time of the event
+            e["component_type"] = sn.component
         if frames is not None:
             e["frames"] = frames
         if forward_frames:
@@ -736,6 +748,7 @@ class Dev:
         blk.req = size
         blk.frames = frames
         blk.cat = cat
+        blk.component = sn.component
         if sn.v < (2, 1):
             # 2.0 keeps a history only while recording; newest first, one older entry kept
             if self.recording:
@@ -783,7 +796,12 @@ class Dev:
         del self.by_addr[blk.addr]
         blk.state = "inactive"
         blk.frames = None
+        blk.component = None
         self._merge(blk)
+
+    def tag(self, addr, component):
+        """component tracking's `_tag_block(ptr, type)`: re-tag a live block (no trace entry)."""
+        self.by_addr[addr].component = component
 
     def _merge(self, blk):
         seg = blk.seg
@@ -883,6 +901,8 @@ class Dev:
                         bd["history"] = b.history
                 else:
                     bd = {"address": b.addr, "size": b.size, "requested_size": b.req, "state": b.state}
+                    if b.component is not None and b.state != "inactive":
+                        bd["component_type"] = b.component       # UNVERIFIED (COMPONENT_NOTE)
                     bd["frames"] = b.frames if (b.state != "inactive" and b.frames is not None) else sn.empty
                 blocks.append(bd)
             head_frames = seg.frames if rblocks[0].addr == seg.addr else None
@@ -2759,6 +2779,434 @@ def fx_multi_device_oom(capacity1=MDO_CAPACITY_1):
 
 
 # =============================================================================================
+# The newest torch (2.14 and main): issue 25's fixtures
+# =============================================================================================
+# Where each layout comes from (docs/format.md says the same, field by field):
+#   * annotate entries, pinned host memory, user_metadata/internal_metadata, FX frames: torch
+#     2.14.1's torch/cuda/memory.py and torch/_utils.py (`_augment_frames`), and the dict keys
+#     and their order in 2.14.1's THCPModule_memorySnapshot (torch/csrc/cuda/Module.cpp, read
+#     from the compiled libtorch_python.so: the C++ source of 2.14/main is not in any source we
+#     could see); internal_metadata from pytorch #193432 (main);
+#   * skip_actions: torch 2.13/2.14 _record_memory_history (the actions are never recorded).
+COMPONENT_NOTE = (
+    "UNVERIFIED: where torch main writes an allocation's component type in a snapshot could "
+    "not be read from its source (memory_component_tracker.py, pytorch #182388, is all we "
+    "saw: it stamps each allocation with a component type and sets user_metadata to the "
+    "module's qualified name); this fixture writes `component_type` with the lower-case names "
+    "of memory_stats()' component_bytes.<name> keys (#182387) on trace entries (the stamp at "
+    "the event) and on live blocks (the tag now, after _tag_block re-tags by pointer)")
+
+
+class HostDev:
+    """torch 2.14's pinned host allocator (at::CachingHostAllocatorImpl with #182407's
+    recording): every request rounded up to a power of two, one block per segment (it never
+    splits), freed blocks cached by size and reused, cudaFreeHost only on empty_cache.
+    Entries have the device entries' layout (the same conversion in Module.cpp) with
+    user_metadata '' (2.14's _set_memory_metadata docstring: 'not on pinned host-memory
+    allocations'); host segments are written with device -1, stream 0, segment_type 'small',
+    one block whose requested_size is its size."""
+
+    def __init__(self, snap, base):
+        self.snap = snap
+        self.trace = []
+        self.blocks = {}            # addr -> [size, state, frames]
+        self.cached = {}            # size -> [addr]
+        self.next_addr = base
+
+    def entry(self, action, addr, size, frames):
+        sn = self.snap
+        e = {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": sn.tick(11),
+             "compile_context": "N/A", "user_metadata": "", "pool_id": (0, 0)}
+        if frames is not None:
+            e["frames"] = frames
+        self.trace.append(e)
+
+    def alloc(self, size, stack):
+        frames = self.snap.tb(stack)
+        rsize = 1 << max(0, (size - 1).bit_length())
+        if self.cached.get(rsize):
+            addr = self.cached[rsize].pop()
+        else:
+            addr = self.next_addr
+            self.next_addr += max(rsize, 4096)
+            self.entry("segment_alloc", addr, rsize, frames)
+        self.blocks[addr] = [rsize, "active_allocated", frames]
+        self.entry("alloc", addr, rsize, frames)
+        return addr
+
+    def free(self, addr, stack):
+        b = self.blocks[addr]
+        frames = self.snap.tb(stack)
+        self.entry("free_requested", addr, b[0], frames)
+        self.entry("free_completed", addr, b[0], frames)
+        b[1], b[2] = "inactive", self.snap.empty
+        self.cached.setdefault(b[0], []).append(addr)
+
+    def empty_cache(self, stack):
+        frames = self.snap.tb(stack)
+        for size, addrs in sorted(self.cached.items()):
+            for addr in addrs:
+                self.entry("segment_free", addr, size, frames)
+                del self.blocks[addr]
+        self.cached = {}
+
+    def live_bytes(self):
+        return sum(b[0] for b in self.blocks.values() if b[1] == "active_allocated")
+
+    def segment_dicts(self):
+        out = []
+        for addr, (size, state, frames) in sorted(self.blocks.items()):
+            live = state == "active_allocated"
+            d = {"device": -1, "address": addr, "total_size": size, "allocated_size": size if live else 0,
+                 "active_size": size if live else 0, "requested_size": size, "stream": 0,
+                 "segment_type": "small", "segment_pool_id": (0, 0), "is_expandable": False}
+            block = {"address": addr, "size": size, "requested_size": size, "state": state}
+            if live:        # a captured context: its frames key is added last (py_symbolize)
+                block["frames"] = frames
+                d["blocks"] = [block]
+                d["frames"] = frames
+            else:
+                block["frames"] = self.snap.empty
+                d["frames"] = self.snap.empty
+                d["blocks"] = [block]
+            out.append(d)
+        return out
+
+
+def _tiny_lm(sn, d, SP, MD, C=256, L=2, V=8192):
+    """Weights of a tiny LM allocated before recording begins, and its LMStep."""
+    d.recording = False
+    params = [(d.alloc(n, (), "weights"), n) for n in lm_param_sizes(C, L, V)]
+    d.start_recording()
+    return LMStep(sn, d, SP, MD, C, L, V, params)
+
+
+# =============================================================================================
+# Fixture: component_tracking.pickle (torch main, component tracking)
+# =============================================================================================
+def fx_component_tracking():
+    sn = Snap((2, 15), t0=1_790_000_000_000_000, context="all")
+    d = sn.device(0, base=0x7A00_0000_0000)
+    SP = "/home/kim/.venv/lib/python3.12/site-packages/"
+    TR = "/home/kim/lm/train.py"
+    MD = "/home/kim/lm/model.py"
+    C, L, V, B, T = 256, 2, 8192, 4, 256
+    tok = B * T
+    main = [(TR, 88, "main"), (TR, 99, "<module>")]
+    step = lambda line: [(TR, line, "train_step")] + main
+    # component_tracking.enable() before the model is built: its weights are stamped 'other'
+    # at allocation; the first forward re-tags them by pointer (_tag_block PARAMETER)
+    sn.component, sn.user_metadata = "other", ""
+    params = [(d.alloc(n, call((SP + "torch/nn/modules/linear.py", 106, "__init__"), (MD, 70, "__init__"),
+                                 (TR, 80, "main"), (TR, 99, "<module>")), "weights"), n)
+              for n in lm_param_sizes(C, L, V)]
+    lm = LMStep(sn, d, SP, MD, C, L, V, params)
+    for it in range(3):
+        sn.component, sn.user_metadata = "other", ""
+        x = d.alloc(tok * 8, call((TR, 60, "train_step"), main), "inputs")
+        y = d.alloc(tok * 8, call((TR, 61, "train_step"), main), "inputs")
+        st = {}
+        fwd = lm.model_forward_steps(tok, step(63), st)
+        sn.component, sn.user_metadata = "activation", "embed"
+        next(fwd)
+        if it == 0:
+            for p, _ in params:
+                d.tag(p, "parameter")
+        for layer in range(L):
+            sn.user_metadata = "layers.%d" % layer
+            if it == 0 and layer == 0:
+                # a rotary cache built lazily in the first forward and registered as a buffer:
+                # stamped 'activation', re-tagged 'buffer' by pointer on the next forward
+                rope = d.alloc(T * C * 4, call((MD, 35, "_rope_cache"), (MD, 44, "forward"), lm.M, (MD, 53, "forward"),
+                                               lm.M, (MD, 86, "forward"), lm.M, (MD, 88, "forward"), lm.M, step(63)),
+                               "weights")
+            next(fwd)
+        if it == 1:
+            d.tag(rope, "buffer")
+        sn.user_metadata = "lm_head"
+        for _ in fwd:
+            pass
+        sn.component, sn.user_metadata = "other", ""          # the loss, between modules
+        lm.loss(st, step(64))
+        g = lm.backward_start(st, step(65))
+        sn.component, sn.user_metadata = "temp", "lm_head"
+        d.free(st["lsm"], ())
+        g2 = d.alloc(tok * V * 2, (), "autograd")
+        d.free(g, ())
+        d.free(st["grad_loss"], ())
+        bw = lm.backward_layer_steps(st, g2)
+        next(bw)
+        for layer in reversed(range(L)):
+            sn.user_metadata = "layers.%d" % layer
+            next(bw)
+        sn.user_metadata = "embed"
+        for _ in bw:
+            pass
+        for pi, gaddr in enumerate(lm.grads):      # post-accumulate-grad hooks: _tag_block GRADIENT
+            d.tag(gaddr, "gradient")
+        sn.component, sn.user_metadata = "optimizer_state", "optimizer"
+        lm.optimizer_step(step(66))
+        sn.component, sn.user_metadata = "other", ""
+        if it < 2:
+            lm.zero_grad(step(67))
+        d.free(st["loss"], call((TR, 68, "train_step"), main))
+        d.free(st["logits"], call((TR, 68, "train_step"), main))
+        d.free(x, call((TR, 68, "train_step"), main))
+        d.free(y, call((TR, 68, "train_step"), main))
+        sn.tick(300_000)
+    info = {
+        "what": "three steps of a tiny LM (2 layers, d 256, vocab 8192, AdamW) recorded with "
+                "torch.accelerator.memory.component_tracking enabled before the model was built: "
+                "every entry carries the thread's component type (other / activation / temp / "
+                "optimizer_state) and user_metadata is the module's qualified name (embed, layers.0, "
+                "layers.1, lm_head), 'optimizer' inside optimizer.step(), '' between modules; weights "
+                "re-tagged parameter, a rotary cache made in the first forward re-tagged buffer, and the "
+                "last step's gradients gradient by pointer (on their blocks); "
+                "the snapshot is taken before the last zero_grad",
+        "layout": "torch main (2.15 dev): 2.14 entry keys plus component_type; " + COMPONENT_NOTE,
+        "expect": {"modules": ["embed", "layers.0", "layers.1", "lm_head"],
+                   "precise_tags": ["parameter", "buffer", "gradient"], "coarse_tags": ["activation", "temp",
+                                                                              "optimizer_state", "other"]},
+    }
+    return sn, info
+
+
+# =============================================================================================
+# Fixture: metadata_annotate.pickle (2.14 annotate action; main's dict user_metadata and
+# internal_metadata)
+# =============================================================================================
+def fx_metadata_annotate():
+    sn = Snap((2, 15), t0=1_791_000_000_000_000, context="all")
+    d = sn.device(0, base=0x7B00_0000_0000)
+    SP = "/opt/conda/lib/python3.12/site-packages/"
+    TR = "/work/rl/train.py"
+    MD = "/work/rl/model.py"
+    C, L, V, B, T = 256, 2, 8192, 2, 256
+    tok = B * T
+    lm = _tiny_lm(sn, d, SP, MD, C, L, V)
+    main = [(TR, 140, "main"), (TR, 150, "<module>")]
+    step = lambda line: [(TR, line, "train_step")] + main
+    notes = []
+    for it in range(3):
+        # _set_memory_metadata({"step": it, "phase": ...}) stamps compact JSON on every entry
+        sn.user_metadata = json.dumps({"step": 12 + it, "phase": "forward"}, separators=(",", ":"))
+        x = d.alloc(tok * 8, call((TR, 120, "train_step"), main), "inputs")
+        st = lm.forward(tok, step(122), step(123))
+        # _annotate_tensor(logits, ...) after the fact: an 'annotate' entry at the logits'
+        # base address, the note as its user_metadata, the annotation site's frames
+        sz = d.by_addr[st["logits"]].req
+        d.entry("annotate", st["logits"], sz, 0, sn.tb(call((SP + "torch/cuda/memory.py", 1325, "_annotate_memory"),
+                                                            (SP + "torch/cuda/memory.py", 1346, "_annotate_tensor"),
+                                                            (TR, 124, "train_step"), main)),
+                extra=None)
+        d.trace[-1]["user_metadata"] = "kept for the eval logger"
+        notes.append(len(d.trace) - 1)
+        sn.user_metadata = json.dumps({"step": 12 + it, "phase": "backward"}, separators=(",", ":"))
+        g = lm.backward_start(st, step(125))
+        lm.backward_rest(st, g)
+        sn.user_metadata = json.dumps({"step": 12 + it, "phase": "optimizer"}, separators=(",", ":"))
+        lm.optimizer_step(step(126))
+        lm.zero_grad(step(127))
+        # the allocator's own tag (mallocWithAddress's prefix block, #193432) on one pair
+        t = d.alloc(64 * KiB, call((SP + "torch/cuda/memory.py", 980, "_with_address"), step(128)), "temporary",
+                    extra={"internal_metadata": "mallocWithAddress"} if it == 1 else None)
+        d.free(t, call((SP + "torch/cuda/memory.py", 982, "_with_address"), step(128)),
+               extra={"internal_metadata": "mallocWithAddress"} if it == 1 else None)
+        d.free(st["loss"], call((TR, 130, "train_step"), main))
+        if it < 2:
+            d.free(st["logits"], call((TR, 131, "train_step"), main))
+        d.free(x, call((TR, 131, "train_step"), main))
+        sn.tick(200_000)
+    sn.user_metadata = "eval"       # a plain string: 2.10-2.14 files only have those
+    e = d.alloc(2 * MiB, call((TR, 145, "evaluate"), main), "activations")
+    sn.user_metadata = ""
+    info = {
+        "what": "three steps of a tiny LM with _set_memory_metadata(dict) per phase (user_metadata is "
+                "compact JSON: {\"step\":12,\"phase\":\"forward\"} ...), an annotate entry per step on the "
+                "logits (_annotate_tensor: the note in user_metadata, the annotation site's frames), the "
+                "last step's logits still live and annotated, internal_metadata 'mallocWithAddress' on one "
+                "alloc/free pair, a plain-string user_metadata 'eval' at the end",
+        "layout": "torch main (2.15 dev): entry keys action, addr, size, stream, time_us, compile_context, "
+                  "user_metadata, internal_metadata (only when non-empty, #193432), pool_id, frames; annotate "
+                  "(2.14, #190575): addr = the allocation's base address, size its size, user_metadata the note",
+        "expect": {"annotate_indices": notes, "steps": [12, 13, 14],
+                   "internal_metadata": "mallocWithAddress", "live_annotated_logits": st["logits"], "eval": e},
+    }
+    return sn, info
+
+
+# =============================================================================================
+# Fixture: host_pinned.pickle (2.14 record_pinned_host_memory)
+# =============================================================================================
+def fx_host_pinned():
+    sn = Snap((2, 14), t0=1_789_000_000_000_000, context="all")
+    d = sn.device(0, base=0x7C00_0000_0000)
+    h = sn.host = HostDev(sn, base=0x7F00_1000_0000)
+    SP = "/usr/local/lib/python3.12/site-packages/"
+    TR = "/srv/train/loop.py"
+    MD = "/srv/train/model.py"
+    C, L, V, B, T = 256, 2, 8192, 4, 256
+    tok = B * T
+    lm = _tiny_lm(sn, d, SP, MD, C, L, V)
+    main = [(TR, 70, "main"), (TR, 80, "<module>")]
+    step = lambda line: [(TR, line, "train_step")] + main
+    pin = lambda line: call((SP + "torch/utils/data/_utils/pin_memory.py", 62, "pin_memory"),
+                            (SP + "torch/utils/data/dataloader.py", 1402, "_next_data"), (TR, line, "main"),
+                            (TR, 80, "<module>"))
+    host_peak = 0
+    for it in range(3):
+        # the DataLoader pins each batch (two pinned buffers of the next batch in flight)
+        hx = h.alloc(tok * 8 + 1000, pin(50))
+        hy = h.alloc(tok * 8 + 1000, pin(50))
+        host_peak = max(host_peak, h.live_bytes())
+        x = d.alloc(tok * 8, call((TR, 52, "main"), (TR, 80, "<module>")), "inputs")
+        y = d.alloc(tok * 8, call((TR, 53, "main"), (TR, 80, "<module>")), "inputs")
+        h.free(hx, pin(54))
+        h.free(hy, pin(54))
+        st = lm.forward(tok, step(56), step(57))
+        g = lm.backward_start(st, step(58))
+        lm.backward_rest(st, g)
+        lm.optimizer_step(step(59))
+        lm.zero_grad(step(60))
+        # the loss copied to a pinned buffer for logging
+        hl = h.alloc(4, call((SP + "torch/_tensor.py", 1120, "to"), (TR, 61, "main"), (TR, 80, "<module>")))
+        host_peak = max(host_peak, h.live_bytes())
+        d.free(st["loss"], call((TR, 62, "main"), (TR, 80, "<module>")))
+        d.free(st["logits"], call((TR, 62, "main"), (TR, 80, "<module>")))
+        d.free(x, call((TR, 62, "main"), (TR, 80, "<module>")))
+        d.free(y, call((TR, 62, "main"), (TR, 80, "<module>")))
+        if it < 2:
+            h.free(hl, call((TR, 63, "main"), (TR, 80, "<module>")))
+        sn.tick(250_000)
+    # a large pinned staging buffer for a checkpoint, freed and released by empty_cache
+    ck = h.alloc(48 * MiB, call((SP + "torch/serialization.py", 880, "_save"), (TR, 66, "main"), (TR, 80, "<module>")))
+    host_peak = max(host_peak, h.live_bytes())
+    h.free(ck, call((TR, 67, "main"), (TR, 80, "<module>")))
+    h.empty_cache(call((SP + "torch/cuda/memory.py", 230, "empty_cache"), (TR, 68, "main"), (TR, 80, "<module>")))
+    info = {
+        "what": "three training steps with a DataLoader pinning every batch (record_pinned_host_memory=True): "
+                "host_traces and host_segments beside the GPU's trace; a 64 MiB (48 MiB rounded to a power "
+                "of two) pinned checkpoint buffer at the end, freed and released by empty_cache; one small "
+                "pinned loss buffer still live",
+        "layout": "torch 2.14 (Python path of _snapshot): host_segments: segments with device -1, stream 0, "
+                  "segment_type 'small', one block each, requested_size = size (Module.cpp of 2.14.1); "
+                  "host_traces: ONE flat list of entries in the device entries' layout, sizes rounded to a "
+                  "power of two",
+        "expect": {"host_peak_bytes": host_peak, "host_end_bytes": h.live_bytes(),
+                   "host_entries": len(h.trace)},
+    }
+    return sn, info
+
+
+# =============================================================================================
+# Fixture: fx_frames.pickle (_snapshot(augment_with_fx_traces=True))
+# =============================================================================================
+FX_FILE = "fx_generated__1f3a9c2e8b7d4a60.py"
+
+
+def fx_fx_frames():
+    sn = Snap((2, 14), t0=1_788_000_000_000_000, context="all")
+    d = sn.device(0, base=0x7D80_0000_0000)
+    SP = "/home/li/.venv/lib/python3.12/site-packages/"
+    TR = "/home/li/proj/run.py"
+    MD = "/home/li/proj/net.py"
+    d.recording = False
+    w = [d.alloc(n, (), "weights") for n in (4 * MiB, 16 * KiB, 4 * MiB, 16 * KiB)]
+    d.start_recording()
+    main = [(TR, 40, "main"), (TR, 52, "<module>")]
+    gm = [(SP + "torch/fx/graph_module.py", 387, "__call__"), (SP + "torch/fx/graph_module.py", 848, "call_wrapped"),
+          (SP + "torch/nn/modules/module.py", 1784, "_call_impl"), (SP + "torch/nn/modules/module.py", 1773,
+                                                                     "_wrapped_call_impl"), (TR, 31, "step")] + main
+    # the generated forward's lines, and the FX node each runs (torch.fx.graph_module
+    # _lineno_map): augmentation adds fx_* to these frame dicts, in place (shared by every stack)
+    nodes = {
+        10: ("call_function", "linear", "<built-in function linear>",
+             [(MD, 24, "forward", "h = self.fc1(x)"), (SP + "torch/nn/modules/linear.py", 125, "forward",
+                                                        "return F.linear(input, self.weight, self.bias)")]),
+        11: ("call_function", "relu", "<built-in method relu of type object>",
+             [(MD, 25, "forward", "h = torch.relu(h)")]),
+        12: ("call_function", "linear_1", "<built-in function linear>",
+             [(MD, 26, "forward", "return self.fc2(h)"), (SP + "torch/nn/modules/linear.py", 125, "forward",
+                                                           "return F.linear(input, self.weight, self.bias)")]),
+        13: ("output", "output", "output", None),
+    }
+    for line, (op, name, target, orig) in nodes.items():
+        f = sn.frame(FX_FILE, line, "forward")
+        f["fx_node_op"] = op
+        f["fx_node_name"] = name
+        f["fx_node_target"] = target
+        if orig:
+            f["fx_original_trace"] = "".join('  File "%s", line %d, in %s\n    %s\n' % fr for fr in orig)
+    rows = 512
+    for it in range(3):
+        x = d.alloc(rows * 1024 * 4, call((TR, 29, "step"), main), "inputs")
+        h = d.alloc(rows * 1024 * 4, call((FX_FILE, 10, "forward"), gm), "activations")
+        r = d.alloc(rows * 1024 * 4, call((FX_FILE, 11, "forward"), gm), "activations")
+        d.free(h, call((FX_FILE, 11, "forward"), gm))
+        out = d.alloc(rows * 1024 * 4, call((FX_FILE, 12, "forward"), gm), "activations")
+        d.free(r, call((FX_FILE, 13, "forward"), gm))
+        d.free(x, call((TR, 33, "step"), main))
+        if it < 2:
+            d.free(out, call((TR, 34, "step"), main))
+        sn.tick(100_000)
+    info = {
+        "what": "an FX GraphModule (Linear, relu, Linear) run three times, snapshot taken with "
+                "_snapshot(augment_with_fx_traces=True): the frames of the generated forward (%s) carry "
+                "fx_node_op, fx_node_name, fx_node_target and, except the output node, fx_original_trace "
+                "(the node's stack_trace: the model's net.py lines); inference only, the last output kept" % FX_FILE,
+        "layout": "torch 2.14 (torch/_utils.py _augment_frames): frame dicts {name, filename, line, fx_node_op, "
+                  "fx_node_name, fx_node_target[, fx_original_trace]}; the generated file is "
+                  "fx_generated__<hash>.py (torch/fx/graph_module.py FX_GRAPH_MODULE_FILE_PREFIX)",
+        "expect": {"original_user_frames": {"linear": [MD, 24], "relu": [MD, 25], "linear_1": [MD, 26]},
+                   "generated_file": FX_FILE},
+    }
+    return sn, info
+
+
+# =============================================================================================
+# Fixture: skip_actions.pickle (_record_memory_history(skip_actions=[...]))
+# =============================================================================================
+SKIPPED = ("free_requested", "segment_alloc", "segment_free")
+
+
+def fx_skip_actions():
+    sn = Snap((2, 14), t0=1_787_000_000_000_000, context="all")
+    sn.skip_actions = SKIPPED
+    d = sn.device(0, base=0x7D40_0000_0000)
+    SP = "/home/oz/.venv/lib/python3.12/site-packages/"
+    TR = "/home/oz/exp/train.py"
+    MD = "/home/oz/exp/model.py"
+    C, L, V, B, T = 256, 2, 8192, 4, 256
+    tok = B * T
+    lm = _tiny_lm(sn, d, SP, MD, C, L, V)
+    main = [(TR, 30, "main"), (TR, 40, "<module>")]
+    step = lambda line: [(TR, line, "train_step")] + main
+    for it in range(3):
+        x = d.alloc(tok * 8, call((TR, 11, "train_step"), main), "inputs")
+        st = lm.forward(tok, step(12), step(13))
+        g = lm.backward_start(st, step(14))
+        lm.backward_rest(st, g)
+        lm.optimizer_step(step(15))
+        lm.zero_grad(step(16))
+        for k in ("loss", "logits"):
+            d.free(st[k], call((TR, 17, "train_step"), main))
+        d.free(x, call((TR, 17, "train_step"), main))
+        if it == 1:
+            # empty_cache(): segments released (their segment_free entries are skipped too)
+            d.release(call((SP + "torch/cuda/memory.py", 230, "empty_cache"), (TR, 19, "train_step"), main))
+        sn.tick(300_000)
+    info = {
+        "what": "three steps of a tiny LM recorded with skip_actions=%s: frees appear only as "
+                "free_completed, and no segment event is recorded although segments were allocated and "
+                "one empty_cache() released some (allocations in the trace lie in segments the snapshot "
+                "no longer has)" % list(SKIPPED),
+        "layout": "torch 2.14 (Python path of _snapshot), _record_memory_history(skip_actions=%s)" % list(SKIPPED),
+        "expect": {"skipped": list(SKIPPED)},
+    }
+    return sn, info
+
+
+# =============================================================================================
 # Driver
 # =============================================================================================
 FIXTURES = [
@@ -2778,6 +3226,11 @@ FIXTURES = [
     ("stale_grads.pickle", fx_stale_grads),
     ("keep_loss.pickle", fx_keep_loss),
     ("multi_device_oom.pickle", fx_multi_device_oom),
+    ("component_tracking.pickle", fx_component_tracking),
+    ("metadata_annotate.pickle", fx_metadata_annotate),
+    ("host_pinned.pickle", fx_host_pinned),
+    ("fx_frames.pickle", fx_fx_frames),
+    ("skip_actions.pickle", fx_skip_actions),
 ]
 MAX_BYTES = 200_000
 

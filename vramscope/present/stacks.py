@@ -18,6 +18,13 @@ best frame; here those facts become text. Every surface takes its words from her
                          two files recorded on different machines
   site_where(file, fn)   a site key as text: 'dir/file.py:function' (no line: lines move
                          between the two versions of the code a comparison is about)
+
+Two facts of the newest torch change what a stack says. FX source mapping (frames of
+FX-generated code that name their node's original trace): the original frames stand in the
+stack where the generated frame is, innermost first, the generated frame right behind them
+with its node ('[FX linear: call_function]'); the original user line names the stack.
+Component tracking names the module an allocation was made in: `where_of` / `label_of`
+add it ('model.py:52:forward in layers.0').
 """
 from __future__ import annotations
 
@@ -61,6 +68,7 @@ class FrameView:
     function: str             # the function, or a C++ symbol without its argument list
     where: str                # 'path/file.py:12:function', 'MmBackward0 (autograd)', 'aten::mm', ...
     label: str                # 'function  (file.py:12)' for Python frames, else as `where`
+    note: str = ""            # FX-generated code: the node it runs ('FX linear: call_function')
 
 
 @dataclass(frozen=True)
@@ -124,6 +132,11 @@ def path_tail(path: str, keep: int = 2) -> str:
     return "/".join(tidy_path(path).split("/")[-keep:])
 
 
+def module_words(module: str) -> str:
+    """' in layers.0': the module an allocation was made in (component tracking), '' none."""
+    return f" in {module}" if module else ""
+
+
 def site_where(file: str, function: str) -> str:
     """A code site (`Stacks.site_key`) as text: 'dir/file.py:function'; a C++ or frameless
     site is already worded ('MmBackward0 (autograd)', '(no frames)')."""
@@ -159,7 +172,15 @@ class Stacks:
             shown = tidy_path(file) if role == ROLE_LIBRARY else file
             where = f"{shown}:{line}:{name}" if line > 0 else f"{shown}:{name}"
             label = f"{name}  ({os.path.basename(file)}:{line})" if line > 0 else f"{name}  ({os.path.basename(file)})"
-            return FrameView(ROLE_NAMES[role], file, line, name, where, label)
+            fx = self.snap.frame_fx.get(f)
+            note = ""
+            if fx is not None:          # FX-generated code: say which node of the graph it runs
+                strings = self.snap.strings
+                node, op = (strings[fx[1]] if fx[1] >= 0 else "?"), (strings[fx[0]] if fx[0] >= 0 else "?")
+                note = f"FX {node}: {op}"
+                where += f"  [{note}]"
+                label += f"  [FX {node}]"
+            return FrameView(ROLE_NAMES[role], file, line, name, where, label, note)
         if kind == KIND_MODULE:
             text = f"nn.Module: {name}"
         elif kind == KIND_BUILTIN:
@@ -176,11 +197,20 @@ class Stacks:
 
     # -- stacks ----------------------------------------------------------------------------
     def frame_ids(self, sid: int) -> np.ndarray:
-        """A stack's frames, innermost first (traceback-line stacks are stored outermost first)."""
+        """A stack's frames, innermost first (traceback-line stacks are stored outermost first);
+        an FX-generated frame with an original trace comes right behind that trace's frames."""
         if sid is None or sid < 0 or sid >= self.facts.n_stacks:
             return np.zeros(0, dtype=np.int64)
         fr = self.snap.stack(int(sid))
-        return fr[::-1] if self.facts.outer_first[sid] else fr
+        fr = fr[::-1] if self.facts.outer_first[sid] else fr
+        fx = self.snap.frame_fx
+        if fx and any(int(f) in fx for f in fr):
+            out: list[int] = []
+            for f in fr.tolist():
+                out += list(fx[f][4]) if f in fx else []
+                out.append(f)
+            return np.asarray(out, dtype=np.int64)
+        return fr
 
     def naming_frame(self, sid: int) -> int:
         """The frame id that names a stack (its best frame), -1 for none."""
@@ -236,11 +266,11 @@ class Stacks:
 
     def where_of(self, alloc) -> str:
         sid, _ = self._naming_stack(alloc.stack, alloc.forward_stack)
-        return self.where(sid)
+        return self.where(sid) + module_words(getattr(alloc, "module", ""))
 
     def label_of(self, alloc) -> str:
         sid, fwd = self._naming_stack(alloc.stack, alloc.forward_stack)
-        return self.label(sid) + ("  [forward]" if fwd else "")
+        return self.label(sid) + ("  [forward]" if fwd else "") + module_words(getattr(alloc, "module", ""))
 
     def site_key(self, sid: int) -> tuple[str, str]:
         """(path tail, function) of the frame naming `sid`: equal for the same code site in
@@ -331,5 +361,6 @@ class Stacks:
         return [fv.where for fv in self.view(sid, limit=limit).frames]
 
 
-__all__ = ["Stacks", "FrameView", "StackView", "short_cpp", "tidy_path", "short_path", "path_tail", "site_where", "NO_FRAMES",
+__all__ = ["Stacks", "FrameView", "StackView", "short_cpp", "tidy_path", "short_path", "path_tail", "site_where",
+           "module_words", "NO_FRAMES",
            "ROLE_CPP"]

@@ -190,6 +190,39 @@ def leak_text(leak: Leak, where: str) -> str:
 SEGMENT_BANDS_WORDS = "one band per allocator segment, neighbours in alternating shades"
 
 
+# what a trace without an action means for what vramscope shows (classifiers/recording.py)
+_SKIPPED_WORDS = {
+    "free_requested": "frees are counted when completed, as always",
+    "free_completed": "frees are counted when requested",
+    "alloc": "every allocation it frees is counted as live before the trace began",
+    "segment_alloc": "reserved memory over the trace is unknown",
+    "segment_map": "reserved memory over the trace is unknown",
+}
+
+
+def skipped_words(actions) -> str:
+    """What leaving these actions out of the recording does to the analysis, in a phrase."""
+    said = []
+    for a in actions:
+        w = _SKIPPED_WORDS.get(a)
+        if w and w not in said:
+            said.append(w)
+    return "; ".join(said) or "nothing vramscope reads is missing"
+
+
+def torch_tag_words(torch_tag: str, rules_category: str | None) -> str:
+    """torch's own tag of an allocation beside our rules' verdict, when they disagree:
+    'torch: temp; our rules: gradients' ('' without a tag)."""
+    if not torch_tag or torch_tag.lower() == "other":       # component tracking's 'says nothing'
+        return ""
+    return f"torch: {torch_tag}" + (f"; our rules: {rules_category}" if rules_category else "")
+
+
+def host_space_words() -> str:
+    """How pinned host memory is shown: beside the devices, never in their peaks."""
+    return "pinned host memory (its own memory space: never part of a GPU's peak)"
+
+
 def segment_pool_words(small: bool) -> str:
     """The caching allocator's pool of a segment (the small pool's segments are 2 MiB)."""
     return "small pool" if small else "large pool"
@@ -256,6 +289,14 @@ def device_card_text(device: int, peak_bytes: int, reserved_peak: int | None, oo
     return text
 
 
+def host_card_text(peak_bytes: int, reserved_peak: int | None) -> str:
+    """Pinned host memory in a few words, beside the devices: 'host (pinned)  peak 64.00 MiB'."""
+    text = f"host (pinned)  peak {fmt_bytes(peak_bytes)}"
+    if reserved_peak is not None:
+        text += f" · reserved {fmt_bytes(reserved_peak)}"
+    return text
+
+
 def leak_rows_text(count: int, site: str) -> str:
     """What the allocations table shows while a leak's allocations are selected."""
     return f"Showing the {count:,} allocation{'s' if count != 1 else ''} of the leak at {site}"
@@ -315,4 +356,4 @@ __all__ = ["RECORD_HINT", "EVIDENCE_WORDS", "evidence_text", "category_evidence_
            "freed_note", "stale_gradients_text", "leak_text", "LEAK_CAUSE_WORDS", "error_text", "signed_bytes",
            "comparison_headline", "moment_text", "device_first_reason", "device_card_text", "leak_rows_text",
            "site_rows_text", "iteration_text", "finding_title", "finding_detail", "SEGMENT_BANDS_WORDS",
-           "segment_pool_words", "segment_stream_words"]
+           "segment_pool_words", "segment_stream_words", "skipped_words", "torch_tag_words", "host_space_words", "host_card_text"]

@@ -41,6 +41,8 @@ from ..parsers.tables import (
     A_SEGMENT_FREE,
     A_SEGMENT_MAP,
     A_SEGMENT_UNMAP,
+    COMPONENT_KEY,
+    FX_KEYS,
     LIVE_BLOCK_STATES,
 )
 
@@ -48,6 +50,37 @@ ROUND = 512   # the caching allocator's block granularity
 
 
 # -- trimmed snapshot ---------------------------------------------------------------
+
+def csv_field(text: str) -> str:
+    """One CSV field (RFC 4180): quoted when it holds a comma, a quote or a line break."""
+    if any(c in text for c in ',"\r\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def allocation_text_columns(da) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The text columns of `allocations --csv` per row, as CSV fields (object arrays):
+    torch's own tag, the user_metadata, the notes (annotate, joined by ' | '). Each distinct
+    string is quoted once, never per row."""
+    n = len(da.allocs)
+    snap = da.snapshot
+    tags = np.full(n, "", dtype=object)
+    for col, names in ((da.torch_category, snap.category_names), (da.torch_component, snap.component_names)):
+        if col is not None and len(col):
+            lut = np.asarray([csv_field(str(x)) for x in names] or [""], dtype=object)
+            col = np.asarray(col)
+            tags = np.where(col > 0, lut[np.minimum(col, len(lut) - 1)], tags)
+    meta = np.full(n, "", dtype=object)
+    notes = np.full(n, "", dtype=object)
+    md = da.metadata()
+    if md is not None and n:
+        ids, inv = np.unique(md.user, return_inverse=True)
+        lut = np.asarray([csv_field(snap.strings[i]) if i >= 0 else "" for i in ids.tolist()], dtype=object)
+        meta = lut[inv.reshape(-1)]
+        for row, ns in md.notes.items():
+            notes[row] = csv_field(" | ".join(snap.strings[sid] for _, sid in ns))
+    return tags, meta, notes
+
 
 def window_around(n: int, center: int, width: int) -> tuple[int, int]:
     """[start, end] (inclusive) of `width` entries centred on `center`, clipped to the trace."""
@@ -75,6 +108,11 @@ class _Frames:
             if self.redact:
                 filename = os.path.basename(filename)
             d = self._frames[fid] = {"name": name, "filename": filename, "line": line}
+            fx = self.snap.frame_fx.get(fid)
+            if fx is not None:      # augment_with_fx_traces: the frame's FX fields, as torch adds them
+                for key, sid in zip(FX_KEYS, fx[:4]):
+                    if sid >= 0:
+                        d[key] = self.snap.strings[sid]
         return d
 
     def stack(self, sid: int) -> list | None:
@@ -189,8 +227,8 @@ def trimmed_snapshot(snap, device: int, start: int, end: int, redact_paths: bool
     # -- the trace window ------------------------------------------------------------
     sl = slice(start, end + 1)
     base = [cols[k][sl].tolist() for k in ("action", "addr", "size", "stream", "time_us", "stack")]
-    opt = {k: cols[k][sl].tolist() for k in ("category", "compile_context", "user_metadata",
-                                             "forward_stack", "pool_a", "pool_b") if k in cols}
+    opt = {k: cols[k][sl].tolist() for k in ("category", "compile_context", "user_metadata", "internal_metadata",
+                                             "component", "forward_stack", "pool_a", "pool_b") if k in cols}
     entries = []
     for j, (act, addr, size, stream, tus, sid) in enumerate(zip(*base)):
         i = start + j
@@ -210,9 +248,11 @@ def trimmed_snapshot(snap, device: int, start: int, end: int, redact_paths: bool
             e["frames"] = frames
         if "category" in opt and opt["category"][j] > 0:
             e["category"] = snap.category_names[opt["category"][j]]
-        for k in ("compile_context", "user_metadata"):
+        for k in ("compile_context", "user_metadata", "internal_metadata"):
             if k in opt and opt[k][j] >= 0:
                 e[k] = snap.strings[opt[k][j]]
+        if "component" in opt and opt["component"][j] > 0:
+            e[COMPONENT_KEY] = snap.component_names[opt["component"][j]]
         if "forward_stack" in opt and opt["forward_stack"][j] >= 0:
             e["forward_frames"] = fr.stack(opt["forward_stack"][j])
         if "pool_a" in opt and opt["pool_a"][j] >= 0:

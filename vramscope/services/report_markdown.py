@@ -22,9 +22,12 @@ from ..present.words import (
     advice_text,
     device_free_text,
     guess_note,
+    host_space_words,
     oom_diagnosis,
     peak_words,
+    skipped_words,
     stale_gradients_text,
+    torch_tag_words,
 )
 from .report_whatif import whatif_section
 
@@ -40,16 +43,21 @@ SHRINK_STEPS: tuple[dict[str, int], ...] = ({}, {"note": 200}, {"annotations": 2
 
 def largest_groups(da, index: int, k: int = 10) -> list[list[int]]:
     """The allocations live right after `index`, grouped by (category, stack, size) -- ten
-    identical 172 MiB activations of one layer say more as one line -- the `k` groups
-    with the most bytes, each a list of rows (biggest group first)."""
+    identical 172 MiB activations of one layer say more as one line -- and by module where
+    torch's component tracking names it (one line of a Linear runs in every layer), the `k`
+    groups with the most bytes, each a list of rows (biggest group first)."""
     import numpy as np
+
+    from ..classifiers.compare import row_modules
     a = da.allocs
     live = np.flatnonzero(da.live_mask(index))
     if not len(live):
         return []
+    order = live[np.argsort(-a.size[live], kind="stable")]
+    mods = row_modules(da, order).tolist()
     groups: dict = {}
-    for r in live[np.argsort(-a.size[live], kind="stable")].tolist():
-        groups.setdefault((int(da.category[r]), int(a.stack[r]), int(a.size[r])), []).append(r)
+    for r, m in zip(order.tolist(), mods):
+        groups.setdefault((int(da.category[r]), int(a.stack[r]), int(a.size[r]), m), []).append(r)
     ordered = sorted(groups.values(), key=lambda rows: (-int(a.size[rows[0]]) * len(rows), rows[0]))
     return ordered[:k]
 
@@ -79,8 +87,25 @@ def markdown(an: Analysis, devs: list[int], stacks: Stacks, notes: list[dict], n
         L += _device_overview(an, devs)
     for dev in devs:
         L += _device_section(an, dev, stacks, limits, png_names.get(dev))
+    L += _host_section(an)
     L += _notes_section(notes, note_warnings, limits)
     return "\n".join(L)
+
+
+def _host_section(an: Analysis) -> list[str]:
+    h = an.host
+    if h is None:
+        return []
+    when = "at the start of its trace" if h.peak_index < 0 else f"at host entry {h.peak_index:,}"
+    res = fmt_bytes(h.reserved_peak_bytes) if h.reserved_peak_bytes is not None else "unknown"
+    return ["## Pinned host memory", "",
+            f"Recorded with `record_pinned_host_memory=True`: {host_space_words()}.", "",
+            "| | |", "|---|---|",
+            f"| Trace entries | {h.entries:,} |",
+            f"| Allocations | {h.allocations:,} |",
+            f"| Peak live | **{fmt_bytes(h.peak_bytes)}** {when} |",
+            f"| Live at start / end | {fmt_bytes(h.start_live_bytes)} / {fmt_bytes(h.end_live_bytes)} |",
+            f"| Reserved peak | {res} (pinned blocks held, cached ones included) |", ""]
 
 
 def _device_overview(an: Analysis, devs: list[int]) -> list[str]:
@@ -111,6 +136,8 @@ def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: s
           f"| Peak live | **{fmt_bytes(pk.bytes)}** {when}, {peak_words(pk.type)} ({md_code(pk.type)}) |",
           f"| Live at start / end | {fmt_bytes(s.start_live_bytes)} / {fmt_bytes(s.end_live_bytes)} |",
           f"| Reserved peak | {fmt_bytes(s.reserved_peak_bytes) if s.reserved_peak_bytes is not None else 'unknown'} |",
+          *([f"| Not recorded | {', '.join(s.skipped_actions)} (skip_actions): {skipped_words(s.skipped_actions)} |"]
+            if s.skipped_actions else []),
           f"| Iterations | {len(s.iterations)} |",
           f"| Leaks | {len(s.leaks) or 'none found'} |",
           f"| OOMs | {len(s.ooms) or 'none'} |", ""]
@@ -163,9 +190,14 @@ def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: s
                 dies = "never freed" if max(fi) < 0 else ("some freed later" if min(fi) < 0 else "freed later")
                 size = f"**{fmt_bytes(a0.size * len(rows))}** ({len(rows)} x {fmt_bytes(a0.size)})"
             sure = "" if a0.evidence in ("stack", "torch") else f", {EVIDENCE_WORDS.get(a0.evidence, a0.evidence)}"
-            L.append(f"{k}. {size} {a0.category} (rule {md_code(a0.rule)}{sure}), {born}, {dies}")
+            tag = torch_tag_words(a0.torch_tag, a0.rules_category)
+            L.append(f"{k}. {size} {a0.category} (rule {md_code(a0.rule)}{sure}{', ' + md_text(tag) if tag else ''}), "
+                     f"{born}, {dies}" + (f", in module {md_code(a0.module)}" if a0.module else ""))
             for fr in stacks.short(a0.stack, limits["frames"], a0.forward_stack):
                 L.append(f"    - {md_code(fr)}")
+            for kind, text in a0.metadata[:3]:
+                if not (kind == "metadata" and text == a0.module):      # the module, said above
+                    L.append(f"    - {kind}: {md_code(text[:200])}")
         L.append("")
 
     if s.stale_gradients is not None:

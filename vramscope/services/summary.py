@@ -29,6 +29,7 @@ from ..present.words import (
     guess_note,
     oom_diagnosis,
     peak_words,
+    skipped_words,
     stale_gradients_text,
 )
 
@@ -47,6 +48,40 @@ class TopAllocationJSON(TypedDict):
     addr: int
     where: str
     stack: list[str]
+    torch_tag: str                  # torch's own tag ('' none): profiler category, component type
+    rules_category: str | None      # our rules' verdict where torch's tag decided another
+    metadata: list[list[str]]       # [kind, text]: 'metadata', each 'note' (annotate), 'internal'
+
+
+class MetadataGroupJSON(TypedDict):
+    value: str
+    allocations: int
+    bytes: int
+    peak_bytes: int
+
+
+class MetadataJSON(TypedDict):
+    """What the allocations' metadata says (classifiers/metadata.py), grouped: by each key
+    its user_metadata or notes state (`step` of 'step=12' or {"step": 12}), and by the whole
+    user_metadata text (`user_metadata`: component tracking's module names)."""
+    keys: list[str]
+    by: dict[str, list[MetadataGroupJSON]]
+
+
+class HostJSON(TypedDict):
+    """Pinned host memory (torch 2.14 record_pinned_host_memory): its own memory space."""
+    entries: int
+    allocations: int
+    allocations_before_trace: int
+    peak_bytes: int
+    peak_index: int
+    peak_time_us: int | None
+    start_live_bytes: int
+    end_live_bytes: int
+    reserved_peak_bytes: int | None
+    reserved_end_bytes: int
+    segments: int
+    skipped_actions: list[str]
 
 
 class PeakDocJSON(TypedDict):
@@ -136,12 +171,31 @@ class DeviceJSON(TypedDict):
     stale_gradients: StaleGradientsJSON | None
     profile: dict[str, Any]
     evidence_note: str
+    skipped_actions: list[str]          # actions the recording provably left out (skip_actions)
+    metadata: MetadataJSON | None       # None: no allocation carries any
+    private_pools: list[dict[str, Any]]  # classifiers.pools.PoolFootprint: memory_viz's pool envelopes
 
 
 class SummaryJSON(TypedDict):
     file: str
     primary_device: int | None
     devices: list[DeviceJSON]
+    host: HostJSON | None               # pinned host memory, never part of a device's peak
+
+
+METADATA_KEYS = 5                       # keys grouped in the document
+METADATA_VALUES = 30                    # values listed per key
+
+
+def metadata_document(da) -> MetadataJSON | None:
+    """The metadata groups of one device (see MetadataJSON), None when there is none."""
+    md = da.metadata()
+    if md is None or not md.any():
+        return None
+    keys = md.keys()
+    by = {k: [to_plain(g) for g in da.group_by_metadata(k)[:METADATA_VALUES]] for k in keys[:METADATA_KEYS]}
+    by["user_metadata"] = [to_plain(g) for g in da.group_by_metadata(None)[:METADATA_VALUES]]
+    return {"keys": keys, "by": by}
 
 
 def peak_document(peak: Peak) -> PeakDocJSON:
@@ -165,7 +219,8 @@ def summary_document(an: Analysis, device: int | None = None, stacks: Stacks | N
         top: list[TopAllocationJSON] = [
             {"size": a.size, "category": a.category, "rule": a.rule, "evidence": a.evidence,
              "alloc_index": a.alloc_index, "addr": a.addr,
-             "where": stacks.where_of(a), "stack": stacks.short(a.stack, 6, a.forward_stack)}
+             "where": stacks.where_of(a), "stack": stacks.short(a.stack, 6, a.forward_stack),
+             "torch_tag": a.torch_tag, "rules_category": a.rules_category, "metadata": [list(m) for m in a.metadata]}
             for a in da.largest_live(peak.index, TOP_AT_PEAK)]
         peak_json: PeakJSON = {**peak_document(peak), "top": top}
         leaks: list[LeakJSON] = [{**to_plain(lk), "where": stacks.site(lk.site, lk.stack),  # type: ignore[typeddict-item]
@@ -189,8 +244,11 @@ def summary_document(an: Analysis, device: int | None = None, stacks: Stacks | N
             "profile": {**to_plain(da.profile), "guessed_share": da.profile.guessed_share,
                         "fine_tuning": da.profile.fine_tuning},
             "evidence_note": guess_note(peak.by_evidence, da.profile.recorded, da.profile.frames),
+            "skipped_actions": list(s.skipped_actions), "metadata": metadata_document(da),
+            "private_pools": [to_plain(p) for p in da.pool_footprints()],
         })
-    return {"file": an.snapshot.path, "primary_device": an.primary_device(), "devices": devices}
+    return {"file": an.snapshot.path, "primary_device": an.primary_device(), "devices": devices,
+            "host": None if an.host is None else to_plain(an.host)}
 
 
 def _document_key(rules_path) -> str | None:
@@ -267,8 +325,13 @@ def summary_text(doc: SummaryJSON) -> str:
             if len(reasons) == 1 and len(pk["advice_left_out"]) > 1:
                 out.append(f"  advice         none: {reasons[0]}")
         out.append(f"  live at start  {fmt_bytes(d['start_live_bytes'])}, at end {fmt_bytes(d['end_live_bytes'])}")
+        skipped = d.get("skipped_actions") or []
+        if skipped:
+            out.append(f"  not recorded   {', '.join(skipped)} (skip_actions): {skipped_words(skipped)}")
         if d["reserved_peak_bytes"] is None:
-            out.append("  reserved peak  unknown (profiler-converted snapshot: no allocator segments)")
+            why = "its segment events were not recorded" if any(a.startswith("segment_") for a in skipped) \
+                else "profiler-converted snapshot: no allocator segments"
+            out.append(f"  reserved peak  unknown ({why})")
         else:
             out.append(f"  reserved peak  {fmt_bytes(d['reserved_peak_bytes'])}")
         its = d["iterations"]
@@ -288,7 +351,31 @@ def summary_text(doc: SummaryJSON) -> str:
                        f"{device_free_text(o['requested'], o['device_free'])}")
             if o["suggestion"]:
                 out.append(f"                 next step: {o['suggestion']}")
+        for p in (d.get("private_pools") or [])[:5]:
+            out.append(f"  private pool   {tuple(p['pool'])} stream {p['stream']}: holds {fmt_bytes(p['envelope_bytes'])}"
+                       f" at most (live peak {fmt_bytes(p['active_peak_bytes'])}, reserved peak "
+                       f"{fmt_bytes(p['reserved_peak_bytes'])})")
+        md = d.get("metadata")
+        if md:
+            texts = [g["value"] for g in md["by"]["user_metadata"] if g["value"]][:6]
+            out.append(f"  metadata       keys {', '.join(md['keys'][:METADATA_KEYS])}" if md["keys"] else
+                       f"  metadata       {', '.join(texts)}" + (", ..." if len(md["by"]["user_metadata"]) > 7 else ""))
+    host = doc.get("host")
+    if host:
+        out.append(host_text(host))
     return "\n".join(out)
+
+
+def host_text(h: HostJSON) -> str:
+    """Pinned host memory as the command line tells it: apart from every device."""
+    when = "at the start of its trace" if h["peak_index"] < 0 else f"at host entry {h['peak_index']:,}"
+    res = "unknown" if h["reserved_peak_bytes"] is None else fmt_bytes(h["reserved_peak_bytes"])
+    return "\n".join([
+        f"pinned host memory (not part of any device's peak): {h['entries']:,} trace entries, "
+        f"{h['allocations']:,} allocations",
+        f"  peak live      {fmt_bytes(h['peak_bytes'])} ({h['peak_bytes']:,} B) {when}",
+        f"  live at start  {fmt_bytes(h['start_live_bytes'])}, at end {fmt_bytes(h['end_live_bytes'])}",
+        f"  reserved peak  {res} (pinned blocks held, cached ones included; {h['segments']} at the end)"])
 
 
 def device_overview_text(doc: SummaryJSON) -> str:
@@ -303,4 +390,5 @@ def device_overview_text(doc: SummaryJSON) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["PeakDocJSON", "peak_document", "summary_document", "cached_summary_document", "summary_text", "device_overview_text", "SummaryJSON", "DeviceJSON"]
+__all__ = ["PeakDocJSON", "peak_document", "summary_document", "cached_summary_document", "summary_text",
+           "device_overview_text", "host_text", "metadata_document", "SummaryJSON", "DeviceJSON", "HostJSON"]
