@@ -167,7 +167,7 @@ class Timeline:
         for sel in (~self.batch, self.batch & ~self.seq2, self.seq2):
             ai, fi, s = self.alloc_index[sel], self.free_index[sel], self.size[sel].astype(np.float64)
             # every entry is one event: the deltas land on distinct entries, exact in float64
-            d = np.bincount(ai[ai >= 0] + 1, weights=s[ai >= 0], minlength=n + 1)
+            d = np.bincount(ai[ai >= 0] + 1, weights=s[ai >= 0], minlength=n + 1).astype(np.float64)
             d -= np.bincount(fi[fi >= 0] + 1, weights=s[fi >= 0], minlength=n + 1)
             d[0] = s[ai < 0].sum()
             out.append(np.cumsum(d.astype(np.int64)))

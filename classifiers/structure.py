@@ -195,21 +195,25 @@ class _Paths:
         return p
 
     def node_arrays(self, sids, depth: int, node_path: tuple):
-        """Per stack of `sids`: (under the node, signature id of the call it is in, the node
-        frame's line). A call's signature is the outer frames' lines and the module instances
-        down to the node: a new one, or the node's line going back, starts another call."""
+        """Per stack of `sids`: (under the node, signature id of the call it is in, call site
+        id, the node frame's line). A call's signature is its call site (the outer frames'
+        lines) and the module instances down to the node: a new one, or the node's line going
+        back, starts another call."""
         n = len(sids)
         under = np.zeros(n, dtype=bool)
         sig = np.zeros(n, dtype=np.int64)
+        site = np.zeros(n, dtype=np.int64)
         line = np.zeros(n, dtype=np.int64)
         ids: dict = {}
+        sites: dict = {}
         for i, sid in enumerate(sids.tolist()):
             keys, lines, inst, _rec, _sm = self.path(int(sid))
             if len(keys) > depth and keys[:depth + 1] == node_path:
                 under[i] = True
                 sig[i] = ids.setdefault((lines[:depth], inst[:depth + 1]), len(ids))
+                site[i] = sites.setdefault(lines[:depth], len(sites))
                 line[i] = lines[depth]
-        return under, sig, line
+        return under, sig, site, line
 
 
 # -- finding the blocks ---------------------------------------------------------------------------
@@ -221,18 +225,23 @@ def _calls(paths, rows_stack, depth, node_path) -> list:
     """Split the rows (in allocation order; their stacks in `rows_stack`) that run under the
     node at `depth` (prefix `node_path`) into calls: arrays of positions into the rows. A
     call ends where a row outside the node comes between, the call's signature changes or
-    the node frame's line goes back."""
+    the node frame's line goes back. Only the calls from the most common call site are the
+    blocks' (a model's embedding, final norm and head can share the blocks' frame, `forward`
+    of the same file, called from other lines)."""
     if not len(rows_stack):
         return []
     u, inv = np.unique(rows_stack, return_inverse=True)
-    under_u, sig_u, line_u = paths.node_arrays(u, depth, node_path)
+    under_u, sig_u, site_u, line_u = paths.node_arrays(u, depth, node_path)
     pos = np.flatnonzero(under_u[inv])
     if not len(pos):
         return []
-    sig, line = sig_u[inv][pos], line_u[inv][pos]
+    sig, site, line = sig_u[inv][pos], site_u[inv][pos], line_u[inv][pos]
     brk = np.ones(len(pos), dtype=bool)
     brk[1:] = (pos[1:] != pos[:-1] + 1) | (sig[1:] != sig[:-1]) | (line[1:] < line[:-1])
-    return np.split(pos, np.flatnonzero(brk)[1:])
+    starts = np.flatnonzero(brk)
+    sites = site[starts]
+    main = np.bincount(sites).argmax()
+    return [c for c, st in zip(np.split(pos, starts[1:]), sites.tolist()) if st == main]
 
 
 def _alike(byte_counts) -> bool:

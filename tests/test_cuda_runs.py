@@ -210,10 +210,10 @@ def test_levers_that_cannot_apply_are_left_out_with_the_reason():
     from vramscope.services.whatif import lever_peaks, levers_left_out
     _s, lora = load("lora")                       # LoRA already, expandable segments on
     out = levers_left_out(lora, 0)
-    assert set(out) == {"lora", "expandable_segments"}
+    assert set(out) == {"lora", "expandable_segments", "no_checkpointing"}        # not checkpointed either
     assert "0.6%" in out["lora"] and out["expandable_segments"] == "already on"
     assert not {n for n, _t, _r in lever_peaks(lora, 0)} & set(out)
     _s, gen = load("generate")                    # inference: no training lever
     assert {"checkpointing", "adam8bit", "paged_optimizer", "lora"} <= set(levers_left_out(gen, 0))
     _s, full = load("full")                       # full fine-tuning, fixed segments: every lever applies
-    assert levers_left_out(full, 0) == {}
+    assert levers_left_out(full, 0) == {"no_checkpointing": "the run is not checkpointed"}
