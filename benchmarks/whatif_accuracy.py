@@ -16,6 +16,9 @@ predicted peak with the peak of the run recorded with the change:
   fit batch x2       batch b      -> batch 2b   (the growth model behind `whatif --fit batch`)
   fit seq x2         sequence 128 -> 256        (`--fit seq`: attention scores grow as s^2)
 
+With --hf, also a tiny Hugging Face Llama (transformers + peft; whatif_grid.hf_grid): another
+model and its own checkpointing and LoRA code, reported apart and not in the error bands.
+
 plus recorded pairs outside the grid (PAIRS): the real H100 pair tests/data/cuda_lora.pickle
 <-> cuda_ckpt.pickle (Llama, bf16 autocast, LoRA on q/v: only checkpointing differs) and the
 ground-truth CPU runs of tests/groundtruth. It prints a table per case (configuration, lever,
@@ -57,22 +60,18 @@ def cases(grid):
     names = {c.name: c for c in grid}
     out = []
     for c in grid:
-        twin = wg.Config(c.layers, c.seq, c.batch, c.lora, not c.ckpt)
-        if twin.name in names:
-            out.append((c, twin, "no_checkpointing" if c.ckpt else "checkpointing"))
-        half = wg.Config(c.layers, c.seq, c.batch // 2, c.lora, c.ckpt)
-        if c.batch > 1 and half.name in names:
-            out.append((c, half, "half_batch"))
-        if not c.lora:
-            lo = wg.Config(c.layers, c.seq, c.batch, True, c.ckpt)
-            if lo.name in names:
-                out.append((c, lo, "lora"))
-        dbl = wg.Config(c.layers, c.seq, c.batch * 2, c.lora, c.ckpt)
-        if dbl.name in names:
-            out.append((c, dbl, "fit batch x2"))
-        s2 = wg.Config(c.layers, c.seq * 2, c.batch, c.lora, c.ckpt)
-        if s2.name in names:
-            out.append((c, s2, "fit seq x2"))
+        def twin(**kw):
+            t = wg.Config(**{**dict(layers=c.layers, seq=c.seq, batch=c.batch, lora=c.lora, ckpt=c.ckpt,
+                                    model=c.model), **kw})
+            return t if t.name in names else None
+        tag = " (HF Llama)" if c.model == "llama" else ""
+        for other, lever in ((twin(ckpt=not c.ckpt), "no_checkpointing" if c.ckpt else "checkpointing"),
+                             (twin(batch=c.batch // 2) if c.batch > 1 else None, "half_batch"),
+                             (twin(lora=True) if not c.lora else None, "lora"),
+                             (twin(batch=c.batch * 2), "fit batch x2"),
+                             (twin(seq=c.seq * 2), "fit seq x2")):
+            if other is not None:
+                out.append((c, other, lever + tag))
     return out
 
 
@@ -107,8 +106,8 @@ def predict(runs: Runs, path, lever: str) -> tuple[int, str]:
     return r.scaled.bytes, r.scaled.type
 
 
-def run(only=None, verbose=True, grid_dir=wg.DEFAULT_OUT):
-    grid = wg.grid()
+def run(only=None, verbose=True, grid_dir=wg.DEFAULT_OUT, hf=False):
+    grid = wg.grid() + (wg.hf_grid() if hf else [])
     paths = wg.ensure(grid, grid_dir, verbose=verbose)
     runs = Runs()
     rows = []
@@ -148,9 +147,12 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", help="levers to check (default: all)")
     ap.add_argument("--quiet", action="store_true", help="the summary only")
     ap.add_argument("--bands", action="store_true", help="print the error bands for classifiers/levers.py")
+    ap.add_argument("--hf", action="store_true",
+                    help="also a tiny Hugging Face Llama (needs transformers and peft): another model, its own "
+                         "checkpointing and LoRA code, away from the grid the levers were developed on")
     args = ap.parse_args(argv)
     os.environ.setdefault("VRAMSCOPE_CACHE_DIR", str(HERE / "out" / "cache"))
-    rows, secs = run(args.only, not args.quiet, args.grid)
+    rows, secs = run(args.only, not args.quiet, args.grid, args.hf)
     MB = 1e6
     if not args.quiet:
         print(f"{'configuration':<28} {'recorded with the change':<28} {'lever':<24} {'predicted':>11} "
@@ -160,12 +162,12 @@ def main(argv=None) -> int:
                   f"{r['actual'] / MB:>9.3f}MB {100 * r['error']:>+7.2f}%")
         print()
     s = summary(rows)
-    print(f"{'lever':<24} {'cases':>5} {'mean':>7} {'worst':>7} {'under':>6}")
+    print(f"{'lever':<28} {'cases':>5} {'mean':>7} {'worst':>7} {'under':>6}")
     for lever, v in s.items():
-        print(f"{lever:<24} {v['cases']:>5} {100 * v['mean']:>6.2f}% {100 * v['worst']:>6.2f}% {v['under']:>6}")
+        print(f"{lever:<28} {v['cases']:>5} {100 * v['mean']:>6.2f}% {100 * v['worst']:>6.2f}% {v['under']:>6}")
     print(f"\n{len(rows)} predictions in {secs:.1f} s (analyses included)")
     if args.bands:
-        merged = summary([dict(r, lever=r["lever"].split(" (")[0]) for r in rows])
+        merged = summary([dict(r, lever=r["lever"].split(" (")[0]) for r in rows if "(HF" not in r["lever"]])
         for lever, v in merged.items():
             if not lever.startswith("fit"):
                 print(f'    "{lever}": ErrorBand({v["mean"]:.2g}, {v["worst"]:.2g}, {v["cases"]}, ...),')

@@ -55,16 +55,20 @@ class Config:
     batch: int
     lora: bool
     ckpt: bool
+    model: str = "gpt"      # "gpt": record_runs.TinyLM; "llama": a tiny Hugging Face Llama (with peft for LoRA)
 
     @property
     def name(self) -> str:
-        return (f"l{self.layers}_s{self.seq}_b{self.batch}_{'lora' if self.lora else 'full'}"
+        return (("hf_" if self.model == "llama" else "")
+                + f"l{self.layers}_s{self.seq}_b{self.batch}_{'lora' if self.lora else 'full'}"
                 + ("_ckpt" if self.ckpt else ""))
 
     @classmethod
     def parse(cls, name: str) -> "Config":
-        parts = name.split("_")
-        return cls(int(parts[0][1:]), int(parts[1][1:]), int(parts[2][1:]), parts[3] == "lora", "ckpt" in parts[4:])
+        model = "llama" if name.startswith("hf_") else "gpt"
+        parts = name.removeprefix("hf_").split("_")
+        return cls(int(parts[0][1:]), int(parts[1][1:]), int(parts[2][1:]), parts[3] == "lora", "ckpt" in parts[4:],
+                   model)
 
 
 def grid() -> list[Config]:
@@ -97,9 +101,56 @@ def add_lora_all_linear(model, rank: int = LORA_RANK):
     return model
 
 
+def hf_grid() -> list[Config]:
+    """Runs of another model, code and training loop, to check the levers away from the grid's:
+    a 4-layer Hugging Face Llama (SwiGLU MLP, RMSNorm, rotary positions, sdpa attention), LoRA
+    through peft (target_modules="all-linear"), checkpointing through
+    gradient_checkpointing_enable(); sequence 128, micro-batch 2 and 4."""
+    return [Config(4, 128, b, lora, ckpt, "llama") for b in (2, 4) for lora in (False, True) for ckpt in (False, True)]
+
+
+def build_llama(cfg: Config):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    conf = LlamaConfig(vocab_size=VOCAB, hidden_size=D_MODEL, intermediate_size=344, num_hidden_layers=cfg.layers,
+                       num_attention_heads=HEADS, num_key_value_heads=HEADS, max_position_embeddings=MAX_LEN,
+                       use_cache=False)
+    model = LlamaForCausalLM(conf)
+    if cfg.ckpt:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if cfg.lora:
+        from peft import LoraConfig, get_peft_model
+        model = get_peft_model(model, LoraConfig(r=LORA_RANK, lora_alpha=16, target_modules="all-linear",
+                                                 lora_dropout=0.0))
+        if cfg.ckpt:
+            model.enable_input_require_grads()
+    model.train()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trainable, lr=1e-4, fused=True)
+    train = functools.partial(_train_llama, model, opt, ITERS, cfg.batch, cfg.seq)
+    meta = dict(config=asdict(cfg), name=cfg.name, iterations=ITERS, lora_rank=LORA_RANK if cfg.lora else None,
+                trainable_params=sum(p.numel() for p in trainable),
+                total_params=sum(p.numel() for p in model.parameters()), model=conf.to_dict())
+    return train, meta
+
+
+def _train_llama(model, opt, iters, batch, seq):
+    import torch
+    for _ in range(iters):
+        ids = torch.randint(0, VOCAB, (batch, seq))
+        out = model(input_ids=ids, labels=ids)
+        out.loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        del out
+
+
 def build(cfg: Config):
     """(train function, metadata) for one configuration."""
     import torch
+    if cfg.model == "llama":
+        return build_llama(cfg)
     rr = _record_runs()
     torch.manual_seed(0)
     lm_cfg = dict(vocab=VOCAB, d_model=D_MODEL, n_heads=HEADS, n_layers=cfg.layers, d_ff=D_FF, max_len=MAX_LEN)
@@ -182,8 +233,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--only", nargs="*", help="run names (default: the whole grid)")
+    ap.add_argument("--hf", action="store_true", help="also the Hugging Face Llama runs (needs transformers, peft)")
     args = ap.parse_args(argv)
-    configs = [Config.parse(n) for n in args.only] if args.only else grid()
+    configs = [Config.parse(n) for n in args.only] if args.only else grid() + (hf_grid() if args.hf else [])
     ensure(configs, args.out)
     return 0
 

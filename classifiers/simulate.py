@@ -383,6 +383,7 @@ def _lora(rw: Rewrite, st: Structure, da, facts, rank: int) -> Applied:
     for sel in (cat == _CAT["gradients"], cat == _CAT["optimizer"], opt_scratch):
         _scale_rows(rw, sel, phi)
     rw.add_new([-1], [-1], [p_adapt * ADAPTER_BYTES], "weights", False)
+    _norm_weight_inputs(rw, st, da)
     _frozen_base(rw, st)
     _adapter_branch(rw, st, da, facts, rank, n_mats)
     return Applied("lora", True,
@@ -421,6 +422,35 @@ def _frozen_base(rw: Rewrite, st: Structure, tail: bool = True) -> None:
                               & np.isin(rw.size, [out_size, out_size // 2]))
         if len(kept):
             rw.fk[kept] = rw.after(e, len(kept))
+
+
+def _norm_weight_inputs(rw: Rewrite, st: Structure, da) -> None:
+    """A norm that scales by its weight in Python (`weight * x`, Llama's RMSNorm) keeps x only
+    for the weight's gradient, which a frozen norm does not need: a block's saved tensor the
+    size of the residual stream whose next allocation is the same function's tensor of its size
+    (the product), and which backward frees right after making a vector's gradient (the norm
+    weight's), goes when that product is made. Fused norms (layer_norm) keep their input for
+    the input's gradient: their input is made elsewhere, so they never match."""
+    if st.function is None or not st.output_bytes:
+        return
+    ai, fi, size, fn = rw.ai, rw.fi, rw.size, st.function
+    cat = np.asarray(da.category)
+    grads = np.flatnonzero((cat == _CAT["gradients"]) & (ai >= 0))
+    if not len(grads):
+        return
+    big = int(size[grads].max())
+    vector_grad = np.zeros(len(da.timeline.phase) + 1, dtype=bool)
+    vector_grad[ai[grads[size[grads] * size[grads] < 4 * big]]] = True
+    allocs = np.sort(ai[ai >= 0])
+    for c in st.calls + st.recomputes:
+        r = c.rows
+        cand = np.flatnonzero(np.isin(st.role[r[:-1]], (R_SAVED, R_RECOMPUTE_SAVED)) & (size[r[:-1]] == st.output_bytes)
+                              & (size[r[1:]] == size[r[:-1]]) & (fn[r[:-1]] == fn[r[1:]]) & (fn[r[:-1]] >= 0))
+        for i in cand.tolist():
+            x = r[i]
+            k = int(np.searchsorted(allocs, fi[x])) - 1
+            if k >= 0 and vector_grad[allocs[k]]:
+                rw.fk[x] = rw.after(int(ai[r[i + 1]]), 1)[0]
 
 
 def _trains_before_blocks(da, st: Structure) -> bool:

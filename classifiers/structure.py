@@ -97,6 +97,7 @@ class Structure:
     tokens: int | None      # tokens per micro-batch: an int64 input tensor / 8 dividing output_bytes
     hidden_bytes: int | None    # bytes per token of a block's output (output_bytes / tokens)
     notes: tuple = field(default_factory=tuple)    # what the structure rests on, in words
+    function: np.ndarray | None = None  # int32 per row: id of the innermost Python function that made it (-1)
 
     @property
     def checkpointed(self) -> bool:
@@ -309,6 +310,23 @@ def _find_block_node(da, paths, passes):
     return (best[1], best[2]), pass_rows
 
 
+def _block_function(paths, stacks, calls, node_path) -> int:
+    """The innermost frame every allocation of every block call has under the block node: the
+    block's own function (under a profiler's `nn.Module: X` node, X's forward), which its
+    recompute calls again (checkpointing may call the function without the module frame)."""
+    common = None
+    for sid in np.unique(np.concatenate([stacks[c.rows] for c in calls])).tolist():
+        keys = paths.path(int(sid))[0]
+        if common is None:
+            common = keys
+        else:
+            n = 0
+            while n < min(len(common), len(keys)) and common[n] == keys[n]:
+                n += 1
+            common = common[:n]
+    return (common or node_path)[max(len(node_path), len(common or ())) - 1]
+
+
 def _block_name(paths, node_path) -> tuple[str, str]:
     text = [paths.key_text[k] for k in node_path]
     frame = text[-1]
@@ -372,7 +390,8 @@ def _build(da) -> Structure:
                 calls.append(BlockCall(k, p, int(ai[r[0]]), int(ai[r[-1]]), end_of(int(ai[r[-1]])), r))
         name, frame = _block_name(paths, node_path)
         count = int(np.bincount(counts).argmax()) if counts else 0
-        recomputes = _recompute_windows(da, paths, node_path[-1], ai, stacks, alloc_phase, end_of)
+        recomputes = _recompute_windows(da, paths, _block_function(paths, stacks, calls, node_path), ai, stacks,
+                                        alloc_phase, end_of)
         blk = Blocks(name=name, frame=frame, count=count, passes=len(counts), checkpointed=bool(recomputes))
         inputs = np.full(len(calls), -1, dtype=np.int64)
         outputs = np.full(len(calls), -1, dtype=np.int64)
@@ -417,8 +436,21 @@ def _build(da) -> Structure:
         notes.append(wshape_note)
     seq2, seq_note = _seq2_rows(da, paths, calls, recomputes, size, ai, fi, stacks, batch, alloc_phase)
     notes.append(seq_note)
+    function = _functions(paths, stacks) if paths is not None else None
     return Structure(blk, tuple(calls), tuple(recomputes), role, call_of, inputs, outputs, tuple(passes), batch,
-                     seq2, out_bytes, tokens, hidden, tuple(notes))
+                     seq2, out_bytes, tokens, hidden, tuple(notes), function)
+
+
+def _functions(paths, stacks) -> np.ndarray:
+    """int32 per row: the innermost Python function (file and function; a profiler frame's def
+    line too) of its stack, -1 where it has none."""
+    fid = np.full(paths.sf.n_stacks + 1, -1, dtype=np.int32)
+    for sid in np.unique(stacks[stacks >= 0]).tolist():
+        keys = paths.path(int(sid))[0]
+        py = [k for k in keys if paths.key_text[k].count(":")]
+        if py:
+            fid[sid] = py[-1]
+    return fid[np.where(stacks >= 0, stacks, paths.sf.n_stacks)]
 
 
 def _first_input(a, ai, fi, size, call, out_size, pass_start) -> int:
