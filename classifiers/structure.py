@@ -258,28 +258,23 @@ def _alike(byte_counts) -> bool:
 def _find_block_node(da, paths, passes):
     """(depth, node path) of the block frame, or None."""
     a = da.allocs
-    ai = np.asarray(a.alloc_index)
+    ai = np.asarray(a.alloc_index).astype(np.int64)
     size = np.asarray(a.size, dtype=np.int64)
     order = np.argsort(ai, kind="stable")
     ai_sorted = ai[order]
-    # bytes per tree node over every forward pass
+    bounds = np.searchsorted(ai_sorted, np.array([(s, e + 1) for s, e in passes], dtype=np.int64).ravel())
+    pass_rows = [order[lo:hi] for lo, hi in bounds.reshape(-1, 2).tolist()]
+    # bytes per tree node over every forward pass (per stack first: a few thousand stacks)
+    rows = np.concatenate(pass_rows) if pass_rows else np.zeros(0, dtype=np.int64)
+    st = np.asarray(a.stack)[rows]
+    u, inv = np.unique(st, return_inverse=True)
+    b = np.bincount(inv, weights=size[rows].astype(np.float64)) if len(rows) else np.zeros(0)
+    total = float(b.sum())
     node_bytes: dict = {}
-    total = 0
-    pass_rows = []
-    for s, e in passes:
-        lo, hi = np.searchsorted(ai_sorted, [s, e + 1])
-        rows = order[lo:hi]
-        pass_rows.append(rows)
-        if not len(rows):
-            continue
-        st = np.asarray(a.stack)[rows]
-        u, inv = np.unique(st, return_inverse=True)
-        b = np.bincount(inv, weights=size[rows].astype(np.float64))
-        total += float(b.sum())
-        for sid, nb in zip(u.tolist(), b.tolist()):
-            keys = paths.path(int(sid))[0]
-            for d in range(len(keys)):
-                node_bytes[keys[:d + 1]] = node_bytes.get(keys[:d + 1], 0.0) + nb
+    for sid, nb in zip(u.tolist(), b.tolist()):
+        keys = paths.path(int(sid))[0]
+        for d in range(len(keys)):
+            node_bytes[keys[:d + 1]] = node_bytes.get(keys[:d + 1], 0.0) + nb
     if total <= 0:
         return None, pass_rows
     cands = sorted((p for p, b in node_bytes.items() if b >= MIN_SHARE * total),
@@ -421,9 +416,10 @@ def _build(da) -> Structure:
         notes.append("no repeated block (layer) found in the stacks" if paths is not None else
                      "no forward pass with frames: no blocks")
     # tensors outside the blocks, saved for backward: embeddings, final norm, logits, loss
-    in_fwd = np.zeros(n, dtype=bool)
-    for s, e in passes:
-        in_fwd |= (ai >= s) & (ai <= e)
+    starts = np.array([s for s, _ in passes] or [0], dtype=np.int64)
+    ends = np.array([e for _, e in passes] or [-1], dtype=np.int64)
+    k = np.searchsorted(starts, ai, side="right") - 1
+    in_fwd = (k >= 0) & (ai <= ends[np.maximum(k, 0)])
     outside = in_fwd & (call_of < 0) & (free_phase == P_BACKWARD) & (role == R_OTHER)
     role[outside] = R_OUTSIDE_SAVED
 
