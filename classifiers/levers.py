@@ -141,8 +141,19 @@ LEVERS = {
 }
 
 
-# simulated on the recorded timeline from the run's structure (simulate.py)
+# simulated on the recorded timeline from the run's structure (simulate.py), with what the
+# simulation does in a line (what-if says it in full, with this run's blocks, for each run)
 SIMULATED = ("checkpointing", "no_checkpointing", "half_batch", "lora")
+SIMULATION_WORDS = {
+    "checkpointing": "simulated on the recorded timeline: each block keeps its input; what it saved for backward is "
+                     "freed when its forward ends and recomputed right before its backward",
+    "no_checkpointing": "simulated on the recorded timeline: each recomputed tensor is kept from the forward that made "
+                        "it instead",
+    "half_batch": "simulated on the recorded timeline: every tensor that grows with the batch is halved, recomputed "
+                  "ones included; weights, gradients, optimizer state and library workspaces stay",
+    "lora": "simulated on the recorded timeline: frozen weights; gradients and optimizer state for rank-8 adapters on "
+            "every weight matrix of the blocks; the adapters' own tensors added",
+}
 
 # measured by benchmarks/whatif_accuracy.py (README, "What would fit"): the predicted peak
 # against the peak of the run recorded with the lever pulled (python benchmarks/whatif_accuracy.py
@@ -195,4 +206,4 @@ def simulated_lever(name: str, assumption: str) -> Lever:
 
 
 __all__ = ["Lever", "ErrorBand", "LEVERS", "LeverError", "lever", "simulated_lever", "left_out", "TRAINING_LEVERS",
-           "CHECKPOINT_FACTOR", "SIMULATED", "ERROR_BANDS"]
+           "CHECKPOINT_FACTOR", "SIMULATED", "SIMULATION_WORDS", "ERROR_BANDS"]

@@ -158,14 +158,16 @@ class Timeline:
         return SimpleNamespace(allocs=allocs, category=self.category,
                                live=SimpleNamespace(live_after=np.empty(self.n_entries, dtype=np.int8)))
 
-    def growth(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def growth(self, factors=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Live bytes after each simulated entry (the start state first) of the rows that do
         not grow (A), grow linearly with the batch or sequence (B), with the sequence's
-        square (C)."""
+        square (C); `factors` (float64 per CATEGORIES code) scales each row's size first."""
         n = self.n_entries
+        size = self.size if factors is None else \
+            np.rint(self.size * np.asarray(factors, dtype=np.float64)[self.category]).astype(np.int64)
         out = []
         for sel in (~self.batch, self.batch & ~self.seq2, self.seq2):
-            ai, fi, s = self.alloc_index[sel], self.free_index[sel], self.size[sel].astype(np.float64)
+            ai, fi, s = self.alloc_index[sel], self.free_index[sel], size[sel].astype(np.float64)
             # every entry is one event: the deltas land on distinct entries, exact in float64
             d = np.bincount(ai[ai >= 0] + 1, weights=s[ai >= 0], minlength=n + 1).astype(np.float64)
             d -= np.bincount(fi[fi >= 0] + 1, weights=s[fi >= 0], minlength=n + 1)

@@ -195,11 +195,11 @@ FIT_DIMENSIONS = ("batch", "seq")
 _SIMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def simulation(da, names, facts=None, lora_rank: int = LORA_RANK) -> Simulation | None:
-    """The run with the simulated levers among `names` pulled (None: none of them), made once
-    per device, lever set and rank."""
+def simulation(da, names, facts=None, lora_rank: int = LORA_RANK, plain: bool = False) -> Simulation | None:
+    """The run with the simulated levers among `names` pulled (None: none of them; with
+    `plain`, the recorded run as a Simulation), made once per device, lever set and rank."""
     sim_names = tuple(n for n in SIMULATED if n in names)
-    if not sim_names:
+    if not sim_names and not plain:
         return None
     cache = _SIMS.setdefault(da, {})
     key = (sim_names, lora_rank if "lora" in sim_names else None)
@@ -234,11 +234,13 @@ def levers_left_out(an, device: int, facts=None) -> dict[str, str]:
 
 def what_if(an, device: int, scales: dict | None = None, levers=(), gpu=None,
             model: CategoryLive | None = None, budget: Budget | None = None,
-            with_budget: bool = True, fit: str | None = None, lora_rank: int = LORA_RANK) -> WhatIf:
+            with_budget: bool = True, fit: str | None = None, lora_rank: int = LORA_RANK,
+            fit_each: bool = True) -> WhatIf:
     """Pull `levers` (simulated on the timeline or as factors), scale categories (explicit
     `scales` times the factor levers') and recompute the peak of `device` over the whole run;
     the budget and the fits too; with `fit` ("batch" or "seq", needs `gpu`), how far that
-    dimension could grow, with `levers` alone and with each other lever that applies.
+    dimension could grow, with `levers` alone and (`fit_each`) with each other lever that
+    applies added.
     Raises WhatIfError (a ValueError) for an unknown category, lever, dimension or device, a
     factor below 0 (or not finite), a rank below 1 and an unreadable GPU size."""
     if device not in an.devices:
@@ -286,7 +288,8 @@ def what_if(an, device: int, scales: dict | None = None, levers=(), gpu=None,
     fit_rows: tuple = ()
     fit_note = ""
     if fit is not None:
-        fit_rows, fit_note = _fit_all(an, device, da, names, checked, facts, lora_rank, fit, gpu_bytes, base)
+        fit_rows, fit_note = _fit_all(an, device, da, names, checked, facts, lora_rank, fit, gpu_bytes, base,
+                                      fit_each)
     return WhatIf(device, baseline, scaled_m, factors, lv, bud, fits, note, fit_rows, fit_note, sim, cl)
 
 
@@ -318,8 +321,10 @@ def _growth(da, names, scales, facts, lora_rank):
     and grows with the square of the sequence (structure.Structure.batch / .seq2)."""
     lv = tuple(lever(n, facts) for n in names if n not in SIMULATED)
     factors = _factors(lv, scales)
-    sim = simulate(da, tuple(n for n in SIMULATED if n in names), facts, lora_rank, scales=factors)
-    return sim.timeline.growth()
+    sim = simulation(da, names, facts, lora_rank, plain=True)
+    assert sim is not None
+    f = np.array([factors.get(c, 1.0) for c in CATEGORIES], dtype=np.float64)
+    return sim.timeline.growth(f if factors else None)
 
 
 def _grown(g, dimension: str, f: float) -> np.ndarray:
@@ -351,11 +356,11 @@ def _max_factor(g, dimension: str, budget_bytes: float) -> float | None:
     return lo
 
 
-def _fit_all(an, device, da, names, checked, facts, lora_rank, dimension, gpu_bytes, base):
-    """FitResult for the levers asked for, then with each other lever that applies added."""
-    skip = levers_left_out(an, device, facts)
+def _fit_all(an, device, da, names, checked, facts, lora_rank, dimension, gpu_bytes, base, each=True):
+    """FitResult for the levers asked for, then (`each`) with each other lever that applies added."""
+    skip = levers_left_out(an, device, facts) if each else {}
     combos = [tuple(names)]
-    combos += [tuple(names) + (n,) for n in LEVERS if n not in names and n not in skip
+    combos += [tuple(names) + (n,) for n in LEVERS if each and n not in names and n not in skip
                and not (n == "no_checkpointing" and "checkpointing" in names)
                and not (n == "half_batch" and dimension == "batch")]
     out = []
