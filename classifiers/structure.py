@@ -418,8 +418,8 @@ def _build(da) -> Structure:
     # tensors outside the blocks, saved for backward: embeddings, final norm, logits, loss
     starts = np.array([s for s, _ in passes] or [0], dtype=np.int64)
     ends = np.array([e for _, e in passes] or [-1], dtype=np.int64)
-    k = np.searchsorted(starts, ai, side="right") - 1
-    in_fwd = (k >= 0) & (ai <= ends[np.maximum(k, 0)])
+    in_pass = np.searchsorted(starts, ai, side="right") - 1
+    in_fwd = (in_pass >= 0) & (ai <= ends[np.maximum(in_pass, 0)])
     outside = in_fwd & (call_of < 0) & (free_phase == P_BACKWARD) & (role == R_OTHER)
     role[outside] = R_OUTSIDE_SAVED
 

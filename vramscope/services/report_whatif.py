@@ -54,7 +54,7 @@ def _card(base) -> int:
 
 
 def _fit(an: Analysis, device: int, base):
-    return what_if(an, device, budget=base.budget, gpu=_card(base) / GiB, fit="batch", with_budget=False)
+    return what_if(an, device, budget=base.budget, gpu=f"{_card(base)}B", fit="batch", with_budget=False)
 
 
 def whatif_json(an: Analysis, device: int) -> dict:
