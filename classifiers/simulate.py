@@ -6,7 +6,8 @@ move to another moment, as it would in the run with the lever pulled.
     sim = simulate(da, ["checkpointing"], facts)        # -> Simulation
     sim.peak(factors)                                   # ScaledPeak on the simulated run (index: trace entry)
     sim.live_at_many(entries)                           # int64 [K, C] after each recorded entry
-    growth(sim).max_factor(...)                         # how far the batch / sequence can grow
+    sim.timeline.growth(factors)                        # what does not grow / grows with the batch
+                                                        # (or sequence) / with its square: for --fit
 
 The simulated levers:
   checkpointing     each block keeps its input; the rest of what it saved for backward is
@@ -20,14 +21,17 @@ The simulated levers:
                     recomputed ones included
   lora              frozen weights; gradients, optimizer state and optimizer scratch for adapters
                     of rank r over every weight matrix of the blocks (r.(in + out) parameters each,
-                    in + out from the block's width); the adapters' weights; the adapter branch's
-                    saved input to B (tokens x r per adapted matrix, per block, until the block's
-                    backward) and its backward scratch
+                    in + out from the block's width); the adapters' weights; what only the frozen
+                    weights' gradients needed goes (the first block's input, the LM head's input,
+                    a Python norm's `weight * x` input); the adapter branch's saved input to B
+                    (tokens x r per adapted matrix until the block's backward) and, at each
+                    adapted matrix's backward, its gradient of x
 A timeline is a set of rows (alloc key, free key, size, category); keys order events: an
 original trace entry i is `i << SHIFT`, an inserted event after entry i is `(i << SHIFT) + k`.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 from dataclasses import dataclass, field
@@ -47,10 +51,10 @@ from .structure import (
     Structure,
     structure,
 )
+from .levers import SIMULATED
 from .timeline import P_BACKWARD, P_OPTIMIZER
 
 SHIFT = 21                  # room for 2^21 - 1 inserted events after one trace entry
-SIMULATED = ("checkpointing", "no_checkpointing", "half_batch", "lora")
 LORA_RANK = 8
 ADAPTER_BYTES = 4           # adapters (and their gradients) in fp32, as PEFT keeps them
 _CAT = {c: i for i, c in enumerate(CATEGORIES)}
@@ -216,9 +220,10 @@ def _checkpointing(rw: Rewrite, st: Structure) -> Applied:
     if st.checkpointed:
         return Applied("checkpointing", False, f"the {st.blocks.name} blocks are checkpointed already")
     ai, fi, role = rw.ai, rw.fi, st.role
-    # every row saved for backward by a forward pass, by allocation entry: to find, for each
-    # block, the last one made after it and freed before its own backward starts
-    saved_all = np.flatnonzero(np.isin(role, (R_SAVED, R_OUTSIDE_SAVED, R_OUTPUT)) & (fi >= 0))
+    # what each forward pass saved for backward, by allocation: for each block, the last of
+    # those made after it and freed before its own backward starts
+    kept = np.flatnonzero(np.isin(role, (R_SAVED, R_OUTSIDE_SAVED, R_OUTPUT)) & (fi >= 0))
+    kept = kept[np.argsort(ai[kept], kind="stable")]
     done = 0
     for j, c in enumerate(st.calls):
         r = c.rows
@@ -226,24 +231,20 @@ def _checkpointing(rw: Rewrite, st: Structure) -> Applied:
         if not len(saved):
             continue
         first_free = int(fi[saved].min())
-        pass_end = st.passes[c.forward_pass][1]
-        later = saved_all[(ai[saved_all] > c.last) & (ai[saved_all] <= pass_end) & (fi[saved_all] < first_free)]
-        base = int(fi[later].max()) if len(later) else first_free - 1
-        # replay the window up to its last saved tensor (torch stops the recompute there)
-        last_saved = int(ai[saved].max())
-        replay = r[(np.isin(role[r], (R_SAVED, R_SCRATCH))) & (ai[r] <= last_saved)]
-        ev_rows = np.concatenate([replay, replay[role[replay] == R_SCRATCH]])
-        ev_key = np.concatenate([ai[replay], fi[replay[role[replay] == R_SCRATCH]]])
-        ev_free = np.r_[np.zeros(len(replay), bool), np.ones(len(ev_rows) - len(replay), bool)]
-        order = np.argsort(ev_key, kind="stable")
-        keys = rw.after(base, len(order))
-        new_key = np.empty(len(order), dtype=np.int64)
-        new_key[order] = keys
-        alloc_key = dict(zip(ev_rows[~ev_free].tolist(), new_key[~ev_free].tolist()))
-        free_key = dict(zip(ev_rows[ev_free].tolist(), new_key[ev_free].tolist()))
-        rec = replay
-        rw.add([alloc_key[x] for x in rec.tolist()],
-               [free_key.get(x, rw.fk[x]) for x in rec.tolist()], rec)
+        lo, hi = np.searchsorted(ai[kept], [c.last + 1, st.passes[c.forward_pass][1] + 1])
+        later = fi[kept[lo:hi]]
+        later = later[later < first_free]
+        base = int(later.max()) if len(later) else first_free - 1
+        # replay the window up to its last saved tensor (torch stops the recompute there):
+        # its allocations and its scratch's frees, in their order, right after `base`
+        replay = r[np.isin(role[r], (R_SAVED, R_SCRATCH)) & (ai[r] <= int(ai[saved].max()))]
+        scratch = replay[role[replay] == R_SCRATCH]
+        ev_key = np.concatenate([ai[replay], fi[scratch]])
+        new_key = np.empty(len(ev_key), dtype=np.int64)
+        new_key[np.argsort(ev_key, kind="stable")] = rw.after(base, len(ev_key))
+        free_key = rw.fk[replay].copy()
+        free_key[role[replay] == R_SCRATCH] = new_key[len(replay):]
+        rw.add(new_key[:len(replay)], free_key, replay)
         # forward: what the block saved goes when its forward ends
         rw.fk[saved] = rw.after(c.last, len(saved))
         # its input stays until its backward has run
@@ -298,7 +299,6 @@ def _no_checkpointing(rw: Rewrite, st: Structure) -> Applied:
 
 def _without_checkpoint(st: Structure) -> Structure:
     """The structure as if nothing were checkpointed (the first block's input not kept)."""
-    import dataclasses
     blk = dataclasses.replace(st.blocks, checkpointed=False) if st.blocks is not None else None
     return dataclasses.replace(st, blocks=blk)
 
@@ -310,8 +310,9 @@ def _scale_rows(rw: Rewrite, sel: np.ndarray, f: float) -> None:
 def _half_batch(rw: Rewrite, st: Structure) -> Applied:
     _scale_rows(rw, rw.batch, 0.5)
     return Applied("half_batch", True,
-                   "half the micro-batch (keep the effective batch with 2x gradient accumulation): every tensor that grows with the batch is halved: activations, backward intermediates, "
-                   "inputs, forward and recompute scratch made in the forward and backward passes; weights, "
+                   "half the micro-batch (keep the effective batch with 2x gradient accumulation): every tensor "
+                   "that grows with the batch is halved: activations, backward intermediates, inputs, forward "
+                   "and recompute scratch made in the forward and backward passes; weights, "
                    "gradients, optimizer state and its scratch, library workspaces (cuBLAS), 16-bit weight copies "
                    "(autocast) and what was live before the trace stay")
 
@@ -392,10 +393,11 @@ def _lora(rw: Rewrite, st: Structure, da, facts, rank: int) -> Applied:
                    f"LoRA of rank {rank} instead of full fine-tuning: the weights stay (frozen); "
                    f"gradients, optimizer state and optimizer scratch shrink to the adapters' {p_adapt:,} parameters "
                    f"({phi:.2%} of the {facts.trainable_params:,} trained now; {how}), whose fp32 weights are added; "
-                   f"each adapted matrix saves its input to B (tokens x r) until the block's backward and adds "
-                   f"its branch's gradients (tokens x its larger side) at its backward; nothing before the first "
-                   f"block is saved (frozen embeddings), nor the LM head's input (a frozen head needs no weight "
-                   f"gradient)")
+                   f"each adapted matrix saves its input to B (tokens x r) until the block's backward and, at its "
+                   f"backward, holds one more tokens x in tensor (the adapter's gradient of x beside the base's); "
+                   f"nothing before the first block is kept (frozen embeddings), nor the LM head's input or a "
+                   f"Python norm's `weight * x` input (frozen weights need no gradient); adapters on every weight "
+                   f"matrix of the blocks (all-linear): with fewer, less is kept and the peak is lower")
 
 
 def _frozen_base(rw: Rewrite, st: Structure, tail: bool = True) -> None:
@@ -466,9 +468,7 @@ def _trains_before_blocks(da, st: Structure) -> bool:
     grads = grads[ph[ai[grads]] == P_BACKWARD] if len(ph) else grads[:0]
     windows = st.recomputes if st.checkpointed else st.calls
     wanted = R_RECOMPUTE_SAVED if st.checkpointed else R_SAVED
-    for w in windows:
-        if w.block != 0:
-            continue
+    for w in [w for w in windows if w.block == 0][:3]:      # a few backward passes tell
         saved = w.rows[st.role[w.rows] == wanted]
         saved = saved[fi[saved] >= 0]
         if not len(saved):

@@ -19,22 +19,13 @@ import orjson
 import pytest
 
 from helpers import DATA, GROUNDTRUTH
-from vramscope.classifiers import CATEGORIES, analyze
+from test_whatif import _an                         # one analysis per file for both modules
+from vramscope.classifiers import CATEGORIES
 from vramscope.classifiers.category_live import scale_live
 from vramscope.classifiers.levers import ERROR_BANDS, SIMULATED
 from vramscope.classifiers.structure import blocks, structure
 from vramscope.classifiers.whatif import WhatIfError, growth_peak, levers_left_out, what_if
 from vramscope.common.units import MiB
-from vramscope.parsers import open_snapshot
-
-_analyses: dict = {}
-
-
-def _an(path):
-    path = str(path)
-    if path not in _analyses:
-        _analyses[path] = analyze(open_snapshot(path, use_cache=False), use_cache=False)
-    return _analyses[path]
 
 
 def _peak(path) -> int:
