@@ -264,7 +264,7 @@ def _checkpointing(rw: Rewrite, st: Structure) -> Applied:
 def _no_checkpointing(rw: Rewrite, st: Structure) -> Applied:
     if st.blocks is None or not st.checkpointed:
         return Applied("no_checkpointing", False, "the run is not checkpointed: nothing is recomputed")
-    fi, role, size = rw.fi, st.role, rw.size
+    role, size = st.role, rw.size
     by = {(c.forward_pass, c.block): c for c in st.calls}
     done = 0
     for w in st.recomputes:
