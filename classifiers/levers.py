@@ -1,8 +1,15 @@
-"""The named levers (DESIGN.md §8): what a change to training would do to each category's
-live bytes, as factors, with the assumption behind each stated in words. What-if
-(whatif.py) scales the recorded run by them; OOM and peak advice (ooms.py) ranks them by
-what they would save at one moment. Some use the budget's facts (bytes per parameter,
-the trainable share); without facts they assume full fine-tuning in fp32.
+"""The named levers (DESIGN.md §8), with the assumption behind each stated in words.
+
+Two kinds. The levers that change the run's structure (SIMULATED: checkpointing,
+no_checkpointing, half_batch, lora) are simulated on the recorded timeline by
+simulate.py, which is what what-if (whatif.py) reports; each carries the error band the
+validation harness (benchmarks/whatif_accuracy.py) measured against runs recorded with the
+lever pulled. The others act on one category's bytes per parameter (adam8bit,
+paged_optimizer, 4bit) or on the allocator (expandable_segments) and are factors here.
+Every lever also has factors (`lever(name).scales`): OOM and peak advice (ooms.py) ranks
+levers by what they would save at one moment, which a global factor estimates. Some use
+the budget's facts (bytes per parameter, the trainable share); without facts they assume
+full fine-tuning in fp32.
 """
 from __future__ import annotations
 
@@ -14,16 +21,32 @@ class LeverError(ValueError):
 
 
 @dataclass(frozen=True)
+class ErrorBand:
+    """How far the lever's predicted peak was from the peak of runs recorded with the lever
+    pulled (benchmarks/whatif_accuracy.py): relative errors, absolute values."""
+    mean: float
+    worst: float
+    cases: int
+    measured_on: str        # which runs
+
+    def to_json(self) -> dict:
+        return {"mean": self.mean, "worst": self.worst, "cases": self.cases, "measured_on": self.measured_on}
+
+
+@dataclass(frozen=True)
 class Lever:
     name: str
     title: str
-    scales: dict            # {category: factor}
+    scales: dict            # {category: factor} (a simulated lever in what-if: {}, the simulation decides)
     removes_overhead: bool  # drops the allocator's reserved-but-unallocated memory in `fits`
-    assumption: str         # why these factors: the estimate, in words
+    assumption: str         # what it rests on, in words
+    simulated: bool = False             # simulated on the recorded timeline (simulate.py), not factors
+    error_band: ErrorBand | None = None  # measured against recorded runs; None: not measured
 
     def to_json(self) -> dict:
-        return {"name": self.name, "title": self.title, "scales": dict(self.scales),
-                "removes_overhead": self.removes_overhead, "assumption": self.assumption}
+        return {"name": self.name, "title": self.title, "simulated": self.simulated, "scales": dict(self.scales),
+                "removes_overhead": self.removes_overhead, "assumption": self.assumption,
+                "error_band": self.error_band.to_json() if self.error_band is not None else None}
 
 
 CHECKPOINT_FACTOR = 0.15     # (2L + 34) / (34L) for L = 12..32 layers, rounded up (see below)
@@ -47,6 +70,12 @@ def _lever_checkpointing(facts):
             f"(2L + 34) / (34L) = 0.09-0.14 for 12-32 layers, so activations x {CHECKPOINT_FACTOR}; the "
             f"logits and loss are not checkpointed (the estimate is optimistic where they dominate); "
             f"backward intermediates unchanged; about a third more compute")
+
+
+def _lever_no_checkpointing(facts):
+    return ({}, False,
+            "no gradient checkpointing: every block keeps what it saves for backward from its forward to its "
+            "backward instead of recomputing it (simulated on the recorded timeline only)")
 
 
 def _lever_adam8bit(facts):
@@ -103,6 +132,7 @@ def _lever_expandable(facts):
 LEVERS = {
     "half_batch": ("halve the micro-batch", _lever_half_batch),
     "checkpointing": ("gradient checkpointing", _lever_checkpointing),
+    "no_checkpointing": ("no gradient checkpointing", _lever_no_checkpointing),
     "adam8bit": ("8-bit optimizer", _lever_adam8bit),
     "paged_optimizer": ("paged optimizer", _lever_paged),
     "lora": ("LoRA instead of full fine-tuning", _lever_lora),
@@ -110,6 +140,34 @@ LEVERS = {
     "expandable_segments": ("expandable_segments", _lever_expandable),
 }
 
+
+# simulated on the recorded timeline from the run's structure (simulate.py), with what the
+# simulation does in a line (what-if says it in full, with this run's blocks, for each run)
+SIMULATED = ("checkpointing", "no_checkpointing", "half_batch", "lora")
+SIMULATION_WORDS = {
+    "checkpointing": "simulated on the recorded timeline: each block keeps its input; what it saved for backward is "
+                     "freed when its forward ends and recomputed right before its backward",
+    "no_checkpointing": "simulated on the recorded timeline: each recomputed tensor is kept from the forward that made "
+                        "it instead",
+    "half_batch": "simulated on the recorded timeline: every tensor that grows with the batch is halved, recomputed "
+                  "ones included; weights, gradients, optimizer state and library workspaces stay",
+    "lora": "simulated on the recorded timeline: frozen weights; gradients and optimizer state for rank-8 adapters on "
+            "every weight matrix of the blocks; the adapters' own tensors added",
+}
+
+# measured by benchmarks/whatif_accuracy.py (README, "What would fit"): the predicted peak
+# against the peak of the run recorded with the lever pulled (python benchmarks/whatif_accuracy.py
+# --bands prints these lines)
+_GRID = ("runs of a tiny GPT recorded on the CPU with and without the lever (4 and 8 layers, sequence 128 and "
+         "256, micro-batch 1-8, full fine-tuning and LoRA on every block matrix, with and without checkpointing)")
+_TESTS = "; the ground-truth CPU runs of tests/groundtruth (2 layers)"
+_H100 = "; a Llama LoRA run on an H100 (bf16 autocast), with and without checkpointing"
+ERROR_BANDS: dict[str, ErrorBand] = {
+    "checkpointing": ErrorBand(5.5e-06, 2.4e-05, 35, _GRID + _TESTS + _H100),
+    "lora": ErrorBand(0.0011, 0.0028, 32, _GRID),
+    "no_checkpointing": ErrorBand(4e-05, 0.0014, 35, _GRID + _TESTS + _H100),
+    "half_batch": ErrorBand(0.0021, 0.0083, 49, _GRID + _TESTS),
+}
 
 # the levers that act on training: nothing to pull in a trace that only runs forward passes
 TRAINING_LEVERS = frozenset({"checkpointing", "adam8bit", "paged_optimizer", "lora"})
@@ -147,6 +205,13 @@ def left_out(name: str, profile=None, expandable: bool = False) -> str | None:
             return ("the trace shows no pretrained model loaded and no frozen weights (training from scratch?); "
                     "if this is a pretrained model, LoRA adapters would shrink the gradients and optimizer state: "
                     "`vramscope whatif FILE --lever lora`")
+    if name == "checkpointing":
+        if not profile.blocks:
+            return "no repeated blocks (layers) found in the stacks: nothing to name for torch.utils.checkpoint"
+        if profile.checkpointed:
+            return f"the {profile.blocks} blocks are checkpointed already"
+    if name == "no_checkpointing" and not profile.checkpointed:
+        return "the run is not checkpointed"
     if name == "4bit":
         if profile.quantized:
             return f"the weights are already quantized ({profile.quantized})"
@@ -162,7 +227,14 @@ def lever(name: str, facts=None) -> Lever:
         raise LeverError(f"unknown lever {name!r} (known: {', '.join(LEVERS)})")
     title, fn = LEVERS[name]
     scales, removes, why = fn(facts)
-    return Lever(name, title, scales, removes, "estimate: " + why)
+    return Lever(name, title, scales, removes, "estimate: " + why, error_band=ERROR_BANDS.get(name))
 
 
-__all__ = ["Lever", "LEVERS", "LeverError", "lever", "left_out", "TRAINING_LEVERS", "CHECKPOINT_FACTOR"]
+def simulated_lever(name: str, assumption: str) -> Lever:
+    """A lever simulated on the recorded timeline (what-if), with what the simulation assumed."""
+    return Lever(name, LEVERS[name][0], {}, False, "simulated on the recorded timeline: " + assumption, simulated=True,
+                 error_band=ERROR_BANDS.get(name))
+
+
+__all__ = ["Lever", "ErrorBand", "LEVERS", "LeverError", "lever", "simulated_lever", "left_out", "TRAINING_LEVERS",
+           "CHECKPOINT_FACTOR", "SIMULATED", "SIMULATION_WORDS", "ERROR_BANDS"]

@@ -106,12 +106,16 @@ def advise(by_category_evidence: dict, live_bytes: int, profile: RunProfile | No
         weakest = max((EVIDENCE.index(e) for e in known.get(main, {})), default=EVIDENCE.index("lifetime"))
         scored.append((int(saves), name, main, EVIDENCE[weakest]))
     scored.sort(key=lambda t: -t[0])
+    def target(name):
+        if name == "checkpointing" and profile is not None and profile.blocks:
+            return f"{profile.block_count} {profile.blocks}"
+        return ""
     for saves, name, main, ev in scored:
         if saves > 0 and saves >= MIN_SHARE * max(1, live_bytes):
-            tips.append(Advice(name, main, saves, ev))
+            tips.append(Advice(name, main, saves, ev, target(name)))
     if not tips and scored and scored[0][0] >= MIN_SHARE_FALLBACK * max(1, live_bytes):
         saves, name, main, ev = scored[0]          # nothing worth a line: still the best one, if it is not nothing
-        tips.append(Advice(name, main, saves, ev))
+        tips.append(Advice(name, main, saves, ev, target(name)))
     return tuple(tips)
 
 

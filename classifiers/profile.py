@@ -94,6 +94,9 @@ def run_profile(da, sfacts) -> RunProfile:
     elif np.any(evidenced & (da.category == _Q) & (a.free_index < 0)):
         quantized = "quantized"
 
+    from .structure import blocks
+    blk = blocks(da) if bool(np.any(da.trace_action == A_ALLOC)) else None
+
     peak_live = da.live_mask(da.peak.index) if len(a) else np.zeros(0, dtype=bool)
     size = a.size.astype(np.int64)
     known = int(size[peak_live & evidenced].sum())
@@ -109,7 +112,9 @@ def run_profile(da, sfacts) -> RunProfile:
         adapters=_marked(sfacts, "adapters", stacks),
         quantized=quantized,
         peak_evidenced_bytes=known,
-        peak_guessed_bytes=guessed)
+        peak_guessed_bytes=guessed,
+        blocks=blk.name if blk is not None else "", block_count=blk.count if blk is not None else 0,
+        checkpointed=bool(blk is not None and blk.checkpointed))
 
 
 __all__ = ["run_profile", "trains"]

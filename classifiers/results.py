@@ -33,6 +33,7 @@ class Advice:
     category: str | None = None     # the category it acts on
     saves_bytes: int | None = None  # an estimate at the moment the advice is about
     evidence: str = "stack"         # the weakest evidence of the bytes it saves (never "guess" alone)
+    target: str = ""                # what it acts on, where the run names it (checkpointing: the repeated blocks)
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,9 @@ class RunProfile:
     quantized: str = ""             # "4-bit" | "8-bit" | "quantized" | "": quantized weights seen
     peak_evidenced_bytes: int = 0   # live at the peak with evidence torch, stack or lifetime
     peak_guessed_bytes: int = 0     # live at the peak that are a guess (or unknown)
+    blocks: str = ""                # the repeated blocks (layers) the stacks show ("" none): classifiers/structure.py
+    block_count: int = 0            # ... per forward pass
+    checkpointed: bool = False      # ... their activations recomputed in backward (torch.utils.checkpoint)
 
     @property
     def guessed_share(self) -> float:

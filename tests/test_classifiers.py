@@ -215,7 +215,7 @@ def test_leak_fixture_flags_train_step_and_clean_loop_does_not():
         assert [int(da.live.live_after[it.end_index]) for it in da.iterations] == e["live_bytes_at_iteration_end"]
 
 
-@pytest.mark.parametrize("name, hint", [("oom.pickle", "expandable_segments"), ("expandable.pickle", "checkpointing")])
+@pytest.mark.parametrize("name, hint", [("oom.pickle", "expandable_segments"), ("expandable.pickle", "of activations")])
 def test_oom_reports(name, hint):
     exp = json.loads((DATA / "expected.json").read_text())["fixtures"][name]
     da = data(name).devices[0]

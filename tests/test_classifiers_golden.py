@@ -113,7 +113,7 @@ GOLDEN = r'''
 {
  "annotated_210.pickle": {
   "0": {
-   "advice": [["adam8bit", "stack"], ["checkpointing", "lifetime"], ["half_batch", "lifetime"]],
+   "advice": [["adam8bit", "stack"], ["half_batch", "lifetime"]],
    "category_bytes": {"activations": 113508352, "autograd": 50331648, "gradients": 113442816, "inputs": 9437184, "optimizer": 75628544, "temporary": 56098816, "weights": 37814272},
    "evidence_bytes": {"guess": 37814272, "lifetime": 289341440, "stack": 129105920},
    "iterations": [[0, 43, {"backward": [10, 30], "forward": [1, 9], "inputs": [0, 0], "optimizer": [31, 43]}, 1, 41, "optimizer_step"], [44, 83, {"backward": [62, 80], "forward": [55, 61], "inputs": [44, 54], "optimizer": [81, 83]}, 1, 68, "backward_start"], [84, 141, {"backward": [103, 120], "eval": [135, 141], "forward": [96, 102], "inputs": [84, 95], "optimizer": [121, 123]}, 1, 108, "backward_start"]],
@@ -181,12 +181,12 @@ GOLDEN = r'''
  },
  "expandable.pickle": {
   "0": {
-   "advice": [["checkpointing", "lifetime"], ["half_batch", "lifetime"]],
+   "advice": [["half_batch", "lifetime"]],
    "category_bytes": {"activations": 47340847112, "autograd": 13186891776, "gradients": 649285632, "inputs": 1835008, "optimizer": 649285632, "temporary": 56678400, "weights": 324642816},
    "evidence_bytes": {"guess": 324642816, "lifetime": 61178859528, "stack": 705964032},
    "iterations": [[0, 526, {"backward": [137, 356], "forward": [2, 136], "inputs": [0, 1], "optimizer": [357, 526]}, 1, 138, "backward_start"], [527, 992, {"backward": [749, 968], "forward": [679, 748], "inputs": [527, 678], "optimizer": [969, 992]}, 1, 750, "backward_start"], [993, 1377, {"forward": [1149, 1377], "inputs": [993, 1148]}, 1, 1256, "oom"]],
    "leaks": [],
-   "ooms": [[1257, 754974720, 536614656, 15927296, {"activations": 23172218880, "inputs": 1310720, "optimizer": 649285632, "weights": 324642816}, "gradient checkpointing (torch.utils.checkpoint on the model's repeated blocks): up to 18.34 GiB of activations at this moment"]],
+   "ooms": [[1257, 754974720, 536614656, 15927296, {"activations": 23172218880, "inputs": 1310720, "optimizer": 649285632, "weights": 324642816}, "half the micro-batch, with twice the gradient accumulation steps: up to 10.79 GiB of activations at this moment"]],
    "peak": {"by_category": {"activations": 23172218880, "inputs": 1310720, "optimizer": 649285632, "weights": 324642816}, "bytes": 24147458048, "index": 1256, "iteration": 3, "phase": "forward", "type": "oom"},
    "peak_by_evidence": {"guess": 324642816, "lifetime": 23173529600, "stack": 649285632},
    "peak_top3": [[1006632960, "activations", "activations.forward"], [1006632960, "activations", "activations.forward"], [1006632960, "activations", "activations.forward"]],
@@ -195,7 +195,7 @@ GOLDEN = r'''
  },
  "leak.pickle": {
   "0": {
-   "advice": [["checkpointing", "lifetime"], ["half_batch", "lifetime"], ["adam8bit", "stack"]],
+   "advice": [["half_batch", "lifetime"], ["adam8bit", "stack"]],
    "category_bytes": {"activations": 5265948696, "autograd": 2359296000, "gradients": 1994588160, "inputs": 196608, "optimizer": 664862720, "temporary": 2397093888, "weights": 332431360},
    "evidence_bytes": {"guess": 664862720, "lifetime": 10898210840, "stack": 1451343872},
    "iterations": [[0, 187, {"backward": [43, 120], "forward": [3, 42], "inputs": [0, 2], "optimizer": [121, 187]}, 1, 175, "optimizer_step"], [188, 359, {"backward": [267, 344], "forward": [240, 266], "inputs": [188, 239], "optimizer": [345, 359]}, 1, 268, "backward_start"], [360, 529, {"backward": [437, 514], "forward": [412, 436], "inputs": [360, 411], "optimizer": [515, 529]}, 1, 438, "backward_start"], [530, 699, {"backward": [607, 684], "forward": [582, 606], "inputs": [530, 581], "optimizer": [685, 699]}, 1, 608, "backward_start"], [700, 869, {"backward": [777, 854], "forward": [752, 776], "inputs": [700, 751], "optimizer": [855, 869]}, 1, 778, "backward_start"], [870, 1043, {"backward": [947, 1024], "eval": [1035, 1043], "forward": [922, 946], "inputs": [870, 921], "optimizer": [1025, 1034]}, 1, 1035, "forward"]],

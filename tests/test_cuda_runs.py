@@ -210,7 +210,7 @@ def test_levers_that_cannot_apply_are_left_out_with_the_reason():
     from vramscope.services.whatif import lever_peaks, levers_left_out
     _s, lora = load("lora")                       # LoRA already, expandable segments on
     out = levers_left_out(lora, 0)
-    assert set(out) == {"lora", "expandable_segments"}
+    assert set(out) == {"lora", "expandable_segments", "no_checkpointing"}        # not checkpointed either
     assert "adapters are already there" in out["lora"] and out["expandable_segments"] == "already on"
     assert not {n for n, _t, _r in lever_peaks(lora, 0)} & set(out)
     _s, gen = load("generate")                    # inference: no training lever
@@ -219,5 +219,6 @@ def test_levers_that_cannot_apply_are_left_out_with_the_reason():
     # model or frozen weights, so LoRA and 4-bit weights are left out, saying why and how to ask
     _s, full = load("full")
     out = levers_left_out(full, 0)
-    assert set(out) == {"lora", "4bit"}
-    assert all("no pretrained model loaded" in why and "whatif" in why for why in out.values())
+    assert set(out) == {"lora", "4bit", "no_checkpointing"}
+    assert all("no pretrained model loaded" in out[n] and "whatif" in out[n] for n in ("lora", "4bit"))
+    assert out["no_checkpointing"] == "the run is not checkpointed"

@@ -74,8 +74,10 @@ def test_levers_gpu_and_reset(qt, window):
     cb = panel.levers["half_batch"]
     qt.mouseClick(cb, Qt.MouseButton.LeftButton, pos=cb.rect().center())
     qt.waitUntil(lambda: tl.scales is not None, timeout=2000)
-    assert cb.isChecked() and "halving the micro-batch" in panel.assumptions.text()
-    assert "halving the micro-batch" in cb.toolTip()
+    # simulated on the recorded timeline (what_if's): what it assumed and its measured error
+    assert cb.isChecked() and "half the micro-batch" in panel.assumptions.text()
+    assert "error against recorded runs" in panel.assumptions.text()
+    assert "grows with the batch is halved" in cb.toolTip()
     ref = what_if(d.analysis, d.device, levers=["half_batch"])
     assert tl.whatif_marker.data["y"][0] == ref.scaled.bytes
     # a GPU size typed in: the line and the verdict
@@ -85,9 +87,13 @@ def test_levers_gpu_and_reset(qt, window):
     qt.keyClick(panel.gpu.lineEdit(), Qt.Key.Key_Return)
     qt.waitUntil(lambda: tl.gpu_line.isVisible(), timeout=2000)
     assert tl.gpu_line.value() == 2 * 1024 ** 3
-    ref = what_if(d.analysis, d.device, levers=["half_batch"], gpu="2")
+    ref = what_if(d.analysis, d.device, levers=["half_batch"], gpu="2", fit="batch", fit_each=False)
     verdict = "fits" if ref.fits.fits else "short by"
     assert verdict in panel.fits_line.text()
+    # how far the micro-batch could grow on it, with the lever ticked (what_if's fit)
+    qt.waitUntil(lambda: "Micro-batch on this GPU" in panel.fit_line.text(), timeout=3000)
+    from vramscope.services.whatif import fit_factor_words
+    assert fit_factor_words(ref.fit[0].max_factor) in panel.fit_line.text()
     # Reset: as measured, no line
     qt.mouseClick(panel.reset_btn, Qt.MouseButton.LeftButton)
     assert tl.scales is None and not tl.gpu_line.isVisible() and not tl.whatif_label.isVisible()
@@ -185,7 +191,7 @@ def test_levers_read_whole_in_a_1024_pixel_window(qt, window):
     r = panel.lever_box.indexOf(cb)
     row, _col, _rs, _cs = panel.lever_box.getItemPosition(r)
     factors = panel.lever_box.itemAtPosition(row, 1).widget()
-    assert factors.wordWrap() and "×" in factors.text()
+    assert factors.wordWrap() and ("×" in factors.text() or "simulated" in factors.text())
     qt.mouseClick(factors, Qt.MouseButton.LeftButton)
     assert cb.isChecked()
     qt.waitUntil(lambda: panel.checked_levers() != [], timeout=1000)

@@ -241,26 +241,32 @@ def test_live_at_many_and_scaled_series_match_the_replay_at_sample_points():
 
 
 # -- levers ---------------------------------------------------------------------------------------
-def test_every_lever_states_its_assumption_and_is_an_estimate():
+def test_every_lever_states_its_assumption():
+    """Simulated levers say what the simulation assumed, factor levers are stated estimates."""
     an = _an(DATA / "qlora_4bit.pickle")
     r = what_if(an, 0, levers=list(LEVERS))
     assert [lv.name for lv in r.levers] == list(LEVERS)
     for lv in r.levers:
-        assert lv.assumption.startswith("estimate: ") and len(lv.assumption) > 80, lv.name
+        if lv.simulated:
+            assert lv.assumption.startswith("simulated on the recorded timeline: ") and lv.scales == {}, lv.name
+        else:
+            assert lv.assumption.startswith("estimate: ") and len(lv.assumption) > 80, lv.name
         assert all(c in CATEGORIES and 0 <= f <= 1 for c, f in lv.scales.items()), lv
-    assert "exact for these factors" in r.note and "estimates" in r.note
+    assert {lv.name for lv in r.levers if lv.simulated} == {"checkpointing", "no_checkpointing", "half_batch", "lora"}
+    assert "simulated on its timeline" in r.note
 
 
-def test_lever_factors_combine_with_explicit_scales():
+def test_factor_levers_combine_with_explicit_scales():
     an = _an(GROUNDTRUTH / "transformer_adamw.pickle")
-    half = what_if(an, 0, levers=["half_batch"])
-    assert half.scales == {"activations": 0.5, "autograd": 0.5, "inputs": 0.5}
-    same = what_if(an, 0, scales={"activations": 0.5, "autograd": 0.5, "inputs": 0.5})
-    assert (half.scaled.bytes, half.scaled.index) == (same.scaled.bytes, same.scaled.index)
-    both = what_if(an, 0, scales={"activations": 0.5}, levers=["half_batch", "checkpointing"])
-    assert both.scales["activations"] == pytest.approx(0.5 * 0.5 * 0.15)
-    b, i, _ = replay(an, 0, both.scales)
-    assert (both.scaled.bytes, both.scaled.index) == (b, i)
+    r = what_if(an, 0, levers=["adam8bit"], scales={"activations": 0.5})
+    f = lever("adam8bit", r.budget.facts).scales["optimizer"]
+    assert r.scales == {"activations": 0.5, "optimizer": f}
+    b, i, _ = replay(an, 0, r.scales)
+    assert (r.scaled.bytes, r.scaled.index) == (b, i)
+    # a simulated lever adds no factor: the explicit ones apply exactly to the simulated run
+    s = what_if(an, 0, levers=["half_batch"], scales={"optimizer": 0.5})
+    assert s.scales == {"optimizer": 0.5} and s.simulation is not None
+    assert s.scaled.bytes == s.simulation.peak({"optimizer": 0.5}).bytes < r.baseline.bytes
 
 
 def test_optimizer_levers_use_the_measured_bytes_per_parameter():
@@ -269,8 +275,10 @@ def test_optimizer_levers_use_the_measured_bytes_per_parameter():
     facts = r.budget.facts
     assert facts.optimizer_bytes_per_param == pytest.approx(8.0, rel=0.01)
     assert r.levers[0].scales["optimizer"] == pytest.approx(2.03125 / facts.optimizer_bytes_per_param, rel=1e-4)
-    # full fine-tuning now: LoRA keeps ~1% of gradients and optimizer state
-    assert r.levers[1].scales["gradients"] == pytest.approx(0.01 / facts.trainable_fraction, rel=1e-4)
+    # advice's one-moment estimate of LoRA: ~1% of gradients and optimizer state
+    assert lever("lora", facts).scales["gradients"] == pytest.approx(0.01 / facts.trainable_fraction, rel=1e-4)
+    # what-if: an MLP has no repeated blocks to put adapters on, so the simulation says so
+    assert r.levers[1].simulated and "no weight matrices repeated by the blocks" in r.levers[1].assumption
     assert r.scaled.bytes < r.baseline.bytes
     # a LoRA run: its adapters' frames are in the trace, so the lever is left out, saying why
     from vramscope.services.whatif import levers_left_out

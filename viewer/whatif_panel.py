@@ -1,6 +1,7 @@
 """The What-if panel: scale each category, pull levers, pick a GPU, and see the new peak
-over the whole recorded run (classifiers/whatif.py, classifiers/category_live.py), the
-budget beside it, and the timeline redrawn scaled as a slider moves."""
+over the whole recorded run and how far the micro-batch could grow on that GPU (all from
+classifiers/whatif.py's what_if), the budget beside it, and the timeline redrawn scaled as
+a slider moves."""
 from __future__ import annotations
 
 import numpy as np
@@ -28,12 +29,20 @@ from PySide6.QtWidgets import (
 from ..classifiers import CATEGORIES
 from ..classifiers.budget import budget as make_budget
 from ..classifiers.category_live import CategoryLive
-from ..classifiers.levers import left_out
-from ..classifiers.ooms import expandable_segments_on
-from ..classifiers.whatif import COMMON_CARDS, LEVERS, WhatIfError, fits_on, lever, parse_gpu_size
+from ..classifiers.levers import ERROR_BANDS, SIMULATED, SIMULATION_WORDS
+from ..classifiers.whatif import (
+    COMMON_CARDS,
+    LEVERS,
+    WhatIfError,
+    lever,
+    levers_left_out,
+    parse_gpu_size,
+    what_if,
+)
 from ..common.units import GiB, fmt_bytes
 from ..present.markup import html as _esc
 from ..present.words import peak_words
+from ..services.whatif import fit_factor_words
 from .model import DeviceData
 from .theme import category_color
 
@@ -114,12 +123,17 @@ class WhatIfPanel(QWidget):
         self.fits_line = QLabel(self)
         self.fits_line.setWordWrap(True)
         self.fits_line.setTextFormat(Qt.TextFormat.RichText)
+        self.fit_line = QLabel(self)          # how far the micro-batch could grow on the GPU asked about
+        self.fit_line.setWordWrap(True)
+        self.fit_line.setTextFormat(Qt.TextFormat.RichText)
+        self.fit_line.hide()
         # the answer first, across the panel: the new peak and whether it fits
         head = QHBoxLayout()
         answer = QVBoxLayout()
         answer.setSpacing(1)
         answer.addWidget(self.peak_line)
         answer.addWidget(self.fits_line)
+        answer.addWidget(self.fit_line)
         head.addLayout(answer, 1)
         head.addWidget(QLabel("GPU:", self), 0, Qt.AlignmentFlag.AlignTop)
         head.addWidget(self.gpu, 0, Qt.AlignmentFlag.AlignTop)
@@ -129,7 +143,8 @@ class WhatIfPanel(QWidget):
         lv = QVBoxLayout(left)
         lv.setContentsMargins(0, 0, 0, 0)
         for text, layout in (("<b>Scale each category</b> (its live bytes at every moment)", self.grid),
-                             ("<b>Levers</b> (estimates; hover one for why)", self.lever_box)):
+                             ("<b>Levers</b> (simulated on the recorded run, or estimates; hover one for why)",
+                              self.lever_box)):
             head_label = QLabel(text, self)
             head_label.setWordWrap(True)
             lv.addWidget(head_label)
@@ -180,6 +195,10 @@ class WhatIfPanel(QWidget):
         self._timer.setSingleShot(True)
         self._timer.setInterval(0)
         self._timer.timeout.connect(self.update_now)
+        self._fit_timer = QTimer(self)      # the batch fit: once the controls have settled
+        self._fit_timer.setSingleShot(True)
+        self._fit_timer.setInterval(150)
+        self._fit_timer.timeout.connect(self.update_fit)
 
     # -- data ----------------------------------------------------------------------------------
     def set_data(self, data: DeviceData | None):
@@ -190,6 +209,8 @@ class WhatIfPanel(QWidget):
         self.table.setRowCount(0)
         self.peak_line.setText("")
         self.fits_line.setText("")
+        self.fit_line.setText("")
+        self.fit_line.hide()
         self.facts_line.setText("")
 
     def ensure_model(self) -> bool:
@@ -236,13 +257,21 @@ class WhatIfPanel(QWidget):
             self.grid.addWidget(val, r, 2)
             self.sliders[name], self.values[name] = sl, val
         self.grid.setColumnStretch(1, 1)
-        expandable = expandable_segments_on(self.data.snap.allocator_settings)
+        skip = levers_left_out(self.data.analysis, self.data.device)
         for r, (name, (title, _fn)) in enumerate(LEVERS.items()):
             lv = lever(name, self.facts)
-            what = ", ".join(f"{c} ×{f:.3g}" for c, f in lv.scales.items()) or "no allocator overhead"
+            band = ERROR_BANDS.get(name)
+            if name in SIMULATED:
+                what = "simulated" + (f" · worst error {100 * band.worst:.1f}%" if band is not None else "")
+                tip = SIMULATION_WORDS[name] + (f" (measured against {band.cases} recorded runs: mean error "
+                                                f"{100 * band.mean:.2f}%, worst {100 * band.worst:.2f}%)"
+                                                if band is not None else "")
+            else:
+                what = ", ".join(f"{c} ×{f:.3g}" for c, f in lv.scales.items()) or "no allocator overhead"
+                tip = lv.assumption
             cb = QCheckBox(title, self)
-            cb.setToolTip(lv.assumption)
-            why_not = left_out(name, self.data.da.profile, expandable=expandable)
+            cb.setToolTip(tip)
+            why_not = skip.get(name)
             if why_not is not None:
                 cb.setEnabled(False)
                 cb.setToolTip(f"Does not apply to this run: {why_not}")
@@ -252,7 +281,7 @@ class WhatIfPanel(QWidget):
             factors = _ClickLabel(f"<span style='color:{self.palette().color(QPalette.ColorRole.PlaceholderText).name()}'>"
                                   f"{_esc(what)}</span>", self)
             factors.setWordWrap(True)
-            factors.setToolTip(lv.assumption)
+            factors.setToolTip(tip)
             factors.clicked.connect(cb.toggle)
             factors.setEnabled(cb.isEnabled())
             if not cb.isEnabled():
@@ -326,14 +355,27 @@ class WhatIfPanel(QWidget):
     def checked_levers(self) -> list[str]:
         return [n for n, cb in self.levers.items() if cb.isChecked()]
 
+    def slider_factors(self) -> dict[str, float]:
+        return {name: sl.value() / 100.0 for name, sl in self.sliders.items()}
+
     def factors(self) -> dict[str, float]:
-        """{category: slider factor x the checked levers' factors} for the model's categories."""
-        out = {name: sl.value() / 100.0 for name, sl in self.sliders.items()}
+        """{category: slider factor x the checked factor levers' factors} for the model's
+        categories (simulated levers change the run itself, not a category's factor)."""
+        out = self.slider_factors()
         for name in self.checked_levers():
             for c, f in lever(name, self.facts).scales.items():
-                if c in out:
+                if c in out and name not in SIMULATED:
                     out[c] *= f
         return out
+
+    def what_if(self, fit: str | None = None):
+        """what_if for the controls as they are (the model and budget reused)."""
+        d = self.data
+        assert d is not None
+        gpu = self.gpu_bytes()
+        return what_if(d.analysis, d.device, scales=self.slider_factors(), levers=self.checked_levers(),
+                       gpu=None if gpu is None else f"{gpu}B", model=self.model, budget=self.budget,
+                       with_budget=False, fit=fit if gpu is not None else None, fit_each=False)
 
     def gpu_bytes(self) -> int | None:
         text = self.gpu.currentText().strip()
@@ -360,23 +402,24 @@ class WhatIfPanel(QWidget):
             val.setText(f"×{slider:.2f}" + (f" → ×{f[name]:.2f}" if abs(f[name] - slider) > 1e-9 else ""))
         fv = cl.factors(f)
         unit = bool(np.all(fv == 1.0))
-        pk = cl.peak(fv)
-        base = cl.peak()
-        ptype = d.da.peak_type(pk.index)
-        removes = any(lever(n, self.facts).removes_overhead for n in levers)
+        r = self.what_if()
+        pk, base, fits = r.scaled, r.baseline, r.fits
+        ptype = pk.type
+        simulated = [lv for lv in r.levers if lv.simulated]
         gpu = self.gpu_bytes()
-        fits = fits_on(d.da, base.bytes, base.index, pk.bytes, gpu, removes)
         self.last = (f, pk, ptype, fits)
         change = pk.bytes - base.bytes
         words = peak_words(ptype)
         where = f"entry {pk.index:,}" if pk.index >= 0 else "the start of the trace"
         self.peak_line.setText(
             f"<b>Peak {fmt_bytes(pk.bytes)}</b> {_esc(words)} ({where})"
-            + ("" if unit else f" · measured {fmt_bytes(base.bytes)} · "
+            + ("" if unit and not simulated else f" · measured {fmt_bytes(base.bytes)} · "
                f"<b>{'+' if change >= 0 else '−'}{fmt_bytes(abs(change))}</b>"))
         self.assumptions.setText(
-            "<br>".join(f"<i>{_esc(lever(n, self.facts).title)}</i>: {_esc(lever(n, self.facts).assumption)}"
-                        for n in levers))
+            "<br>".join(f"<i>{_esc(lv.title)}</i>: {_esc(lv.assumption)}"
+                        + (f" <i>(error against recorded runs: mean {100 * lv.error_band.mean:.2f}%, worst "
+                           f"{100 * lv.error_band.worst:.2f}%)</i>" if lv.error_band is not None else "")
+                        for lv in r.levers))
         self.assumptions.setVisible(bool(levers))
         muted = self.palette().color(QPalette.ColorRole.PlaceholderText).name()
         if gpu is not None:
@@ -394,8 +437,27 @@ class WhatIfPanel(QWidget):
         factors = np.ones(d.n_categories)
         for name, v in f.items():
             factors[d.categories.index(name)] = v
-        text = f"what if: {fmt_bytes(pk.bytes)} · {words}"
+        # the bands scale the measured run by the factors; a simulated lever's run is in the
+        # peak marker and the label (WhatIf.live_at_many has its series)
+        text = f"what if: {fmt_bytes(pk.bytes)} · {words}" + (" · simulated" if simulated else "")
         if unit and not levers:
             self.changed.emit(None, -1, 0, "", gpu)
         else:
             self.changed.emit(factors, int(pk.index), int(pk.bytes), text, gpu)
+        self.fit_line.setVisible(gpu is not None)
+        if gpu is not None:
+            self._fit_timer.start()
+
+    def update_fit(self):
+        """How far the micro-batch could grow on the GPU asked about, with the ticked levers and
+        factors (what_if's fit), once the controls have settled."""
+        if self.data is None or self.model is None or self.gpu_bytes() is None:
+            return
+        r = self.what_if(fit="batch")
+        if not r.fit:
+            return
+        row = r.fit[0]
+        self.fit_line.setText(f"Micro-batch on this GPU: <b>{_esc(fit_factor_words(row.max_factor))}</b> the "
+                              f"recorded one" + (" with the levers ticked" if row.levers else "")
+                              + f" (needs {fmt_bytes(row.fits_bytes)})")
+        self.fit_line.setToolTip(r.fit_note)

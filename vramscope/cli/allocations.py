@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 
 from ..services.allocations import COLUMNS, allocation_columns, allocation_devices
 from .common import add_input, analyze_file, check_device
@@ -38,7 +39,7 @@ def run(args) -> int:
         more = _extra_columns(da) if args.extra else None
         for s in range(0, len(da.allocs), step):
             cols = allocation_columns(an, dev, s, s + step)
-            rows = map(_ROW.format, *(cols[c].tolist() for c in COLUMNS))
+            rows: Iterable[str] = map(_ROW.format, *(cols[c].tolist() for c in COLUMNS))
             if more is not None:
                 rows = (r[:-1] + "," + ",".join(x) + "\n" for r, x in zip(rows, zip(*(m[s:s + step] for m in more))))
             w("".join(rows))

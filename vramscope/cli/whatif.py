@@ -1,4 +1,5 @@
-"""`vramscope whatif FILE [--scale CATEGORY=FACTOR]... [--lever NAME]... [--gpu SIZE]`."""
+"""`vramscope whatif FILE [--scale CATEGORY=FACTOR]... [--lever NAME]... [--gpu SIZE] [--fit batch|seq]
+[--lora-rank N]`."""
 from __future__ import annotations
 
 import sys
@@ -18,8 +19,14 @@ def add_parser(sub) -> None:
     p.add_argument("--scale", action="append", default=[], metavar="CATEGORY=FACTOR",
                    help="scale a category's live bytes, e.g. activations=0.5 (repeatable)")
     p.add_argument("--lever", action="append", default=[], metavar="NAME", choices=list(LEVERS),
-                   help=f"a named change: {', '.join(LEVERS)} (repeatable)")
+                   help=f"a named change: {', '.join(LEVERS)} (repeatable; checkpointing, no_checkpointing, "
+                        f"half_batch and lora are simulated on the recorded timeline)")
     p.add_argument("--gpu", metavar="SIZE", help="a GPU size to fit on: 24, 24GiB, 80GB")
+    p.add_argument("--fit", choices=("batch", "seq"),
+                   help="with --gpu: the largest micro-batch (or sequence) multiple that fits, alone and with each "
+                        "lever that applies")
+    p.add_argument("--lora-rank", type=int, default=8, metavar="N",
+                   help="rank of the adapters the lora lever simulates (default 8)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_input(p)
     p.set_defaults(run=run)
@@ -35,12 +42,17 @@ def run(args) -> int:
             scales[cat] = scales.get(cat, 1.0) * f
         if args.gpu is not None:
             parse_gpu_size(args.gpu)
+        if args.fit is not None and args.gpu is None:
+            raise LeverError(f"--fit {args.fit} needs --gpu SIZE (the card to fit on)")
+        if args.lora_rank < 1:
+            raise LeverError(f"--lora-rank must be at least 1, not {args.lora_rank}")
     except LeverError as e:
         raise UsageError(str(e)) from None
     an = analyze_file(args.file, args.no_cache, args.rules)
     check_device(an, args.device)
     try:
-        doc = whatif_document(an, scales, args.lever, args.gpu, args.device)
+        doc = whatif_document(an, scales, args.lever, args.gpu, args.device, fit=args.fit,
+                              lora_rank=args.lora_rank)
     except LeverError as e:
         raise UsageError(str(e)) from None
     if args.json:

@@ -69,6 +69,9 @@ def advice_text(advice: Advice, oom: Oom | None = None, moment: str = "at this m
                     f"{fmt_bytes(oom.requested)} requested)")
         return "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
     text = LEVER_WORDS.get(advice.lever, advice.lever.replace("_", " "))
+    if advice.lever == "checkpointing" and advice.target:
+        count, _, name = advice.target.partition(" ")
+        text = f"gradient checkpointing (torch.utils.checkpoint on each of the {count} {name} blocks)"
     if advice.saves_bytes:
         of = f" of {advice.category}" if advice.category else ""
         text += f": up to {fmt_bytes(advice.saves_bytes)}{of} {moment}"

@@ -1,44 +1,44 @@
-"""`vramscope whatif`: the budget, the levers and the scaled peak, as JSON and as text.
+"""`vramscope whatif`: the budget, the levers, the scaled peak and how far the batch or the
+sequence could grow, as JSON and as text.
 
-The numbers come from classifiers/whatif.py (exact for the factors; levers are stated
-estimates); this module only assembles the document (DESIGN.md §6) and words it.
+The numbers come from classifiers/whatif.py (exact for the factors; the structural levers
+simulated on the recorded timeline, each with its assumption and measured error band);
+this module only assembles the document (DESIGN.md §6) and words it.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from ..classifiers import Analysis
-from ..classifiers.levers import left_out
-from ..classifiers.ooms import expandable_segments_on
 from ..classifiers.whatif import LEVERS, WhatIf, what_if
+from ..classifiers.budget import budget
+from ..classifiers.whatif import levers_left_out as _levers_left_out
 from ..common.units import fmt_bytes
 from ..present.words import peak_words
 
 
-def whatif_document(an: Analysis, scales: dict[str, float], levers: list[str], gpu, device: int | None) -> dict:
+def whatif_document(an: Analysis, scales: dict[str, float], levers: list[str], gpu, device: int | None,
+                    fit: str | None = None, lora_rank: int = 8) -> dict:
     """{"file", "devices": [per device what_if(...).to_json()]}, the one to look at first leading."""
     devs = [device] if device is not None else an.device_order()
-    return {"file": an.snapshot.path, "devices": [what_if(an, d, scales, levers, gpu).to_json() for d in devs]}
+    return {"file": an.snapshot.path,
+            "devices": [what_if(an, d, scales, levers, gpu, fit=fit, lora_rank=lora_rank).to_json() for d in devs]}
 
 
 def levers_left_out(an: Analysis, device: int) -> dict[str, str]:
-    """{lever: why it cannot apply to this run} (classifiers.levers.left_out, the one rule
-    every surface's advice reads)."""
-    profile = an.devices[device].profile
-    expandable = expandable_segments_on(an.snapshot.allocator_settings)
-    out = {}
-    for name in LEVERS:
-        why = left_out(name, profile, expandable=expandable)
-        if why is not None:
-            out[name] = why
-    return out
+    """{lever: why it cannot apply to this run}: classifiers.levers.left_out, the one rule
+    every surface's advice reads (classifiers.whatif.levers_left_out asks it lever by lever)."""
+    return _levers_left_out(an, device)
 
 
-def lever_peaks(an: Analysis, device: int, skip: dict[str, str] | None = None) -> list[tuple[str, str, WhatIf]]:
+def lever_peaks(an: Analysis, device: int, skip: dict[str, str] | None = None,
+                bud=None) -> list[tuple[str, str, WhatIf]]:
     """(name, title, result) of each named lever alone that can apply to this run (`skip`:
-    levers_left_out, when the caller has it): the peak each one gives."""
+    levers_left_out, `bud`: the device's budget, when the caller has them): the peak each
+    one gives."""
+    bud = bud if bud is not None else budget(an, device)
     skip = skip if skip is not None else levers_left_out(an, device)
-    return [(name, title, what_if(an, device, levers=[name], with_budget=False))
+    return [(name, title, what_if(an, device, levers=[name], budget=bud, with_budget=False))
             for name, (title, _) in LEVERS.items() if name not in skip]
 
 
@@ -61,6 +61,7 @@ def whatif_text(doc: dict[str, Any]) -> str:
                 out.append(f"    {c:<13} {fmt_bytes(b):>11}")
         for lv in d["levers"]:
             out.append(f"  lever {lv['name']}: {lv['assumption']}")
+            out.append(f"    {_band_words(lv['error_band'])}")
         out.append("  budget (napkin math against the measurement)")
         out.append(f"    {'category':<13} {'at peak':>11} {'max':>11} {'expected':>11}  note")
         for r in d["budget"]:
@@ -75,8 +76,39 @@ def whatif_text(doc: dict[str, Any]) -> str:
         cards = [c["name"].split(" (")[0] for c in f["cards"] if c["fits"]]
         out.append(f"  fits on        {', '.join(cards) if cards else 'none of the common cards'}")
         out.append(f"  ({f['note']})")
+        out += _fit_lines(d)
         out.append(f"  {d['note']}")
     return "\n".join(out)
 
 
-__all__ = ["whatif_document", "whatif_text", "lever_peaks", "levers_left_out"]
+def _band_words(band) -> str:
+    if band is None:
+        return "error band: not measured (no recorded run with this lever pulled)"
+    return (f"error band: mean {100 * band['mean']:.2f}%, worst {100 * band['worst']:.2f}% of the peak over "
+            f"{band['cases']} recorded runs ({band['measured_on']})")
+
+
+def fit_factor_words(f) -> str:
+    """'x 2.41', 'nothing grows', 'does not fit'."""
+    if f is None:
+        return "nothing grows with it"
+    if f <= 0:
+        return "does not fit"
+    return f"x {f:,.2f}"
+
+
+def _fit_lines(d: dict) -> list[str]:
+    if not d.get("fit"):
+        return []
+    dim = "micro-batch" if d["fit"][0]["dimension"] == "batch" else "sequence"
+    out = [f"  how far the {dim} can grow on {fmt_bytes(d['fits']['gpu_bytes'])}",
+           f"    {'levers':<34} {'largest multiple':>17} {'needs':>11} {'to spare':>11}"]
+    for r in d["fit"]:
+        name = " + ".join(r["levers"]) or "(as recorded)"
+        out.append(f"    {name:<34} {fit_factor_words(r['max_factor']):>17} {fmt_bytes(r['fits_bytes']):>11} "
+                   f"{fmt_bytes(r['headroom_bytes']):>11}")
+    out.append(f"    ({d['fit_note']})")
+    return out
+
+
+__all__ = ["whatif_document", "whatif_text", "lever_peaks", "levers_left_out", "fit_factor_words"]

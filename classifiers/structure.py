@@ -1,0 +1,612 @@
+"""The run's structure, read from its stacks and lifetimes (DESIGN.md §8): the repeated
+blocks (layers) of each forward pass, which saved activations belong to which block, the
+block inputs and outputs, the tensors outside the blocks (embeddings, logits, loss), the
+recompute windows of a checkpointed run, and what grows with the micro-batch or with the
+square of the sequence. The levers (simulate.py) rewrite the recorded timeline from it.
+
+    st = structure(da)            # -> Structure (computed once per DeviceAnalysis)
+    b = blocks(da)                # -> Blocks | None: .name ("Block", "modeling_llama.py:forward"), .count
+    st.calls                      # BlockCall per block call of every forward pass, in time order
+
+How blocks are found. Every allocation of a forward pass has a call path (its Python and
+nn.Module frames, outermost first). A node of the tree of call paths is a block frame when
+each forward pass calls it two or more times in a row, every call allocating alike (bytes
+within 35% of the median call for most calls), and the calls cover a large share of the
+forward's bytes; the node covering most bytes wins (the outermost one on a tie). One call
+ends where another starts: a profiler module frame names a new instance (`nn.Module:
+Block_3`), the frame's current line goes back to an earlier line (CUDA stacks record the
+executing line: a new call starts the function again), or an allocation outside the node
+comes between. Frames are matched on file and function (and the profiler's def line),
+never on the executing line.
+
+Roles of the rows of a block call (window: its first allocation to the next allocation
+after its last one; the frees in between are the call's own, as its function returns):
+  scratch   freed inside the window
+  saved     freed in a backward phase (saved for backward, or kept for it)
+  carried   freed later in the forward, or outside training phases
+  output    the last allocation of the window that outlives it (the next block's input)
+A checkpointed run's recompute windows are the runs of backward allocations made under
+torch.utils.checkpoint's recompute frames and the block frame (recompute_saved: outlives
+its window; recompute_scratch: freed inside it).
+"""
+from __future__ import annotations
+
+import re
+import weakref
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .categories import CATEGORIES
+from .stacks import KIND_BUILTIN, KIND_CPP, KIND_MODULE, KIND_PYTHON
+from .timeline import P_BACKWARD, P_FORWARD, P_INPUTS
+
+# row roles
+R_OTHER, R_SCRATCH, R_SAVED, R_CARRIED, R_OUTPUT, R_OUTSIDE_SAVED, R_RECOMPUTE_SAVED, R_RECOMPUTE_SCRATCH = range(8)
+ROLE_NAMES = ("other", "scratch", "saved", "carried", "output", "outside_saved", "recompute_saved",
+              "recompute_scratch")
+
+MIN_SHARE = 0.25        # a block frame's calls cover at least this share of the forward's bytes
+ALIKE = 0.35            # a call allocates within this fraction of the median call's bytes ...
+ALIKE_SHARE = 0.75      # ... for at least this share of the calls
+_CAT = {c: i for i, c in enumerate(CATEGORIES)}
+_BATCH_CATEGORIES = np.array([_CAT[c] for c in ("activations", "autograd", "inputs", "temporary")])
+_RECOMPUTE = re.compile(r"(^|/)torch/utils/checkpoint\.py$")
+_RECOMPUTE_FN = re.compile(r"^(unpack_hook|recompute_fn|unpack|backward|_checkpoint_hook|pack_hook)$")
+_SOFTMAX = re.compile(r"(^|_)softmax$")
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """The repeated blocks (layers) of the model, as the stacks show them."""
+    name: str               # what names a block: its module class ("Block") or "file.py:function"
+    frame: str              # the frame whose calls are the blocks ("record_runs.py:140:forward")
+    count: int              # blocks per forward pass
+    passes: int             # forward passes they were found in
+    checkpointed: bool      # their activations are recomputed during backward (torch.utils.checkpoint)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "frame": self.frame, "count": self.count, "passes": self.passes,
+                "checkpointed": self.checkpointed}
+
+
+@dataclass(frozen=True, eq=False)
+class BlockCall:
+    """One call of a block: in a forward pass, or its recompute during backward."""
+    block: int              # position in the pass (0 = first in the forward)
+    forward_pass: int       # index of the forward pass (0-based, in time order)
+    first: int              # trace entry of its first allocation
+    last: int               # trace entry of its last allocation
+    end: int                # the last entry before the next allocation (frees up to here: its own)
+    rows: np.ndarray        # allocation rows it made, in allocation order
+
+
+@dataclass(eq=False)
+class Structure:
+    blocks: Blocks | None
+    calls: tuple            # BlockCall per block call of every forward pass, in time order
+    recomputes: tuple       # BlockCall per recompute window (checkpointed runs), in time order
+    role: np.ndarray        # uint8 per row: R_*
+    call_of: np.ndarray     # int32 per row: index into `calls` of the call that made it (-1: none)
+    inputs: np.ndarray      # int64 per call: the row of the call's input (-1 unknown)
+    outputs: np.ndarray     # int64 per call: the row of the call's output (-1 none)
+    passes: tuple           # (first entry, last entry) of each forward pass
+    batch: np.ndarray       # bool per row: grows with the micro-batch
+    seq2: np.ndarray        # bool per row: grows with the square of the sequence (attention scores)
+    output_bytes: int | None    # a block's output (the residual stream between blocks): the median call's
+    tokens: int | None      # tokens per micro-batch: an int64 input tensor / 8 dividing output_bytes
+    hidden_bytes: int | None    # bytes per token of a block's output (output_bytes / tokens)
+    notes: tuple = field(default_factory=tuple)    # what the structure rests on, in words
+    function: np.ndarray | None = None  # int32 per row: id of the innermost Python function that made it (-1)
+
+    @property
+    def checkpointed(self) -> bool:
+        return self.blocks is not None and self.blocks.checkpointed
+
+
+_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def structure(da) -> Structure:
+    """The structure of one device's run (computed once per DeviceAnalysis)."""
+    st = _CACHE.get(da)
+    if st is None:
+        st = _CACHE[da] = _build(da)
+    return st
+
+
+def blocks(da) -> Blocks | None:
+    """The repeated blocks of the run (None: no repeated block found in the stacks)."""
+    return structure(da).blocks
+
+
+# -- call paths -----------------------------------------------------------------------------------
+class _Paths:
+    """Per stack: its Python and module frames outermost first, as (key, line, instance)."""
+
+    def __init__(self, da):
+        sf = da.facts.stacks
+        self.sf = sf
+        snap = sf.snap
+        t = sf.table
+        raw_files = snap.frame_file
+        strings = snap.strings
+        prof = np.fromiter((strings[int(f)] == "none" for f in raw_files), dtype=bool, count=len(raw_files))
+        self.keys: dict = {}
+        self.key_text: list = []
+        self.inst_ids: dict = {}
+        n = len(t.kind)
+        fkey = np.full(n, -1, dtype=np.int64)
+        finst = np.full(n, -1, dtype=np.int64)
+        fline = np.where(prof, 0, t.line).astype(np.int64)      # profiler lines are def lines: identity
+        for f in np.flatnonzero((t.kind == KIND_PYTHON) | (t.kind == KIND_MODULE)).tolist():
+            file, name = t.files[t.file_ids[f]], t.names[t.name_ids[f]]
+            if t.kind[f] == KIND_MODULE:
+                k = ("module", name)
+                inst = strings[int(snap.frame_name[f])]
+                finst[f] = self.inst_ids.setdefault(inst, len(self.inst_ids))
+            else:
+                k = (file, name, int(t.line[f]) if prof[f] else 0)
+            fkey[f] = self._key(k)
+        self.fkey, self.finst, self.fline = fkey, finst, fline
+        self.recompute_frame = np.zeros(n, dtype=bool)
+        for f in np.flatnonzero(t.kind == KIND_PYTHON).tolist():
+            if _RECOMPUTE.search(t.files[t.file_ids[f]]) and _RECOMPUTE_FN.match(t.names[t.name_ids[f]]):
+                self.recompute_frame[f] = True
+        self.softmax_frame = np.zeros(n, dtype=bool)
+        for f in np.flatnonzero((t.kind == KIND_PYTHON) | (t.kind == KIND_BUILTIN) | (t.kind == KIND_CPP)).tolist():
+            nm = t.names[t.name_ids[f]]
+            if t.kind[f] == KIND_CPP:
+                if "softmax" in nm and ("at::_softmax" in nm or "at::native::softmax" in nm or "_ops::_softmax" in nm):
+                    self.softmax_frame[f] = True
+            elif _SOFTMAX.search(nm):
+                self.softmax_frame[f] = True
+        self._cache: dict = {}
+
+    def _key(self, k) -> int:
+        i = self.keys.get(k)
+        if i is None:
+            i = self.keys[k] = len(self.key_text)
+            file, name = k[0], k[1]
+            if file == "module":
+                self.key_text.append(name)
+            else:
+                base = file.rsplit("/", 1)[-1]
+                self.key_text.append(f"{base}:{k[2]}:{name}" if k[2] else f"{base}:{name}")
+        return i
+
+    def path(self, sid: int):
+        """(keys, lines, instances, recompute position or -1) outermost first, Python and module
+        frames only; the recompute position is the index of the innermost recompute frame."""
+        p = self._cache.get(sid)
+        if p is None:
+            if sid < 0:
+                p = ((), (), (), -1, False)
+            else:
+                fr = self.sf.snap.stack(int(sid))[::-1]          # outermost first
+                if self.sf.outer_first[sid]:
+                    fr = fr[::-1]
+                k = self.fkey[fr]
+                keep = k >= 0
+                frk = fr[keep]
+                rec = np.flatnonzero(self.recompute_frame[frk])
+                p = (tuple(k[keep].tolist()), tuple(self.fline[frk].tolist()), tuple(self.finst[frk].tolist()),
+                     int(rec[-1]) if len(rec) else -1, bool(self.softmax_frame[fr].any()))
+            self._cache[sid] = p
+        return p
+
+    def node_arrays(self, sids, depth: int, node_path: tuple):
+        """Per stack of `sids`: (under the node, signature id of the call it is in, call site
+        id, the node frame's line). A call's signature is its call site (the outer frames'
+        lines) and the module instances down to the node: a new one, or the node's line going
+        back, starts another call."""
+        n = len(sids)
+        under = np.zeros(n, dtype=bool)
+        sig = np.zeros(n, dtype=np.int64)
+        site = np.zeros(n, dtype=np.int64)
+        line = np.zeros(n, dtype=np.int64)
+        ids: dict = {}
+        sites: dict = {}
+        for i, sid in enumerate(sids.tolist()):
+            keys, lines, inst, _rec, _sm = self.path(int(sid))
+            if len(keys) > depth and keys[:depth + 1] == node_path:
+                under[i] = True
+                sig[i] = ids.setdefault((lines[:depth], inst[:depth + 1]), len(ids))
+                site[i] = sites.setdefault(lines[:depth], len(sites))
+                line[i] = lines[depth]
+        return under, sig, site, line
+
+
+# -- finding the blocks ---------------------------------------------------------------------------
+def _forward_passes(da) -> list[tuple[int, int]]:
+    return [(s, e) for s, e, name in da.phase_ranges() if name == "forward"]
+
+
+def _calls(paths, rows_stack, depth, node_path) -> list:
+    """Split the rows (in allocation order; their stacks in `rows_stack`) that run under the
+    node at `depth` (prefix `node_path`) into calls: arrays of positions into the rows. A
+    call ends where a row outside the node comes between, the call's signature changes or
+    the node frame's line goes back. Only the calls from the most common call site are the
+    blocks' (a model's embedding, final norm and head can share the blocks' frame, `forward`
+    of the same file, called from other lines)."""
+    if not len(rows_stack):
+        return []
+    u, inv = np.unique(rows_stack, return_inverse=True)
+    under_u, sig_u, site_u, line_u = paths.node_arrays(u, depth, node_path)
+    pos = np.flatnonzero(under_u[inv])
+    if not len(pos):
+        return []
+    sig, site, line = sig_u[inv][pos], site_u[inv][pos], line_u[inv][pos]
+    brk = np.ones(len(pos), dtype=bool)
+    brk[1:] = (pos[1:] != pos[:-1] + 1) | (sig[1:] != sig[:-1]) | (line[1:] < line[:-1])
+    starts = np.flatnonzero(brk)
+    sites = site[starts]
+    main = np.bincount(sites).argmax()
+    return [c for c, st in zip(np.split(pos, starts[1:]), sites.tolist()) if st == main]
+
+
+def _alike(byte_counts) -> bool:
+    b = np.asarray(byte_counts, dtype=np.float64)
+    if len(b) < 2:
+        return False
+    med = float(np.median(b))
+    if med <= 0:
+        return False
+    return float(np.mean(np.abs(b - med) <= ALIKE * med)) >= ALIKE_SHARE
+
+
+def _find_block_node(da, paths, passes):
+    """(depth, node path) of the block frame, or None."""
+    a = da.allocs
+    ai = np.asarray(a.alloc_index).astype(np.int64)
+    size = np.asarray(a.size, dtype=np.int64)
+    order = np.argsort(ai, kind="stable")
+    ai_sorted = ai[order]
+    bounds = np.searchsorted(ai_sorted, np.array([(s, e + 1) for s, e in passes], dtype=np.int64).ravel())
+    pass_rows = [order[lo:hi] for lo, hi in bounds.reshape(-1, 2).tolist()]
+    # bytes per tree node over every forward pass (per stack first: a few thousand stacks)
+    rows = np.concatenate(pass_rows) if pass_rows else np.zeros(0, dtype=np.int64)
+    st = np.asarray(a.stack)[rows]
+    u, inv = np.unique(st, return_inverse=True)
+    b = np.bincount(inv, weights=size[rows].astype(np.float64)) if len(rows) else np.zeros(0)
+    total = float(b.sum())
+    node_bytes: dict = {}
+    for sid, nb in zip(u.tolist(), b.tolist()):
+        keys = paths.path(int(sid))[0]
+        for d in range(len(keys)):
+            node_bytes[keys[:d + 1]] = node_bytes.get(keys[:d + 1], 0.0) + nb
+    if total <= 0:
+        return None, pass_rows
+    cands = sorted((p for p, b in node_bytes.items() if b >= MIN_SHARE * total),
+                   key=lambda p: (-node_bytes[p], len(p)))
+    stacks = np.asarray(a.stack)
+    sample = [r for r in pass_rows if len(r)]
+    # detect on up to four passes spread over the run (the first may be unusual: lazy state)
+    if len(sample) > 4:
+        sample = [sample[i] for i in np.linspace(0, len(sample) - 1, 4).astype(int).tolist()]
+    best = None
+    for p in cands:
+        d = len(p) - 1
+        counts, ok = [], True
+        for rows in sample:
+            cl = _calls(paths, stacks[rows], d, p)
+            counts.append(len(cl))
+            if len(cl) < 2 or np.median([len(c) for c in cl]) < 3 or \
+                    not _alike([size[rows[c]].sum() for c in cl]):
+                ok = False
+                break
+        if not ok or len(set(counts)) != 1:
+            continue
+        cover = node_bytes[p]
+        if best is None or cover > best[0] * 1.02:
+            best = (cover, d, p)
+    if best is None:
+        return None, pass_rows
+    return (best[1], best[2]), pass_rows
+
+
+def _block_function(paths, stacks, calls, node_path) -> int:
+    """The innermost frame every allocation of every block call has under the block node: the
+    block's own function (under a profiler's `nn.Module: X` node, X's forward), which its
+    recompute calls again (checkpointing may call the function without the module frame)."""
+    common = None
+    for sid in np.unique(np.concatenate([stacks[c.rows] for c in calls])).tolist():
+        keys = paths.path(int(sid))[0]
+        if common is None:
+            common = keys
+        else:
+            n = 0
+            while n < min(len(common), len(keys)) and common[n] == keys[n]:
+                n += 1
+            common = common[:n]
+    return (common or node_path)[max(len(node_path), len(common or ())) - 1]
+
+
+def _block_name(paths, node_path) -> tuple[str, str]:
+    text = [paths.key_text[k] for k in node_path]
+    frame = text[-1]
+    for k, t in zip(reversed(node_path), reversed(text)):
+        key = next(kk for kk, v in paths.keys.items() if v == k)
+        if key[0] == "module":
+            return t, frame
+    return frame, frame
+
+
+# -- the structure ---------------------------------------------------------------------------------
+def _build(da) -> Structure:
+    a = da.allocs
+    n = len(a.size)
+    size = np.asarray(a.size, dtype=np.int64)
+    ai = np.asarray(a.alloc_index).astype(np.int64)
+    fi = np.asarray(a.free_index).astype(np.int64)
+    stacks = np.asarray(a.stack)
+    ph = da.timeline.phase if da.timeline is not None else np.zeros(0, np.uint8)
+    n_entries = len(ph)
+    role = np.zeros(n, dtype=np.uint8)
+    call_of = np.full(n, -1, dtype=np.int32)
+    notes: list[str] = []
+
+    def phase_of(idx):
+        idx = np.asarray(idx, dtype=np.int64)
+        out = np.full(len(idx), 255, dtype=np.int64)
+        ok = (idx >= 0) & (idx < n_entries)
+        out[ok] = ph[idx[ok]]
+        return out
+
+    free_phase = phase_of(fi)
+    alloc_phase = phase_of(ai)
+    passes = _forward_passes(da)
+    found, pass_rows = (None, [])
+    paths = None
+    if da.facts is not None and passes:
+        paths = _Paths(da)
+        found, pass_rows = _find_block_node(da, paths, passes)
+    calls: list[BlockCall] = []
+    recomputes: list[BlockCall] = []
+    blk = None
+    inputs = np.zeros(0, dtype=np.int64)
+    outputs = np.zeros(0, dtype=np.int64)
+    alloc_entries = np.sort(ai[ai >= 0])
+
+    def end_of(last: int) -> int:
+        k = int(np.searchsorted(alloc_entries, last, side="right"))
+        return int(alloc_entries[k]) - 1 if k < len(alloc_entries) else max(n_entries - 1, last)
+
+    if found is not None:
+        depth, node_path = found
+        counts = []
+        for p, rows in enumerate(pass_rows):
+            if not len(rows):
+                continue
+            cl = _calls(paths, stacks[rows], depth, node_path)
+            counts.append(len(cl))
+            for k, c in enumerate(cl):
+                r = rows[c]
+                calls.append(BlockCall(k, p, int(ai[r[0]]), int(ai[r[-1]]), end_of(int(ai[r[-1]])), r))
+        name, frame = _block_name(paths, node_path)
+        count = int(np.bincount(counts).argmax()) if counts else 0
+        recomputes = _recompute_windows(da, paths, _block_function(paths, stacks, calls, node_path), ai, stacks,
+                                        alloc_phase, end_of)
+        blk = Blocks(name=name, frame=frame, count=count, passes=len(counts), checkpointed=bool(recomputes))
+        inputs = np.full(len(calls), -1, dtype=np.int64)
+        outputs = np.full(len(calls), -1, dtype=np.int64)
+        for j, c in enumerate(calls):
+            r = c.rows
+            call_of[r] = j
+            inside = (fi[r] >= 0) & (fi[r] <= c.end)
+            saved = ~inside & (free_phase[r] == P_BACKWARD)
+            role[r] = np.where(inside, R_SCRATCH, np.where(saved, R_SAVED, R_CARRIED))
+            out = r[~inside]
+            if len(out):
+                outputs[j] = out[-1]
+                role[out[-1]] = R_OUTPUT
+        for j, c in enumerate(calls):
+            if c.block > 0 and j > 0 and calls[j - 1].forward_pass == c.forward_pass:
+                inputs[j] = outputs[j - 1]
+            elif c.block == 0 and outputs[j] >= 0:
+                inputs[j] = _first_input(a, ai, fi, size, c, int(size[outputs[j]]), passes[c.forward_pass][0])
+        for w in recomputes:
+            r = w.rows
+            inside = (fi[r] >= 0) & (fi[r] <= w.end)
+            role[r] = np.where(inside, R_RECOMPUTE_SCRATCH, R_RECOMPUTE_SAVED)
+        notes.append(f"{count} {name} blocks per forward pass (the calls of {frame}), found in "
+                     f"{len(counts)} forward pass{'es' if len(counts) != 1 else ''}"
+                     + ("; recomputed during backward (activation checkpointing)" if recomputes else ""))
+    else:
+        notes.append("no repeated block (layer) found in the stacks" if paths is not None else
+                     "no forward pass with frames: no blocks")
+    # tensors outside the blocks, saved for backward: embeddings, final norm, logits, loss
+    starts = np.array([s for s, _ in passes] or [0], dtype=np.int64)
+    ends = np.array([e for _, e in passes] or [-1], dtype=np.int64)
+    in_pass = np.searchsorted(starts, ai, side="right") - 1
+    in_fwd = (in_pass >= 0) & (ai <= ends[np.maximum(in_pass, 0)])
+    outside = in_fwd & (call_of < 0) & (free_phase == P_BACKWARD) & (role == R_OTHER)
+    role[outside] = R_OUTSIDE_SAVED
+
+    o = outputs[outputs >= 0] if len(outputs) else outputs
+    out_bytes = int(np.median(size[o])) if len(o) else None
+    tokens = _tokens(da, size, ai, out_bytes)
+    hidden = out_bytes // tokens if out_bytes and tokens and out_bytes % tokens == 0 else None
+    batch, wshape_note = _batch_rows(da, size, ai, alloc_phase)
+    if wshape_note:
+        notes.append(wshape_note)
+    seq2, seq_note = _seq2_rows(da, paths, calls, recomputes, size, ai, fi, stacks, batch, alloc_phase)
+    notes.append(seq_note)
+    function = _functions(paths, stacks) if paths is not None else None
+    return Structure(blk, tuple(calls), tuple(recomputes), role, call_of, inputs, outputs, tuple(passes), batch,
+                     seq2, out_bytes, tokens, hidden, tuple(notes), function)
+
+
+def _functions(paths, stacks) -> np.ndarray:
+    """int32 per row: the innermost Python function (file and function; a profiler frame's def
+    line too) of its stack, -1 where it has none."""
+    fid = np.full(paths.sf.n_stacks + 1, -1, dtype=np.int32)
+    for sid in np.unique(stacks[stacks >= 0]).tolist():
+        keys = paths.path(int(sid))[0]
+        py = [k for k in keys if paths.key_text[k].count(":")]
+        if py:
+            fid[sid] = py[-1]
+    return fid[np.where(stacks >= 0, stacks, paths.sf.n_stacks)]
+
+
+def _first_input(a, ai, fi, size, call, out_size, pass_start) -> int:
+    """The input of a pass's first block: the last allocation of the pass before it, of the
+    size of the block's output, still live when the block starts."""
+    cand = np.flatnonzero((ai >= pass_start) & (ai < call.first) & (size == out_size)
+                          & ((fi < 0) | (fi > call.first)))
+    if not len(cand):
+        return -1
+    return int(cand[np.argmax(ai[cand])])
+
+
+def _recompute_windows(da, paths, block_key, ai, stacks, alloc_phase, end_of) -> list:
+    """The recomputes of the blocks (checkpointing): runs of backward allocations whose stacks
+    hold a torch.utils.checkpoint recompute frame with the block frame inside it. A run ends
+    where another backward allocation comes between, the block's module instance changes or
+    its frame's line goes back; the recomputes of a backward go from the last block to the
+    first."""
+    bw = np.flatnonzero((alloc_phase == P_BACKWARD) & (ai >= 0))
+    has = da.facts.has_marker.get("recompute")
+    if not len(bw) or has is None:
+        return []
+    bw = bw[np.argsort(ai[bw], kind="stable")]
+    st = stacks[bw]
+    cand = (st >= 0) & has[np.maximum(st, 0)]
+    if not cand.any():
+        return []
+    pos = np.flatnonzero(cand)
+    u, inv = np.unique(st[pos], return_inverse=True)
+    ok_u = np.zeros(len(u), dtype=bool)
+    sig_u = np.zeros(len(u), dtype=np.int64)
+    line_u = np.zeros(len(u), dtype=np.int64)
+    ids: dict = {}
+    for i, sid in enumerate(u.tolist()):
+        keys, lines, inst, rec, _sm = paths.path(int(sid))
+        if rec < 0 or block_key not in keys[rec:]:
+            continue
+        d = keys.index(block_key, rec)
+        ok_u[i] = True
+        sig_u[i] = ids.setdefault(inst[rec:d + 1], len(ids))
+        line_u[i] = lines[d]
+    keep = ok_u[inv]
+    pos, sig, line = pos[keep], sig_u[inv][keep], line_u[inv][keep]
+    if not len(pos):
+        return []
+    brk = np.ones(len(pos), dtype=bool)
+    brk[1:] = (pos[1:] != pos[:-1] + 1) | (sig[1:] != sig[:-1]) | (line[1:] < line[:-1])
+    starts = np.array([s for s, _ in _forward_passes(da)], dtype=np.int64)
+    windows = [bw[p] for p in np.split(pos, np.flatnonzero(brk)[1:])]
+    pass_of = [int(np.searchsorted(starts, ai[w[0]], side="right")) - 1 for w in windows]
+    left: dict = {}
+    for p in pass_of:
+        left[p] = left.get(p, 0) + 1
+    out = []
+    for p, w in zip(pass_of, windows):
+        left[p] -= 1
+        out.append(BlockCall(left[p], p, int(ai[w[0]]), int(ai[w[-1]]), end_of(int(ai[w[-1]])), w))
+    return out
+
+
+def _tokens(da, size, ai, out_bytes: int | None) -> int | None:
+    """Tokens per micro-batch: an int64 `inputs` tensor's size / 8 (token ids, labels), the
+    most common one that divides a block's output (tokens x width); None when none does."""
+    rows = np.flatnonzero((da.category == _CAT["inputs"]) & (ai >= 0))
+    s = size[rows]
+    s = s[(s >= 8) & (s % 8 == 0)]
+    if not len(s):
+        return None
+    u, c = np.unique(s // 8, return_counts=True)
+    if out_bytes:
+        fit = out_bytes % u == 0
+        if not fit.any():
+            return None
+        u, c = u[fit], c[fit]
+    return int(u[c == c.max()].max())
+
+
+def _batch_rows(da, size, ai, alloc_phase) -> tuple[np.ndarray, str]:
+    """bool per row: grows with the micro-batch. Activations, backward intermediates, inputs and
+    temporaries made in the inputs, forward or backward phases of the trace; not weights,
+    gradients, optimizer state, library workspaces (cuBLAS), optimizer scratch, what was live
+    before the trace, nor the 16-bit copies of weights that autocast makes in every forward."""
+    cat = np.asarray(da.category)
+    batch = np.isin(cat, _BATCH_CATEGORIES) & (ai >= 0) & np.isin(alloc_phase, (P_INPUTS, P_FORWARD, P_BACKWARD))
+    names = da.rule_names
+    if names:
+        ws = [i for i, nm in enumerate(names) if nm in ("temporary.library_workspace", "temporary.compile_autotune")]
+        if ws:
+            batch &= ~np.isin(np.asarray(da.rule), ws)
+    note = ""
+    # autocast: a half-size copy of (most) weight matrices in every forward is weight-shaped:
+    # per weight size, about as many forward tensors of half that size per pass as there are
+    # weights of the size (activations of a size are many more, or none)
+    w = np.flatnonzero(cat == _CAT["weights"])
+    mats = size[w][size[w] >= 64 * 1024]
+    n_pass = max(1, len(_forward_passes(da)))
+    if len(mats) >= 2:
+        fwd_sizes = size[batch & (alloc_phase == P_FORWARD)]
+        u, c = np.unique(mats, return_counts=True)
+        copies = [int(s) // 2 for s, k in zip(u.tolist(), c.tolist())
+                  if s % 2 == 0 and k * n_pass <= np.count_nonzero(fwd_sizes == s // 2) <= 1.25 * k * n_pass + n_pass]
+        hit = int(sum(k for s, k in zip(u.tolist(), c.tolist()) if s // 2 in copies))
+        if hit >= 0.75 * len(mats):
+            batch &= ~(np.isin(size, copies) & np.isin(alloc_phase, (P_FORWARD, P_BACKWARD)))
+            note = ("16-bit copies of the weight matrices made in every forward (autocast) do not grow "
+                    "with the batch")
+    return batch, note
+
+
+def _seq2_rows(da, paths, calls, recomputes, size, ai, fi, stacks, batch, alloc_phase) -> tuple[np.ndarray, str]:
+    """bool per row: grows with the square of the sequence: attention scores. In the blocks'
+    forward (and recompute) calls: the softmax's output and the tensors of its size made by the
+    function that calls the softmax (scores, scaled and masked scores). In backward: tensors of
+    that size; where a tensor that grows linearly has that size too (heads x sequence = MLP
+    width), a backward tensor of the size counts as scores when the next saved tensor of the
+    size to be freed is a score (gradients are made while what they read is consumed)."""
+    seq2 = np.zeros(len(size), dtype=bool)
+    if paths is None or not calls:
+        return seq2, "no blocks: everything that grows with the sequence is taken to grow linearly"
+    rows = np.concatenate([c.rows for c in tuple(calls) + tuple(recomputes)])
+    u, inv = np.unique(stacks[rows], return_inverse=True)
+    sm_sizes, sm_fn = set(), set()
+    sm_u = np.array([paths.path(int(sid))[4] for sid in u.tolist()], dtype=bool)
+    for r in rows[sm_u[inv]].tolist():
+        keys = paths.path(int(stacks[r]))[0]
+        sm_sizes.add(int(size[r]))
+        caller = [k for k in keys if not paths.key_text[k].endswith("softmax")]
+        if caller:
+            sm_fn.add(caller[-1])
+    if not sm_sizes:
+        return seq2, ("no attention scores (softmax) in the blocks (a fused attention kernel): everything that "
+                      "grows with the sequence is taken to grow linearly")
+    fam = np.array(sorted(sm_sizes), dtype=np.int64)
+    in_fam = np.isin(size, fam) & batch
+    # made by the function that calls the softmax (or right under it)
+    by_caller_u = np.array([any(k in sm_fn for k in paths.path(int(sid))[0][-3:]) for sid in u.tolist()],
+                           dtype=bool)
+    scores = in_fam[rows] & by_caller_u[inv]
+    seq2[rows[scores]] = True
+    linear_sizes = set(size[rows[~scores]].tolist())
+    in_calls = np.zeros(len(size), dtype=bool)
+    in_calls[rows] = True
+    later = in_fam & ~in_calls & (alloc_phase == P_BACKWARD)
+    clash = np.array(sorted(set(fam.tolist()) & linear_sizes), dtype=np.int64)
+    ambiguous = later & np.isin(size, clash)
+    seq2 |= later & ~ambiguous
+    note = ("attention scores (the softmax's output and the tensors of its size its caller makes, and their "
+            "gradients) grow with the square of the sequence, everything else that grows with it linearly")
+    if ambiguous.any():
+        kept = np.flatnonzero(in_calls & np.isin(size, clash) & (fi >= 0) & (fi > ai))
+        order = np.argsort(fi[kept], kind="stable")
+        frees, is_s2 = fi[kept][order], seq2[kept][order]
+        amb = np.flatnonzero(ambiguous)
+        nxt = np.searchsorted(frees, ai[amb], side="right")
+        ok = nxt < len(frees)
+        seq2[amb[ok]] = is_s2[nxt[ok]]
+        note += ("; a backward tensor of the scores' size that a linear tensor also has counts as a score when "
+                 "the next saved tensor of that size to be freed is one")
+    return seq2, note
+
+
+__all__ = ["Blocks", "BlockCall", "Structure", "structure", "blocks", "ROLE_NAMES", "R_OTHER", "R_SCRATCH",
+           "R_SAVED", "R_CARRIED", "R_OUTPUT", "R_OUTSIDE_SAVED", "R_RECOMPUTE_SAVED", "R_RECOMPUTE_SCRATCH"]
