@@ -66,6 +66,7 @@ def test_summary_report_csv_and_viewer_agree(path, tmp_path, capsys, monkeypatch
     assert [d["device"] for d in summary["devices"]] == [d["device"] for d in analysis["devices"]]
     assert sorted(sections) == sorted(d["device"] for d in summary["devices"])
     per_device_rows = {}
+    evidence_totals: dict[int, dict[str, int]] = {}
     for r in rows:
         per_device_rows.setdefault(int(r["device"]), []).append(r)
     for s, a in zip(summary["devices"], analysis["devices"]):
@@ -99,6 +100,17 @@ def test_summary_report_csv_and_viewer_agree(path, tmp_path, capsys, monkeypatch
             assert it["peak_bytes"] == pk["bytes"]
         for lk in s["leaks"]:
             assert set(lk["iterations"]) <= set(numbers)
+        # how sure: the peak's bytes per evidence level add up to the peak, per category too,
+        # and the CSV's evidence column holds the same levels as the analysis' rows
+        assert sum(pk["by_evidence"].values()) == pk["bytes"]
+        assert {c: sum(v.values()) for c, v in pk["by_category_evidence"].items()} == pk["by_category"]
+        for e in ("torch", "stack", "lifetime", "guess", "none"):
+            assert pk["by_evidence"].get(e, 0) == sum(v.get(e, 0) for v in pk["by_category_evidence"].values())
+        csv_ev: dict[str, int] = {}
+        for r in dev_rows:
+            csv_ev[r["evidence"]] = csv_ev.get(r["evidence"], 0) + int(r["size"])
+        assert set(csv_ev) <= {"torch", "stack", "lifetime", "guess", "none"}
+        evidence_totals[dev] = csv_ev
 
     # the viewer's model reads the same analysis
     from vramscope.viewer.loader import load
@@ -113,6 +125,10 @@ def test_summary_report_csv_and_viewer_agree(path, tmp_path, capsys, monkeypatch
         assert [f.index for f in d.findings if f.kind == "iteration_peak"] == \
             [it["peak_index"] for it in s["iterations"]]
         assert d.device == summary["primary_device"]
+        # the viewer's rows carry the same evidence as the CSV's
+        from vramscope.classifiers.evidence import EVIDENCE
+        ev = np.bincount(d.da.evidence, weights=d.da.allocs.size.astype(np.float64), minlength=len(EVIDENCE))
+        assert {e: int(b) for e, b in zip(EVIDENCE, ev) if b} == evidence_totals.get(d.device, {})
 
 
 # -- what a user reads first is never the allocator's own frame ------------------------------

@@ -4,7 +4,6 @@ from __future__ import annotations
 import sys
 
 from ..common.units import fmt_bytes
-from ..parsers.errors import SnapshotError
 from .common import add_input, analyze_file, check_device, output_file
 from .errors import EXIT_OK, UsageError
 
@@ -61,6 +60,7 @@ def run(args) -> int:
             return EXIT_OK
         device = args.device if args.device is not None else an.primary_device()
         if device is None:
+            from ..parsers.errors import SnapshotError
             raise SnapshotError("no allocations recorded (an empty snapshot): nothing to export", args.file)
         n = len(an.snapshot.trace(device))
         if trim is not None and n:

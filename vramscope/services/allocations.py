@@ -9,18 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from ..classifiers.categories import CATEGORIES
-from ..classifiers.evidence import EVIDENCE
-
 if TYPE_CHECKING:
+    import numpy as np
+
     from ..classifiers.analysis import Analysis
 
 COLUMNS = ("device", "index", "addr", "size", "alloc_us", "free_us", "category", "rule", "evidence")
 NAMES = ("category", "rule", "evidence")       # the columns that hold names (the others: integers)
-_CATEGORY_NAMES = np.asarray(CATEGORIES, dtype=object)
-_EVIDENCE_NAMES = np.asarray(EVIDENCE, dtype=object)
+# (numpy and the classifiers are imported when rows are made: the command line starts without them)
 
 
 def allocation_devices(an: Analysis, device: int | None = None) -> list[int]:
@@ -30,6 +26,10 @@ def allocation_devices(an: Analysis, device: int | None = None) -> list[int]:
 
 def allocation_columns(an: Analysis, device: int, start: int = 0, stop: int | None = None) -> dict[str, np.ndarray]:
     """Rows `start:stop` of `device`, column by column (COLUMNS order); names as object arrays."""
+    import numpy as np
+
+    from ..classifiers.categories import CATEGORIES
+    from ..classifiers.evidence import EVIDENCE
     da = an.devices[device]
     a = da.allocs
     sl = slice(start, stop)
@@ -37,9 +37,9 @@ def allocation_columns(an: Analysis, device: int, start: int = 0, stop: int | No
     return {
         "device": np.full(len(index), device, dtype=np.int32), "index": index, "addr": a.addr[sl],
         "size": a.size[sl], "alloc_us": a.alloc_us[sl], "free_us": a.free_us[sl],
-        "category": _CATEGORY_NAMES[da.category[sl]],
+        "category": np.asarray(CATEGORIES, dtype=object)[da.category[sl]],
         "rule": np.asarray(an.rule_names, dtype=object)[da.rule[sl]],
-        "evidence": _EVIDENCE_NAMES[da.evidence[sl]],
+        "evidence": np.asarray(EVIDENCE, dtype=object)[da.evidence[sl]],
     }
 
 
@@ -47,6 +47,7 @@ def allocation_table(an: Analysis, device: int | None = None) -> np.ndarray:
     """Every row of every device (or of `device`) as one numpy structured array with the
     CSV's columns: integers as int64 (device int32), names as Python strings (dtype object,
     one shared string per name)."""
+    import numpy as np
     parts = [allocation_columns(an, d) for d in allocation_devices(an, device)]
     dtype = [(name, np.int32 if name == "device" else object if name in NAMES else np.int64) for name in COLUMNS]
     out = np.empty(sum(len(p["index"]) for p in parts), dtype=dtype)
