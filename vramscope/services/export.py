@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import pickle
+from typing import Any
 
 import numpy as np
 import orjson
@@ -88,7 +89,7 @@ def _segments_at(snap, dev: int, end: int) -> list[dict]:
     """The device's segments right after entry `end`: the snapshot's segments with the
     `segment_*` entries after `end` undone, newest first."""
     seg = snap.device_segments(dev)
-    segs = {}
+    segs: dict[int, dict[str, Any]] = {}
     for i in range(len(seg["address"])):
         segs[int(seg["address"][i])] = {
             "address": int(seg["address"][i]), "total_size": int(seg["total_size"][i]),
@@ -222,16 +223,17 @@ def trimmed_snapshot(snap, device: int, start: int, end: int, redact_paths: bool
     # -- the allocator state at the window's end ------------------------------------------
     b_addr, b_size, b_stack, b_round, b_pending = _live_blocks_at(snap, device, end)
     segments = []
+    segs: list[dict[str, Any]]
     if profiler:
         # torch's _profile_to_snapshot: one pseudo-segment spanning every address seen,
         # blocks tiled from its start (inactive filler between them)
         seg_d = snap.device_segments(device)
-        lo = [int(x) for x in seg_d["address"]] + ([int(b_addr[0])] if len(b_addr) else [])
-        hi = [int(a + s) for a, s in zip(seg_d["address"], seg_d["total_size"])]
+        starts = [int(x) for x in seg_d["address"]] + ([int(b_addr[0])] if len(b_addr) else [])
+        ends = [int(a + s) for a, s in zip(seg_d["address"], seg_d["total_size"])]
         if len(b_addr):
-            hi.append(int(b_addr[-1] + b_round[-1]))
-        seg_lo = min(lo) if lo else 0
-        seg_hi = max(hi) if hi else 0
+            ends.append(int(b_addr[-1] + b_round[-1]))
+        seg_lo = min(starts) if starts else 0
+        seg_hi = max(ends) if ends else 0
         segs = [{"address": seg_lo, "total_size": seg_hi - seg_lo, "stream": 0, "segment_type": 1,
                  "pool": None, "is_expandable": False, "stack": -1}]
     else:
@@ -251,7 +253,7 @@ def trimmed_snapshot(snap, device: int, start: int, end: int, redact_paths: bool
         cursor = s["address"]
         seg_end = s["address"] + s["total_size"]
         allocated = requested = 0
-        for j in sel:
+        for j in sel.tolist():
             addr, req, rnd = int(b_addr[j]), int(b_size[j]), int(b_round[j])
             nxt = int(b_addr[j + 1]) if j + 1 < len(b_addr) else None
             if profiler:
@@ -282,7 +284,7 @@ def trimmed_snapshot(snap, device: int, start: int, end: int, redact_paths: bool
                    "frames": fr.stack(s["stack"]) or [], "blocks": blocks}
         segments.append(seg_out)
 
-    traces = [[] for _ in range(max(snap.trace_device_count, device + 1))]
+    traces: list[list[dict]] = [[] for _ in range(max(snap.trace_device_count, device + 1))]
     traces[device] = entries
     out = {"segments": segments, "device_traces": traces}
     if snap.allocator_settings is not None:
