@@ -30,7 +30,7 @@ from ..present.stacks import Stacks
 from .annotations import Annotation, load_annotations
 from .report_compare import RenderComparePng, compare_markdown, write_compare_pngs
 from .report_markdown import MD_LIMIT, STACK_FRAMES, fit_markdown, markdown
-from .report_whatif import whatif_json
+from .report_whatif import lever_table, whatif_json
 from .summary import summary_document
 
 PNG_LIMIT = 300_000
@@ -112,8 +112,9 @@ def write_report(analysis: Analysis, out_dir: str, device: int | None = None, re
         cmp_pngs = write_compare_pngs(analysis, compare_with, cmp, out_dir, render_compare_png)
         pngs += [os.path.join(out_dir, n) for n in cmp_pngs.values()]
 
+    whatif = {dev: lever_table(analysis, dev) for dev in devs}     # once per device, for both documents
     md = fit_markdown(lambda limits: markdown(analysis, devs, stacks, note_dicts, note_warnings, limits, png_names,
-                                              __version__)
+                                              __version__, whatif)
                       + (compare_markdown(cmp, snap.path, compare_with.snapshot.path, limits, cmp_pngs)
                          if cmp is not None and compare_with is not None else ""))
     if redact_paths:
@@ -131,7 +132,7 @@ def write_report(analysis: Analysis, out_dir: str, device: int | None = None, re
                 for a in da.largest_live(d["peak"]["index"], LARGEST_IN_JSON)]
     # the summary document, added to and never changed
     doc: dict[str, Any] = {**base, "devices": [{**d, "largest_at_peak": largest_at_peak(d),
-                                                "whatif": whatif_json(analysis, d["device"])} for d in base["devices"]],
+                                                "whatif": whatif_json(whatif[d["device"]])} for d in base["devices"]],
                            "annotations": note_dicts}
     if note_warnings:
         doc["annotation_warnings"] = note_warnings

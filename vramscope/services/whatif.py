@@ -9,6 +9,7 @@ from typing import Any
 
 from ..classifiers import Analysis
 from ..classifiers.budget import budget
+from ..classifiers.category_live import CategoryLive
 from ..classifiers.levers import left_out
 from ..classifiers.ooms import expandable_segments_on, trains
 from ..classifiers.whatif import LEVERS, WhatIf, what_if
@@ -37,11 +38,14 @@ def levers_left_out(an: Analysis, device: int, facts=None) -> dict[str, str]:
     return out
 
 
-def lever_peaks(an: Analysis, device: int, skip: dict[str, str] | None = None) -> list[tuple[str, str, WhatIf]]:
+def lever_peaks(an: Analysis, device: int, skip: dict[str, str] | None = None,
+                model: CategoryLive | None = None) -> list[tuple[str, str, WhatIf]]:
     """(name, title, result) of each named lever alone that can apply to this run (`skip`:
-    levers_left_out, when the caller has it): the peak each one gives."""
+    levers_left_out, `model`: the device's CategoryLive, when the caller has them): the peak
+    each one gives."""
     skip = skip if skip is not None else levers_left_out(an, device)
-    return [(name, title, what_if(an, device, levers=[name], with_budget=False))
+    model = model if model is not None else CategoryLive.build(an.devices[device])
+    return [(name, title, what_if(an, device, levers=[name], model=model, with_budget=False))
             for name, (title, _) in LEVERS.items() if name not in skip]
 
 
