@@ -40,6 +40,7 @@ from ..parsers import (
     live_model,
 )
 from . import cache
+from .allocator import AllocatorHistory, reserved_unallocated
 from .categories import CATEGORIES
 from .engine import SnapshotFacts, classify_device, stack_pass
 from .leaks import find_leaks, leak_rows
@@ -105,6 +106,21 @@ class DeviceAnalysis:
     def live_mask(self, index: int) -> np.ndarray:
         """bool per row: live right after entry `index` (-1: before the trace)."""
         return live_mask(self.allocs, index)
+
+    def live_rows(self, index: int) -> np.ndarray:
+        """The rows live right after entry `index` (-1: before the trace), in allocation order.
+        Rows are in allocation order (parsers.allocations), so only those allocated by then
+        are looked at: a few ms at 10^7 events where a mask over every row takes more."""
+        ai = self.allocs.alloc_index
+        k = int(np.searchsorted(ai, ai.dtype.type(max(index, -1)), side="right"))
+        f = self.allocs.free_index[:k]
+        return np.flatnonzero((f < 0) | (f > index))
+
+    def reserved_unallocated_at(self, index: int) -> int | None:
+        """Reserved but unallocated bytes right after entry `index` (classifiers.allocator);
+        None without allocator segments."""
+        allocated = self.live.live_after[index] if 0 <= index < len(self.live.live_after) else self.live.start_bytes
+        return reserved_unallocated(self.live.reserved_at(index), int(allocated))
 
     def by_category_at(self, index: int) -> dict[str, int]:
         """Live bytes per category right after entry `index` (-1: at the start), non-zero only."""
@@ -219,6 +235,14 @@ class Analysis:
     rules: RuleSet | None = None
     facts: SnapshotFacts | None = None
     from_cache: bool = False             # the results were read from the snapshot's cache entry
+    _allocators: dict[int, AllocatorHistory] = field(default_factory=dict, repr=False)
+
+    def allocator(self, device: int) -> AllocatorHistory:
+        """The caching allocator of `device` over the trace (classifiers/allocator.py): its
+        segments and blocks at any entry, built on first use."""
+        if device not in self._allocators:
+            self._allocators[device] = AllocatorHistory(self.snapshot, self.devices[device])
+        return self._allocators[device]
 
     @property
     def rule_why(self) -> list[str]:

@@ -61,7 +61,7 @@ def oom_reports(da, snap) -> tuple[Oom, ...]:
         extra = t.extras.get(int(i), {}) or {}
         allocated = int(live.live_after[i]) if len(live.live_after) else live.start_bytes
         reserved = live.reserved_at(i)
-        frag = (reserved - allocated) if reserved is not None else None
+        frag = da.reserved_unallocated_at(i)
         byc = by_category_at(da.category, da.allocs, i)
         req = int(size[i])
         dev_free = extra.get("device_free")

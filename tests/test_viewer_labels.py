@@ -261,19 +261,3 @@ def test_compare_sites_are_whole(qt, window, pair, size):
             assert t.textElideMode() == Qt.TextElideMode.ElideMiddle
             assert size[0] < 1600, (it.text(0), room)        # at 1600 wide every site is whole
     assert whole >= n // 2
-
-
-def test_small_pool_is_told_by_what_a_segment_holds_not_by_its_size_alone():
-    """An expandable large-pool segment grows by 2 MiB pages: a 2 MiB piece holding (part of)
-    a request over 1 MiB is the large pool's, though it has the small pool's size."""
-    import numpy as np
-    from vramscope.viewer.segments import SMALL_SEGMENT, small_pool
-    MiB = 1 << 20
-    seg_addr = np.array([0, 2 * MiB, 4 * MiB, 6 * MiB, 100 * MiB])
-    seg_size = np.array([SMALL_SEGMENT] * 4 + [20 * MiB])
-    # piece 0: small requests only; piece 1: a 1.5 MiB request starts in it; piece 3: a 5 MiB
-    # request that started in piece 2 reaches into it; the 20 MiB segment: large by size
-    alloc_addr = np.array([0, 512 * 1024, 2 * MiB, 4 * MiB + 4096, 100 * MiB])
-    alloc_size = np.array([4096, 1 * MiB, 3 * MiB // 2, 5 * MiB, 8 * MiB])
-    assert small_pool(seg_addr, seg_size, alloc_addr, alloc_size).tolist() == [True, False, False, False, False]
-    assert small_pool(seg_addr, seg_size, alloc_addr[:1], alloc_size[:1]).tolist() == [True] * 4 + [False]
