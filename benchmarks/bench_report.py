@@ -55,10 +55,12 @@ def installed_layout(tree: str, dest: str) -> str:
     return dest
 
 
-def _run(cmd: list[str], env: dict) -> dict:
+def _run(cmd: list[str], env: dict, cwd: str) -> dict:
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as err:
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        # `python -m` puts the working directory first on sys.path: run from an empty one,
+        # so the tree on PYTHONPATH is the one imported
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=cwd)
         _, status, ru = os.wait4(p.pid, 0)
         wall = time.perf_counter() - t0
         p.returncode = os.waitstatus_to_exitcode(status)
@@ -93,13 +95,13 @@ def main(argv=None) -> int:
             for label, layout in layouts.items():
                 env = {**os.environ, "PYTHONPATH": layout, "QT_QPA_PLATFORM": "offscreen"}
                 base = [sys.executable, "-m", "vramscope"]
-                for verb, cmd in (("summary", ["summary", path, "--json"]),
-                                  ("report", ["report", path, "-o", os.path.join(work, f"{label}-{k}")])):
+                for verb, cmd in (("summary", ["summary", os.path.abspath(path), "--json"]),
+                                  ("report", ["report", os.path.abspath(path), "-o", os.path.join(work, f"{label}-{k}")])):
                     cache = os.path.join(work, f"cache-{label}-{verb}-{k}")
                     os.makedirs(cache)
                     env["VRAMSCOPE_CACHE_DIR"] = cache
-                    runs[label][f"{verb} cold"].append(_run(base + cmd, env))
-                    runs[label][f"{verb} cached"].append(_run(base + cmd, env))
+                    runs[label][f"{verb} cold"].append(_run(base + cmd, env, work))
+                    runs[label][f"{verb} cached"].append(_run(base + cmd, env, work))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"{os.path.basename(path)}: best wall time of {args.repeat} (s) / median peak RSS (MB)")

@@ -259,3 +259,28 @@ def test_a_truncated_file_says_it_is_an_incomplete_dump(capsys, tmp_path):
     assert code == 3
     line = one_line(err)
     assert "truncated: an incomplete dump" in line and "record or copy it again" in line
+
+
+def test_allocations_csv_is_valid_for_any_rule_id(capsys, tmp_path):
+    """A user rule id is the user's text: with a comma, a quote and a line break in it, every
+    row still reads back (csv.reader) as the header's fields, the id whole."""
+    import csv
+    import io
+
+    from vramscope.services.allocations import COLUMNS
+    rid = 'my,rule "quoted"\nsecond line'
+    rules = tmp_path / "rules.toml"
+    rules.write_text('version = 1\n[[rule]]\nid = "my,rule \\"quoted\\"\\nsecond line"\ncategory = "inputs"\n'
+                     'phase = ["forward"]\n')
+    code, out, err = run(capsys, "allocations", EXAMPLE, "--csv", "--rules", str(rules))
+    assert code == 0, err
+    rows = list(csv.reader(io.StringIO(out, newline="")))
+    assert rows[0] == list(COLUMNS) and len(COLUMNS) == 8
+    assert all(len(r) == len(COLUMNS) for r in rows)
+    mine = [r for r in rows[1:] if r[7] == rid]
+    assert mine and all(r[6] == "inputs" for r in mine)
+    code, summary, err = run(capsys, "summary", EXAMPLE, "--json", "--rules", str(rules))
+    assert len(rows) - 1 == sum(d["allocations"] for d in orjson.loads(summary)["devices"])
+    # every other field is written as it is, unquoted: the usual CSV is unchanged
+    plain = [ln for ln in out.splitlines() if "my,rule" not in ln and "second line" not in ln]
+    assert len(plain) > len(mine) and not any('"' in ln for ln in plain)

@@ -1,12 +1,10 @@
 """`vramscope whatif FILE [--scale CATEGORY=FACTOR]... [--lever NAME]... [--gpu SIZE]`."""
 from __future__ import annotations
 
-import sys
-
 from ..classifiers.levers import LEVERS, LeverError
-from ..common.jsonio import dumps_pretty
-from .common import add_input, analyze_file, check_device
-from .errors import EXIT_OK, UsageError
+from ..services.reporters import JsonReporter, Reporter, TextReporter
+from .common import add_input, add_json, analyze_file, check_device, emit
+from .errors import UsageError
 
 
 def add_parser(sub) -> None:
@@ -20,7 +18,7 @@ def add_parser(sub) -> None:
     p.add_argument("--lever", action="append", default=[], metavar="NAME", choices=list(LEVERS),
                    help=f"a named change: {', '.join(LEVERS)} (repeatable)")
     p.add_argument("--gpu", metavar="SIZE", help="a GPU size to fit on: 24, 24GiB, 80GB")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json(p, help="print one JSON object")
     add_input(p)
     p.set_defaults(run=run)
 
@@ -28,6 +26,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from ..classifiers.whatif import parse_gpu_size, parse_scale
     from ..services.whatif import whatif_document, whatif_text
+    reporters: dict[str, Reporter[dict]] = {"text": TextReporter(whatif_text), "json": JsonReporter()}
     try:
         scales: dict[str, float] = {}
         for text in args.scale:
@@ -43,8 +42,4 @@ def run(args) -> int:
         doc = whatif_document(an, scales, args.lever, args.gpu, args.device)
     except LeverError as e:
         raise UsageError(str(e)) from None
-    if args.json:
-        sys.stdout.buffer.write(dumps_pretty(doc))
-    else:
-        print(whatif_text(doc))
-    return EXIT_OK
+    return emit(reporters[args.format], doc)

@@ -25,18 +25,20 @@ from typing import Any, Callable
 from .. import __version__
 from ..classifiers import Analysis
 from ..common.atomic import atomic_write
-from ..common.jsonio import dumps_pretty, safe_text
 from ..present.stacks import Stacks
 from .annotations import Annotation, load_annotations
 from .report_compare import RenderComparePng, compare_markdown, write_compare_pngs
 from .report_markdown import MD_LIMIT, STACK_FRAMES, fit_markdown, markdown
 from .report_whatif import lever_table, whatif_json
+from .reporters import JsonReporter, MarkdownReporter
 from .summary import summary_document
 
 PNG_LIMIT = 300_000
 LARGEST_IN_JSON = 20
 
 RenderPng = Callable[[Analysis, int, str, list], object]
+REPORT_MD: MarkdownReporter[str] = MarkdownReporter(str)    # report.md: the Markdown fit_markdown made
+ANALYSIS_JSON = JsonReporter()                              # analysis.json: the summary document, added to
 
 # a path: at least one separator and a file-ish last part (an extension), or an absolute path
 _PATH_RE = re.compile(r"(?:[A-Za-z]:)?(?:[\\/]|\b)(?:[\w.@+~-]+[\\/])+([\w@+~-][\w.@+~-]*)")
@@ -120,7 +122,7 @@ def write_report(analysis: Analysis, out_dir: str, device: int | None = None, re
     if redact_paths:
         md = redact(md)
     md_path = os.path.join(out_dir, "report.md")
-    atomic_write(md_path, safe_text(md).encode("utf-8"))
+    atomic_write(md_path, lambda fh: REPORT_MD.render(md, fh))
 
     base = summary_document(analysis, device, stacks)
 
@@ -144,7 +146,7 @@ def write_report(analysis: Analysis, out_dir: str, device: int | None = None, re
         if "compare" in doc:
             doc["compare"].update(a=os.path.basename(doc["compare"]["a"]), b=os.path.basename(doc["compare"]["b"]))
     js_path = os.path.join(out_dir, "analysis.json")
-    atomic_write(js_path, dumps_pretty(doc))
+    atomic_write(js_path, lambda fh: ANALYSIS_JSON.render(doc, fh))
     return [md_path, js_path] + pngs
 
 
