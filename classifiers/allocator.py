@@ -85,14 +85,6 @@ class Segments:
     allocated: np.ndarray
     known: bool = True              # False: the snapshot has no allocator segments
 
-    @property
-    def reserved_bytes(self) -> int:
-        return int(self.size.sum())
-
-    @property
-    def allocated_bytes(self) -> int:
-        return int(self.allocated.sum())
-
 
 @dataclass(frozen=True)
 class SegmentView:

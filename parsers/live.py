@@ -46,9 +46,6 @@ class LiveModel:
     reserved_change_value: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     _reserved_dense: np.ndarray | None = field(default=None, repr=False)
 
-    def live_before(self, i: int) -> int:
-        return self.start_bytes if i <= 0 else int(self.live_after[i - 1])
-
     def reserved_at(self, i: int) -> int | None:
         """Reserved bytes right after entry i (-1: at the start)."""
         if self.reserved_start is None:

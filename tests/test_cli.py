@@ -14,7 +14,7 @@ import pytest
 from vramscope.cli import main
 from vramscope.cli.display import debian_package
 
-from helpers import DATA, NOT_A_SNAPSHOT, REPO, SHARED, needs_shared
+from helpers import DATA, NOT_A_SNAPSHOT, REPO, SHARED, needs_shared, require
 
 EXAMPLE = str(REPO / "assets" / "example.pickle")
 REAL = sorted(SHARED.glob("*.p*kl*")) if SHARED.is_dir() else []
@@ -172,9 +172,7 @@ def test_state_only_snapshots_export_their_state(capsys, tmp_path):
 
 
 def test_export_takes_the_device_to_look_at_first(capsys, tmp_path):
-    src = DATA / "multi_device_oom.pickle"
-    if not src.exists():
-        pytest.skip("multi_device_oom fixture absent")
+    src = require(DATA / "multi_device_oom.pickle")
     out = str(tmp_path / "t.pickle")
     code, printed, err = run(capsys, "export", str(src), "--around-peak", "--window", "50", "-o", out)
     assert code == 0, err
@@ -186,9 +184,7 @@ def test_export_takes_the_device_to_look_at_first(capsys, tmp_path):
 
 # -- several devices ------------------------------------------------------------------------------
 def test_summary_and_report_lead_with_the_oom_device(capsys, tmp_path):
-    src = DATA / "multi_device_oom.pickle"
-    if not src.exists():
-        pytest.skip("multi_device_oom fixture absent")
+    src = require(DATA / "multi_device_oom.pickle")
     code, printed, _ = run(capsys, "summary", str(src), "--json")
     doc = orjson.loads(printed)
     assert doc["primary_device"] == 1 and [d["device"] for d in doc["devices"]][0] == 1

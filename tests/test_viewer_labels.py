@@ -13,6 +13,7 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import QRectF, Qt  # noqa: E402
 from PySide6.QtGui import QColor, QImage, QPainter  # noqa: E402
 
+from helpers import require  # noqa: E402
 from viewer_helpers import new_window, open_and_wait  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -116,8 +117,7 @@ def y_labels(tl) -> list[tuple[QRectF, str]]:
 
 @pytest.mark.parametrize("path", [DATA / "cuda_oom.pickle", CRANBERRII], ids=lambda p: p.name)
 def test_the_top_tick_label_is_never_cut(qt, window, path):
-    if not path.exists():
-        pytest.skip("shared snapshots absent")
+    require(path)
     w = sized(qt, window, 1600, 1000)
     open_and_wait(qt, w, str(path))
     tl = w.timeline
@@ -213,8 +213,7 @@ def test_category_filter_button_has_room_for_its_arrow(qt, window):
 
 @pytest.mark.parametrize("path", [CRANBERRII, DATA / "oom.pickle"], ids=lambda p: p.name)
 def test_no_stack_sentence_fits_the_selection_panel(qt, window, path):
-    if not path.exists():
-        pytest.skip("shared snapshots absent")
+    require(path)
     w = sized(qt, window, 1024, 700)
     d = open_and_wait(qt, w, str(path))
     view_of = d.stacks.view_of
@@ -236,9 +235,7 @@ def test_no_stack_sentence_fits_the_selection_panel(qt, window, path):
       SHARED / "kkaitlyn111+cs336-a2-systems__memory_files_memory_ctx128_forward_mixed.pickle"), (1600, 1000)),
 ], ids=["cuda-1024", "cs336-1600"])
 def test_compare_sites_are_whole(qt, window, pair, size):
-    a, b = pair
-    if not (a.exists() and b.exists()):
-        pytest.skip("shared snapshots absent")
+    a, b = require(pair[0]), require(pair[1])
     w = sized(qt, window, *size)
     open_and_wait(qt, w, str(a))
     with qt.waitSignal(w.compared, timeout=60_000):
