@@ -23,8 +23,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
-
 
 @dataclass(frozen=True)
 class Advice:
@@ -186,7 +184,9 @@ def to_plain(obj: Any) -> Any:
 def from_plain(cls: Any, data: Any) -> Any:
     """Rebuild a `cls` (a dataclass here, or a tuple, union, ... of them) from `to_plain` data,
     checking every field's type: `msgspec.convert`, strict (no str for a number, no bool for
-    an int); a mismatch raises msgspec.ValidationError, a ValueError naming the field."""
+    an int); a mismatch raises msgspec.ValidationError, a ValueError naming the field.
+    (Imported here: `vramscope summary` on a cached file never rebuilds a result.)"""
+    import msgspec
     return msgspec.convert(data, type=cls, strict=True)
 
 

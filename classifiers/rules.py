@@ -18,11 +18,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:                                   # pyproject.toml: tomli; python_version < "3.11"
-    import tomli as tomllib
-
 from .categories import CATEGORIES
 from .stacks import KIND_CODES
 
@@ -100,6 +95,11 @@ def _read(path: Path) -> dict:
             return json.loads(text)
         except ValueError as e:
             raise RulesError(f"{path}: not valid JSON ({e})") from None
+    # imported here: a cached `vramscope summary` never reads a rules file
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:                               # pyproject.toml: tomli; python_version < "3.11"
+        import tomli as tomllib
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
