@@ -12,7 +12,8 @@ with `os.wait4` for its own peak RSS; the trees alternate within each repeat and
 best wall time (median RSS) of `--repeat` runs counts (the machine is shared):
 
   summary cold    `summary FILE --json`, empty cache (parse, analyze, write the cache)
-  summary cached  the same again, on that cache
+  summary cached  the same again, on that cache (`--cached-runs` times per repeat: a cached
+                  run is short, and the noise of a shared machine is not)
   report cold     `report FILE -o DIR`, empty cache
   report cached   the same again, on that cache (the analysis read from it)
 
@@ -22,6 +23,7 @@ benchmarks/out/report_results.json.
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import shutil
@@ -52,6 +54,9 @@ def installed_layout(tree: str, dest: str) -> str:
         if os.path.isdir(target):                      # a link in the tree made it already
             shutil.rmtree(target)
         shutil.copytree(os.path.join(tree, src), target, ignore=ignore, symlinks=False)
+    # byte-compiled as pip installs it: otherwise every run compiles the sources again (most of
+    # a cached `summary` under PYTHONDONTWRITEBYTECODE), and a tree with more lines looks slower
+    compileall.compile_dir(dest, quiet=1)
     return dest
 
 
@@ -78,6 +83,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tree", action="append", default=[], metavar="LABEL=PATH",
                     help="a source tree to measure (repeatable; default: this checkout)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--cached-runs", type=int, default=3, help="cached runs after each cold one")
     ap.add_argument("--out", default=os.path.join(HERE, "out"))
     args = ap.parse_args(argv)
     path = args.file or ensure_snapshot(args.out, args.events)
@@ -94,6 +100,7 @@ def main(argv=None) -> int:
         for k in range(args.repeat):
             for label, layout in layouts.items():
                 env = {**os.environ, "PYTHONPATH": layout, "QT_QPA_PLATFORM": "offscreen"}
+                env.pop("PYTHONDONTWRITEBYTECODE", None)
                 base = [sys.executable, "-m", "vramscope"]
                 for verb, cmd in (("summary", ["summary", os.path.abspath(path), "--json"]),
                                   ("report", ["report", os.path.abspath(path), "-o", os.path.join(work, f"{label}-{k}")])):
@@ -101,10 +108,12 @@ def main(argv=None) -> int:
                     os.makedirs(cache)
                     env["VRAMSCOPE_CACHE_DIR"] = cache
                     runs[label][f"{verb} cold"].append(_run(base + cmd, env, work))
-                    runs[label][f"{verb} cached"].append(_run(base + cmd, env, work))
+                    for _ in range(args.cached_runs):
+                        runs[label][f"{verb} cached"].append(_run(base + cmd, env, work))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"{os.path.basename(path)}: best wall time of {args.repeat} (s) / median peak RSS (MB)")
+    print(f"{os.path.basename(path)}: best wall time (s) of {args.repeat} cold runs and {args.repeat * args.cached_runs} "
+          f"cached ones / median peak RSS (MB)")
     print(f"{'':16}" + "".join(f"{label:>22}" for label in layouts))
     table = {}
     for s in steps:

@@ -112,6 +112,8 @@ class DeviceAnalysis:
         Rows are in allocation order (parsers.allocations), so only those allocated by then
         are looked at: a few ms at 10^7 events where a mask over every row takes more."""
         ai = self.allocs.alloc_index
+        # the key in the column's own dtype: an int64 key would make numpy copy an int32
+        # column (millions of rows) on every call
         k = int(np.searchsorted(ai, ai.dtype.type(max(index, -1)), side="right"))
         f = self.allocs.free_index[:k]
         return np.flatnonzero((f < 0) | (f > index))
