@@ -2,8 +2,6 @@
 rows at 1024x700, tabbed panels and separators (pytest-qt, offscreen)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("PySide6")
@@ -11,17 +9,10 @@ pytest.importorskip("pyqtgraph")
 
 from PySide6.QtCore import QPoint, QPointF, Qt  # noqa: E402
 
+from helpers import DATA, REPO, SHARED  # noqa: E402
 from viewer_helpers import drag, new_window, open_and_wait  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = str(REPO / "assets" / "example.pickle")
-DATA = REPO / "tests" / "data"
-SHARED = REPO.parent / "shared" / "snapshots"
-
-
-@pytest.fixture
-def window(qt):
-    return new_window(qt)
 
 
 def _dock_tab(w, title):

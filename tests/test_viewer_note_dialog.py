@@ -2,8 +2,6 @@
 over a note on the timeline (pytest-qt, offscreen)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("PySide6")
@@ -12,15 +10,10 @@ pytest.importorskip("pyqtgraph")
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from viewer_helpers import new_window, open_and_wait  # noqa: E402
+from helpers import REPO  # noqa: E402
+from viewer_helpers import open_and_wait  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = str(REPO / "assets" / "example.pickle")
-
-
-@pytest.fixture
-def window(qt):
-    return new_window(qt)
 
 
 @pytest.fixture

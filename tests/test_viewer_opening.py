@@ -2,23 +2,15 @@
 shows a busy bar, an empty snapshot says so, a state-only one gets its axis (pytest-qt, offscreen)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("PySide6")
 pytest.importorskip("pyqtgraph")
 
-from viewer_helpers import new_window, open_and_wait  # noqa: E402
+from helpers import REPO, SHARED  # noqa: E402
+from viewer_helpers import open_and_wait  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = str(REPO / "assets" / "example.pickle")
-SHARED = REPO.parent / "shared" / "snapshots"
-
-
-@pytest.fixture
-def window(qt):
-    return new_window(qt)
 
 
 def test_open_recent_tells_same_names_apart(qt, tmp_path):

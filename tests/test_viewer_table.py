@@ -3,7 +3,6 @@ frame search finds what the Where column shows (pytest-qt, offscreen)."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -12,16 +11,10 @@ pytest.importorskip("pyqtgraph")
 
 from PySide6.QtCore import Qt  # noqa: E402
 
-from viewer_helpers import focus_key, header_click, new_window, open_and_wait  # noqa: E402
+from helpers import GROUNDTRUTH, REPO  # noqa: E402
+from viewer_helpers import focus_key, header_click, open_and_wait  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = str(REPO / "assets" / "example.pickle")
-GROUNDTRUTH = REPO / "tests" / "groundtruth"
-
-
-@pytest.fixture
-def window(qt):
-    return new_window(qt)
 
 
 def test_sorting_keeps_the_highlight_on_the_selected_allocation(qt, window):

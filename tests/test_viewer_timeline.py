@@ -3,8 +3,6 @@ whole ticks), iteration-peak and OOM markers, the per-allocation view and the ou
 selection (pytest-qt, offscreen)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -14,16 +12,10 @@ pytest.importorskip("pyqtgraph")
 from PySide6.QtCore import QPoint, QPointF, Qt  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from viewer_helpers import drag, new_window, open_and_wait  # noqa: E402
+from helpers import DATA, REPO  # noqa: E402
+from viewer_helpers import drag, open_and_wait  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = str(REPO / "assets" / "example.pickle")
-DATA = REPO / "tests" / "data"
-
-
-@pytest.fixture
-def window(qt):
-    return new_window(qt)
 
 
 def live_in_stack_order(d, i):
