@@ -85,5 +85,5 @@ def test_rich_text_escaping_leaves_nothing_to_interpret():
     from vramscope.present.markup import html
     assert html(EVIL) == ("ev`il``na```me\n# Injected heading\n&lt;script&gt;alert(1)&lt;/script&gt; &lt;img src=x "
                           "onerror=alert(1)&gt; [x](javascript:1) |a|")
-    assert html("a & b \"c\" 'd'") == "a &amp; b &quot;c&quot; &#x27;d&#x27;"
+    assert html("a & b \"c\" 'd' &amp;") == "a &amp; b \"c\" 'd' &amp;amp;"
     assert html(3) == "3"

@@ -271,8 +271,8 @@ class AllocatorPanel(QWidget):
             f"<b>{reserved_unallocated_words(st.reserved, st.reserved_unallocated)}</b> · "
             f"{largest_free_words(st.cached, st.largest_free, st.cached_outside_largest_free)}"
             + (f" · streams {', '.join(map(str, streams))}" if len(streams) > 1 else ""))
-        self.header.setToolTip(RESERVED_UNALLOCATED_WHY[0].upper() + RESERVED_UNALLOCATED_WHY[1:] + ". The largest "
-                               "free block is the biggest request the cache can serve without a new segment.")
+        self.header.setToolTip(RESERVED_UNALLOCATED_WHY + " The largest free block is the biggest request the "
+                               "cache can serve without a new segment.")
 
     def step(self, delta: int):
         d = self.data

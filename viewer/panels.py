@@ -220,7 +220,7 @@ class MomentPanel(QWidget):
         self.seg_label = QLabel(self)
         self.seg_label.setWordWrap(True)
         self.seg_label.setToolTip("Reserved: memory the caching allocator holds from the driver. "
-                                  + RESERVED_UNALLOCATED_WHY[0].upper() + RESERVED_UNALLOCATED_WHY[1:] + ".")
+                                  + RESERVED_UNALLOCATED_WHY)
         self.strip = SegmentsStrip(self)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(6, 6, 6, 6)

@@ -23,8 +23,9 @@ def one_line(s) -> str:
 
 
 def html(s) -> str:
-    """Escaped for HTML / Qt rich text (the standard library's `html.escape`: & < > " ')."""
-    return _escape(str(s), quote=True)
+    """Escaped for the text of HTML / Qt rich text (`html.escape`: & < >). Quotes stay as they
+    are: they mean nothing there, and nothing of ours puts quoted text in an attribute."""
+    return _escape(str(s), quote=False)
 
 
 def md_text(s) -> str:

@@ -156,8 +156,8 @@ def segment_stream_words(stream: int) -> str:
 
 # The allocator's figures, each under the one name that says what it measures
 # (classifiers/allocator.py defines them): never "fragmentation" for a number.
-RESERVED_UNALLOCATED_WHY = ("reserved but unallocated: memory the caching allocator holds that no live allocation "
-                            "asked for (its cache, and the rounding of blocks to 512 bytes)")
+RESERVED_UNALLOCATED_WHY = ("Reserved but unallocated: memory the caching allocator holds that no live allocation "
+                            "asked for (its cache, and the rounding of blocks to 512 bytes).")
 
 
 def reserved_unallocated_words(reserved: int | None, unallocated: int | None) -> str:
