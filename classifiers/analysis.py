@@ -28,6 +28,7 @@ allocation, peak_type, phase_ranges, findings, summary, ...), documented on each
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -40,7 +41,6 @@ from ..parsers import (
     live_model,
 )
 from . import cache
-from .allocator import AllocatorHistory, reserved_unallocated
 from .categories import CATEGORIES
 from .engine import SnapshotFacts, classify_device, stack_pass
 from .leaks import find_leaks, leak_rows
@@ -67,6 +67,9 @@ from .results import (
 from .rules import RuleSet, load_rules
 from .stale import stale_gradients
 from .timeline import PHASE_NAMES, Timeline
+
+if TYPE_CHECKING:       # imported where used: a cached `vramscope summary` never needs the allocator
+    from .allocator import AllocatorHistory
 
 NO_PEAK = Peak(bytes=0, index=-1, time_us=None, type="other", by_category={}, iteration=None, phase="pre")
 
@@ -121,6 +124,7 @@ class DeviceAnalysis:
     def reserved_unallocated_at(self, index: int) -> int | None:
         """Reserved but unallocated bytes right after entry `index` (classifiers.allocator);
         None without allocator segments."""
+        from .allocator import reserved_unallocated
         allocated = self.live.live_after[index] if 0 <= index < len(self.live.live_after) else self.live.start_bytes
         return reserved_unallocated(self.live.reserved_at(index), int(allocated))
 
@@ -243,6 +247,7 @@ class Analysis:
         """The caching allocator of `device` over the trace (classifiers/allocator.py): its
         segments and blocks at any entry, built on first use."""
         if device not in self._allocators:
+            from .allocator import AllocatorHistory
             self._allocators[device] = AllocatorHistory(self.snapshot, self.devices[device])
         return self._allocators[device]
 

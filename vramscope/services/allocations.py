@@ -3,7 +3,6 @@ trace began included (`index` -1). The columns and the rows are made here, once,
 every format that lists them (the CSV of the command line)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
 from .reporters import CsvReporter
@@ -14,11 +13,13 @@ if TYPE_CHECKING:       # the command line builds its parser from COLUMNS withou
 COLUMNS = ("device", "index", "addr", "size", "alloc_us", "free_us", "category", "rule")
 
 
-@dataclass(frozen=True)
 class AllocationTable:
-    """Every allocation row of `analysis` (one device's, or all devices' by number)."""
-    analysis: Analysis
-    device: int | None = None
+    """Every allocation row of `analysis` (one device's, or all devices' by number). (A plain
+    class: the command line imports this module to list COLUMNS, on every start.)"""
+
+    def __init__(self, analysis: Analysis, device: int | None = None):
+        self.analysis = analysis
+        self.device = device
 
     def columns(self) -> Iterator[list[list]]:
         """The rows, 65,536 at a time, as columns in COLUMNS order (from the numpy columns:

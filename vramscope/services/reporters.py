@@ -12,7 +12,6 @@ pipe and in a file, and a lone surrogate from a damaged frame name is written as
 """
 from __future__ import annotations
 
-import csv
 import io
 from typing import IO, Any, Callable, Generic, Iterable, Protocol, Sequence, TypeVar
 
@@ -89,6 +88,7 @@ class _Quoted(dict):
     a bare '\\r' for a line end too (with '\\n' alone the module would leave it bare)."""
 
     def __missing__(self, text):
+        import csv                      # here: a verb that writes no CSV never loads it
         buf = io.StringIO()
         csv.writer(buf).writerow([text, ""])              # (a lone empty field is written '""')
         field = self[text] = buf.getvalue()[:-3]          # less ',\r\n'
