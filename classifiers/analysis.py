@@ -32,6 +32,7 @@ allocation, peak_type, phase_ranges, findings, summary, ...), documented on each
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -83,6 +84,9 @@ from .stale import stale_gradients
 from .timeline import PHASE_NAMES, Timeline
 from .torch_tags import TORCH_RULES, combine, component_rows, component_tags, profiler_tags
 
+if TYPE_CHECKING:       # imported where used: a cached `vramscope summary` never needs the allocator
+    from .allocator import AllocatorHistory
+
 NO_PEAK = Peak(bytes=0, index=-1, time_us=None, type="other", by_category={}, iteration=None, phase="pre")
 
 
@@ -128,6 +132,26 @@ class DeviceAnalysis:
     def live_mask(self, index: int) -> np.ndarray:
         """bool per row: live right after entry `index` (-1: before the trace)."""
         return live_mask(self.allocs, index)
+
+    def live_rows(self, index: int) -> np.ndarray:
+        """The rows live right after entry `index` (-1: before the trace), in allocation order.
+        Rows are in allocation order (parsers.allocations), so only those allocated by then
+        are looked at: a few ms at 10^7 events where a mask over every row takes more."""
+        ai = self.allocs.alloc_index
+        # the key in the column's own dtype: an int64 key would make numpy copy an int32
+        # column (millions of rows) on every call
+        k = int(np.searchsorted(ai, ai.dtype.type(max(index, -1)), side="right"))
+        f = self.allocs.free_index[:k]
+        return np.flatnonzero((f < 0) | (f > index))
+
+    def reserved_unallocated_at(self, index: int) -> int | None:
+        """Reserved but unallocated bytes right after entry `index` (classifiers.allocator);
+        None without allocator segments."""
+        from .allocator import reserved_unallocated
+        if self.reserved_unknown():
+            return None
+        allocated = self.live.live_after[index] if 0 <= index < len(self.live.live_after) else self.live.start_bytes
+        return reserved_unallocated(self.live.reserved_at(index), int(allocated))
 
     def by_category_at(self, index: int) -> dict[str, int]:
         """Live bytes per category right after entry `index` (-1: at the start), non-zero only."""
@@ -309,6 +333,15 @@ class Analysis:
     facts: SnapshotFacts | None = None
     from_cache: bool = False             # the results were read from the snapshot's cache entry
     host: HostMemory | None = None       # pinned host memory (2.14): its own space, never a GPU's
+    _allocators: dict[int, AllocatorHistory] = field(default_factory=dict, repr=False)
+
+    def allocator(self, device: int) -> AllocatorHistory:
+        """The caching allocator of `device` over the trace (classifiers/allocator.py): its
+        segments and blocks at any entry, built on first use."""
+        if device not in self._allocators:
+            from .allocator import AllocatorHistory
+            self._allocators[device] = AllocatorHistory(self.snapshot, self.devices[device])
+        return self._allocators[device]
 
     @property
     def rule_why(self) -> list[str]:

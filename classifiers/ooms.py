@@ -55,7 +55,7 @@ def oom_reports(da, snap) -> tuple[Oom, ...]:
         extra = t.extras.get(int(i), {}) or {}
         allocated = int(live.live_after[i]) if len(live.live_after) else live.start_bytes
         reserved = live.reserved_at(i)
-        frag = (reserved - allocated) if reserved is not None else None
+        frag = da.reserved_unallocated_at(i)
         by_ev = by_category_evidence_at(da.category, da.evidence, da.allocs, i)
         byc = {c: sum(e.values()) for c, e in by_ev.items()}
         req = int(size[i])

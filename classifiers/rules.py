@@ -1,8 +1,8 @@
 """Load, merge and validate classification rules (the schema is documented in rules.toml).
 
-The shipped rules live in `rules.toml` next to this file; `rules.json` is the same data
-for Pythons without `tomllib` (3.10 without `tomli`); `tests/test_classifiers.py` checks
-that the two agree. A user file (TOML or JSON, same schema) is found in this order:
+The shipped rules live in `rules.toml` next to this file (read with `tomllib`, or on
+Python 3.10 with `tomli`, a dependency there). A user file (TOML or JSON, same schema) is
+found in this order:
 `analyze(..., rules_path=...)`, `$VRAMSCOPE_RULES`, `~/.config/vramscope/rules.toml`,
 `~/.config/vramscope/rules.json` (`$XDG_CONFIG_HOME` is honoured). Its rules are tried
 before the shipped ones; a rule with a shipped id replaces that rule; `disable = [ids]`
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +24,6 @@ from .stacks import KIND_CODES
 
 HERE = Path(__file__).resolve().parent
 SHIPPED_TOML = HERE / "rules.toml"
-SHIPPED_JSON = HERE / "rules.json"
 
 PHASES = ("none", "inputs", "forward", "backward", "optimizer", "pre")
 FREE_PHASES = PHASES[:5] + ("never",)
@@ -101,16 +101,11 @@ def _read(path: Path) -> dict:
             return json.loads(text)
         except ValueError as e:
             raise RulesError(f"{path}: not valid JSON ({e})") from None
-    try:
-        import tomllib  # Python 3.11+
-    except ModuleNotFoundError:                      # pragma: no cover - 3.10
-        try:
-            import tomli as tomllib  # type: ignore[no-redef,unused-ignore]
-        except ModuleNotFoundError:
-            if path == SHIPPED_TOML:
-                return json.loads(SHIPPED_JSON.read_text(encoding="utf-8"))
-            raise RulesError(f"{path}: reading TOML needs Python 3.11 or the 'tomli' package; "
-                             "write the rules as JSON instead") from None
+    # imported here: a cached `vramscope summary` never reads a rules file
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:                               # pyproject.toml: tomli; python_version < "3.11"
+        import tomli as tomllib
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -332,8 +327,3 @@ def _check(rs: RuleSet) -> None:
         if m not in rs.timeline:
             raise RulesError(f"phases.timeline has no phase for marker {m!r}")
 
-
-def shipped_as_json() -> str:
-    """rules.toml as JSON (what rules.json must contain)."""
-    import tomllib
-    return json.dumps(tomllib.loads(SHIPPED_TOML.read_text(encoding="utf-8")), indent=1, sort_keys=True) + "\n"

@@ -429,15 +429,3 @@ class StackFacts:
                 node_site[node] = next(iter(found)) if len(found) == 1 else -1
             out[s] = node_site[node]
         return out
-
-    # -- presentation --------------------------------------------------------------
-    def frame_text(self, f: int) -> str:
-        t = self.table
-        file, name = t.files[t.file_ids[f]], t.names[t.name_ids[f]]
-        k = t.kind[f]
-        if k == KIND_MODULE:
-            return f"nn.Module: {name}"
-        if k == KIND_BUILTIN:
-            return f"<{name}>"
-        line = int(t.line[f])
-        return f"{file}:{line}:{name}" if line > 0 else (f"{file}:{name}" if file else name)

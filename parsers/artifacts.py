@@ -67,7 +67,7 @@ def write_artifact_array(snap: Snapshot, name: str, arr: np.ndarray) -> bool:
         np.lib.format.write_array_header_2_0(hdr, d)
     npy_header = hdr.getvalue()
     data = arr.reshape(-1).view(np.uint8) if arr.size else np.zeros(0, np.uint8)
-    crc = zlib.crc32(data, zlib.crc32(npy_header))
+    crc = zlib.crc32(data.data, zlib.crc32(npy_header))
 
     def write(fh):
         fh.write(npy_header)

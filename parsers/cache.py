@@ -155,7 +155,7 @@ def _opened(path: str):
     except FileNotFoundError:
         raise SnapshotError("no such file", path) from None
     except NotRegularFileError as e:
-        raise SnapshotError(e.strerror, path) from None
+        raise SnapshotError(e.strerror or "not a regular file", path) from None
     except OSError as e:
         raise SnapshotError(f"cannot read: {one_line(e)}", path) from None
     with fh:
@@ -268,7 +268,7 @@ def _write_entry(workdir, snap: Snapshot, sink, columns, content: dict, source: 
     tables.update({f"blk_{k}": v for k, v in snap.blocks.items()})
     tpath = os.path.join(workdir, "tables.npz")
     with open(tpath, "xb") as fh:
-        np.savez(fh, **tables)
+        np.savez(fh, **tables)  # type: ignore[arg-type]  # (numpy's stub: the keywords are array names)
     with open_regular(tpath) as fh:
         crc, size = crc32_file(fh)
     files["tables.npz"] = [size, crc]

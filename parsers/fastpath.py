@@ -120,13 +120,13 @@ class FastPath:
 
     def __init__(self, reader: "Interpreter"):
         self.r = reader
-        self.shape: tuple | None = None
+        self.shape: tuple = ()               # the entry keys of the current shape; () none yet
         self.key_map: dict[str, bytes] = {}
         self.key_bytes: list[bytes] = []
         self.prefix = b""
         self._learned_ids: tuple = ()
         self._cands = np.zeros(0, dtype=np.int64)
-        self._cands_key = None
+        self._cands_key: tuple[bytes, int] | None = None
         self._cands_lo = self._cands_hi = 0
         self._skip = 0
         self._penalty = 1
@@ -192,7 +192,7 @@ class FastPath:
 
     def run(self, p0: int, device: int) -> int:
         """Decode entries starting at `p0`; return the position after the last one."""
-        if self.shape is None or self.r.saw_put:
+        if not self.shape or self.r.saw_put:
             return p0
         if self._skip:
             self._skip -= 1
@@ -224,7 +224,7 @@ class FastPath:
         pos = c + 3                      # after EMPTY_DICT MEMOIZE MARK
         ok = np.ones(k, dtype=bool)
         memo_inc = np.ones(k, dtype=np.int64)   # the entry dict itself
-        fields = {}
+        fields: dict[str, tuple] = {}
         for fi, (key, kb) in enumerate(zip(self.shape, self.key_bytes)):
             # The key reference. Every key but the first may be absent from an
             # entry (torch leaves out frames on `snapshot` entries, forward_frames
@@ -491,14 +491,14 @@ class FastPath:
                     if where[i] >= n:
                         break
                     key_b = buf[a_list[i]:b_list[i]]
-                    sid = by_bytes.get(key_b)
-                    if sid is None:
-                        sid = r.stack_from_ref_bytes(key_b, base)
-                        if sid is None:
+                    known = by_bytes.get(key_b)
+                    if known is None:
+                        known = r.stack_from_ref_bytes(key_b, base)
+                        if known is None:
                             n = int(where[i])
                             break
-                        by_bytes[key_b] = sid
-                    sids[i] = sid
+                        by_bytes[key_b] = known
+                    sids[i] = known
             out[key] = (where, np.asarray(sids, dtype=np.int32))
         return out, n
 

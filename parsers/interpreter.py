@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import struct
 import sys
-from typing import BinaryIO
+from typing import Protocol
 
 import numpy as np
 
@@ -49,8 +49,13 @@ KNOWN_ENTRY_KEYS = frozenset(("action", "addr", "size", "stream", "time_us", "fr
 _MISSING = object()
 
 
+class ByteSource(Protocol):
+    """What the interpreter reads from: a binary file, or `Deframed` over one."""
+    def read(self, n: int, /) -> bytes: ...
+
+
 class Interpreter:
-    def __init__(self, fh: BinaryIO, size: int, sink: TraceSink, progress: Progress | None,
+    def __init__(self, fh: ByteSource, size: int, sink: TraceSink, progress: Progress | None,
                  fast: bool = True):
         self.fh = fh
         self.size = size
@@ -62,7 +67,7 @@ class Interpreter:
         self.eof = False
         self.generation = 0
         self.arr = np.zeros(PAD, dtype=np.uint8)
-        self.win8 = None
+        self.win8: Win8 | None = None
         self.memo: dict[int, object] = {}
         self.memo_count = 0
         self.memo_limit = limits.memo_limit(size)

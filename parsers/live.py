@@ -39,14 +39,12 @@ class LiveModel:
     reserved_start: int | None      # None: the snapshot has no allocator segments (profiler-converted)
     reserved_end: int | None
     reserved_peak: int | None
-    # Reserved memory only changes at segment events (a few hundred even in huge
-    # traces): kept sparse, made dense on first use of `reserved_after`.
-    reserved_change_index: np.ndarray | None = None   # entries that change reserved memory
-    reserved_change_value: np.ndarray | None = None   # reserved bytes right after each of them
+    # Reserved memory only changes at segment events (a few hundred even in huge traces):
+    # kept sparse (the entries that change it, reserved bytes right after each of them),
+    # made dense on first use of `reserved_after`.
+    reserved_change_index: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    reserved_change_value: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     _reserved_dense: np.ndarray | None = field(default=None, repr=False)
-
-    def live_before(self, i: int) -> int:
-        return self.start_bytes if i <= 0 else int(self.live_after[i - 1])
 
     def reserved_at(self, i: int) -> int | None:
         """Reserved bytes right after entry i (-1: at the start)."""
@@ -110,7 +108,8 @@ def live_model(snap: Snapshot, device: int, rows: "Allocations | None" = None) -
     values = steps + reserved_start
     reserved_peak = max(reserved_start, int(values.max()) if len(values) else reserved_start)
     if snap.layout == "profiler":
-        reserved_start = reserved_end = reserved_peak = None
+        return LiveModel(device, n, start_bytes, end_bytes, live_after, peak, peak_index, None, None, None,
+                         change.astype(np.int64), values)
     live = LiveModel(device, n, start_bytes, end_bytes, live_after, peak, peak_index,
                      reserved_start, reserved_end, reserved_peak, change.astype(np.int64), values)
     return live

@@ -65,7 +65,7 @@ class EntryRef:
     """A memo reference to a trace entry already streamed into columns (unhashable, like
     the dict it stands for)."""
     __slots__ = ("device", "row")
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # unhashable, like the dict it stands for
 
     def __init__(self, device: int, row: int):
         self.device = device
@@ -315,7 +315,7 @@ class TraceSink:
             raise CorruptError(f"trace entry of {where} is a {type(e).__name__}, not a dict")
         dev = self.device(device)
         opt = {}
-        extra = None
+        extra: dict | None = None
         for k, v in e.items():
             if k in _COLUMN_KEYS and type(k) is str:
                 continue

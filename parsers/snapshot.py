@@ -262,10 +262,10 @@ def _segment_rows(segments: list, sink, seg_rows: dict, blk_rows: dict, device: 
             blk_rows["stack"].append(sink.stack_of(frames) if frames is not None else -1)
             comp = b.get(COMPONENT_KEY)
             blk_rows["component"].append(sink.component_code(comp) if type(comp) is str else 0)
-    for dev, total in seg_total.items():
-        numbers.check_total(total, f"the segment sizes of device {dev}")
-    for dev, total in blk_total.items():
-        numbers.check_total(total, f"the live block sizes of device {dev}")
+    for dev, summed in seg_total.items():
+        numbers.check_total(summed, f"the segment sizes of device {dev}")
+    for dev, summed in blk_total.items():
+        numbers.check_total(summed, f"the live block sizes of device {dev}")
 
 
 def interned_arrays(interner):

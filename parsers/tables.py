@@ -203,7 +203,7 @@ class ColumnFile:
         if self._fh is not None:
             try:
                 self._fh.flush()
-                with open(self.path, "rb") as fh:
+                with open(self._fh.name, "rb") as fh:
                     fh.seek(i * self.dtype.itemsize)
                     b = fh.read(self.dtype.itemsize)
             except OSError as e:
@@ -223,12 +223,13 @@ class ColumnFile:
 
     def finish(self) -> np.ndarray:
         if self._fh is not None:
+            path = self._fh.name
             try:
                 self._fh.close()       # no fsync: the entry's checksums catch what a crash leaves
             except OSError as e:
                 raise CacheWriteError(str(e)) from None
             self._fh = None
-            return map_column(self.path, self.dtype, self.n)
+            return map_column(path, self.dtype, self.n)
         if not self._chunks:
             return np.zeros(0, dtype=self.dtype)
         out = np.concatenate(self._chunks) if len(self._chunks) > 1 else self._chunks[0]

@@ -24,7 +24,7 @@ class StackRef:
     """A frames list the fast path decoded, when the interpreter meets it again. Unhashable,
     like the list it stands for (a pickle that uses it as a dict key is refused alike)."""
     __slots__ = ("sid",)
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # unhashable, like the list it stands for
 
     def __init__(self, sid: int):
         self.sid = sid

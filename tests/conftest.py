@@ -65,3 +65,11 @@ def qt(qapp, qtbot):
         assert not names, f"top-level widgets left alive: {', '.join(names)}"
     finally:
         qInstallMessageHandler(None)
+
+
+@pytest.fixture
+def window(qt):
+    """A shown 1400x900 main window that remembers nothing and caches nothing
+    (viewer_helpers.new_window); a test file may define its own."""
+    from viewer_helpers import new_window
+    return new_window(qt)

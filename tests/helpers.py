@@ -39,6 +39,18 @@ def shared(name: str) -> str:
     return str(SHARED / name)
 
 
+def require(path) -> Path:
+    """`path`, when it is here. A snapshot of ../shared (not part of the repository) that is
+    absent skips the test; a committed file (tests/data, tests/groundtruth, assets) that is
+    absent fails it: a deleted fixture must never pass as a skip."""
+    p = Path(path)
+    if p.exists():
+        return p
+    if SHARED in p.parents:
+        pytest.skip(f"{p.name} is not in ../shared/snapshots")
+    pytest.fail(f"the committed file {p} is missing (tests/data/make_fixtures.py writes the synthetic fixtures)")
+
+
 def reference_peaks(obj) -> dict:
     """Peak live bytes per device from a trusted, fully loaded snapshot object."""
     segs = obj["segments"] if isinstance(obj, dict) else obj
@@ -71,6 +83,23 @@ def reference_peaks(obj) -> dict:
                 cur -= e["size"]
         out[dev] = peak
     return out
+
+
+def live_curve(trace, start):
+    """Live bytes after each entry of a trusted trace (a list of dicts), from `start`."""
+    cur, out = start, []
+    for e in trace:
+        if e["action"] == "alloc":
+            cur += e["size"]
+        elif e["action"] in ("free_completed", "free"):
+            cur -= e["size"]
+        out.append(cur)
+    return out
+
+
+def phase_of(iteration, index):
+    """The phase of a truth file's iteration (tests/groundtruth/*.truth.json) holding `index`."""
+    return next(p["phase"] for p in iteration["phases"] if p["start_index"] <= index <= p["end_index"])
 
 
 def load_trusted(path) -> object:

@@ -166,7 +166,6 @@ def test_foreach_scratch_is_temporary(run):
     assert found > 1 << 20
 
 
-@pytest.mark.skipif(not RUNS, reason="no ground-truth runs in tests/groundtruth")
 def test_accuracy_summary():
     """Prints the table for all runs and all categories together."""
     assert not any(r.id.startswith("torch_profiler.") for r in load_rules(use_user_rules=False).rules)

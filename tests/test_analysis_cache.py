@@ -365,3 +365,23 @@ def test_a_cache_entry_that_is_a_file_still_analyses(cache_dir, tmp_path):
     got = analyze(snap)
     assert not got.from_cache
     assert_same_analysis(got, fresh(path))
+
+
+def test_typed_results_rebuild_exactly_and_refuse_wrong_types():
+    """`from_plain` (what the cache reads its results with) gives back exactly what
+    `to_plain` wrote, and refuses a field of the wrong type with an error naming it."""
+    from vramscope.classifiers.results import Iteration, Leak, Oom, Peak, StaleGradients, from_plain, to_plain
+    an = analyze(open_snapshot(str(FILES["oom"]), use_cache=False), use_cache=False)
+    da = an.devices[an.primary_device()]
+    assert da.ooms and da.iterations
+    for tp, value in ((Peak, da.peak), (tuple[Iteration, ...], da.iterations), (tuple[Oom, ...], da.ooms),
+                      (tuple[Leak, ...], da.leaks), (StaleGradients | None, da.stale_gradients)):
+        assert from_plain(tp, orjson.loads(orjson.dumps(to_plain(value)))) == value
+    plain = to_plain(da.peak)
+    for field, bad in (("bytes", "5"), ("bytes", True), ("index", 1.5), ("by_category", [1]), ("type", None)):
+        with pytest.raises(ValueError, match=field):
+            from_plain(Peak, {**plain, field: bad})
+    with pytest.raises(ValueError, match="advice"):
+        from_plain(Peak, {**plain, "advice": [{"lever": 3}]})
+    with pytest.raises(ValueError):
+        from_plain(Peak, {k: v for k, v in plain.items() if k != "phase"})

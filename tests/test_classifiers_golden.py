@@ -23,6 +23,8 @@ from vramscope.classifiers.evidence import EVIDENCE  # noqa: E402
 from vramscope.services.summary import summary_document  # noqa: E402
 from vramscope.parsers import open_snapshot  # noqa: E402
 
+from helpers import require  # noqa: E402
+
 DATA = Path(__file__).resolve().parent / "data"
 FIXTURES = ["oom.pickle", "expandable.pickle", "qlora_4bit.pickle", "backward_thread.pickle",
             "torch20_history.pickle", "multi_device.pickle", "annotated_210.pickle", "protocol2.pickle",
@@ -68,8 +70,7 @@ def _load_golden() -> dict:
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_golden(name):
-    if not (DATA / name).exists():
-        pytest.skip(f"{name} not generated")
+    require(DATA / name)
     golden = _load_golden()
     assert name in golden, f"no golden for {name}: run python {Path(__file__).name} --update"
     got = json.loads(json.dumps(golden_of(name)))
@@ -84,7 +85,7 @@ def test_golden(name):
 
 
 def _update() -> None:
-    golden = {n: golden_of(n) for n in FIXTURES if (DATA / n).exists()}
+    golden = {n: golden_of(n) for n in FIXTURES}
     # one line per fixture, device and key: small diffs stay readable
     parts = []
     for name in sorted(golden):

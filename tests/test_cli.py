@@ -14,7 +14,7 @@ import pytest
 from vramscope.cli import main
 from vramscope.cli.display import debian_package
 
-from helpers import DATA, NOT_A_SNAPSHOT, REPO, SHARED, needs_shared
+from helpers import DATA, NOT_A_SNAPSHOT, REPO, SHARED, needs_shared, require
 
 EXAMPLE = str(REPO / "assets" / "example.pickle")
 REAL = sorted(SHARED.glob("*.p*kl*")) if SHARED.is_dir() else []
@@ -172,9 +172,7 @@ def test_state_only_snapshots_export_their_state(capsys, tmp_path):
 
 
 def test_export_takes_the_device_to_look_at_first(capsys, tmp_path):
-    src = DATA / "multi_device_oom.pickle"
-    if not src.exists():
-        pytest.skip("multi_device_oom fixture absent")
+    src = require(DATA / "multi_device_oom.pickle")
     out = str(tmp_path / "t.pickle")
     code, printed, err = run(capsys, "export", str(src), "--around-peak", "--window", "50", "-o", out)
     assert code == 0, err
@@ -186,9 +184,7 @@ def test_export_takes_the_device_to_look_at_first(capsys, tmp_path):
 
 # -- several devices ------------------------------------------------------------------------------
 def test_summary_and_report_lead_with_the_oom_device(capsys, tmp_path):
-    src = DATA / "multi_device_oom.pickle"
-    if not src.exists():
-        pytest.skip("multi_device_oom fixture absent")
+    src = require(DATA / "multi_device_oom.pickle")
     code, printed, _ = run(capsys, "summary", str(src), "--json")
     doc = orjson.loads(printed)
     assert doc["primary_device"] == 1 and [d["device"] for d in doc["devices"]][0] == 1
@@ -260,3 +256,28 @@ def test_a_truncated_file_says_it_is_an_incomplete_dump(capsys, tmp_path):
     assert code == 3
     line = one_line(err)
     assert "truncated: an incomplete dump" in line and "record or copy it again" in line
+
+
+def test_allocations_csv_is_valid_for_any_rule_id(capsys, tmp_path):
+    """A user rule id is the user's text: with a comma, a quote and a line break in it, every
+    row still reads back (csv.reader) as the header's fields, the id whole."""
+    import csv
+    import io
+
+    from vramscope.services.allocations import COLUMNS
+    rid = 'my,rule "quoted"\nsecond line'
+    rules = tmp_path / "rules.toml"
+    rules.write_text('version = 1\n[[rule]]\nid = "my,rule \\"quoted\\"\\nsecond line"\ncategory = "inputs"\n'
+                     'phase = ["forward"]\n')
+    code, out, err = run(capsys, "allocations", EXAMPLE, "--csv", "--rules", str(rules))
+    assert code == 0, err
+    rows = list(csv.reader(io.StringIO(out, newline="")))
+    assert rows[0] == list(COLUMNS) and len(COLUMNS) == 9
+    assert all(len(r) == len(COLUMNS) for r in rows)
+    mine = [r for r in rows[1:] if r[7] == rid]
+    assert mine and all(r[6] == "inputs" for r in mine)
+    code, summary, err = run(capsys, "summary", EXAMPLE, "--json", "--rules", str(rules))
+    assert len(rows) - 1 == sum(d["allocations"] for d in orjson.loads(summary)["devices"])
+    # every other field is written as it is, unquoted: the usual CSV is unchanged
+    plain = [ln for ln in out.splitlines() if "my,rule" not in ln and "second line" not in ln]
+    assert len(plain) > len(mine) and not any('"' in ln for ln in plain)

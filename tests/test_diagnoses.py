@@ -8,7 +8,7 @@ import json
 import numpy as np
 import orjson
 import pytest
-from helpers import DATA, GROUNDTRUTH
+from helpers import DATA, GROUNDTRUTH, require
 from vramscope.classifiers import analyze, load_rules
 from vramscope.classifiers.levers import lever
 from vramscope.parsers import open_snapshot
@@ -20,9 +20,7 @@ EXPECT = json.loads((DATA / "expected.json").read_text())["fixtures"]
 
 
 def analysis(path):
-    if not path.exists():
-        pytest.skip(f"{path.name} absent")
-    return analyze(open_snapshot(str(path), use_cache=False), rules=load_rules(use_user_rules=False))
+    return analyze(open_snapshot(str(require(path)), use_cache=False), rules=load_rules(use_user_rules=False))
 
 
 def test_only_the_iteration_that_ran_out_is_typed_oom():

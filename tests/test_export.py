@@ -25,7 +25,7 @@ def _files():
     out = [EXAMPLE]
     out += [str(p) for p in (OOM, EXPANDABLE, DATA / "leak.pickle", DATA / "multi_device.pickle",
                              DATA / "torch20_history.pickle", DATA / "backward_thread.pickle",
-                             DATA / "annotated_210.pickle", DATA / "protocol2.pickle") if p.exists()]
+                             DATA / "annotated_210.pickle", DATA / "protocol2.pickle")]
     return out
 
 
@@ -54,14 +54,15 @@ def test_trimmed_export_replays_the_window_exactly(path, tmp_path):
             assert trimmed.layout == snap.layout
             assert len(trimmed.trace(dev)) == b - a + 1
             lm2 = live_model(trimmed, dev)
-            assert lm2.start_bytes == lm.live_before(a)
+            before = lm.start_bytes if a <= 0 else int(lm.live_after[a - 1])       # live before entry a
+            assert lm2.start_bytes == before
             np.testing.assert_array_equal(lm2.live_after, lm.live_after[a:b + 1])
             if lm.reserved_after is not None:
                 np.testing.assert_array_equal(lm2.reserved_after, lm.reserved_after[a:b + 1])
             # an independent reader (pickle.load + the reference replay) agrees on the window's peak
             with open(out, "rb") as fh:
                 ref = reference_peaks(pickle.load(fh))
-            assert ref[dev] == max(lm.live_before(a), int(lm.live_after[a:b + 1].max()))
+            assert ref[dev] == max(before, int(lm.live_after[a:b + 1].max()))
 
 
 @pytest.mark.parametrize("path", _files(), ids=os.path.basename)
@@ -167,17 +168,33 @@ def test_perfetto_counter_tracks(tmp_path, max_points):
         assert len(counters) <= len(CATEGORIES) * (2 * 50 + 1)
 
 
-def test_perfetto_uses_time_when_present():
-    if not OOM.exists():
-        pytest.skip("tests/data/oom.pickle not generated yet")
-    an = analyze(open_snapshot(str(OOM), use_cache=False))
-    doc = perfetto_trace(an)
-    tus = an.snapshot.trace(0).columns["time_us"]
-    # microseconds from the first entry (the clock's origin, since the epoch, in otherData)
+@pytest.mark.parametrize("path, clock", [(OOM, True), (DATA / "torch20_history.pickle", False)],
+                         ids=["time_us", "no-clock"])
+def test_perfetto_tracks_are_the_category_series_at_their_times(path, clock):
+    """Each category's track is its live bytes at every entry where they change, stamped with
+    that entry's time in microseconds from the first entry (whose time_us since the epoch is
+    otherData's origin; entries that share a microsecond a nanosecond apart), or, in a trace
+    without a clock, the entry number, with a process name that says so; the state before
+    the trace a microsecond before the first entry."""
+    from vramscope.services.export import _distinct_times, _ts
+    snap = open_snapshot(str(path), use_cache=False)
+    an = analyze(snap)
+    tus = np.asarray(snap.trace(0).columns["time_us"])
+    assert bool((tus >= 0).all()) == clock
+    ts_of = _distinct_times((tus - tus[0]) if clock else np.arange(len(tus)))
+    doc = perfetto_trace(an, device=0)
+    series = an.devices[0].category_series()
+    for c, name in enumerate(CATEGORIES):
+        got = [(e["ts"], e["args"]["bytes"]) for e in doc["traceEvents"] if e["ph"] == "C" and e["name"] == name]
+        want = [(-1, series[c].start)] + [(_ts(t), v) for t, v in zip(ts_of[series[c].index].tolist(),
+                                                                       series[c].value.tolist())]
+        assert got == want, name
     origin = doc["otherData"]["time_origin_us"]["cuda:0"]
-    assert origin == int(tus[0]) > 10 ** 12
-    ts = sorted({e["ts"] for e in doc["traceEvents"] if e["ph"] == "C"})
-    assert ts[0] == -1 and 0 < ts[-1] < int(tus[-1]) - origin + 1
+    assert origin == (int(tus[0]) if clock else None)
+    if clock:
+        assert origin > 10 ** 15                   # µs since the epoch, not entry numbers
+    names = [e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"]
+    assert names == ["cuda:0 memory" + ("" if clock else " (x = entry index)")]
 
 
 def test_cli_export(tmp_path, capsys):
@@ -198,8 +215,6 @@ def test_cli_export(tmp_path, capsys):
 def test_trimmed_expandable_segments_never_have_negative_sizes(tmp_path):
     """Undoing a segment_map that reaches past its host segment must not leave a negative
     tail (it did for one window of the expandable fixture)."""
-    if not EXPANDABLE.exists():
-        pytest.skip("tests/data/expandable.pickle not generated yet")
     snap = open_snapshot(str(EXPANDABLE), use_cache=False)
     n = len(snap.trace(0))
     out = str(tmp_path / "t.pickle")

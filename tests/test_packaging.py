@@ -36,6 +36,7 @@ ICON_SIZES = (16, 32, 48, 64, 128, 256, 512)
 REQUIRED_IN_WHEEL = [
     "vramscope/__init__.py",
     "vramscope/__main__.py",
+    "vramscope/py.typed",              # PEP 561: type checkers read vramscope's own annotations
     "vramscope/cli/__init__.py",
     "vramscope/cli/summary.py",
     "vramscope/common/units.py",
@@ -151,6 +152,11 @@ def test_sdist_contents(built):
     bad = [n for n in names if n.startswith(("tests/", "benchmarks/", ".ci/", "build/", "dist/"))
            or "__pycache__" in n]
     assert not bad, bad
+    # the links vramscope/parsers -> ../parsers (and the others) are for tools in a checkout:
+    # the sdist holds each folder once, where package-dir takes it from
+    links = [n for n in names if n.startswith(("vramscope/parsers", "vramscope/classifiers", "vramscope/viewer",
+                                                "vramscope/assets"))]
+    assert not links, links
 
 
 def _site_packages_of(venv: Path) -> Path:

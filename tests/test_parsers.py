@@ -11,7 +11,7 @@ import numpy as np
 import orjson
 import pytest
 
-from vramscope.parsers import Cancelled, Progress, SnapshotError, live_model, open_snapshot, allocations
+from vramscope.parsers import Cancelled, Progress, live_model, open_snapshot, allocations
 from vramscope.parsers.cache import cache_root
 
 from helpers import (GROUNDTRUTH, NOT_A_SNAPSHOT, REAL_PEAKS, REPO, SHARED, env_without_cache, load_trusted,
@@ -221,11 +221,20 @@ def test_damaged_cache_is_rebuilt(damage):
 
 
 def test_unwritable_cache_dir_still_opens(tmp_path, monkeypatch):
+    """A cache folder that cannot be made: the file opens without a cache, exactly as an
+    uncached open reads it, and nothing is written anywhere."""
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
     monkeypatch.setenv("VRAMSCOPE_CACHE_DIR", str(blocker / "cache"))
-    snap = open_snapshot(str(GROUNDTRUTH / "mlp_adamw.pickle"))
-    assert len(snap.trace(0)) > 0
+    path = str(GROUNDTRUTH / "mlp_adamw.pickle")
+    snap = open_snapshot(path)
+    assert not snap.from_cache and not snap.cache_entry
+    plain = open_snapshot(path, use_cache=False)
+    assert snap.devices == plain.devices and len(snap.trace(0)) == len(plain.trace(0)) > 0
+    for k, col in plain.trace(0).columns.items():
+        assert np.array_equal(np.asarray(snap.trace(0).columns[k]), np.asarray(col)), k
+    assert _peaks(snap) == _peaks(plain) == reference_peaks(load_trusted(path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"] and blocker.read_text() == "not a directory"
 
 
 def test_cancel_leaves_no_cache_behind():

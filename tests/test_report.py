@@ -74,7 +74,6 @@ def test_annotations_come_from_the_sidecar(tmp_path):
         "from the sidecar"
 
 
-@pytest.mark.skipif(not OOM.exists(), reason="tests/data/oom.pickle not generated yet")
 def test_oom_report_explains_the_oom(tmp_path):
     an = analyze(open_snapshot(str(OOM), use_cache=False))
     write_report(an, str(tmp_path / "r"))
@@ -90,7 +89,6 @@ def test_oom_report_explains_the_oom(tmp_path):
     assert rep["fragmentation_bytes"] >= rep["requested"] and "expandable_segments" in rep["suggestion"]
 
 
-@pytest.mark.skipif(not OOM.exists(), reason="tests/data/oom.pickle not generated yet")
 def test_redact_paths(tmp_path):
     an = analyze(open_snapshot(str(OOM), use_cache=False))
     notes = [Annotation(kind="peak", index=3, note="see /home/alice/secret/train.py")]

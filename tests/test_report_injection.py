@@ -78,3 +78,12 @@ def test_hostile_names_stay_inert_text(tmp_path, monkeypatch):
     for ln in md.splitlines():
         if ln.startswith("| 1 | peak"):
             assert len(re.findall(r"(?<!\\)\|", without_code_spans(ln))) == 4, ln
+
+
+def test_rich_text_escaping_leaves_nothing_to_interpret():
+    """The viewer's and the PNGs' rich text: every character HTML gives a meaning is an entity."""
+    from vramscope.present.markup import html
+    assert html(EVIL) == ("ev`il``na```me\n# Injected heading\n&lt;script&gt;alert(1)&lt;/script&gt; &lt;img src=x "
+                          "onerror=alert(1)&gt; [x](javascript:1) |a|")
+    assert html("a & b \"c\" 'd' &amp;") == "a &amp; b \"c\" 'd' &amp;amp;"
+    assert html(3) == "3"

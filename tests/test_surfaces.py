@@ -132,8 +132,8 @@ def test_summary_report_csv_and_viewer_agree(path, tmp_path, capsys, monkeypatch
 
 
 # -- what a user reads first is never the allocator's own frame ------------------------------
-STACKS_ALL = [p for p in [SHARED / "cranberrii+ftcourse__memory_snapshot.pickle", DATA / "backward_thread.pickle",
-                          DATA / "qlora_4bit.pickle", DATA / "oom.pickle"] if p.exists()]
+STACKS_ALL = [p for p in [SHARED / "cranberrii+ftcourse__memory_snapshot.pickle"] if p.exists()] + [
+    DATA / "backward_thread.pickle", DATA / "qlora_4bit.pickle", DATA / "oom.pickle"]
 
 
 @pytest.mark.parametrize("path", STACKS_ALL, ids=[p.name for p in STACKS_ALL])

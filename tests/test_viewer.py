@@ -15,6 +15,7 @@ from PySide6.QtGui import QColor, QDropEvent, QImage, QPalette  # noqa: E402
 from PySide6.QtWidgets import QPushButton  # noqa: E402
 
 from test_viewer_model import write_snapshot  # noqa: E402
+from helpers import require  # noqa: E402
 from viewer_helpers import LOAD_TIMEOUT, new_window, open_and_wait  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -255,9 +256,7 @@ def test_screenshot(qt, tmp_path, capsys):
 
 
 def test_devices(qt, window):
-    path = REPO / "tests" / "data" / "multi_device.pickle"
-    if not path.exists():
-        pytest.skip("tests/data/multi_device.pickle is not here")
+    path = require(REPO / "tests" / "data" / "multi_device.pickle")
     d = open_and_wait(qt, window, str(path))
     combo = window.device_combo
     assert combo.count() >= 2 and combo.isEnabled()

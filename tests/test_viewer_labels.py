@@ -13,6 +13,7 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import QRectF, Qt  # noqa: E402
 from PySide6.QtGui import QColor, QImage, QPainter  # noqa: E402
 
+from helpers import require  # noqa: E402
 from viewer_helpers import new_window, open_and_wait  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -116,8 +117,7 @@ def y_labels(tl) -> list[tuple[QRectF, str]]:
 
 @pytest.mark.parametrize("path", [DATA / "cuda_oom.pickle", CRANBERRII], ids=lambda p: p.name)
 def test_the_top_tick_label_is_never_cut(qt, window, path):
-    if not path.exists():
-        pytest.skip("shared snapshots absent")
+    require(path)
     w = sized(qt, window, 1600, 1000)
     open_and_wait(qt, w, str(path))
     tl = w.timeline
@@ -213,8 +213,7 @@ def test_category_filter_button_has_room_for_its_arrow(qt, window):
 
 @pytest.mark.parametrize("path", [CRANBERRII, DATA / "oom.pickle"], ids=lambda p: p.name)
 def test_no_stack_sentence_fits_the_selection_panel(qt, window, path):
-    if not path.exists():
-        pytest.skip("shared snapshots absent")
+    require(path)
     w = sized(qt, window, 1024, 700)
     d = open_and_wait(qt, w, str(path))
     view_of = d.stacks.view_of
@@ -236,9 +235,7 @@ def test_no_stack_sentence_fits_the_selection_panel(qt, window, path):
       SHARED / "kkaitlyn111+cs336-a2-systems__memory_files_memory_ctx128_forward_mixed.pickle"), (1600, 1000)),
 ], ids=["cuda-1024", "cs336-1600"])
 def test_compare_sites_are_whole(qt, window, pair, size):
-    a, b = pair
-    if not (a.exists() and b.exists()):
-        pytest.skip("shared snapshots absent")
+    a, b = require(pair[0]), require(pair[1])
     w = sized(qt, window, *size)
     open_and_wait(qt, w, str(a))
     with qt.waitSignal(w.compared, timeout=60_000):
@@ -261,19 +258,3 @@ def test_compare_sites_are_whole(qt, window, pair, size):
             assert t.textElideMode() == Qt.TextElideMode.ElideMiddle
             assert size[0] < 1600, (it.text(0), room)        # at 1600 wide every site is whole
     assert whole >= n // 2
-
-
-def test_small_pool_is_told_by_what_a_segment_holds_not_by_its_size_alone():
-    """An expandable large-pool segment grows by 2 MiB pages: a 2 MiB piece holding (part of)
-    a request over 1 MiB is the large pool's, though it has the small pool's size."""
-    import numpy as np
-    from vramscope.viewer.segments import SMALL_SEGMENT, small_pool
-    MiB = 1 << 20
-    seg_addr = np.array([0, 2 * MiB, 4 * MiB, 6 * MiB, 100 * MiB])
-    seg_size = np.array([SMALL_SEGMENT] * 4 + [20 * MiB])
-    # piece 0: small requests only; piece 1: a 1.5 MiB request starts in it; piece 3: a 5 MiB
-    # request that started in piece 2 reaches into it; the 20 MiB segment: large by size
-    alloc_addr = np.array([0, 512 * 1024, 2 * MiB, 4 * MiB + 4096, 100 * MiB])
-    alloc_size = np.array([4096, 1 * MiB, 3 * MiB // 2, 5 * MiB, 8 * MiB])
-    assert small_pool(seg_addr, seg_size, alloc_addr, alloc_size).tolist() == [True, False, False, False, False]
-    assert small_pool(seg_addr, seg_size, alloc_addr[:1], alloc_size[:1]).tolist() == [True] * 4 + [False]

@@ -24,6 +24,7 @@ FILES = [REPO / "assets" / "example.pickle", REPO / "tests" / "data" / "oom.pick
 def devices():
     for path in FILES:
         if not path.exists():
+            assert SHARED in path.parents, f"the committed file {path} is missing"
             continue
         snap = open_snapshot(str(path), use_cache=False)
         an = analyze(snap, use_cache=False)

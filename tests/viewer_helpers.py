@@ -1,5 +1,9 @@
-"""Shared by the viewer tests: a main window as the user sees it, and opening a file in it."""
+"""Shared by the viewer tests: a main window as the user sees it, opening a file in it, and real
+input events (a header click, a drag with the button held, a key to a focused widget)."""
 from __future__ import annotations
+
+from PySide6.QtCore import QPoint, QPointF, Qt
+from PySide6.QtWidgets import QApplication
 
 LOAD_TIMEOUT = 60_000
 
@@ -22,3 +26,33 @@ def open_and_wait(qt, w, path, device=None):
         w.open_path(path, device)
     qt.wait(1)
     return w.data
+
+
+def header_click(qt, table, column: int):
+    """A real click on a column's header section."""
+    hh = table.horizontalHeader()
+    pos = QPoint(hh.sectionViewportPosition(column) + hh.sectionSize(column) // 2, hh.height() // 2)
+    qt.mouseClick(hh.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+
+
+def drag(widget, start: QPoint, end: QPoint, steps: int = 10, modifiers=Qt.KeyboardModifier.NoModifier,
+         button=Qt.MouseButton.LeftButton):
+    """A real press, moves (with the button held: QTest's mouseMove carries no buttons)
+    and release on `widget`."""
+    from PySide6.QtCore import QEvent
+    from PySide6.QtGui import QMouseEvent
+
+    def send(kind, pos, btn, buttons):
+        p = QPointF(pos)
+        QApplication.sendEvent(widget, QMouseEvent(kind, p, QPointF(widget.mapToGlobal(pos)), btn, buttons,
+                                                   modifiers))
+    send(QEvent.Type.MouseButtonPress, start, button, button)
+    for k in range(1, steps + 1):
+        send(QEvent.Type.MouseMove, start + (end - start) * (k / steps), Qt.MouseButton.NoButton, button)
+    send(QEvent.Type.MouseButtonRelease, end, button, Qt.MouseButton.NoButton)
+
+
+def focus_key(qt, w, widget, key, modifier=Qt.KeyboardModifier.NoModifier):
+    w.activateWindow()
+    widget.setFocus()
+    qt.keyClick(widget, key, modifier)

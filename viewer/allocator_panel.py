@@ -1,6 +1,7 @@
 """The Allocator panel: every segment of the caching allocator at one trace entry, with the
-blocks inside it (allocated, rounding waste, pending free, cached), the totals and the
-fragmentation; arrow keys step through the trace an entry at a time."""
+blocks inside it (allocated, rounding waste, pending free, cached) and the totals, as the
+analysis computes them (classifiers/allocator.py); arrow keys step through the trace an
+entry at a time."""
 from __future__ import annotations
 
 import numpy as np
@@ -17,10 +18,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ..classifiers.allocator import AllocatorState
 from ..common.units import fmt_bytes
 from ..parsers.tables import A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP
 from ..present.markup import html as _esc
-from .allocator_state import AllocatorState
+from ..present.words import RESERVED_UNALLOCATED_WHY, largest_free_words, reserved_unallocated_words
 from .model import DeviceData
 from .theme import category_color
 
@@ -150,8 +152,8 @@ class SegmentMap(QWidget):
         s = st.segments[k]
         head = (f"<b>segment 0x{s.address:x}</b> · {fmt_bytes(s.size)} · {'small' if s.small else 'large'} pool"
                 + (f" · stream {s.stream}" if len(st.streams) > 1 else "")
-                + f"<br>allocated {fmt_bytes(s.allocated)} · rounding {fmt_bytes(s.rounding)} · pending free "
-                  f"{fmt_bytes(s.pending)} · cached {fmt_bytes(s.cached)} (largest free {fmt_bytes(s.largest_free)})")
+                + f"<br>allocated {fmt_bytes(s.allocated)} (pending free {fmt_bytes(s.pending)}) · rounding "
+                  f"{fmt_bytes(s.rounding)} · cached {fmt_bytes(s.cached)} (largest free {fmt_bytes(s.largest_free)})")
         if j < 0:
             return head
         row = int(st.block_row[j])
@@ -254,7 +256,7 @@ class AllocatorPanel(QWidget):
             self.map.update()
             return
         self.index = i
-        st = self.state = AllocatorState.at(d, i)
+        st = self.state = d.allocator.state_at(i)
         self.map.set_state(d, st)
         from .panels import when_text
         self.where.setText(f"<b>{when_text(d, i)}</b>")
@@ -264,10 +266,13 @@ class AllocatorPanel(QWidget):
         streams = st.streams
         self.header.setText(
             f"{len(st.segments):,} segments · reserved <b>{fmt_bytes(st.reserved)}</b> · allocated "
-            f"{fmt_bytes(st.allocated)} · rounding {fmt_bytes(st.rounding)} · pending free "
-            f"{fmt_bytes(st.pending_free)} · cached {fmt_bytes(st.cached)} · largest free block "
-            f"{fmt_bytes(st.largest_free)} · fragmentation <b>{100 * st.fragmentation:.1f}%</b>"
+            f"{fmt_bytes(st.allocated)} (pending free {fmt_bytes(st.pending_free)}) · rounding "
+            f"{fmt_bytes(st.rounding)} · cached {fmt_bytes(st.cached)} · "
+            f"<b>{reserved_unallocated_words(st.reserved, st.reserved_unallocated)}</b> · "
+            f"{largest_free_words(st.cached, st.largest_free, st.cached_outside_largest_free)}"
             + (f" · streams {', '.join(map(str, streams))}" if len(streams) > 1 else ""))
+        self.header.setToolTip(RESERVED_UNALLOCATED_WHY + " The largest free block is the biggest request the "
+                               "cache can serve without a new segment.")
 
     def step(self, delta: int):
         d = self.data

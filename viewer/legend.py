@@ -185,8 +185,3 @@ class LegendBar(QWidget):
     def visible(self) -> list[int]:
         """Checked categories, bottom to top."""
         return [c for c, b in self.buttons.items() if b.isChecked()]
-
-    def set_checked(self, c: int, on: bool):
-        b = self.buttons.get(c)
-        if b is not None:
-            b.setChecked(on)

@@ -428,19 +428,9 @@ class DeviceData(SegmentsMixin):
         return int(mx[0, 0]), int(arg[0])
 
     # -- allocations -------------------------------------------------------------------------
-    def rows_allocated_by(self, i: int) -> int:
-        """How many rows (in alloc order) were allocated at or before entry i."""
-        ai = self.alloc_index if self._alloc_order is None else self._sorted_alloc_index
-        # the value in the array's own dtype: an int64 key would make numpy copy an
-        # int32 column (millions of rows) on every call
-        return int(np.searchsorted(ai, ai.dtype.type(i), side="right"))
-
     def live_rows(self, i: int) -> np.ndarray:
-        """Rows live right after entry i."""
-        k = self.rows_allocated_by(i)
-        rows = np.arange(k) if self._alloc_order is None else self._alloc_order[:k]
-        f = self.free_index[rows]
-        return rows[(f < 0) | (f > i)]
+        """Rows live right after entry i (the analysis' answer)."""
+        return self.da.live_rows(i)
 
     def is_live(self, rows: np.ndarray, i: int) -> np.ndarray:
         f = self.free_index[rows]

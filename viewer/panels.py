@@ -16,12 +16,20 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ..classifiers.allocator import Segments
 from ..common.units import fmt_bytes, fmt_duration_us, fmt_seconds
 from ..present.markup import html as _esc
 from ..present.stacks import short_path
-from ..present.words import freed_note, oom_diagnosis, oom_suggestions, process_limit, torch_tag_words
+from ..present.words import (
+    RESERVED_UNALLOCATED_WHY,
+    freed_note,
+    oom_diagnosis,
+    oom_suggestions,
+    process_limit,
+    reserved_unallocated_words,
+    torch_tag_words,
+)
 from .model import DeviceData
-from .segments import Segments
 from .theme import category_color
 
 
@@ -146,7 +154,7 @@ class SegmentsStrip(QWidget):
         self.setMinimumHeight(36)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.setToolTip("Allocator segments at this moment, by address: box width ~ reserved size, "
-                        "filled part ~ allocated. Gaps inside boxes are fragmentation.")
+                        "filled part ~ allocated; the rest of a box is reserved but unallocated.")
 
     def sizeHint(self):
         return QSize(300, 40)
@@ -222,7 +230,7 @@ class MomentPanel(QWidget):
         self.seg_label = QLabel(self)
         self.seg_label.setWordWrap(True)
         self.seg_label.setToolTip("Reserved: memory the caching allocator holds from the driver. "
-                                  "Fragmentation: reserved but not allocated.")
+                                  + RESERVED_UNALLOCATED_WHY)
         self.strip = SegmentsStrip(self)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(6, 6, 6, 6)
@@ -296,10 +304,9 @@ class MomentPanel(QWidget):
         else:
             big = int(segs.size.max()) if len(segs.size) else 0
             self.seg_label.setText(
-                f"{len(segs.size):,} segments · reserved {fmt_bytes(segs.reserved_bytes)} · "
-                f"allocated {fmt_bytes(segs.allocated_bytes)} · fragmentation "
-                f"<b>{100 * segs.fragmentation:.1f}%</b> ({fmt_bytes(segs.reserved_bytes - segs.allocated_bytes)} "
-                f"cached) · largest segment {fmt_bytes(big)}")
+                f"{len(segs.size):,} segments · "
+                f"<b>{reserved_unallocated_words(res, d.da.reserved_unallocated_at(i))}</b> · "
+                f"largest segment {fmt_bytes(big)}")
 
     def _fit_cats(self):
         """As tall as its rows really are (their height comes from the style and the colour

@@ -180,6 +180,11 @@ def pickle_dumps_reduce():
     return pickle.dumps(_Evil(), protocol=4)
 
 
+@case("unsafe", "the same with protocol 5 (the default since Python 3.8)")
+def pickle_dumps_reduce_p5():
+    return pickle.dumps(_Evil(), protocol=5)
+
+
 @case("unsafe", "a real-layout snapshot (protocol 4) where one trace entry's 'size', deep inside, "
                 "is STACK_GLOBAL os.system + REDUCE: refusal must not depend on the first bytes")
 def reduce_inside_snapshot():
@@ -424,6 +429,11 @@ def dict_without_segments():
 @case("not_snapshot", "a dict of dicts, like shared/snapshots/NOT_A_SNAPSHOT__* (a safe pickle of something else)")
 def dict_of_dicts():
     return pickle.dumps({"woord": {"translation": "word", "score": 1}, "boek": {"translation": "book", "score": -1}}, protocol=4)
+
+
+@case("not_snapshot", "a protocol 0 text pickle (DICT, UNICODE, SETITEM, PUT) of {'segments': []}")
+def text_protocol0_dict():
+    return pickle.dumps({"segments": []}, protocol=0)
 
 
 @case("not_snapshot", "a pickled int")

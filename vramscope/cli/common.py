@@ -1,14 +1,33 @@
-"""What every verb shares: opening and analysing with a progress bar, output paths."""
+"""What every verb shares: opening and analysing with a progress bar, output paths, and
+writing a document with the reporter its options picked."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, TypeVar
 
-from .errors import UsageError
+from .errors import EXIT_OK, UsageError
 
 if TYPE_CHECKING:
     from ..classifiers import Analysis
     from ..parsers import Snapshot
+    from ..services.reporters import Reporter
+
+D = TypeVar("D")
+
+
+def add_json(p, help: str = "print one JSON object (stable: scripts use it)") -> None:
+    """`--json`: the JSON reporter instead of the text one (`args.format`: 'json' or 'text')."""
+    p.add_argument("--json", dest="format", action="store_const", const="json", default="text", help=help)
+
+
+def emit(reporter: Reporter[D], document: D) -> int:
+    """Write `document` to standard output with `reporter` (services/reporters.py); the verb's
+    exit code."""
+    sys.stdout.flush()
+    reporter.render(document, sys.stdout.buffer)
+    sys.stdout.buffer.flush()
+    return EXIT_OK
 
 
 def add_input(p, rules: bool = True, device: bool = True) -> None:

@@ -1,12 +1,12 @@
 """`vramscope summary FILE [--json] [--device N]`: the analysis, headless."""
 from __future__ import annotations
 
-import sys
+from ..services.reporters import JsonReporter, Reporter, TextReporter
+from ..services.summary import SummaryJSON, cached_summary_document, summary_text
+from .common import add_input, add_json, check_rules, emit, open_file
+from .errors import UsageError
 
-from ..common.jsonio import dumps_pretty
-from ..services.summary import cached_summary_document, summary_text
-from .common import add_input, check_rules, open_file
-from .errors import EXIT_OK, UsageError
+REPORTERS: dict[str, Reporter[SummaryJSON]] = {"text": TextReporter(summary_text), "json": JsonReporter()}
 
 
 def add_parser(sub) -> None:
@@ -15,7 +15,7 @@ def add_parser(sub) -> None:
                                    "the start and end, reserved memory, iterations with their peaks, leaks and OOMs "
                                    "with the next step to try.")
     p.add_argument("file", help="a snapshot written by torch.cuda.memory._dump_snapshot")
-    p.add_argument("--json", action="store_true", help="print one JSON object (stable: scripts use it)")
+    add_json(p)
     add_input(p)
     p.set_defaults(run=run)
 
@@ -30,8 +30,4 @@ def run(args) -> int:
             listed = ", ".join(str(d) for d in sorted(devices)) or "none"
             raise UsageError(f"no device {args.device} in {args.file} (devices with data: {listed})")
         doc = {**doc, "devices": [d for d in doc["devices"] if d["device"] == args.device]}
-    if args.json:
-        sys.stdout.buffer.write(dumps_pretty(doc))
-    else:
-        print(summary_text(doc))
-    return EXIT_OK
+    return emit(REPORTERS[args.format], doc)

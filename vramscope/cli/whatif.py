@@ -2,12 +2,10 @@
 [--lora-rank N]`."""
 from __future__ import annotations
 
-import sys
-
 from ..classifiers.levers import LEVERS, LeverError
-from ..common.jsonio import dumps_pretty
-from .common import add_input, analyze_file, check_device
-from .errors import EXIT_OK, UsageError
+from ..services.reporters import JsonReporter, Reporter, TextReporter
+from .common import add_input, add_json, analyze_file, check_device, emit
+from .errors import UsageError
 
 
 def add_parser(sub) -> None:
@@ -27,7 +25,7 @@ def add_parser(sub) -> None:
                         "lever that applies")
     p.add_argument("--lora-rank", type=int, default=8, metavar="N",
                    help="rank of the adapters the lora lever simulates (default 8)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json(p, help="print one JSON object")
     add_input(p)
     p.set_defaults(run=run)
 
@@ -35,6 +33,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from ..classifiers.whatif import parse_gpu_size, parse_scale
     from ..services.whatif import whatif_document, whatif_text
+    reporters: dict[str, Reporter[dict]] = {"text": TextReporter(whatif_text), "json": JsonReporter()}
     try:
         scales: dict[str, float] = {}
         for text in args.scale:
@@ -55,8 +54,4 @@ def run(args) -> int:
                               lora_rank=args.lora_rank)
     except LeverError as e:
         raise UsageError(str(e)) from None
-    if args.json:
-        sys.stdout.buffer.write(dumps_pretty(doc))
-    else:
-        print(whatif_text(doc))
-    return EXIT_OK
+    return emit(reporters[args.format], doc)

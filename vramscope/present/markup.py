@@ -7,6 +7,7 @@ its place in a report that a user pastes into an issue tracker.
 from __future__ import annotations
 
 import re
+from html import escape as _escape
 
 # what can start inline markup anywhere in a line (block markup needs a line start, and we
 # never put quoted text at one): code, emphasis, links and images, raw HTML and entities,
@@ -22,9 +23,9 @@ def one_line(s) -> str:
 
 
 def html(s) -> str:
-    """Escaped for HTML / Qt rich text."""
-    return (str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            .replace('"', "&quot;"))
+    """Escaped for the text of HTML / Qt rich text (`html.escape`: & < >). Quotes stay as they
+    are: they mean nothing there, and nothing of ours puts quoted text in an attribute."""
+    return _escape(str(s), quote=False)
 
 
 def md_text(s) -> str:

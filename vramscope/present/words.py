@@ -235,6 +235,28 @@ def segment_stream_words(stream: int) -> str:
     return f"stream {stream}"
 
 
+# The allocator's figures, each under the one name that says what it measures
+# (classifiers/allocator.py defines them): never "fragmentation" for a number.
+RESERVED_UNALLOCATED_WHY = ("Reserved but unallocated: memory the caching allocator holds that no live allocation "
+                            "asked for (its cache, and the rounding of blocks to 512 bytes).")
+
+
+def reserved_unallocated_words(reserved: int | None, unallocated: int | None) -> str:
+    """'5.90 GiB reserved but unallocated (10.7% of reserved)'."""
+    if reserved is None or unallocated is None:
+        return "reserved but unallocated unknown (no allocator segments)"
+    share = f" ({unallocated / reserved:.1%} of reserved)" if reserved > 0 else ""
+    return f"{fmt_bytes(unallocated)} reserved but unallocated{share}"
+
+
+def largest_free_words(cached: int, largest_free: int, outside_share: float) -> str:
+    """'largest free block 70.0 MiB, 98.8% of the 5.90 GiB cached outside it'."""
+    if cached <= 0:
+        return "nothing cached"
+    return (f"largest free block {fmt_bytes(largest_free)}, {outside_share:.1%} of the {fmt_bytes(cached)} "
+            f"cached outside it")
+
+
 def freed_note() -> str:
     return "where it was freed (allocated before the trace began)"
 
@@ -359,4 +381,5 @@ __all__ = ["RECORD_HINT", "EVIDENCE_WORDS", "evidence_text", "category_evidence_
            "freed_note", "stale_gradients_text", "leak_text", "LEAK_CAUSE_WORDS", "error_text", "signed_bytes",
            "comparison_headline", "moment_text", "device_first_reason", "device_card_text", "leak_rows_text",
            "site_rows_text", "iteration_text", "finding_title", "finding_detail", "SEGMENT_BANDS_WORDS",
-           "segment_pool_words", "segment_stream_words", "skipped_words", "torch_tag_words", "host_space_words", "host_card_text"]
+           "segment_pool_words", "segment_stream_words", "skipped_words", "torch_tag_words", "host_space_words", "host_card_text",
+           "RESERVED_UNALLOCATED_WHY", "reserved_unallocated_words", "largest_free_words"]

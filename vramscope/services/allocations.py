@@ -1,22 +1,27 @@
 """The allocation rows: one definition for every surface that lists allocations.
 
-`vramscope allocations --csv` writes them and `vramscope.open(...).allocations()` returns
-them as a numpy structured array, both from `allocation_columns`: one row per allocation
-(blocks live before the trace began included, `index` -1), devices in ascending order,
-`category`, `rule` and `evidence` as names (DESIGN.md §6). A column added here appears in both.
+`vramscope allocations --csv` writes them (through the CSV reporter, services/reporters.py)
+and `vramscope.open(...).allocations()` returns them as a numpy structured array, both from
+`allocation_columns`: one row per allocation (blocks live before the trace began included,
+`index` -1), devices in ascending order, `category`, `rule` and `evidence` as names
+(DESIGN.md §6). A column added here appears in both. `--extra` adds four text columns
+(`EXTRA_COLUMNS`) after the contract's nine.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
-if TYPE_CHECKING:
+from .reporters import CsvReporter
+
+if TYPE_CHECKING:       # the command line builds its parser from COLUMNS without loading the analysis
     import numpy as np
 
-    from ..classifiers.analysis import Analysis
+    from ..classifiers.analysis import Analysis, DeviceAnalysis
 
 COLUMNS = ("device", "index", "addr", "size", "alloc_us", "free_us", "category", "rule", "evidence")
 NAMES = ("category", "rule", "evidence")       # the columns that hold names (the others: integers)
-# (numpy and the classifiers are imported when rows are made: the command line starts without them)
+EXTRA_COLUMNS = ("rules_category", "torch_tag", "metadata", "notes")
+STEP = 65536
 
 
 def allocation_devices(an: Analysis, device: int | None = None) -> list[int]:
@@ -43,6 +48,22 @@ def allocation_columns(an: Analysis, device: int, start: int = 0, stop: int | No
     }
 
 
+def extra_columns(da: DeviceAnalysis) -> tuple[np.ndarray, ...]:
+    """The EXTRA_COLUMNS of every row of `da` (object arrays of text): our rules' category
+    where torch's own tag decided another, torch's tag, the user_metadata, the notes (annotate,
+    joined by ' | ')."""
+    import numpy as np
+
+    from ..classifiers.categories import CATEGORIES
+    from .export import allocation_text_columns
+    tags, meta, notes = allocation_text_columns(da, field=str)
+    ours = np.full(len(da.allocs), "", dtype=object)
+    if da.rules_category is not None:
+        differs = da.rules_category != da.category
+        ours[differs] = np.asarray(CATEGORIES, dtype=object)[da.rules_category[differs]]
+    return ours, tags, meta, notes
+
+
 def allocation_table(an: Analysis, device: int | None = None) -> np.ndarray:
     """Every row of every device (or of `device`) as one numpy structured array with the
     CSV's columns: integers as int64 (device int32), names as Python strings (dtype object,
@@ -60,4 +81,27 @@ def allocation_table(an: Analysis, device: int | None = None) -> np.ndarray:
     return out
 
 
-__all__ = ["COLUMNS", "allocation_columns", "allocation_devices", "allocation_table"]
+class AllocationTable:
+    """The rows `vramscope allocations` writes: every device's (by number) or `device`'s,
+    with the EXTRA_COLUMNS when `extra`."""
+
+    def __init__(self, analysis: Analysis, device: int | None = None, extra: bool = False):
+        self.analysis = analysis
+        self.device = device
+        self.extra = extra
+
+    def columns(self) -> Iterator[list[list]]:
+        """The rows, STEP at a time, as columns (a list per header field, in its order)."""
+        an = self.analysis
+        for dev in allocation_devices(an, self.device):
+            more = extra_columns(an.devices[dev]) if self.extra else ()
+            for s in range(0, len(an.devices[dev].allocs), STEP):
+                cols = allocation_columns(an, dev, s, s + STEP)
+                yield [cols[c].tolist() for c in COLUMNS] + [m[s:s + STEP].tolist() for m in more]
+
+
+ALLOCATIONS_CSV = CsvReporter(COLUMNS, AllocationTable.columns)
+ALLOCATIONS_CSV_EXTRA = CsvReporter(COLUMNS + EXTRA_COLUMNS, AllocationTable.columns)
+
+__all__ = ["COLUMNS", "EXTRA_COLUMNS", "allocation_columns", "allocation_devices", "allocation_table",
+           "extra_columns", "AllocationTable", "ALLOCATIONS_CSV", "ALLOCATIONS_CSV_EXTRA"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import pickle
+from typing import Any
 
 import numpy as np
 import orjson
@@ -58,7 +59,7 @@ def csv_field(text: str) -> str:
     return text
 
 
-def allocation_text_columns(da) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def allocation_text_columns(da, field=csv_field) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The text columns of `allocations --csv` per row, as CSV fields (object arrays):
     torch's own tag, the user_metadata, the notes (annotate, joined by ' | '). Each distinct
     string is quoted once, never per row."""
@@ -67,7 +68,7 @@ def allocation_text_columns(da) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     tags = np.full(n, "", dtype=object)
     for col, names in ((da.torch_category, snap.category_names), (da.torch_component, snap.component_names)):
         if col is not None and len(col):
-            lut = np.asarray([csv_field(str(x)) for x in names] or [""], dtype=object)
+            lut = np.asarray([field(str(x)) for x in names] or [""], dtype=object)
             col = np.asarray(col)
             tags = np.where(col > 0, lut[np.minimum(col, len(lut) - 1)], tags)
     meta = np.full(n, "", dtype=object)
@@ -75,10 +76,10 @@ def allocation_text_columns(da) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     md = da.metadata()
     if md is not None and n:
         ids, inv = np.unique(md.user, return_inverse=True)
-        lut = np.asarray([csv_field(snap.strings[i]) if i >= 0 else "" for i in ids.tolist()], dtype=object)
+        lut = np.asarray([field(snap.strings[i]) if i >= 0 else "" for i in ids.tolist()], dtype=object)
         meta = lut[inv.reshape(-1)]
         for row, ns in md.notes.items():
-            notes[row] = csv_field(" | ".join(snap.strings[sid] for _, sid in ns))
+            notes[row] = field(" | ".join(snap.strings[sid] for _, sid in ns))
     return tags, meta, notes
 
 
@@ -128,7 +129,7 @@ def _segments_at(snap, dev: int, end: int) -> list[dict]:
     """The device's segments right after entry `end`: the snapshot's segments with the
     `segment_*` entries after `end` undone, newest first."""
     seg = snap.device_segments(dev)
-    segs = {}
+    segs: dict[int, dict[str, Any]] = {}
     for i in range(len(seg["address"])):
         segs[int(seg["address"][i])] = {
             "address": int(seg["address"][i]), "total_size": int(seg["total_size"][i]),
@@ -266,16 +267,17 @@ def trimmed_snapshot(snap, device: int, start: int, end: int, redact_paths: bool
     # -- the allocator state at the window's end ------------------------------------------
     b_addr, b_size, b_stack, b_round, b_pending = _live_blocks_at(snap, device, end)
     segments = []
+    segs: list[dict[str, Any]]
     if profiler:
         # torch's _profile_to_snapshot: one pseudo-segment spanning every address seen,
         # blocks tiled from its start (inactive filler between them)
         seg_d = snap.device_segments(device)
-        lo = [int(x) for x in seg_d["address"]] + ([int(b_addr[0])] if len(b_addr) else [])
-        hi = [int(a + s) for a, s in zip(seg_d["address"], seg_d["total_size"])]
+        starts = [int(x) for x in seg_d["address"]] + ([int(b_addr[0])] if len(b_addr) else [])
+        ends = [int(a + s) for a, s in zip(seg_d["address"], seg_d["total_size"])]
         if len(b_addr):
-            hi.append(int(b_addr[-1] + b_round[-1]))
-        seg_lo = min(lo) if lo else 0
-        seg_hi = max(hi) if hi else 0
+            ends.append(int(b_addr[-1] + b_round[-1]))
+        seg_lo = min(starts) if starts else 0
+        seg_hi = max(ends) if ends else 0
         segs = [{"address": seg_lo, "total_size": seg_hi - seg_lo, "stream": 0, "segment_type": 1,
                  "pool": None, "is_expandable": False, "stack": -1}]
     else:
@@ -295,7 +297,7 @@ def trimmed_snapshot(snap, device: int, start: int, end: int, redact_paths: bool
         cursor = s["address"]
         seg_end = s["address"] + s["total_size"]
         allocated = requested = 0
-        for j in sel:
+        for j in sel.tolist():
             addr, req, rnd = int(b_addr[j]), int(b_size[j]), int(b_round[j])
             nxt = int(b_addr[j + 1]) if j + 1 < len(b_addr) else None
             if profiler:
@@ -326,7 +328,7 @@ def trimmed_snapshot(snap, device: int, start: int, end: int, redact_paths: bool
                    "frames": fr.stack(s["stack"]) or [], "blocks": blocks}
         segments.append(seg_out)
 
-    traces = [[] for _ in range(max(snap.trace_device_count, device + 1))]
+    traces: list[list[dict]] = [[] for _ in range(max(snap.trace_device_count, device + 1))]
     traces[device] = entries
     out = {"segments": segments, "device_traces": traces}
     if snap.allocator_settings is not None:

@@ -25,18 +25,20 @@ from typing import Any, Callable
 from .. import __version__
 from ..classifiers import Analysis
 from ..common.atomic import atomic_write
-from ..common.jsonio import dumps_pretty, safe_text
 from ..present.stacks import Stacks
 from .annotations import Annotation, load_annotations
 from .report_compare import RenderComparePng, compare_markdown, write_compare_pngs
 from .report_markdown import MD_LIMIT, STACK_FRAMES, fit_markdown, markdown
-from .report_whatif import whatif_json
+from .report_whatif import lever_table, whatif_json
+from .reporters import JsonReporter, MarkdownReporter
 from .summary import summary_document
 
 PNG_LIMIT = 300_000
 LARGEST_IN_JSON = 20
 
 RenderPng = Callable[[Analysis, int, str, list], object]
+REPORT_MD: MarkdownReporter[str] = MarkdownReporter(str)    # report.md: the Markdown fit_markdown made
+ANALYSIS_JSON = JsonReporter()                              # analysis.json: the summary document, added to
 
 # a path: at least one separator and a file-ish last part (an extension), or an absolute path
 _PATH_RE = re.compile(r"(?:[A-Za-z]:)?(?:[\\/]|\b)(?:[\w.@+~-]+[\\/])+([\w@+~-][\w.@+~-]*)")
@@ -112,14 +114,15 @@ def write_report(analysis: Analysis, out_dir: str, device: int | None = None, re
         cmp_pngs = write_compare_pngs(analysis, compare_with, cmp, out_dir, render_compare_png)
         pngs += [os.path.join(out_dir, n) for n in cmp_pngs.values()]
 
+    whatif = {dev: lever_table(analysis, dev) for dev in devs}     # once per device, for both documents
     md = fit_markdown(lambda limits: markdown(analysis, devs, stacks, note_dicts, note_warnings, limits, png_names,
-                                              __version__)
+                                              __version__, whatif)
                       + (compare_markdown(cmp, snap.path, compare_with.snapshot.path, limits, cmp_pngs)
                          if cmp is not None and compare_with is not None else ""))
     if redact_paths:
         md = redact(md)
     md_path = os.path.join(out_dir, "report.md")
-    atomic_write(md_path, safe_text(md).encode("utf-8"))
+    atomic_write(md_path, lambda fh: REPORT_MD.render(md, fh))
 
     base = summary_document(analysis, device, stacks)
 
@@ -131,7 +134,7 @@ def write_report(analysis: Analysis, out_dir: str, device: int | None = None, re
                 for a in da.largest_live(d["peak"]["index"], LARGEST_IN_JSON)]
     # the summary document, added to and never changed
     doc: dict[str, Any] = {**base, "devices": [{**d, "largest_at_peak": largest_at_peak(d),
-                                                "whatif": whatif_json(analysis, d["device"])} for d in base["devices"]],
+                                                "whatif": whatif_json(whatif[d["device"]])} for d in base["devices"]],
                            "annotations": note_dicts}
     if note_warnings:
         doc["annotation_warnings"] = note_warnings
@@ -143,7 +146,7 @@ def write_report(analysis: Analysis, out_dir: str, device: int | None = None, re
         if "compare" in doc:
             doc["compare"].update(a=os.path.basename(doc["compare"]["a"]), b=os.path.basename(doc["compare"]["b"]))
     js_path = os.path.join(out_dir, "analysis.json")
-    atomic_write(js_path, dumps_pretty(doc))
+    atomic_write(js_path, lambda fh: ANALYSIS_JSON.render(doc, fh))
     return [md_path, js_path] + pngs
 
 

@@ -29,7 +29,7 @@ from ..present.words import (
     stale_gradients_text,
     torch_tag_words,
 )
-from .report_whatif import whatif_section
+from .report_whatif import LeverTable, whatif_section
 
 MD_LIMIT = 20_000
 STACK_FRAMES = 4
@@ -63,7 +63,7 @@ def largest_groups(da, index: int, k: int = 10) -> list[list[int]]:
 
 
 def markdown(an: Analysis, devs: list[int], stacks: Stacks, notes: list[dict], note_warnings: list[str],
-             limits: dict, png_names: dict[int, str], version: str) -> str:
+             limits: dict, png_names: dict[int, str], version: str, whatif: dict[int, LeverTable]) -> str:
     snap = an.snapshot
     name = os.path.basename(snap.path)
     L = [f"# vramscope report: {md_code(name)}", ""]
@@ -86,7 +86,7 @@ def markdown(an: Analysis, devs: list[int], stacks: Stacks, notes: list[dict], n
     if len(devs) > 1:
         L += _device_overview(an, devs)
     for dev in devs:
-        L += _device_section(an, dev, stacks, limits, png_names.get(dev))
+        L += _device_section(an, dev, stacks, limits, png_names.get(dev), whatif[dev])
     L += _host_section(an)
     L += _notes_section(notes, note_warnings, limits)
     return "\n".join(L)
@@ -119,7 +119,8 @@ def _device_overview(an: Analysis, devs: list[int]) -> list[str]:
     return L + [""]
 
 
-def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: str | None) -> list[str]:
+def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: str | None,
+                    whatif: LeverTable) -> list[str]:
     da = an.devices[dev]
     s = da.summary()
     pk = s.peak
@@ -248,7 +249,7 @@ def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: s
     if len(s.ooms) > limits["ooms"]:
         L += [f"... and {len(s.ooms) - limits['ooms']} more OOMs (see analysis.json)", ""]
     if limits["whatif"]:
-        L += whatif_section(an, dev)
+        L += whatif_section(whatif)
     return L
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..classifiers import Analysis
-from ..classifiers.whatif import LEVERS, WhatIf, what_if
 from ..classifiers.budget import budget
+from ..classifiers.category_live import CategoryLive
+from ..classifiers.whatif import LEVERS, WhatIf, what_if
 from ..classifiers.whatif import levers_left_out as _levers_left_out
 from ..common.units import fmt_bytes
 from ..present.words import peak_words
@@ -32,13 +33,14 @@ def levers_left_out(an: Analysis, device: int) -> dict[str, str]:
 
 
 def lever_peaks(an: Analysis, device: int, skip: dict[str, str] | None = None,
-                bud=None) -> list[tuple[str, str, WhatIf]]:
+                bud=None, model: CategoryLive | None = None) -> list[tuple[str, str, WhatIf]]:
     """(name, title, result) of each named lever alone that can apply to this run (`skip`:
-    levers_left_out, `bud`: the device's budget, when the caller has them): the peak each
-    one gives."""
+    levers_left_out, `bud`: the device's budget, `model`: its CategoryLive, when the caller
+    has them): the peak each one gives."""
     bud = bud if bud is not None else budget(an, device)
     skip = skip if skip is not None else levers_left_out(an, device)
-    return [(name, title, what_if(an, device, levers=[name], budget=bud, with_budget=False))
+    model = model if model is not None else CategoryLive.build(an.devices[device])
+    return [(name, title, what_if(an, device, levers=[name], budget=bud, model=model, with_budget=False))
             for name, (title, _) in LEVERS.items() if name not in skip]
 
 

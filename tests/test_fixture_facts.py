@@ -1,9 +1,10 @@
-"""The fixtures made for the compare, OOM, stale-gradient, leak, multi-device and custom-code
-features hold what their `expect` (tests/data/expected.json) or `<run>.truth.json` says.
+"""The synthetic fixtures made for the OOM, stale-gradient, leak, multi-device and forward
+frame features hold what their `expect` (tests/data/expected.json) says.
 
 These tests read the pickles with `pickle.load` (our own trusted files) and the reference
 figures of tests/data/make_fixtures.py, never vramscope's parser or classifier: they check
-the facts put into the fixtures, so that the feature tests can rely on them.
+the facts put into the fixtures, so that the feature tests can rely on them. The recorded
+runs' facts are test_groundtruth_facts.py's.
 """
 from __future__ import annotations
 
@@ -12,18 +13,14 @@ import re
 import sys
 from collections import Counter
 
-import pytest
-
-from helpers import DATA, GROUNDTRUTH, load_trusted
+from helpers import DATA, live_curve, load_trusted, phase_of
 
 sys.path.insert(0, str(DATA))
 import make_fixtures  # noqa: E402
 
 EXPECTED = json.loads((DATA / "expected.json").read_text())["fixtures"]
-FT_RUNS = ("ft_base", "ft_checkpointing", "ft_batch2x")
-NEW_SYNTHETIC = ("oom_step3.pickle", "forward_frames_213.pickle", "stale_grads.pickle",
-                 "keep_loss.pickle", "multi_device_oom.pickle")
-NEW_RECORDED = FT_RUNS + ("custom_attention",)
+SYNTHETIC = ("oom_step3.pickle", "forward_frames_213.pickle", "stale_grads.pickle", "keep_loss.pickle",
+             "multi_device_oom.pickle")
 
 
 def _load(name):
@@ -32,10 +29,6 @@ def _load(name):
 
 def _expect(name):
     return EXPECTED[name]["expect"]
-
-
-def _truth(run):
-    return json.loads((GROUNDTRUTH / f"{run}.truth.json").read_text())
 
 
 def _names(entry):
@@ -47,30 +40,10 @@ def _has_frame(entry, filename_end, name, line=None):
                for f in entry.get("frames", []))
 
 
-def _live_curve(trace, start):
-    cur, out = start, []
-    for e in trace:
-        if e["action"] == "alloc":
-            cur += e["size"]
-        elif e["action"] in ("free_completed", "free"):
-            cur -= e["size"]
-        out.append(cur)
-    return out
-
-
-def _phase_of(iteration, index):
-    return next(p["phase"] for p in iteration["phases"] if p["start_index"] <= index <= p["end_index"])
-
-
-# -- sizes ----------------------------------------------------------------------------------
-def test_new_fixtures_are_small():
-    sizes = {n: (DATA / n).stat().st_size for n in NEW_SYNTHETIC}
-    for run in NEW_RECORDED:
-        for suffix in (".pickle", ".truth.json"):
-            sizes[run + suffix] = (GROUNDTRUTH / (run + suffix)).stat().st_size
-    assert all(s < make_fixtures.MAX_BYTES for n, s in sizes.items() if n in NEW_SYNTHETIC), sizes
-    assert all(s < 500_000 for s in sizes.values()), sizes
-    assert sum(sizes.values()) < 4_000_000, sum(sizes.values())
+def test_the_fixtures_are_small():
+    sizes = {n: (DATA / n).stat().st_size for n in SYNTHETIC}
+    assert all(s < make_fixtures.MAX_BYTES for s in sizes.values()), sizes
+    assert sum(sizes.values()) < 1_000_000, sum(sizes.values())     # with the recorded runs' 3 MB: 4 MB
 
 
 # -- oom_step3 ------------------------------------------------------------------------------
@@ -89,15 +62,15 @@ def test_oom_step3_two_healthy_steps_then_an_oom_at_the_start_of_backward():
     assert [o["index"] for o in ref["ooms"]] == [want["oom"]["index"]]
     oom = ref["ooms"][0]
     assert oom["requested"] == want["oom"]["requested"] > oom["device_free"]
-    assert _phase_of(its[2], oom["index"]) == "backward"
+    assert phase_of(its[2], oom["index"]) == "backward"
     assert len(trace) - 1 - oom["index"] <= 2
     # each iteration's peak, recomputed from the reference replay
-    curve = _live_curve(trace, ref["start_bytes"])
+    curve = live_curve(trace, ref["start_bytes"])
     for it, pk in zip(its, want["iteration_peaks"]):
         allocs = [i for i in range(it["start_index"], it["end_index"] + 1) if trace[i]["action"] == "alloc"]
         top = max(curve[i] for i in allocs)
         assert pk["index"] == next(i for i in allocs if curve[i] == top)
-        assert pk["bytes"] == top and pk["phase"] == _phase_of(it, pk["index"]) == "backward"
+        assert pk["bytes"] == top and pk["phase"] == phase_of(it, pk["index"]) == "backward"
     # healthy steps: the peak is the first autograd-thread allocation, right after the loss's
     # gradient made on the main thread by torch.autograd's _make_grads
     for pk in want["iteration_peaks"][:2]:
@@ -223,7 +196,7 @@ def test_stale_grads_live_through_forward_and_are_freed_by_zero_grad():
     pk = want["peak"]
     assert pk["index"] == ref["peak_index"]
     it = its[pk["iteration"]]
-    assert _phase_of(it, pk["index"]) == pk["phase"] == "forward"
+    assert phase_of(it, pk["index"]) == pk["phase"] == "forward"
     assert pk["index"] < sg["per_iteration"][pk["iteration"]]["freed_index_range"][0]
     assert pk["stale_gradient_bytes_live"] == sum(sizes)
 
@@ -233,7 +206,7 @@ def test_keep_loss_grows_by_the_kept_graph_every_iteration():
     snap, want = _load("keep_loss.pickle"), _expect("keep_loss.pickle")
     trace = snap["device_traces"][0]
     ref = make_fixtures.reference(snap, 0)
-    curve = _live_curve(trace, ref["start_bytes"])
+    curve = live_curve(trace, ref["start_bytes"])
     (leak,) = want["leaks"]
     assert [curve[i] for i in want["iteration_end_index"]] == want["live_bytes_at_iteration_end"]
     ends = want["live_bytes_at_iteration_end"]
@@ -281,85 +254,3 @@ def test_multi_device_oom_device_one_ooms_device_zero_peaks():
     # the devices' entries interleave in time (one process, threads per device)
     t = {d: [e["time_us"] for e in snap["device_traces"][d]] for d in range(3)}
     assert min(t[1]) < max(t[0]) and min(t[0]) < max(t[2])
-
-
-# -- ft_base / ft_checkpointing / ft_batch2x (compare) --------------------------------------
-def _user_sites(trace):
-    """file:function of the frames of this repository's script (the user's code)."""
-    return {re.sub(r"\(\d+\)", "", f["name"]) for e in trace if e["action"] == "alloc"
-            for f in e["frames"] if f["name"].startswith("record_runs.py(")}
-
-
-def test_ft_runs_are_one_code_path_in_three_variants():
-    truths = {r: _truth(r) for r in FT_RUNS}
-    snaps = {r: load_trusted(GROUNDTRUTH / f"{r}.pickle") for r in FT_RUNS}
-    mb = {r: t["micro_batch_size"] for r, t in truths.items()}
-    assert mb == {"ft_base": 4, "ft_checkpointing": 4, "ft_batch2x": 8}
-    assert {r: t["checkpointing"] for r, t in truths.items()} == {"ft_base": False, "ft_checkpointing": True,
-                                                                  "ft_batch2x": False}
-    for r, t in truths.items():
-        c = t["compare"]
-        assert c["group"] == "ft" and c["variant"] == r and c["runs"] == list(FT_RUNS)
-        assert (c["micro_batch_size"], c["checkpointing"]) == (t["micro_batch_size"], t["checkpointing"])
-    assert len({(t["trainable_params"], t["total_params"]) for t in truths.values()}) == 1
-    assert 0 < truths["ft_base"]["trainable_params"] < truths["ft_base"]["total_params"]
-    assert len({t["iterations"] for t in truths.values()}) == 1
-    for r, t in truths.items():
-        assert len(t["iteration_table"]) == t["iterations"]
-        for it in t["iteration_table"]:
-            assert [p["phase"] for p in it["phases"]] == ["inputs", "forward", "backward", "optimizer"]
-    # the same user code sites in all three files
-    sites = {r: _user_sites(s["device_traces"][0]) for r, s in snaps.items()}
-    assert sites["ft_base"] == sites["ft_checkpointing"] == sites["ft_batch2x"]
-    assert {"record_runs.py: train_ft", "record_runs.py: forward"} <= sites["ft_base"]
-    # checkpointing goes through torch.utils.checkpoint; the others never do
-    ck = {r: any("torch/utils/checkpoint.py" in f["name"] for e in s["device_traces"][0] for f in e["frames"])
-          for r, s in snaps.items()}
-    assert ck == {"ft_base": False, "ft_checkpointing": True, "ft_batch2x": False}
-
-
-@pytest.mark.parametrize("run", NEW_RECORDED)
-def test_peak_live_matches_the_trace(run):
-    t = _truth(run)
-    trace = load_trusted(GROUNDTRUTH / f"{run}.pickle")["device_traces"][t["device"]]
-    rel = _live_curve(trace, 0)
-    pre = sum(t["preexisting_bytes_by_category"].values())
-    for pk in [t["peak_live"]] + t["peak_live_per_iteration"]:
-        assert trace[pk["index"]]["action"] == "alloc"
-        assert pk["bytes"] == pre + rel[pk["index"]] == sum(pk["by_category"].values())
-        it = t["iteration_table"][pk["iteration"]]
-        assert _phase_of(it, pk["index"]) == pk["phase"]
-    assert t["peak_live"]["index"] == t["peak_index"]
-    assert [p["bytes"] for p in t["peak_live_per_iteration"]] == \
-        [b + pre for b in t["peak_live_bytes_relative_per_iteration"]]
-
-
-def test_checkpointing_keeps_fewer_activation_bytes_at_the_peak():
-    pk = {r: _truth(r)["peak_live"] for r in FT_RUNS}
-    act = {r: p["by_category"]["activation"] for r, p in pk.items()}
-    # the acceptance test of issue 15 relies on these (torch's categories)
-    assert act["ft_checkpointing"] < act["ft_base"] / 3
-    assert act["ft_batch2x"] > 1.8 * act["ft_base"]
-    assert pk["ft_checkpointing"]["bytes"] < pk["ft_base"]["bytes"] < pk["ft_batch2x"]["bytes"]
-    # activations matter at the peak: most of it without checkpointing
-    assert act["ft_base"] > pk["ft_base"]["bytes"] / 2
-    assert all(p["phase"] == "backward" for p in pk.values())
-
-
-# -- custom_attention -----------------------------------------------------------------------
-def test_custom_attention_has_no_modules_and_plain_tensor_parameters():
-    t = _truth("custom_attention")
-    trace = load_trusted(GROUNDTRUTH / "custom_attention.pickle")["device_traces"][0]
-    names = {f["name"] for e in trace if e["action"] == "alloc" for f in e["frames"]}
-    assert not any(n.startswith("nn.Module: ") for n in names)
-    sites = _user_sites(trace)
-    assert {"record_runs.py: my_softmax", "record_runs.py: my_attention", "record_runs.py: custom_forward",
-            "record_runs.py: train_custom"} <= sites
-    # the rest are the recording script's own frames
-    functions = {s.split(": ")[1] for s in sites}
-    assert set(t["custom_code"]["functions"]) == functions - {"<module>", "main", "record"}
-    # every parameter is a plain tensor the optimizer updates: torch still calls them parameters
-    assert t["preexisting_bytes_by_category"]["parameter"] == 4 * t["trainable_params"]
-    assert t["trainable_params"] == t["total_params"]
-    assert [p["phase"] for p in t["iteration_table"][0]["phases"]] == ["inputs", "forward", "backward", "optimizer"]
-    assert t["iterations"] == len(t["iteration_table"]) == 3

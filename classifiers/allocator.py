@@ -1,0 +1,371 @@
+"""The caching allocator of one device over the trace (numpy only, no Qt): its segments as
+intervals of entries, and the blocks in them after any entry.
+
+    h = AllocatorHistory(snap, da)       # once per device: segments from `segment_*` events
+    h.segments_at(i)                     # -> Segments: each live segment and its allocated bytes
+    h.state_at(i)                        # -> AllocatorState: every segment and block, the totals
+    h.allocated_in_segment(k, i)
+
+`i` is a trace entry: the state right after it, -1 before the trace.
+
+What each block is, after entry i:
+  allocated      rows live after i (allocated at or before i, `free_completed` after): their
+                 trace `size` is the requested size. A block whose free the program asked for
+                 (`free_requested`) is still allocated until its stream is done with it
+                 (`free_completed`), as torch counts it; `pending_free` is that part of it.
+  rounding       the allocator hands out whole 512-byte units (kMinBlockSize: a request is
+                 rounded up to a multiple of 512 B, at least 512 B); the difference is waste
+                 inside the block (an estimate: `roundup_power2_divisions` rounds further, and
+                 a large-pool block too small to split keeps its remainder)
+  cached         the rest of each segment: reserved, free for new requests of its pool
+
+The allocator's memory is named by what each figure measures, once, here (a figure has one
+name and one definition everywhere: the OOM reports, the summary and report, the viewer):
+  reserved but unallocated  `reserved_unallocated(reserved, allocated)`: bytes the allocator
+                 holds in segments that no live allocation asked for (cached, rounding): what
+                 `expandable_segments` gives back (DESIGN.md §5 "reserved minus allocated")
+  cached outside the largest free block  `AllocatorState.cached_outside_largest_free`: the
+                 share of the cached bytes a single request cannot use, because it lies
+                 outside the largest free block (0 when the cache is one piece, near 1 when it
+                 is spread in small pieces: a larger request needs a new segment, or fails)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..parsers.tables import A_FREE_REQUESTED, A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP
+
+SMALL_SEGMENT = 2 << 20        # the caching allocator's small-pool segment (kSmallBuffer)
+SMALL_ALLOC_MAX = 1 << 20      # the small pool serves requests up to 1 MiB (kSmallSize)
+ROUND = 512                    # CUDACachingAllocator kMinBlockSize
+
+
+def reserved_unallocated(reserved: int | None, allocated: int) -> int | None:
+    """Reserved but unallocated bytes: what the caching allocator holds in its segments beyond
+    the live allocations' requested bytes (its cache and the rounding of blocks). None when
+    the snapshot has no allocator segments (profiler-converted)."""
+    return None if reserved is None else int(reserved) - int(allocated)
+
+
+def rounded(size: np.ndarray) -> np.ndarray:
+    """The bytes the allocator gives a request of `size` (whole 512-byte units, at least one)."""
+    s = np.asarray(size, dtype=np.int64)
+    return np.maximum(ROUND, (s + ROUND - 1) // ROUND * ROUND)
+
+
+def small_pool(seg_addr: np.ndarray, seg_size: np.ndarray, alloc_addr: np.ndarray,
+               alloc_size: np.ndarray) -> np.ndarray:
+    """bool per segment (or mapped piece): the small pool's. Its segments are 2 MiB and never
+    hold a request over 1 MiB; size alone cannot tell, since an expandable large-pool segment
+    grows by 2 MiB pages too (a 2 MiB piece of one was called small pool)."""
+    small = np.asarray(seg_size) == SMALL_SEGMENT
+    idx = np.flatnonzero(small)
+    big = np.asarray(alloc_size) > SMALL_ALLOC_MAX
+    if not len(idx) or not big.any():
+        return small
+    order = np.argsort(np.asarray(alloc_addr)[big], kind="stable")
+    starts = np.asarray(alloc_addr)[big][order]
+    reach = np.maximum.accumulate((starts + np.asarray(alloc_size)[big][order]))
+    p0 = np.asarray(seg_addr)[idx]
+    hi = np.searchsorted(starts, p0 + SMALL_SEGMENT, side="left")     # big ones starting before its end
+    overlaps = (hi > 0) & (reach[np.maximum(hi - 1, 0)] > p0)           # ... one of which reaches into it
+    small[idx[overlaps]] = False
+    return small
+
+
+# -- typed results -------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class Segments:
+    """The allocator's segments live after one entry (address order), and the requested bytes
+    of the allocations inside each."""
+    address: np.ndarray
+    size: np.ndarray
+    allocated: np.ndarray
+    known: bool = True              # False: the snapshot has no allocator segments
+
+
+@dataclass(frozen=True)
+class SegmentView:
+    address: int
+    size: int
+    stream: int
+    small: bool                  # the small pool (2 MiB segments)
+    allocated: int               # requested bytes of live blocks (pending free included)
+    rounding: int                # their rounding to whole 512-byte units
+    pending: int                 # requested bytes of the live blocks whose free is pending
+    cached: int                  # free: size minus the blocks' rounded bytes
+    largest_free: int            # the longest free stretch inside it
+    first_block: int             # blocks[first_block:first_block + n_blocks] are inside it
+    n_blocks: int
+
+
+@dataclass(frozen=True, eq=False)
+class AllocatorState:
+    """Every segment after entry `index` and the blocks in them (address order), with the
+    totals (see the module docstring for what each figure measures)."""
+    index: int
+    segments: tuple[SegmentView, ...]
+    block_addr: np.ndarray       # int64, address order
+    block_size: np.ndarray       # requested bytes
+    block_rounded: np.ndarray    # bytes the allocator gave it
+    block_row: np.ndarray        # allocation row
+    block_pending: np.ndarray    # bool: freed by the program, not yet by its stream
+    known: bool = True           # False: the snapshot has no allocator segments
+
+    @property
+    def reserved(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    @property
+    def allocated(self) -> int:
+        return int(self.block_size.sum())
+
+    @property
+    def pending_free(self) -> int:
+        """The part of `allocated` freed by the program whose stream has not finished with it."""
+        return int(self.block_size[self.block_pending].sum())
+
+    @property
+    def rounding(self) -> int:
+        return int((self.block_rounded - self.block_size).sum())
+
+    @property
+    def cached(self) -> int:
+        return sum(s.cached for s in self.segments)
+
+    @property
+    def largest_free(self) -> int:
+        return max((s.largest_free for s in self.segments), default=0)
+
+    @property
+    def reserved_unallocated(self) -> int | None:
+        return reserved_unallocated(self.reserved, self.allocated) if self.known else None
+
+    @property
+    def cached_outside_largest_free(self) -> float:
+        """The share of cached bytes outside the largest free block (0 with nothing cached)."""
+        c = self.cached
+        return 0.0 if c <= 0 else 1.0 - self.largest_free / c
+
+    @property
+    def streams(self) -> list[int]:
+        return sorted({s.stream for s in self.segments})
+
+
+# -- the history -----------------------------------------------------------------------------------
+class AllocatorHistory:
+    """One device's allocator segments as intervals of entries, per segment (or mapped piece
+    of an expandable segment): `start`, `end` (live for start <= i < end; -1 / n + 1 when
+    before / after the trace), `address`, `size`, `stream`, `expandable`, `small` (the small
+    pool), and `streams` (the distinct streams). `known` is False when the snapshot has no
+    allocator segments (profiler-converted) or the recording left their events out
+    (skip_actions); every query then answers an empty state."""
+
+    def __init__(self, snap, da):
+        self.da = da
+        self.n = n = int(da.n_entries)
+        # (no segments, or their events left out by the recording: skip_actions)
+        self.known = da.live.reserved_start is not None and not da.reserved_unknown()
+        self._free_requested: np.ndarray | None = None
+        self._snap = snap
+        z = np.zeros(0, dtype=np.int64)
+        self.start = self.end = self.address = self.size = self.stream = z
+        self.expandable = self.small = np.zeros(0, dtype=bool)
+        self.streams = z
+        if not self.known:
+            return
+        cols = snap.trace(da.device).columns
+        act = np.asarray(da.trace_action)
+        stream_col = np.asarray(cols["stream"]) if "stream" in cols else np.zeros(n, dtype=np.int64)
+        up_mask = (act == A_SEGMENT_ALLOC) | (act == A_SEGMENT_MAP)
+        ev = np.flatnonzero(up_mask | (act == A_SEGMENT_FREE) | (act == A_SEGMENT_UNMAP))
+        ev_addr = np.asarray(cols["addr"][ev], dtype=np.int64).tolist()
+        ev_size = np.asarray(cols["size"][ev], dtype=np.int64).tolist()
+        ev_up = up_mask[ev].tolist()
+        ev_stream = stream_col[ev].tolist()
+        big = n + 1
+        # Address ranges, not whole segments: an expandable segment maps and unmaps pieces of
+        # itself, and an unmap may cover several maps or part of one. A free or unmap of a
+        # range nobody mapped in the trace was mapped before it began. Segment events are
+        # rare (one per thousands of entries), so a plain loop over them is cheap.
+        ev_map = np.isin(act[ev], (A_SEGMENT_MAP, A_SEGMENT_UNMAP)).tolist()
+        out: list[tuple[int, int, int, int, int, bool]] = []   # (start, end, address, size, stream, mapped)
+        live: dict[int, tuple[int, int, int, bool]] = {}       # start address -> (end address, entry, stream, mapped)
+        for e, a, n_bytes, up, st, mapped in zip(ev.tolist(), ev_addr, ev_size, ev_up, ev_stream, ev_map):
+            b = a + n_bytes
+            if up:
+                live[a] = (b, e, st, mapped)
+                continue
+            covered = 0
+            for pa in [pa for pa, (pb, _, _, _) in live.items() if pa < b and pb > a]:
+                pb, pe, pst, pm = live.pop(pa)
+                out.append((pe, e, pa, pb - pa, pst, pm))
+                covered += min(pb, b) - max(pa, a)
+                if pa < a:                                  # the parts outside the range stay
+                    live[pa] = (a, e, pst, pm)
+                if pb > b:
+                    live[b] = (pb, e, pst, pm)
+            if n_bytes - covered > 0:
+                out.append((-1, e, a, n_bytes - covered, st, mapped))
+        for pa, (pb, pe, pst, pm) in live.items():
+            out.append((pe, big, pa, pb - pa, pst, pm))
+        # segments of the final state that no live range covers: mapped before the trace
+        seg = snap.device_segments(da.device)
+        alive = sorted((pa, pb) for pa, (pb, _, _, _) in live.items())
+        for sa, sz, sst, sx in zip(np.asarray(seg["address"]).tolist(), np.asarray(seg["total_size"]).tolist(),
+                                   np.asarray(seg["stream"]).tolist(), np.asarray(seg["is_expandable"]).tolist()):
+            cur, sb = sa, sa + sz
+            for pa, pb in alive:
+                if pb <= cur or pa >= sb:
+                    continue
+                if pa > cur:
+                    out.append((-1, big, cur, pa - cur, sst, bool(sx)))
+                cur = max(cur, pb)
+            if cur < sb:
+                out.append((-1, big, cur, sb - cur, sst, bool(sx)))
+        cols_ = list(zip(*out)) if out else [[], [], [], [], [], []]
+        self.start, self.end, self.address, self.size, self.stream = (np.asarray(c, dtype=np.int64)
+                                                                      for c in cols_[:5])
+        self.expandable = np.asarray(cols_[5], dtype=bool)
+        self.streams = np.unique(self.stream)
+        self.small = small_pool(self.address, self.size, np.asarray(da.allocs.addr), np.asarray(da.allocs.size))
+
+    def live_at(self, i: int) -> np.ndarray:
+        """bool per segment: live right after entry i."""
+        return (self.start <= i) & (self.end > i)
+
+    def allocated_in_segment(self, seg: int, i: int) -> int:
+        """Bytes of the allocations live after entry i inside segment `seg`'s address range."""
+        al = self.da.allocs
+        rows = self.da.live_rows(i)
+        a0 = int(self.address[seg])
+        ra = np.asarray(al.addr)[rows]
+        inside = (ra >= a0) & (ra < a0 + int(self.size[seg]))
+        return int(np.asarray(al.size)[rows][inside].sum())
+
+    def segments_at(self, i: int) -> Segments:
+        if not self.known:
+            z = np.zeros(0, dtype=np.int64)
+            return Segments(z, z, z, known=False)
+        live = self.live_at(i)
+        addr, size = self.address[live], self.size[live]
+        order = np.argsort(addr)
+        addr, size = addr[order], size[order]
+        al = self.da.allocs
+        rows = self.da.live_rows(i)
+        allocated = np.zeros(len(addr), dtype=np.int64)
+        if len(addr) and len(rows):
+            ra = np.asarray(al.addr[rows], dtype=np.int64)
+            k = np.searchsorted(addr, ra, side="right") - 1
+            ok = k >= 0
+            ok[ok] = ra[ok] < addr[k[ok]] + size[k[ok]]
+            allocated = np.bincount(k[ok], weights=al.size[rows][ok].astype(np.float64),
+                                    minlength=len(addr)).astype(np.int64)
+        return Segments(addr, size, allocated)
+
+    def state_at(self, i: int) -> AllocatorState:
+        z = np.zeros(0, dtype=np.int64)
+        if not self.known:
+            return AllocatorState(i, (), z, z, z, z, np.zeros(0, dtype=bool), known=False)
+        live = self.live_at(i)
+        sa, ss, st, ex = self.address[live], self.size[live], self.stream[live], self.expandable[live]
+        order = np.argsort(sa, kind="stable")
+        sa, ss, st, ex = sa[order], ss[order], st[order], ex[order]
+        # mapped pieces of one expandable segment that touch, on one stream: one segment
+        if len(sa) > 1:
+            join = np.zeros(len(sa), dtype=bool)
+            join[1:] = (sa[1:] == sa[:-1] + ss[:-1]) & (st[1:] == st[:-1]) & ex[1:] & ex[:-1]
+            first = np.flatnonzero(~join)
+            ss = np.add.reduceat(ss, first)
+            sa, st = sa[first], st[first]
+        # blocks: the allocations live after i (those whose free is pending among them)
+        al = self.da.allocs
+        rows = self.da.live_rows(i)
+        fr = self.free_requested_index()
+        pending = (fr[rows] >= 0) & (fr[rows] <= i)
+        ra = np.asarray(al.addr, dtype=np.int64)[rows]
+        o = np.argsort(ra, kind="stable")
+        rows, ra, pending = rows[o], ra[o], pending[o]
+        size = np.asarray(al.size, dtype=np.int64)[rows]
+        rnd = rounded(size)
+        seg_of = np.searchsorted(sa, ra, side="right") - 1
+        inside = seg_of >= 0
+        inside[inside] = ra[inside] < sa[seg_of[inside]] + ss[seg_of[inside]]
+        rows, ra, pending, size, rnd, seg_of = (x[inside] for x in (rows, ra, pending, size, rnd, seg_of))
+        start = np.searchsorted(seg_of, np.arange(len(sa)), side="left")
+        stop = np.searchsorted(seg_of, np.arange(len(sa)), side="right")
+        segs = []
+        for k in range(len(sa)):
+            a, b = int(start[k]), int(stop[k])
+            base, n_bytes = int(sa[k]), int(ss[k])
+            pa, pr, pp, psz = ra[a:b], rnd[a:b], pending[a:b], size[a:b]
+            used = int(pr.sum())
+            # free stretches: before the first block, between blocks, after the last
+            ends = np.concatenate([[base], pa + pr])
+            starts = np.concatenate([pa, [base + n_bytes]])
+            gaps = np.maximum(starts - ends, 0)
+            small = n_bytes == SMALL_SEGMENT and not bool((psz > SMALL_ALLOC_MAX).any())
+            segs.append(SegmentView(base, n_bytes, int(st[k]), small, int(psz.sum()), int((pr - psz).sum()),
+                                    int(psz[pp].sum()), max(0, n_bytes - used),
+                                    int(gaps.max()) if len(gaps) else n_bytes, a, b - a))
+        return AllocatorState(i, tuple(segs), ra, size, rnd, rows, pending)
+
+    def free_requested_index(self) -> np.ndarray:
+        """Per allocation row, the entry of its `free_requested` (-1: none recorded), computed once.
+
+        Nearly always the entry right before the row's `free_completed` at the same address
+        (the stream had nothing pending): those pair in one pass over the rows. The others (a
+        free held back by another stream) are few; each is paired with the allocation live at
+        its address when it happened."""
+        if self._free_requested is not None:
+            return self._free_requested
+        da, n = self.da, self.n
+        al = da.allocs
+        n_rows = len(al)
+        out = np.full(n_rows, -1, dtype=np.int32 if n < (1 << 31) - 1 else np.int64)
+        act = np.asarray(da.trace_action)
+        if n and n_rows:
+            addr = self._snap.trace(da.device).columns["addr"]
+            fi = np.asarray(al.free_index)
+            row_addr = np.asarray(al.addr)
+            step = 1 << 20                       # rows at a time: bounded temporaries at 10^7 events
+            for s in range(0, n_rows, step):
+                prev = fi[s:s + step].astype(np.int64) - 1
+                k = np.flatnonzero(prev >= 0)
+                pe = prev[k]
+                instant = (act[pe] == A_FREE_REQUESTED) & (np.asarray(addr[pe]) == row_addr[s + k])
+                out[s + k[instant]] = pe[instant]
+            is_fr = act == A_FREE_REQUESTED
+            if int(np.count_nonzero(is_fr)) > int(np.count_nonzero(out >= 0)):
+                is_fr[out[out >= 0]] = False          # the rest: frees some stream held back
+                rest = np.flatnonzero(is_fr)
+                _pair_the_rest(al, rest, np.asarray(addr[rest], dtype=np.int64),
+                               np.asarray(row_addr, dtype=np.int64), out)
+        self._free_requested = out
+        return out
+
+
+def _pair_the_rest(al, fr, fr_addr, row_addr, out) -> None:
+    """Each free_requested in `fr` to the row live at its address then (rows sorted by
+    address, then allocation)."""
+    ai = np.asarray(al.alloc_index, dtype=np.int64)
+    fi = np.asarray(al.free_index, dtype=np.int64)
+    order = np.lexsort((ai, row_addr))
+    sa = row_addr[order]
+    lo = np.searchsorted(sa, fr_addr, side="left")
+    hi = np.searchsorted(sa, fr_addr, side="right")
+    for e, a, b in zip(fr.tolist(), lo.tolist(), hi.tolist()):
+        if a == b:
+            continue
+        rows = order[a:b]
+        j = int(np.searchsorted(ai[rows], e, side="left")) - 1       # the last allocated before e
+        if j >= 0:
+            r = int(rows[j])
+            if (fi[r] < 0 or fi[r] >= e) and out[r] < 0:
+                out[r] = e
+
+
+__all__ = ["AllocatorHistory", "AllocatorState", "SegmentView", "Segments", "reserved_unallocated", "rounded",
+           "small_pool", "ROUND", "SMALL_SEGMENT", "SMALL_ALLOC_MAX"]

@@ -1,0 +1,168 @@
+"""The caching allocator over the trace (classifiers/allocator.py): segments, blocks, pending
+frees, rounding, the reserved-but-unallocated bytes and the cache outside the largest free
+block, several streams; and that its totals are the analysis' own figures (the live and
+reserved lines, the OOM reports) on every real snapshot and fixture."""
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from vramscope.classifiers import analyze
+from vramscope.classifiers.allocator import ROUND, SMALL_SEGMENT, rounded, small_pool
+from vramscope.parsers import open_snapshot
+from vramscope.parsers.tables import A_FREE_REQUESTED
+
+from helpers import DATA, GROUNDTRUTH, NOT_A_SNAPSHOT, REPO, SHARED
+
+MiB = 1 << 20
+FILES = sorted(
+    [p for p in SHARED.glob("*.p*kl*") if p.name != NOT_A_SNAPSHOT] if SHARED.is_dir() else []
+) + sorted(DATA.glob("*.pickle")) + sorted(GROUNDTRUTH.glob("*.pickle")) + [REPO / "assets" / "example.pickle"]
+
+
+def two_stream_snapshot(path) -> str:
+    """Two segments on two streams; a block freed by the program (free_requested) whose
+    stream finishes 3 entries later (free_completed); sizes that are not multiples of 512."""
+    fr = [{"filename": "/home/u/train.py", "line": 10 + k, "name": f"step_{k}"} for k in range(4)]
+    t = 1_700_000_000_000_000
+    a, b = 0x7F0000000000, 0x7F1000000000
+    trace = [
+        {"action": "segment_alloc", "addr": a, "size": 20 * MiB, "stream": 0, "time_us": t, "frames": fr[:1]},
+        {"action": "alloc", "addr": a, "size": 3 * MiB + 100, "stream": 0, "time_us": t + 1, "frames": fr[:1]},
+        {"action": "alloc", "addr": a + 4 * MiB, "size": 5 * MiB, "stream": 0, "time_us": t + 2, "frames": fr[1:2]},
+        {"action": "segment_alloc", "addr": b, "size": 2 * MiB, "stream": 7, "time_us": t + 3, "frames": fr[2:3]},
+        {"action": "alloc", "addr": b, "size": 700, "stream": 7, "time_us": t + 4, "frames": fr[2:3]},
+        {"action": "free_requested", "addr": a + 4 * MiB, "size": 5 * MiB, "stream": 0, "time_us": t + 5,
+         "frames": fr[1:2]},                                                   # entry 5
+        {"action": "alloc", "addr": b + 1024, "size": 512, "stream": 7, "time_us": t + 6, "frames": fr[3:4]},
+        {"action": "alloc", "addr": a + 12 * MiB, "size": 1 * MiB, "stream": 0, "time_us": t + 7, "frames": fr[3:4]},
+        {"action": "free_completed", "addr": a + 4 * MiB, "size": 5 * MiB, "stream": 0, "time_us": t + 8,
+         "frames": fr[1:2]},                                                   # entry 8
+    ]
+    blocks_a = [{"address": a, "size": 3 * MiB + 512, "requested_size": 3 * MiB + 100, "state": "active_allocated",
+                 "frames": fr[:1]},
+                {"address": a + 12 * MiB, "size": MiB, "requested_size": MiB, "state": "active_allocated",
+                 "frames": fr[3:4]}]
+    blocks_b = [{"address": b, "size": 1024, "requested_size": 700, "state": "active_allocated", "frames": fr[2:3]},
+                {"address": b + 1024, "size": 512, "requested_size": 512, "state": "active_allocated",
+                 "frames": fr[3:4]}]
+
+    def seg(addr, size, stream, blocks, kind):
+        used = sum(x["size"] for x in blocks)
+        return {"device": 0, "address": addr, "total_size": size, "allocated_size": used, "active_size": used,
+                "requested_size": used, "stream": stream, "segment_type": kind, "segment_pool_id": (0, 0),
+                "is_expandable": False, "frames": [], "blocks": blocks}
+    snap = {"segments": [seg(a, 20 * MiB, 0, blocks_a, "large"), seg(b, 2 * MiB, 7, blocks_b, "small")],
+            "device_traces": [trace], "allocator_settings": {}}
+    with open(path, "wb") as fh:
+        pickle.dump(snap, fh, protocol=4)
+    return str(path)
+
+
+def analysis(path):
+    return analyze(open_snapshot(str(path), use_cache=False), use_cache=False)
+
+
+def test_state_of_two_streams_with_a_pending_free(tmp_path):
+    an = analysis(two_stream_snapshot(tmp_path / "streams.pickle"))
+    h, da = an.allocator(0), an.devices[0]
+    st = h.state_at(6)                     # after free_requested (5), before free_completed (8)
+    assert st.streams == [0, 7] and len(st.segments) == 2
+    assert [s.stream for s in st.segments] == [0, 7]
+    big = st.segments[0]
+    # a block whose free is pending is still allocated (torch counts it so), and said apart
+    assert big.pending == 5 * MiB and big.allocated == 3 * MiB + 100 + 5 * MiB
+    assert big.rounding == (3 * MiB + 512) - (3 * MiB + 100)
+    assert big.cached == 20 * MiB - (3 * MiB + 512) - 5 * MiB
+    small = st.segments[1]
+    assert small.small and small.allocated == 700 + 512 and small.rounding == 1024 - 700
+    assert st.reserved == da.live.reserved_at(6) == 22 * MiB
+    assert st.allocated == int(da.live.live_after[6]) and st.pending_free == 5 * MiB
+    assert st.reserved == st.allocated + st.rounding + st.cached
+    assert st.reserved_unallocated == st.rounding + st.cached == da.reserved_unallocated_at(6)
+    # the pending block is free once its stream is done
+    later = h.state_at(8)
+    assert later.pending_free == 0 and later.segments[0].cached == 20 * MiB - (3 * MiB + 512) - MiB
+    # the cache outside the largest free block: the freed block joined its neighbours
+    gaps = [12 * MiB - (3 * MiB + 512), 20 * MiB - 13 * MiB]
+    assert later.segments[0].largest_free == max(gaps) == later.largest_free
+    assert later.cached_outside_largest_free == pytest.approx(1 - max(gaps) / later.cached)
+    assert 0 < later.cached_outside_largest_free < 1
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_the_allocator_adds_up_to_the_analysis(path):
+    """At the peak, every OOM, the ends and 15 random entries: the simulation's reserved and
+    allocated bytes are the live and reserved lines' (so "reserved but unallocated" is one
+    number, wherever it is read), every live allocation sits in a segment, rounded to whole
+    512-byte units, and each segment's free stretches add up to what it caches."""
+    an = analysis(path)
+    for dev, da in an.devices.items():
+        h = an.allocator(dev)
+        n = da.n_entries
+        assert h.known == (da.live.reserved_start is not None and not da.reserved_unknown())
+        rng = np.random.default_rng(0)
+        moments = {-1, n - 1, da.peak.index, *(o.index for o in da.ooms), *rng.integers(0, max(n, 1), 15).tolist()}
+        for i in sorted(moments):
+            st = h.state_at(int(i))
+            if not h.known:
+                assert not st.known and st.reserved_unallocated is None and da.reserved_unallocated_at(i) is None
+                continue
+            live = int(da.live.live_after[i]) if 0 <= i < n else da.live.start_bytes
+            assert st.reserved == da.live.reserved_at(i)
+            assert st.allocated == live and len(st.block_row) == len(da.live_rows(i))
+            assert st.reserved_unallocated == da.reserved_unallocated_at(i)
+            assert st.reserved == st.allocated + st.rounding + st.cached
+            assert np.all(st.block_rounded % ROUND == 0) and np.all(st.block_rounded >= st.block_size)
+            assert all(0 <= s.largest_free <= s.cached for s in st.segments)
+            assert 0.0 <= st.cached_outside_largest_free <= 1.0
+            segs = h.segments_at(int(i))
+            assert int(segs.size.sum()) == st.reserved and int(segs.allocated.sum()) == st.allocated
+        for o in da.ooms:                       # the OOM report reads the same figure
+            assert o.fragmentation_bytes == da.reserved_unallocated_at(o.index)
+
+
+@pytest.mark.parametrize("path", FILES[:3] + [DATA / "oom.pickle", DATA / "expandable.pickle"],
+                         ids=lambda p: p.name)
+def test_live_rows_are_the_live_mask(path):
+    an = analysis(path)
+    for da in an.devices.values():
+        assert np.all(np.diff(da.allocs.alloc_index.astype(np.int64)) >= 0)     # rows in allocation order
+        for i in (-1, 0, da.n_entries // 2, da.peak.index, da.n_entries - 1):
+            assert np.array_equal(da.live_rows(i), np.flatnonzero(da.live_mask(i)))
+
+
+def test_rounded():
+    assert rounded(np.array([1, 512, 513, 3 * MiB + 100])).tolist() == [512, 512, 1024, 3 * MiB + 512]
+
+
+def test_small_pool_is_told_by_what_a_segment_holds_not_by_its_size_alone():
+    """An expandable large-pool segment grows by 2 MiB pages: a 2 MiB piece holding (part of)
+    a request over 1 MiB is the large pool's, though it has the small pool's size."""
+    seg_addr = np.array([0, 2 * MiB, 4 * MiB, 6 * MiB, 100 * MiB])
+    seg_size = np.array([SMALL_SEGMENT] * 4 + [20 * MiB])
+    # piece 0: small requests only; piece 1: a 1.5 MiB request starts in it; piece 3: a 5 MiB
+    # request that started in piece 2 reaches into it; the 20 MiB segment: large by size
+    alloc_addr = np.array([0, 512 * 1024, 2 * MiB, 4 * MiB + 4096, 100 * MiB])
+    alloc_size = np.array([4096, 1 * MiB, 3 * MiB // 2, 5 * MiB, 8 * MiB])
+    assert small_pool(seg_addr, seg_size, alloc_addr, alloc_size).tolist() == [True, False, False, False, False]
+    assert small_pool(seg_addr, seg_size, alloc_addr[:1], alloc_size[:1]).tolist() == [True] * 4 + [False]
+
+
+@pytest.mark.parametrize("name", ["oom.pickle", "keep_loss.pickle", "streams"])
+def test_free_requested_pairs_with_the_block_it_frees(name, tmp_path):
+    path = two_stream_snapshot(tmp_path / "s.pickle") if name == "streams" else DATA / name
+    an = analysis(path)
+    dev = an.primary_device()
+    da = an.devices[dev]
+    got = an.allocator(dev).free_requested_index()
+    addr = np.asarray(an.snapshot.trace(dev).columns["addr"])
+    ra, ai, fi = np.asarray(da.allocs.addr), np.asarray(da.allocs.alloc_index), np.asarray(da.allocs.free_index)
+    want = np.full(len(ra), -1)
+    for e in np.flatnonzero(da.trace_action == A_FREE_REQUESTED).tolist():     # a plain scan: the block live there
+        live = np.flatnonzero((ra == addr[e]) & (ai < e) & ((fi < 0) | (fi >= e)))
+        if len(live):
+            want[live[-1]] = e
+    assert np.array_equal(got, want)
