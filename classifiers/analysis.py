@@ -43,14 +43,7 @@ from . import cache
 from .categories import CATEGORIES
 from .engine import SnapshotFacts, classify_device, stack_pass
 from .leaks import find_leaks, leak_rows
-from .liveset import (
-    CategorySeries,
-    by_category_at,
-    category_series,
-    largest_live_rows,
-    live_mask,
-    series_at,
-)
+from .liveset import CategorySeries, Composition, largest_live_rows, live_mask
 from .ooms import advise, oom_indices, oom_reports, trains
 from .peaks import PEAK_TYPES, peak_type, with_peaks
 from .results import (
@@ -95,7 +88,7 @@ class DeviceAnalysis:
     rule_names: list[str] = field(default_factory=list, repr=False)
     trace_forward_stack: np.ndarray | None = field(default=None, repr=False)
     _free_order: tuple | None = field(default=None, repr=False)
-    _series: list | None = field(default=None, repr=False)
+    _composition: Composition | None = field(default=None, repr=False)
 
     # -- what is live ----------------------------------------------------------------------
     @property
@@ -106,20 +99,25 @@ class DeviceAnalysis:
         """bool per row: live right after entry `index` (-1: before the trace)."""
         return live_mask(self.allocs, index)
 
+    def composition(self) -> Composition:
+        """Live bytes per category at any entry (liveset.Composition: the one implementation
+        every surface reads), built on first use, once per device."""
+        if self._composition is None:
+            self._composition = Composition(self.category, self.allocs, self.n_entries)
+        return self._composition
+
     def by_category_at(self, index: int) -> dict[str, int]:
         """Live bytes per category right after entry `index` (-1: at the start), non-zero only."""
-        return by_category_at(self.category, self.allocs, index)
+        return self.composition().by_category(index)
 
     def category_series(self) -> list[CategorySeries]:
-        """Per category code: its live bytes over the trace (sparse), computed once."""
-        if self._series is None:
-            self._series = category_series(self.category, self.allocs)
-        return self._series
+        """Per category code: its live bytes over the trace, as the entries where it changes."""
+        return self.composition().series()
 
     def live_by_category(self, indices) -> np.ndarray:
         """int64 [len(indices), len(CATEGORIES)]: live bytes per category after each entry
         (-1: the start state)."""
-        return series_at(self.category_series(), indices)
+        return self.composition().at(indices)
 
     def largest_live(self, index: int, n: int = 10) -> list[Allocation]:
         """The `n` largest allocations live right after entry `index`, biggest first."""

@@ -9,7 +9,6 @@ import numpy as np
 
 from ..parsers.tables import A_OOM
 from .levers import TRAINING_LEVERS, lever
-from .liveset import by_category_at
 from .results import Advice, Oom
 from .timeline import PHASE_NAMES
 
@@ -62,7 +61,7 @@ def oom_reports(da, snap) -> tuple[Oom, ...]:
         allocated = int(live.live_after[i]) if len(live.live_after) else live.start_bytes
         reserved = live.reserved_at(i)
         frag = (reserved - allocated) if reserved is not None else None
-        byc = by_category_at(da.category, da.allocs, i)
+        byc = da.by_category_at(i)
         req = int(size[i])
         dev_free = extra.get("device_free")
         dev_free = int(dev_free) if isinstance(dev_free, int) and not isinstance(dev_free, bool) else None
