@@ -155,7 +155,7 @@ def test_table_row_moves_the_timeline(qt, window):
 
 def test_sort_table(qt, window):
     d = open_and_wait(qt, window, EXAMPLE)
-    from vramscope.viewer.rows import COL_ALLOC
+    from vramscope.viewer.model.rows import COL_ALLOC
     panel = window.table_panel
     panel.table.sortByColumn(COL_ALLOC, Qt.SortOrder.AscendingOrder)
     ai = d.alloc_index[panel.model.view.rows]

@@ -56,7 +56,7 @@ class Notes:
     """Stands in for the note dialog: answers queued texts (or cancels) and records what it was shown."""
 
     def __init__(self, monkeypatch):
-        from vramscope.viewer import dialogs
+        from vramscope.viewer.window import dialogs
         self.answers: list[str | None] = []
         self.asked: list[tuple[str, str, str]] = []
         monkeypatch.setattr(dialogs, "ask_note", self)
@@ -450,7 +450,7 @@ def test_note_placement(tmp_path):
     from vramscope.classifiers import analyze
     from vramscope.parsers import open_snapshot
     from vramscope.viewer.model import DeviceData
-    from vramscope.viewer.notes import note_row, note_span
+    from vramscope.viewer.model.notes import note_row, note_span
     snap = open_snapshot(write_snapshot(tmp_path / "t.pickle", 600, seed=5), use_cache=False)
     d = DeviceData(snap, analyze(snap), 0)
     assert d.has_time

@@ -60,7 +60,7 @@ def focus_key(qt, w, widget, key, modifier=Qt.KeyboardModifier.NoModifier):
 
 # -- the allocations table ------------------------------------------------------------------------------
 def test_sorting_keeps_the_highlight_on_the_selected_allocation(qt, window):
-    from vramscope.viewer.rows import COL_ALLOC, COL_SIZE
+    from vramscope.viewer.model.rows import COL_ALLOC, COL_SIZE
     d = open_and_wait(qt, window, EXAMPLE)
     panel = window.table_panel
     focus_key(qt, window, window.timeline.plot, Qt.Key.Key_P)          # the peak's allocation
@@ -200,7 +200,7 @@ def annotate_peak(qt, window):
 
 
 def test_note_dialog_keys_wrap_and_title(qt, window, copy_of_example):
-    from vramscope.viewer.dialogs import NoteDialog
+    from vramscope.viewer.window.dialogs import NoteDialog
     open_and_wait(qt, window, copy_of_example)
 
     def type_and_save(dlg):
@@ -454,7 +454,7 @@ def test_state_only_snapshot_axis_and_lifetimes(qt, window):
     path = SHARED / "volcengine+verl__mem.pickle"
     if not path.exists():
         pytest.skip("no state-only snapshot here")
-    from vramscope.viewer.rows import COL_LIFETIME
+    from vramscope.viewer.model.rows import COL_LIFETIME
     d = open_and_wait(qt, window, str(path))
     assert d.n == 0
     ax = window.timeline.axis_x
@@ -465,7 +465,7 @@ def test_state_only_snapshot_axis_and_lifetimes(qt, window):
 
 
 def test_entry_axis_ticks_are_whole(qt, window):
-    from vramscope.viewer.plot_items import TimeAxis
+    from vramscope.viewer.timeline.items import TimeAxis
     ax = TimeAxis("bottom")
     ax.has_time = False
     assert all(sp >= 1 for sp, _ in ax.tickSpacing(0, 3, 800))

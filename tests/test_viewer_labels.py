@@ -168,7 +168,7 @@ def test_phase_names_keep_clear_of_the_peak_label(qt, window):
 
 def test_note_labels_keep_clear_of_the_whatif_peak(qt, window):
     from vramscope.classifiers.category_live import CategoryLive
-    from vramscope.viewer.plot_items import NoteMark
+    from vramscope.viewer.timeline.items import NoteMark
     w = sized(qt, window, 1024, 700)
     d = open_and_wait(qt, w, str(DATA / "cuda_full.pickle"))
     tl = w.timeline

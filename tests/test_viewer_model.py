@@ -10,9 +10,10 @@ import pytest
 from vramscope.classifiers import analyze
 from vramscope.parsers import open_snapshot
 from vramscope.common.units import fmt_bytes, fmt_seconds, parse_size
-from vramscope.viewer.lod import MinMaxPyramid, ragged
+from vramscope.common.arrays import ragged
+from vramscope.viewer.model.lod import MinMaxPyramid
 from vramscope.viewer.model import DeviceData
-from vramscope.viewer.rows import COL_ALLOC, COL_CATEGORY, COL_LIFETIME, COL_SIZE, COL_WHERE, RowView
+from vramscope.viewer.model.rows import COL_ALLOC, COL_CATEGORY, COL_LIFETIME, COL_SIZE, COL_WHERE, RowView
 
 
 def write_snapshot(path, n_allocs: int = 3000, seed: int = 0, with_time: bool = True) -> str:
@@ -70,6 +71,7 @@ def synth(tmp_path_factory):
     # spread rows over categories so that stacking is exercised whatever the classifier says
     da = an.devices[0]
     da.category = (np.arange(len(da.allocs)) % 5 * 2).astype(np.uint8)
+    da._composition = None            # the analysis' composition (the viewer's too), of these categories
     return DeviceData(snap, an, 0)
 
 

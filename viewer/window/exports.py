@@ -9,8 +9,8 @@ import traceback
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QFileDialog, QInputDialog, QMessageBox
 
-from ..common.units import fmt_bytes
-from ..present.words import error_text
+from ...common.units import fmt_bytes
+from ...present.words import error_text
 from . import dialogs
 
 TRIM_WINDOW = 2000        # entries around the peak in a trimmed export (as `vramscope export --around-peak`)
@@ -72,8 +72,8 @@ class ExportsMixin:
         if os.path.exists(out) and not os.path.isdir(out):
             self._show_error("Cannot export the report", f"{out} is a file, not a folder")
             return
-        from ..services.report import write_report
-        from .report_png import render_timeline
+        from ...services.report import write_report
+        from ..report_png import render_timeline
         notes = list(self.store) if self.store is not None else None     # None: the report reads the sidecar
         paths = self._run_export("report", lambda: write_report(self.result.analysis, out, annotations=notes,
                                                                 render_png=render_timeline))
@@ -93,7 +93,7 @@ class ExportsMixin:
         d = self.data
         if self.result is None or d is None or d.n == 0:
             return
-        from ..services.export import export_trimmed, window_around
+        from ...services.export import export_trimmed, window_around
         choices = []
         marked = self.timeline.marked_range()
         if marked is not None and (span := self._entries_in(*marked)) is not None:
@@ -127,7 +127,7 @@ class ExportsMixin:
         """Live bytes per category as Perfetto counter tracks, every device."""
         if self.result is None:
             return
-        from ..services.export import export_perfetto
+        from ...services.export import export_perfetto
         path = self._save_path("Export Perfetto trace", f"{self._base_name()}.perfetto.json",
                                "Chrome trace JSON (*.json)", ".json")
         if not path:

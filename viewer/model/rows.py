@@ -5,7 +5,7 @@ import re
 
 import numpy as np
 
-from .model import DeviceData
+from .device import DeviceData
 
 COLUMNS = ("Category", "Size", "Allocated", "Freed", "Lifetime", "Address", "Rule", "Where")
 (COL_CATEGORY, COL_SIZE, COL_ALLOC, COL_FREE, COL_LIFETIME, COL_ADDR, COL_RULE, COL_WHERE) = range(len(COLUMNS))

@@ -17,12 +17,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..common.units import fmt_bytes
-from ..parsers.tables import A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP
-from ..present.markup import html as _esc
-from .allocator_state import AllocatorState
-from .model import DeviceData
-from .theme import category_color
+from ...common.units import fmt_bytes
+from ...parsers.tables import A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP
+from ...present.markup import html as _esc
+from ..allocator_state import AllocatorState
+from ..model import DeviceData, when_text
+from ..theme import category_color
 
 PENDING_COLOR = "#F28E2B"
 ROW_H = 16
@@ -256,7 +256,6 @@ class AllocatorPanel(QWidget):
         self.index = i
         st = self.state = AllocatorState.at(d, i)
         self.map.set_state(d, st)
-        from .panels import when_text
         self.where.setText(f"<b>{when_text(d, i)}</b>")
         if not st.known:
             self.header.setText("<i>This snapshot has no allocator segments (profiler-converted).</i>")

@@ -1,17 +1,15 @@
-"""What the viewer shows, as numpy queries over one device (no Qt here).
+"""What the viewer shows of one device, as numpy queries (no Qt here).
 
 `DeviceData` is built once per device, off the GUI thread, from the parser's
 columns and the analysis. It keeps no Python object per event or per
-allocation. Its parts, and why:
+allocation, and it computes no fact of its own: what is live, by category, at
+any entry is the analysis' (`DeviceAnalysis.live_by_category`, classifiers/
+liveset.py), the peak, iterations and findings are the analysis' typed results.
+What it adds is the view of them:
 
 - an x axis: seconds since the first event when the trace has `time_us`, else
   the entry index (profiler-converted snapshots have no times);
 - `MinMaxPyramid` over live and reserved bytes, for exact per-pixel envelopes;
-- live bytes *per category* at any entry: a category per alloc/free event
-  (`event_category`, one byte an event) plus checkpoints of the per-category
-  totals every `CHECKPOINT` events. The composition after entry i is the
-  nearest checkpoint plus fewer than CHECKPOINT/2 signed sizes. Nine full
-  per-category curves would cost 72 bytes an event; this costs about 2.2.
 - allocation rows sorted by size (the table's first order), computed here,
   off the GUI thread;
 - allocator segments as intervals of entries (from `segment_*` events and the
@@ -23,15 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..classifiers import CATEGORIES, Finding, Iteration
-from ..parsers.tables import A_ALLOC
-from ..present.stacks import Stacks
-from ..present.words import finding_detail, finding_title
-from .lod import MinMaxPyramid, ragged
-from .segments import SegmentsMixin
+from ...classifiers import CATEGORIES, Finding, Iteration
+from ...common.units import fmt_seconds
+from ...present.stacks import Stacks
+from ...present.words import finding_detail, finding_title
+from ..segments import SegmentsMixin
+from .lod import MinMaxPyramid
 
-CHECKPOINT = 64
-NO_CATEGORY = 255
 IDLE_GAP_SHARE = 0.5           # an idle gap longer than this share of the run: entries on the x axis
 
 
@@ -130,7 +126,7 @@ class DeviceData(SegmentsMixin):
         self.pyramid = MinMaxPyramid(curves) if n else None
         self._step(progress, "timeline", 0.3)
 
-        # allocations, their categories, and the category of every alloc/free event
+        # the allocation rows and their categories (the analysis')
         al = da.allocs
         self.allocs = al
         self.category = np.asarray(da.category)
@@ -144,13 +140,8 @@ class DeviceData(SegmentsMixin):
             self._sorted_alloc_index = self.alloc_index[self._alloc_order]
         else:
             self._alloc_order = None
-        self.event_category = np.full(n, NO_CATEGORY, dtype=np.uint8)
-        has_a = self.alloc_index >= 0
-        self.event_category[self.alloc_index[has_a]] = self.category[has_a]
-        has_f = self.free_index >= 0
-        self.event_category[self.free_index[has_f]] = self.category[has_f]
         self._step(progress, "timeline", 0.5)
-        self._build_checkpoints()
+        self.da.composition()             # built here, off the GUI thread, on first use
         self._step(progress, "timeline", 0.7)
 
         idx_t = np.int32 if self.n_rows < (1 << 31) else np.int64
@@ -177,65 +168,10 @@ class DeviceData(SegmentsMixin):
             progress.update(frac)
 
     # -- per-category live bytes ---------------------------------------------------
-    def _build_checkpoints(self):
-        n, C = self.n, self.n_categories
-        al = self.allocs
-        pre = self.alloc_index < 0
-        start = np.bincount(self.category[pre], weights=al.size[pre].astype(np.float64), minlength=C)
-        start = np.rint(start).astype(np.int64)
-        # whatever the rows do not explain (blocks whose trace size differs...) goes to
-        # `unknown`, so the stacked categories always add up to the live line
-        residual = self.start_bytes - int(start.sum())
-        unknown = self.categories.index("unknown") if "unknown" in self.categories else C - 1
-        start[unknown] += residual
-        nblocks = -(-n // CHECKPOINT)
-        cp = np.zeros((nblocks + 1, C), dtype=np.int64)
-        cp[0] = start
-        chunk = CHECKPOINT * 16384
-        for s in range(0, n, chunk):
-            e = min(n, s + chunk)
-            cat = self.event_category[s:e]
-            ev = np.flatnonzero(cat != NO_CATEGORY)
-            d = self._signed(ev + s).astype(np.float64)
-            blk = (ev // CHECKPOINT).astype(np.int64)
-            nb = -(-(e - s) // CHECKPOINT)
-            sums = np.bincount(blk * C + cat[ev], weights=d, minlength=nb * C).reshape(nb, C)
-            cp[1 + s // CHECKPOINT: 1 + s // CHECKPOINT + nb] = np.rint(sums).astype(np.int64)
-        np.cumsum(cp, axis=0, out=cp)
-        self.checkpoints = cp
-
-    def _signed(self, pos: np.ndarray) -> np.ndarray:
-        """+size for an alloc, -size for a free (callers pass alloc/free entries only)."""
-        a = self.action[pos]
-        s = np.asarray(self.size[pos], dtype=np.int64)
-        return np.where(a == A_ALLOC, s, -s)
-
     def composition(self, indices) -> np.ndarray:
-        """Live bytes per category right after each entry (-1: before the first), (Q, C) float64."""
-        idx = np.asarray(indices, dtype=np.int64)
-        C = self.n_categories
-        q = len(idx)
-        s = np.clip(idx + 1, 0, self.n)             # events applied
-        j_lo = s // CHECKPOINT
-        last = len(self.checkpoints) - 1
-        pos_lo = j_lo * CHECKPOINT
-        pos_hi = np.minimum((j_lo + 1) * CHECKPOINT, self.n)
-        j_hi = np.minimum(j_lo + 1, last)
-        fwd = (s - pos_lo) <= (pos_hi - s)
-        fwd |= j_lo >= last
-        j = np.where(fwd, j_lo, j_hi)
-        out = self.checkpoints[j].astype(np.float64)
-        starts = np.where(fwd, pos_lo, s)
-        lens = np.where(fwd, s - pos_lo, pos_hi - s)
-        if lens.any():
-            pos, owner = ragged(starts, lens)
-            cat = self.event_category[pos]
-            keep = cat != NO_CATEGORY
-            pos, owner, cat = pos[keep], owner[keep], cat[keep]
-            d = self._signed(pos).astype(np.float64)
-            d[~fwd[owner]] *= -1.0                    # walking back from the next checkpoint
-            out += np.bincount(owner * C + cat, weights=d, minlength=q * C).reshape(q, C)
-        return out
+        """Live bytes per category right after each entry (-1: before the first), (Q, C)
+        float64 for drawing: the analysis' (DeviceAnalysis.live_by_category), never our own."""
+        return self.da.live_by_category(indices).astype(np.float64)
 
     # -- x axis ------------------------------------------------------------------------
     def set_time_axis(self, on: bool) -> bool:
@@ -614,8 +550,17 @@ class DeviceData(SegmentsMixin):
     @property
     def nbytes(self) -> int:
         """What this model adds on top of the parser's and analysis' arrays."""
-        n = self.event_category.nbytes + self.checkpoints.nbytes + self.rows_by_size.nbytes
+        n = self.rows_by_size.nbytes
         n += self.pyramid.nbytes if self.pyramid is not None else 0
         if self._alloc_order is not None:
             n += self._alloc_order.nbytes
         return n
+
+
+def when_text(d: DeviceData, i: int) -> str:
+    """Entry i in words: its time since the first event (when the trace has times) and its number."""
+    if i < 0:
+        return "before the trace"
+    if d.has_time:
+        return f"{fmt_seconds(float(d.seconds_of(i)), 1e-4)} (entry {i:,})"
+    return f"entry {i:,}"

@@ -25,17 +25,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..classifiers import CATEGORIES
-from ..classifiers.budget import budget as make_budget
-from ..classifiers.category_live import CategoryLive
-from ..classifiers.levers import left_out
-from ..classifiers.ooms import expandable_segments_on, trains
-from ..classifiers.whatif import COMMON_CARDS, LEVERS, WhatIfError, fits_on, lever, parse_gpu_size
-from ..common.units import GiB, fmt_bytes
-from ..present.markup import html as _esc
-from ..present.words import peak_words
-from .model import DeviceData
-from .theme import category_color
+from ...classifiers import CATEGORIES
+from ...classifiers.budget import budget as make_budget
+from ...classifiers.category_live import CategoryLive
+from ...classifiers.levers import left_out
+from ...classifiers.ooms import expandable_segments_on, trains
+from ...classifiers.whatif import COMMON_CARDS, LEVERS, WhatIfError, fits_on, lever, parse_gpu_size
+from ...common.units import GiB, fmt_bytes
+from ...present.markup import html as _esc
+from ...present.words import peak_words
+from ..model import DeviceData
+from ..theme import category_color
 
 class _ClickLabel(QLabel):
     clicked = Signal()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 
-from ..common.units import fmt_bytes
-from ..services.annotations import Annotation, AnnotationStore
+from ...common.units import fmt_bytes
+from ...services.annotations import Annotation, AnnotationStore
 from . import dialogs
-from .notes import first_line, location_notice, note_row, note_span
-from .window_exports import _one_line
+from ..model.notes import first_line, location_notice, note_row, note_span
+from .exports import _one_line
 
 # what the store's undo/redo commands do, for the Edit menu's "Undo Add Note"
 

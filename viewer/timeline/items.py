@@ -13,9 +13,9 @@ import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QImage, QPainter, QPainterPath, QPen, QTransform
 
-from ..common.units import byte_unit, fmt_seconds
-from .qt import survives
-from .theme import NOTE_COLOR
+from ...common.units import byte_unit, fmt_seconds
+from ..qt import survives
+from ..theme import NOTE_COLOR
 
 
 # -- axes ----------------------------------------------------------------------------

@@ -11,9 +11,9 @@ import os
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QGridLayout, QLabel, QSizePolicy, QToolButton, QWidget
 
-from ..present.markup import html as _esc
-from ..present.markup import middle
-from .compare_data import ALIGN_ITERATION, ALIGN_START
+from ...present.markup import html as _esc
+from ...present.markup import middle
+from ..model.compare import ALIGN_ITERATION, ALIGN_START
 
 NAME_LIMIT, SHORTEST_NAME = 34, 12     # characters of a file name, cut in the middle beyond
 

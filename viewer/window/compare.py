@@ -12,11 +12,11 @@ import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog
 
-from ..classifiers.compare import naming_stacks
-from ..present.words import site_rows_text
-from .compare_data import CompareResult
-from .loader import load_compare, swap_compare
-from .window_loading import FILE_FILTER
+from ...classifiers.compare import naming_stacks
+from ...present.words import site_rows_text
+from ..model.compare import CompareResult
+from ..model.load import load_compare, swap_compare
+from .loading import FILE_FILTER
 
 
 class CompareMixin:

@@ -8,8 +8,8 @@ import os
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QProgressDialog
 
-from .compare_data import CompareResult
-from .loader import load, switch_device
+from ..model.compare import CompareResult
+from ..model.load import load, switch_device
 
 FILE_FILTER = "Memory snapshots (*.pickle *.pkl *.pck *.p);;All files (*)"
 

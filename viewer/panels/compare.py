@@ -27,11 +27,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..classifiers import STACK_ORDER
-from ..common.units import fmt_bytes
-from ..present.markup import html as _esc
-from ..present.words import COMPARE_X_TITLES, peak_words, signed_bytes
-from .compare_data import (
+from ...classifiers import STACK_ORDER
+from ...common.units import fmt_bytes
+from ...present.markup import html as _esc
+from ...present.words import COMPARE_X_TITLES, peak_words, signed_bytes
+from ..model.compare import (
     ALIGN_ITERATION,
     ALIGN_START,
     AlignedSide,
@@ -41,8 +41,8 @@ from .compare_data import (
     shared_seconds,
 )
 from .compare_header import CompareHeader
-from .plot_items import BytesAxis, TimeAxis, cosmetic_pen
-from .theme import Theme, category_color
+from ..timeline.items import BytesAxis, TimeAxis, cosmetic_pen
+from ..theme import Theme, category_color
 
 A_COLOR, B_COLOR = "#4E79A7", "#E15759"      # as the report's compare.png
 _SORT = Qt.ItemDataRole.UserRole + 10         # per column: the number a column sorts by

@@ -7,10 +7,10 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtGui import QColor
 
-from ..common.units import fmt_bytes, fmt_duration_us, fmt_seconds
-from ..present.markup import html as _esc
-from ..present.words import segment_pool_words, segment_stream_words
-from .theme import category_color
+from ...common.units import fmt_bytes, fmt_duration_us, fmt_seconds
+from ...present.markup import html as _esc
+from ...present.words import segment_pool_words, segment_stream_words
+from ..theme import category_color
 
 
 class PointerMixin:

@@ -8,9 +8,9 @@ import os
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication, QTabBar, QWidget
 
-from ..common.units import fmt_seconds
-from ..present.words import leak_rows_text
-from .notes import home_short
+from ...common.units import fmt_seconds
+from ...present.words import leak_rows_text
+from ..model.notes import home_short
 
 MAX_RECENT = 10
 

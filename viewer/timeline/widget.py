@@ -13,14 +13,14 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QPen
 from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
-from ..classifiers import annotation_regions
-from ..common.units import fmt_bytes
-from ..present.words import peak_words
-from .model import DeviceData, Envelope
-from .notes import first_line, note_span
-from .timeline_modes import ModesMixin
-from .timeline_pointer import PointerMixin
-from .plot_items import (
+from ...classifiers import annotation_regions
+from ...common.units import fmt_bytes
+from ...present.words import peak_words
+from ..model import DeviceData, Envelope
+from ..model.notes import first_line, note_span
+from .stacking import ModesMixin
+from .pointer import PointerMixin
+from .items import (
     BytesAxis,
     DeviceStrokes,
     GridItem,
@@ -35,7 +35,7 @@ from .plot_items import (
     column_strokes,
     cosmetic_pen,
 )
-from .theme import (
+from ..theme import (
     ANNOTATION_COLOR,
     GPU_COLOR,
     LEAK_COLOR,

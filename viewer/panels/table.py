@@ -30,10 +30,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..common.units import fmt_bytes, fmt_duration_us, fmt_seconds, parse_size
-from ..present.markup import html as _html
-from .model import DeviceData
-from .rows import (
+from ...common.units import fmt_bytes, fmt_duration_us, fmt_seconds, parse_size
+from ...present.markup import html as _html
+from ..model import DeviceData
+from ..model.rows import (
     COL_ADDR,
     COL_ALLOC,
     COL_CATEGORY,
@@ -45,7 +45,7 @@ from .rows import (
     COLUMNS,
     RowView,
 )
-from .theme import category_color
+from ..theme import category_color
 
 FILTER_DELAY_MS = 40
 _RIGHT = int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)

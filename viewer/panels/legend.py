@@ -6,11 +6,11 @@ from PySide6.QtCore import QPoint, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QIcon, QPixmap
 from PySide6.QtWidgets import QLabel, QLayout, QToolButton, QWidget
 
-from ..classifiers import STACK_ORDER
-from ..common.units import fmt_bytes
-from .model import DeviceData
-from ..present.words import SEGMENT_BANDS_WORDS
-from .theme import PHASE_COLORS, SEGMENT_COLORS, category_color
+from ...classifiers import STACK_ORDER
+from ...common.units import fmt_bytes
+from ..model import DeviceData
+from ...present.words import SEGMENT_BANDS_WORDS
+from ..theme import PHASE_COLORS, SEGMENT_COLORS, category_color
 
 # what the store's undo/redo commands do, for the Edit menu's "Undo Add Note"
 

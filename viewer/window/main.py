@@ -19,29 +19,32 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..common.units import fmt_bytes
-from ..present.markup import html as _esc
-from ..present.markup import middle
-from ..present.words import peak_words
-from ..services.annotations import AnnotationStore
-from .allocator_panel import AllocatorPanel
-from .compare_panel import ComparePanel
-from .devices import DeviceStrip
-from .whatif_panel import WhatIfPanel
-from .legend import LegendBar
-from .loader import Loader, LoadResult
-from .model import DeviceData
-from .notes import NotesPanel
-from .panels import FindingsPanel, MomentPanel, StackPanel
+from ...common.units import fmt_bytes
+from ...present.markup import html as _esc
+from ...present.markup import middle
+from ...present.words import peak_words
+from ...services.annotations import AnnotationStore
+from ..panels.allocator import AllocatorPanel
+from ..panels.compare import ComparePanel
+from ..panels.devices import DeviceStrip
+from ..panels.whatif import WhatIfPanel
+from ..panels.legend import LegendBar
+from ..model.load import LoadResult
+from ..model import DeviceData
+from ..panels.findings import FindingsPanel
+from ..panels.moment import MomentPanel
+from ..panels.notes import NotesPanel
+from ..panels.selection import StackPanel
 from .status_bar import StatusBar
-from .table import AllocationsPanel
-from .theme import Theme
-from .timeline import TimelineWidget
-from .window_compare import CompareMixin
-from .window_exports import ExportsMixin
-from .window_loading import LoadingMixin
-from .window_notes import NotesMixin
-from .window_views import ViewsMixin
+from ..panels.table import AllocationsPanel
+from ..theme import Theme
+from ..timeline import TimelineWidget
+from .compare import CompareMixin
+from .exports import ExportsMixin
+from .loading import LoadingMixin
+from .notes import NotesMixin
+from .docks import ViewsMixin
+from ..worker import Loader
 
 PAGE_WELCOME, PAGE_TIMELINE, PAGE_EMPTY = range(3)
 # what the store's undo/redo commands do, for the Edit menu's "Undo Add Note"
@@ -708,7 +711,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
         box.open()
 
     def show_about(self):
-        from .. import __version__
+        from ... import __version__
         box = QMessageBox(QMessageBox.Icon.NoIcon, "About vramscope",
                           f"<b>vramscope {__version__}</b><br>PyTorch CUDA memory snapshots: categories, "
                           "peaks, leaks and OOMs, on little RAM.", QMessageBox.StandardButton.Ok, self)

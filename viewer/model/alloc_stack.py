@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .lod import ragged
+from ...common.arrays import ragged
 
 SHADES = 4            # neighbouring bands of one colour alternate between this many shades
 

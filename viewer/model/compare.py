@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..classifiers.compare import CompareSide, Comparison, DeviceComparison
+from ...classifiers.compare import CompareSide, Comparison, DeviceComparison
 from .lod import MinMaxPyramid
 
 ALIGN_START, ALIGN_ITERATION = "start", "iteration"

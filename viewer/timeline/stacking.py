@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtGui import QColor
 
-from ..common.units import fmt_bytes
-from .alloc_stack import SHADES
-from .model import Envelope
-from .theme import SEGMENT_COLORS
+from ...common.units import fmt_bytes
+from ..model.alloc_stack import SHADES
+from ..model import Envelope
+from ..theme import SEGMENT_COLORS
 
 MODES = ("categories", "allocations", "segments")
 
