@@ -220,7 +220,7 @@ def test_note_dialog_keys_wrap_and_title(qt, window, copy_of_example):
     seen = on_dialog(qt, type_and_save)
     annotate_peak(qt, window)
     assert len(seen) == 1, seen
-    notes = list(window.store)
+    notes = list(window.notes.store)
     assert [n.note for n in notes] == ["first line\nsecond"]
 
     # Ctrl+Enter (the main keyboard's Enter reads Return; the keypad's is Enter) saves too
@@ -230,7 +230,7 @@ def test_note_dialog_keys_wrap_and_title(qt, window, copy_of_example):
     seen = on_dialog(qt, keypad)
     annotate_peak(qt, window)
     assert len(seen) == 1, seen
-    assert [n.note for n in window.store][-1] == "keypad"
+    assert [n.note for n in window.notes.store][-1] == "keypad"
 
     # Esc cancels: nothing added
     def cancel(dlg):
@@ -239,7 +239,7 @@ def test_note_dialog_keys_wrap_and_title(qt, window, copy_of_example):
     seen = on_dialog(qt, cancel)
     annotate_peak(qt, window)
     assert len(seen) == 1, seen
-    assert len(list(window.store)) == 2
+    assert len(list(window.notes.store)) == 2
 
 
 # -- the status bar ------------------------------------------------------------------------------------
@@ -330,19 +330,19 @@ def test_open_recent_tells_same_names_apart(qt, tmp_path):
 
 
 def test_a_step_without_progress_shows_a_busy_bar(qt, window):
-    window._show_progress("Opening x.pickle…")
-    dlg = window.progress_dialog
-    window._on_progress("analyzing", 0.0, 1.0)
+    window.loading.progress.show("Opening x.pickle…")
+    dlg = window.loading.progress.dialog
+    window.loading.progress.on_progress("analyzing", 0.0, 1.0)
     assert dlg.maximum() == 0 and "Analyzing" in dlg.labelText()          # busy, not "0%"
-    window._on_progress("timeline", 0.5, 1.0)
+    window.loading.progress.on_progress("timeline", 0.5, 1.0)
     assert dlg.maximum() == 1000 and dlg.value() == 499
-    window._hide_progress()
+    window.loading.progress.hide()
 
 
 def test_one_hover_box_over_a_note(qt, window, copy_of_example):
     from vramscope.services.annotations import Annotation
     d = open_and_wait(qt, window, copy_of_example)
-    window.store.add(Annotation(kind="range", device=d.device, start_index=200, end_index=900,
+    window.notes.store.add(Annotation(kind="range", device=d.device, start_index=200, end_index=900,
                                 note="warm-up\nthe first steps allocate the optimizer state"))
     tl = window.timeline
     tl.refresh_now()
@@ -544,7 +544,7 @@ def live_in_stack_order(d, i):
 def outline_at(tl, x):
     """(bottom, top) of the selection outline over the column at x."""
     xs, ys = tl.sel_bar.getData()
-    half = (tl._last_env.col_x[1] - tl._last_env.col_x[0]) / 2
+    half = (tl.last_env.col_x[1] - tl.last_env.col_x[0]) / 2
     near = np.isfinite(ys) & (np.abs(xs - x) <= half + 1e-12)
     return float(np.nanmin(ys[near])), float(np.nanmax(ys[near]))
 
@@ -557,7 +557,7 @@ def test_per_allocation_view_hover_click_and_outline(qt, window):
     qt.keyClick(tl.plot, Qt.Key.Key_L)
     assert tl.mode == "allocations" and window.mode_actions["allocations"].isChecked()
     x = float(d.x_of_index(d.peak_index))
-    i = tl.index_under(x)
+    i = tl.pointer.index_under(x)
     rows = live_in_stack_order(d, i)
     sizes = np.asarray(d.allocs.size)[rows]
     tops = np.cumsum(sizes)
@@ -571,7 +571,7 @@ def test_per_allocation_view_hover_click_and_outline(qt, window):
     assert d.category_name(int(d.category[rows[k]])) in text and fmt_bytes(int(sizes[k])) in text
     qt.mouseClick(tl.plot.viewport(), Qt.MouseButton.LeftButton, pos=pos)
     assert window.selected_row == int(rows[k])
-    lo, hi = outline_at(tl, tl._last_env.col_x[tl.column_under(x)])
+    lo, hi = outline_at(tl, tl.last_env.col_x[tl.pointer.column_under(x)])
     assert lo == pytest.approx(tops[k] - sizes[k]) and hi == pytest.approx(tops[k])
     # hidden categories drop out of the stack, and the rest moves down
     c = int(d.category[rows[0]])
@@ -579,7 +579,7 @@ def test_per_allocation_view_hover_click_and_outline(qt, window):
     qt.wait(5)
     below = rows[:k][d.category[rows[:k]] != c]
     if int(d.category[rows[k]]) != c:
-        lo2, hi2 = outline_at(tl, tl._last_env.col_x[tl.column_under(x)])
+        lo2, hi2 = outline_at(tl, tl.last_env.col_x[tl.pointer.column_under(x)])
         assert lo2 == pytest.approx(float(np.asarray(d.allocs.size)[below].sum()))
 
 
@@ -598,13 +598,13 @@ def test_category_outline_sits_at_its_place_in_the_band(qt, window):
     tl.zoom_to_indices(max(0, i - 40), min(d.n - 1, i + 40))
     tl.refresh_now()
     x = float(d.x_of_index(i))
-    col = tl.column_under(x)
-    j = int(tl._last_env.col_index[col])
+    col = tl.pointer.column_under(x)
+    j = int(tl.last_env.col_index[col])
     live = live_in_stack_order(d, j)
     base = sum(float(np.asarray(d.allocs.size)[live][d.category[live] == cc].sum()) for cc in vis[:vis.index(c)])
     older = live[:np.flatnonzero(live == row)[0]]
     offset = float(np.asarray(d.allocs.size)[older][d.category[older] == c].sum())
-    lo, hi = outline_at(tl, tl._last_env.col_x[col])
+    lo, hi = outline_at(tl, tl.last_env.col_x[col])
     assert lo == pytest.approx(base + offset) and hi == pytest.approx(base + offset + float(d.allocs.size[row]))
     assert lo > 0                                   # not drawn from 0 at the bottom of the chart
 

@@ -1,20 +1,28 @@
-"""The window's worker: request -> worker -> result applied on the GUI thread.
+"""Work off the GUI thread: request -> worker -> result applied on the GUI thread.
 
-One worker (a QThreadPool of one thread, napari-style): a new request cancels
-the one in flight through its `Progress`, and a result that arrives for a
-request that is no longer the current one is dropped. The work itself (opening,
-analyzing, modelling, comparing, exporting) knows nothing of Qt; it reports through
-the GUI-neutral `Progress`, whose callback here only emits a queued signal.
+One `Worker` is one thread (a QThreadPool of one, napari-style): a new request cancels
+the one in flight through its `Progress`, and a result that arrives for a request that
+is no longer the current one is dropped. The work itself (opening, analyzing, modelling,
+comparing, the What-if panel's model, exporting) knows nothing of Qt; it reports through
+the GUI-neutral `parsers.Progress`, whose callback here only emits a queued signal.
+
+The window keeps one worker per kind of work (files, exports, the What-if model), so an
+export never cancels an open and a new file cancels the work of the old one.
+
+`GuiThread` is the way back for the rare step that needs the GUI thread (the report's
+PNG is drawn with Qt widgets): the worker asks, waits, and stays cancellable.
 """
 from __future__ import annotations
 
 import sys
+import threading
 import traceback
 from typing import Callable
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 
 from ..parsers import Cancelled, Progress, SnapshotError
+from ..present.words import error_text
 
 
 class _Signals(QObject):
@@ -25,9 +33,10 @@ class _Signals(QObject):
 
 
 class _Job(QRunnable):
-    def __init__(self, req: int, fn: Callable, progress: Progress, signals: _Signals):
+    def __init__(self, req: int, fn: Callable[[Progress], object], progress: Progress, signals: _Signals,
+                 expected: tuple[type[BaseException], ...]):
         super().__init__()
-        self.req, self.fn, self.progress, self.signals = req, fn, progress, signals
+        self.req, self.fn, self.progress, self.signals, self.expected = req, fn, progress, signals, expected
 
     def run(self):
         req, sig = self.req, self.signals
@@ -39,18 +48,21 @@ class _Job(QRunnable):
         except SnapshotError as e:
             sig.failed.emit(req, e.one_line())
         except MemoryError:
-            sig.failed.emit(req, "not enough memory to open this snapshot")
-        except Exception as e:  # a bug: one line in the dialog, the traceback on stderr
-            traceback.print_exc(file=sys.stderr)
-            msg = " ".join(f"{type(e).__name__}: {e}".split())
-            sig.failed.emit(req, f"unexpected error ({msg})")
+            sig.failed.emit(req, "not enough memory for this snapshot")
+        except Exception as e:
+            if isinstance(e, self.expected):          # a folder that cannot be written, a bad range
+                sig.failed.emit(req, error_text(e))
+            else:                                     # a bug: one line in the dialog, the traceback on stderr
+                traceback.print_exc(file=sys.stderr)
+                msg = " ".join(f"{type(e).__name__}: {e}".split())
+                sig.failed.emit(req, f"unexpected error ({msg})")
         else:
             sig.done.emit(req, result)
         finally:
             self.fn = None
 
 
-class Loader(QObject):
+class Worker(QObject):
     """Runs one job at a time; only the latest request's outcome is reported."""
 
     progressed = Signal(str, float, float)
@@ -58,7 +70,7 @@ class Loader(QObject):
     failed = Signal(str)
     cancelled = Signal()
 
-    def __init__(self, parent=None):
+    def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
         self.pool = QThreadPool(self)
         self.pool.setMaxThreadCount(1)
@@ -75,8 +87,10 @@ class Loader(QObject):
     def busy(self) -> bool:
         return self._busy
 
-    def submit(self, fn: Callable[[Progress], object]) -> int:
-        """Run fn(progress) on the worker; cancels (and silences) the request before it."""
+    def submit(self, fn: Callable[[Progress], object], expected: tuple[type[BaseException], ...] = ()) -> int:
+        """Run fn(progress) on the worker; cancels (and silences) the request before it.
+        An exception of the `expected` kinds fails the request with its one line, without
+        a traceback (any other is a bug: its traceback goes to stderr)."""
         self.cancel()
         self._req += 1
         req = self._req
@@ -84,7 +98,7 @@ class Loader(QObject):
         progress = Progress(lambda label, done, total: sig.progress.emit(req, label, done, total))
         self._progress = progress
         self._busy = True
-        self.pool.start(_Job(req, fn, progress, sig))
+        self.pool.start(_Job(req, fn, progress, sig, expected))
         return req
 
     def cancel(self):
@@ -119,3 +133,44 @@ class Loader(QObject):
     def _on_cancelled(self, req):
         if self._finish(req):
             self.cancelled.emit()
+
+
+class GuiThread(QObject):
+    """Made on the GUI thread, it runs there what a worker hands it (a queued signal): for the
+    rare step of a job that needs the GUI thread (the report's PNG is drawn with Qt widgets)."""
+
+    _call = Signal(object)
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self._call.connect(self._run)
+
+    @staticmethod
+    def _run(request):
+        fn, box, done = request
+        try:
+            box.append(("ok", fn()))
+        except BaseException as e:       # handed back to the worker, which raises it there
+            box.append(("error", e))
+        finally:
+            done.set()
+
+    def runner(self, progress: Progress) -> Callable[[Callable[[], object]], object]:
+        """A function for a worker: run(fn) runs fn() on the GUI thread and returns its result
+        (or raises its exception). The worker waits, checking `progress` every 50 ms: a
+        cancelled request stops waiting, so the window's shutdown (which cancels first) never
+        waits on a worker that waits on it."""
+        def run(fn: Callable[[], object]) -> object:
+            box: list = []
+            done = threading.Event()
+            self._call.emit((fn, box, done))
+            while not done.wait(0.05):
+                progress.check()
+            kind, value = box[0]
+            if kind == "error":
+                raise value
+            return value
+        return run
+
+
+__all__ = ["Worker", "GuiThread"]

@@ -504,7 +504,7 @@ class DeviceData(SegmentsMixin):
         return (max(a, 0), f if f >= 0 else max(self.n - 1, 0))
 
     # -- findings ------------------------------------------------------------------------------
-    def _zoom_around(self, i: int, first: int | None = None, last: int | None = None) -> tuple[int, int]:
+    def zoom_around(self, i: int, first: int | None = None, last: int | None = None) -> tuple[int, int]:
         """Entries to show around entry i: close enough to see what happens there
         (an eighth of its iteration, or of the run), never fewer than 200."""
         if first is None or last is None or last <= first:
@@ -526,7 +526,7 @@ class DeviceData(SegmentsMixin):
         rows = self.rows_of_alloc_events([f.index for f in found])      # one search for all
         for f, row in zip(found, rows.tolist()):
             leak_rows = None
-            zoom = self._zoom_around(f.index)
+            zoom = self.zoom_around(f.index)
             where = place = ""
             if f.kind == "leak":
                 leak_rows = da.leak_rows(f.subject)
@@ -535,7 +535,7 @@ class DeviceData(SegmentsMixin):
                 where = self.stacks.site(f.subject.site, f.subject.stack)
                 place = self.stacks.site_short(f.subject.site, f.subject.stack)
             elif f.kind == "iteration_peak":
-                zoom = self._zoom_around(f.index, f.subject.start_index, f.subject.end_index)
+                zoom = self.zoom_around(f.index, f.subject.start_index, f.subject.end_index)
             out.append(FindingView(f, finding_title(f, where), finding_detail(f, where), zoom, row, leak_rows, place))
         return out
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from ...classifiers import Analysis, analyze
 from ...parsers import Progress, Snapshot, open_snapshot
 from ...present.stacks import Stacks
-from ...services.compare import compare_analyses, compare_document
+from ...services.compare import compare_analyses
 from .compare import CompareResult
 from .device import DeviceData
 
@@ -60,7 +60,7 @@ def compare_results(a: LoadResult, b: LoadResult, progress: Progress | None = No
     cmp = compare_analyses(a.analysis, b.analysis)
     if progress is not None:
         progress.check()
-    return CompareResult(a, b, cmp, compare_document(cmp, a.path, b.path))
+    return CompareResult(a, b, cmp)
 
 
 def load_compare(a: LoadResult, path_b: str, use_cache: bool = True,

@@ -8,11 +8,9 @@ from PySide6.QtWidgets import QLabel, QLayout, QToolButton, QWidget
 
 from ...classifiers import STACK_ORDER
 from ...common.units import fmt_bytes
-from ..model import DeviceData
 from ...present.words import SEGMENT_BANDS_WORDS
+from ..model import DeviceData
 from ..theme import PHASE_COLORS, SEGMENT_COLORS, category_color
-
-# what the store's undo/redo commands do, for the Edit menu's "Undo Add Note"
 
 
 def swatch(color: QColor, w: int = 12, h: int = 12) -> QIcon:
@@ -113,7 +111,7 @@ class LegendBar(QWidget):
         self.segment_key = None
         if data is None:
             return
-        peak_comp = data.composition([data.peak_index])[0]
+        at_peak = data.da.peak.by_category            # the analysis' peak, as `summary` reports it
         for name in STACK_ORDER + tuple(c for c in data.categories if c not in STACK_ORDER):
             if name not in data.categories:
                 continue
@@ -128,7 +126,7 @@ class LegendBar(QWidget):
             b.setAutoRaise(True)
             b.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
             b.setToolTip(f"Show or hide {name} in the stacked timeline "
-                         f"({fmt_bytes(peak_comp[c])} of it live at the peak)")
+                         f"({fmt_bytes(at_peak.get(name, 0))} of it live at the peak)")
             b.toggled.connect(lambda _=False: self.toggled.emit())
             self.lay.addWidget(b)
             self.buttons[c] = b
@@ -185,8 +183,3 @@ class LegendBar(QWidget):
     def visible(self) -> list[int]:
         """Checked categories, bottom to top."""
         return [c for c, b in self.buttons.items() if b.isChecked()]
-
-    def set_checked(self, c: int, on: bool):
-        b = self.buttons.get(c)
-        if b is not None:
-            b.setChecked(on)

@@ -1,30 +1,17 @@
-"""The main window's views and panels: the stacking mode and the time axis, the Allocator
-and What-if panels' wiring, the panels shown only with data, and Open Recent. Mixed into
-MainWindow (viewer/window.py)."""
+"""The window's docks: one per panel, arranged (the right column runs the full height, the
+table and its tabbed neighbours under the timeline), sized with the window until the user
+sizes them, shown only with a file to show, and the keyboard following the tab brought
+forward."""
 from __future__ import annotations
 
-import os
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
+from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QTabBar, QWidget
 
-from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QApplication, QTabBar, QWidget
-
-from ...common.units import fmt_seconds
-from ...present.words import leak_rows_text
-from ..model.notes import home_short
-
-MAX_RECENT = 10
-
-
-def recent_labels(paths: list[str], width: int = 60) -> list[str]:
-    """Menu texts for recent files: the name, then its folder (two runs' `memory.pickle`
-    are told apart), the folder shortened in the middle."""
-    out = []
-    for p in paths:
-        folder = home_short(os.path.dirname(p))
-        if len(folder) > width:
-            folder = folder[:width // 3] + "…" + folder[-(width - width // 3 - 1):]
-        out.append(f"{os.path.basename(p)}    {folder}")
-    return out
+RIGHT, BOTTOM = Qt.DockWidgetArea.RightDockWidgetArea, Qt.DockWidgetArea.BottomDockWidgetArea
+# (key, title, area): the order of View > Ctrl+1…8 and of the tabs
+DOCKS = (("selection", "Selection", RIGHT), ("moment", "At this moment", RIGHT), ("findings", "Findings", RIGHT),
+         ("allocations", "Allocations", BOTTOM), ("annotations", "Annotations", BOTTOM),
+         ("allocator", "Allocator", BOTTOM), ("whatif", "What if", BOTTOM), ("compare", "Compare", BOTTOM))
 
 
 def first_focusable(panel: QWidget) -> QWidget | None:
@@ -40,28 +27,120 @@ def first_focusable(panel: QWidget) -> QWidget | None:
     return (views or kids or [None])[0]
 
 
-class ViewsMixin:
-    """Mixed into MainWindow (viewer/window.py)."""
+class Docks(QObject):
+    """`docks[key]` for each panel; `shown(key)` says whether one is really on screen."""
 
-    def _show_docks(self, on: bool):
+    def __init__(self, window: QMainWindow, panels: dict[str, QWidget]):
+        super().__init__(window)
+        self.win = window
+        self.docks: dict[str, QDockWidget] = {}
+        for key, title, area in DOCKS:
+            dock = QDockWidget(title, window)
+            dock.setObjectName(f"dock_{key}")
+            dock.setWidget(panels[key])
+            window.addDockWidget(area, dock)
+            self.docks[key] = dock
+            dock.visibilityChanged.connect(lambda on, k=key: self._on_visible(k, on))
+        d = self.docks
+        # right column: findings above the selection / moment tabs; the table below everything
+        window.splitDockWidget(d["findings"], d["selection"], Qt.Orientation.Vertical)
+        window.tabifyDockWidget(d["selection"], d["moment"])
+        # the notes share the bottom with the table: a wide list, and the right column keeps its height
+        for a, b in (("allocations", "annotations"), ("annotations", "allocator"), ("allocator", "whatif"),
+                     ("whatif", "compare")):
+            window.tabifyDockWidget(d[a], d[b])
+        d["compare"].hide()                         # until File > Compare With…
+        # the right column runs the full height; the table sits under the timeline only
+        window.setCorner(Qt.Corner.BottomRightCorner, RIGHT)
+        window.setCorner(Qt.Corner.TopRightCorner, RIGHT)
+        d["selection"].raise_()
+        d["allocations"].raise_()
+        self._hidden_with_data: set[str] | None = None   # the docks to bring back with a file
+        self.auto_layout = True                   # the docks follow the window...
+        self.user_layout = False                  # ...until the user drags a separator
+        self._sizes_at_press: tuple | None = None
+        self._relayout = QTimer(self)
+        self._relayout.setSingleShot(True)
+        self._relayout.setInterval(30)
+        self._relayout.timeout.connect(self.default_layout)
+        window.installEventFilter(self)
+
+    # -- sizes ---------------------------------------------------------------------------------
+    def default_layout(self):
+        """Dock sizes in proportion to the window: the right column (findings above the
+        selection) runs the full height, the table gets about a third of it below the
+        timeline, so at 1024x700 it still shows eight rows and the timeline most of the rest."""
+        w = self.win
+        width, height = w.width(), w.height()
+        right = max(280, min(440, int(width * 0.27)))
+        bars = w.menuBar().height() + w.statusBar().height() + sum(
+            t.height() for t in w.findChildren(QWidget, "toolbar_main"))
+        column = max(300, height - bars - 8)
+        d = self.docks
+        w.resizeDocks([d["findings"]], [right], Qt.Orientation.Horizontal)
+        w.resizeDocks([d["findings"], d["selection"]], [int(column * 0.40), int(column * 0.60)],
+                      Qt.Orientation.Vertical)
+        w.resizeDocks([d["allocations"]], [max(180, int(height * 0.40))], Qt.Orientation.Vertical)
+
+    def follow_window(self):
+        if self.auto_layout and not self.user_layout:
+            self._relayout.start()
+
+    def eventFilter(self, obj, ev):
+        # a press that reaches the main window itself may be on a dock separator: when the
+        # panels' sizes differ at the release, the user sized them by hand (they then stay);
+        # a stray click on the window's background changes nothing
+        if obj is self.win:
+            if ev.type() == QEvent.Type.MouseButtonPress:
+                self._sizes_at_press = self._sizes()
+            elif ev.type() == QEvent.Type.MouseButtonRelease and self._sizes_at_press is not None:
+                if self._sizes() != self._sizes_at_press:
+                    self.user_layout = True
+                self._sizes_at_press = None
+            elif ev.type() in (QEvent.Type.Resize, QEvent.Type.Show):
+                self.follow_window()
+        return False
+
+    def _sizes(self) -> tuple:
+        return tuple((k, d.width(), d.height()) for k, d in self.docks.items() if d.isVisible())
+
+    # -- shown ---------------------------------------------------------------------------------
+    def shown(self, key: str) -> bool:
+        """Whether a panel is really shown (a dock behind another's tab says it is visible)."""
+        dock = self.docks[key]
+        return dock.isVisible() and not dock.visibleRegion().isEmpty()
+
+    def show(self, key: str):
+        """Bring a panel forward (its dock shown, its tab raised)."""
+        self.docks[key].show()
+        self.docks[key].raise_()
+
+    def show_with_data(self, on: bool):
         """The panels only with something to show (the welcome and empty pages stand alone);
         the ones the user had open come back."""
-        if not on and self._docks_shown is None:
-            self._docks_shown = {k for k, dock in self.docks.items() if not dock.isHidden()}
+        if not on and self._hidden_with_data is None:
+            self._hidden_with_data = {k for k, dock in self.docks.items() if not dock.isHidden()}
             for dock in self.docks.values():
                 dock.hide()
             # Qt leaves the tab bar of a group of tabbed docks on screen when they all hide
             # (and shows it again when it lays the window out after the hide)
-            self._hide_dock_tabs()
-            QTimer.singleShot(0, self._hide_dock_tabs)
-        elif on and self._docks_shown is not None:
-            for k in self._docks_shown:
+            self._hide_tabs()
+            QTimer.singleShot(0, self._hide_tabs)
+        elif on and self._hidden_with_data is not None:
+            for k in self._hidden_with_data:
                 self.docks[k].show()
-            self._docks_shown = None
+            self._hidden_with_data = None
             self.docks["selection"].raise_()
             self.docks["allocations"].raise_()
 
-    def _on_dock_visible(self, key: str, visible: bool):
+    def _hide_tabs(self):
+        if self._hidden_with_data is None:
+            return
+        for bar in self.win.findChildren(QTabBar):
+            if bar.parent() is self.win:
+                bar.hide()
+
+    def _on_visible(self, key: str, visible: bool):
         if visible:
             QTimer.singleShot(0, self, lambda: self._focus_follows_tab(key))
 
@@ -71,9 +150,9 @@ class ViewsMixin:
         so ← / → after clicking the Allocator tab moved the hidden table's selection instead
         of stepping the allocator."""
         focused = QApplication.focusWidget()
-        if focused is None or not self.on_screen(key):
+        if focused is None or not self.shown(key):
             return
-        if not any(d.isAncestorOf(focused) and not self.on_screen(k) for k, d in self.docks.items()):
+        if not any(d.isAncestorOf(focused) and not self.shown(k) for k, d in self.docks.items()):
             return
         target = first_focusable(self.docks[key].widget())
         if target is not None:
@@ -81,134 +160,5 @@ class ViewsMixin:
         else:
             focused.clearFocus()
 
-    def _hide_dock_tabs(self):
-        if self._docks_shown is None:
-            return
-        for bar in self.findChildren(QTabBar):
-            if bar.parent() is self:
-                bar.hide()
 
-    def recent_files(self) -> list[str]:
-        if self.settings is None:
-            return []
-        v = self.settings.value("recent", [])
-        if isinstance(v, str):
-            v = [v]
-        return [p for p in (v or []) if isinstance(p, str)]
-
-    def _add_recent(self, path: str):
-        if self.settings is None:
-            return
-        rec = [path] + [p for p in self.recent_files() if p != path]
-        self.settings.setValue("recent", rec[:MAX_RECENT])
-        self.settings.setValue("last_dir", os.path.dirname(path))
-
-    def _fill_recent(self):
-        self.recent_menu.clear()
-        rec = self.recent_files()
-        if not rec:
-            a = self.recent_menu.addAction("(none)")
-            a.setEnabled(False)
-            return
-        self.recent_menu.setToolTipsVisible(True)
-        for p, label in zip(rec, recent_labels(rec)):
-            a = self.recent_menu.addAction(label, lambda p=p: self.open_path(p))
-            a.setToolTip(p)
-            a.setEnabled(os.path.exists(p))
-        self.recent_menu.addSeparator()
-        self.recent_menu.addAction("Clear", lambda: self.settings.setValue("recent", []))
-
-    def on_screen(self, key: str) -> bool:
-        """Whether a panel is really shown (a dock behind another's tab says it is visible)."""
-        dock = self.docks[key]
-        return dock.isVisible() and not dock.visibleRegion().isEmpty()
-
-    def _on_whatif_visible(self, visible: bool):
-        # after the event loop turn: the panels shown again after a load pass through
-        # "visible" on their way behind the table's tab, and must not build the model then
-        if visible:
-            QTimer.singleShot(0, self._whatif_if_shown)
-
-    def _whatif_if_shown(self):
-        if self.data is not None and self.on_screen("whatif"):
-            self.whatif_panel.ensure_model()
-
-    def _on_whatif(self, factors, peak_index: int, peak_bytes, text: str, gpu_bytes):
-        self.timeline.set_whatif(factors, peak_index, int(peak_bytes or 0), text, gpu_bytes)
-
-    def _on_segment_clicked(self, seg: int, i: int):
-        d = self.data
-        self.docks["allocator"].show()
-        self.docks["allocator"].raise_()
-        self.allocator_panel.show_index(i, int(d.seg_addr[seg]))
-
-    def _on_allocator_visible(self, visible: bool):
-        if visible:
-            QTimer.singleShot(0, self._allocator_if_shown)
-
-    def _allocator_if_shown(self):
-        d = self.data
-        if d is not None and self.on_screen("allocator") and self.allocator_panel.index is None:
-            self.allocator_panel.show_index(self.pinned_index if self.pinned_index is not None else d.peak_index)
-
-    def _on_allocator_step(self, i: int):
-        """The allocator panel stepped to entry i: the cursor, the moment and the view follow."""
-        d = self.data
-        if d is None:
-            return
-        self.pinned_index = i
-        self.timeline.set_cursor_index(i)
-        self.moment_panel.request_index(i)
-        x = float(d.x_of_index(max(i, 0)))
-        x0, x1 = self.timeline.x_span()
-        if not x0 <= x <= x1:
-            w = x1 - x0
-            self.timeline.set_x_range(x - w / 2, x + w / 2)
-
-    def set_mode(self, mode: str):
-        """Stack the timeline by category, allocation or segment."""
-        if self.data is None:
-            return
-        if not self.timeline.set_mode(mode):
-            self.statusBar().showMessage("This snapshot has no allocator segments (profiler-converted): "
-                                         "no segment view", 6000)
-            self.mode_actions[self.timeline.mode].setChecked(True)
-
-    def _on_time_axis(self, on: bool):
-        d = self.data
-        if d is None:
-            return
-        if on and not d.has_time:
-            self.act_time_axis.setChecked(False)
-            self.statusBar().showMessage("This trace has no time stamps: the x axis is the entry index", 6000)
-            return
-        self.timeline.set_time_axis(on)
-
-    def _axis_notice(self) -> str | None:
-        """Why the x axis is entries although the trace has times (None: it is time)."""
-        d = self.data
-        if d is None or not d.has_time or d.time_axis:
-            return None
-        span = max(d.time_span, 1e-9)
-        gap = d.idle_gap_us / 1e6
-        return (f"x axis in entries: one idle stretch ({fmt_seconds(gap, gap / 100)}) is {gap / span:.0%} of the run "
-                f"(T: seconds)")
-
-    def _on_mode_changed(self, mode: str):
-        self.mode_actions[mode].setChecked(True)
-        self.legend.set_mode(mode)
-
-    def _show_finding_rows(self, f):
-        """A leak selects its allocations: the table shows exactly them (with a chip that
-        clears it) and the timeline rings where each was made. Any other finding lets a
-        leak's set go."""
-        if f.kind == "leak" and f.rows is not None and len(f.rows):
-            self.table_panel.show_only(f.rows, leak_rows_text(len(f.rows), f.place))
-            self.timeline.set_row_marks(f.rows)
-            self.docks["allocations"].show()
-            self.docks["allocations"].raise_()
-        elif self.table_panel.has_only():
-            self.table_panel.clear_only()
-
-    def _on_only_cleared(self):
-        self.timeline.set_row_marks(None)
+__all__ = ["Docks", "DOCKS", "first_focusable"]
