@@ -43,7 +43,7 @@ from . import cache
 from .categories import CATEGORIES
 from .engine import SnapshotFacts, classify_device, stack_pass
 from .leaks import find_leaks, leak_rows
-from .liveset import CategorySeries, Composition, largest_live_rows, live_mask
+from .liveset import AllocOrder, CategorySeries, Composition, largest_of, live_mask
 from .ooms import advise, oom_indices, oom_reports, trains
 from .peaks import PEAK_TYPES, peak_type, with_peaks
 from .results import (
@@ -89,6 +89,7 @@ class DeviceAnalysis:
     trace_forward_stack: np.ndarray | None = field(default=None, repr=False)
     _free_order: tuple | None = field(default=None, repr=False)
     _composition: Composition | None = field(default=None, repr=False)
+    _alloc_order: AllocOrder | None = field(default=None, repr=False)
 
     # -- what is live ----------------------------------------------------------------------
     @property
@@ -119,9 +120,27 @@ class DeviceAnalysis:
         (-1: the start state)."""
         return self.composition().at(indices)
 
+    def alloc_order(self) -> AllocOrder:
+        """The rows in allocation order (liveset.AllocOrder), computed once."""
+        if self._alloc_order is None:
+            self._alloc_order = AllocOrder(self.allocs)
+        return self._alloc_order
+
+    def live_rows(self, index: int) -> np.ndarray:
+        """Rows live right after entry `index` (-1: before the trace), in allocation order."""
+        return self.alloc_order().live_rows(index)
+
+    def largest_live_rows(self, index: int, n: int = 10, category: int | None = None) -> np.ndarray:
+        """Rows of the `n` largest allocations live right after entry `index` (optionally of
+        one category code), biggest first (ties: the earlier row first)."""
+        rows = self.live_rows(index)
+        if category is not None:
+            rows = rows[self.category[rows] == category]
+        return largest_of(self.allocs, rows, n)
+
     def largest_live(self, index: int, n: int = 10) -> list[Allocation]:
         """The `n` largest allocations live right after entry `index`, biggest first."""
-        return [self.allocation(int(r)) for r in largest_live_rows(self.allocs, index, n)]
+        return [self.allocation(int(r)) for r in self.largest_live_rows(index, n)]
 
     def allocation(self, row: int) -> Allocation:
         a = self.allocs

@@ -131,17 +131,12 @@ class DeviceData(SegmentsMixin):
         self.allocs = al
         self.category = np.asarray(da.category)
         self.rule = np.asarray(da.rule)
-        self.rule_names = list(getattr(analysis, "rule_names", []) or [])
         self.n_rows = len(al)
         self.alloc_index = np.asarray(al.alloc_index)
         self.free_index = np.asarray(al.free_index)
-        if self.n_rows > 1 and not bool(np.all(self.alloc_index[1:] >= self.alloc_index[:-1])):
-            self._alloc_order = np.argsort(self.alloc_index, kind="stable")
-            self._sorted_alloc_index = self.alloc_index[self._alloc_order]
-        else:
-            self._alloc_order = None
+        self.da.alloc_order()
         self._step(progress, "timeline", 0.5)
-        self.da.composition()             # built here, off the GUI thread, on first use
+        self.da.composition()             # both built here, off the GUI thread, on first use
         self._step(progress, "timeline", 0.7)
 
         idx_t = np.int32 if self.n_rows < (1 << 31) else np.int64
@@ -364,43 +359,18 @@ class DeviceData(SegmentsMixin):
         return int(mx[0, 0]), int(arg[0])
 
     # -- allocations -------------------------------------------------------------------------
-    def rows_allocated_by(self, i: int) -> int:
-        """How many rows (in alloc order) were allocated at or before entry i."""
-        ai = self.alloc_index if self._alloc_order is None else self._sorted_alloc_index
-        # the value in the array's own dtype: an int64 key would make numpy copy an
-        # int32 column (millions of rows) on every call
-        return int(np.searchsorted(ai, ai.dtype.type(i), side="right"))
-
     def live_rows(self, i: int) -> np.ndarray:
-        """Rows live right after entry i."""
-        k = self.rows_allocated_by(i)
-        rows = np.arange(k) if self._alloc_order is None else self._alloc_order[:k]
-        f = self.free_index[rows]
-        return rows[(f < 0) | (f > i)]
+        """Rows live right after entry i, in allocation order (the analysis')."""
+        return self.da.live_rows(i)
 
     def is_live(self, rows: np.ndarray, i: int) -> np.ndarray:
         f = self.free_index[rows]
         return (self.alloc_index[rows] <= i) & ((f < 0) | (f > i))
 
     def largest_live(self, i: int, k: int = 10, category: int | None = None) -> np.ndarray:
-        """Rows of the k largest allocations live after entry i (optionally one category).
-
-        The live set at any moment is small next to all rows, and `live_rows` finds
-        it from the rows allocated so far (rows are in allocation order) in a few ms
-        even at 10^7 events; scanning rows by size instead took 40 ms when the
-        largest allocations were not live at i.
-        """
-        rows = self.live_rows(i)
-        if category is not None:
-            rows = rows[self.category[rows] == category]
-        if not len(rows):
-            return np.zeros(0, dtype=np.int64)
-        size = np.asarray(self.allocs.size)[rows]
-        if len(rows) > k:
-            part = np.argpartition(-size, k - 1)[:k]
-            rows, size = rows[part], size[part]
-        order = np.lexsort((rows, -size))
-        return rows[order].astype(np.int64)
+        """Rows of the k largest allocations live after entry i (optionally one category): the
+        analysis' (`summary`'s top list is the same query)."""
+        return self.da.largest_live_rows(i, k, category)
 
     def allocation_at(self, x: float, y: float, visible: list[int]) -> tuple[int, int]:
         """(row, category) of the allocation drawn under (x, y): the band of the stacked
@@ -450,11 +420,12 @@ class DeviceData(SegmentsMixin):
     def alloc_rank(self) -> np.ndarray:
         """Each row's position in allocation order (the stacks' order: older lower)."""
         if self._rank is None:
-            if self._alloc_order is None:
+            order = self.da.alloc_order().order
+            if order is None:
                 self._rank = np.arange(self.n_rows, dtype=np.int64)
             else:
                 self._rank = np.empty(self.n_rows, dtype=np.int64)
-                self._rank[self._alloc_order] = np.arange(self.n_rows)
+                self._rank[order] = np.arange(self.n_rows)
         return self._rank
 
     def alloc_stack(self):
@@ -471,19 +442,11 @@ class DeviceData(SegmentsMixin):
 
     def rows_of_alloc_events(self, indices) -> np.ndarray:
         """The rows allocated by these entries (-1 where an entry is not an alloc)."""
-        ai = self.alloc_index if self._alloc_order is None else self._sorted_alloc_index
-        idx = np.asarray(indices, dtype=np.int64)
-        if not len(ai):
-            return np.full(len(idx), -1, dtype=np.int64)
-        k = np.searchsorted(ai, idx.astype(ai.dtype), side="left")
-        kc = np.minimum(k, len(ai) - 1)
-        hit = (k < len(ai)) & (ai[kc] == idx) & (idx >= 0)
-        rows = kc if self._alloc_order is None else self._alloc_order[kc]
-        return np.where(hit, rows, -1).astype(np.int64)
+        return self.da.composition().rows_allocated_at(indices)
 
     def rule_name(self, row: int) -> str:
-        r = int(self.rule[row]) if len(self.rule) > row else -1
-        return self.rule_names[r] if 0 <= r < len(self.rule_names) else "-"
+        """The id of the rule that gave the row its category (the analysis')."""
+        return self.da.rule_name(int(self.rule[row]))
 
     def rule_why(self, row: int) -> str:
         """Why the classifier chose this row's category (its rule's description), or ''."""
@@ -549,11 +512,10 @@ class DeviceData(SegmentsMixin):
 
     @property
     def nbytes(self) -> int:
-        """What this model adds on top of the parser's and analysis' arrays."""
-        n = self.rows_by_size.nbytes
+        """What this model adds on top of the parser's and analysis' arrays (the analysis'
+        composition and allocation order, which it builds, included)."""
+        n = self.rows_by_size.nbytes + self.da.composition().nbytes + self.da.alloc_order().nbytes
         n += self.pyramid.nbytes if self.pyramid is not None else 0
-        if self._alloc_order is not None:
-            n += self._alloc_order.nbytes
         return n
 
 
