@@ -19,7 +19,7 @@ pytest.importorskip("pyqtgraph")
 
 from PySide6.QtCore import QEvent, QPointF, Qt  # noqa: E402
 from PySide6.QtGui import QMouseEvent  # noqa: E402
-from PySide6.QtWidgets import QApplication, QFileDialog, QInputDialog  # noqa: E402
+from PySide6.QtWidgets import QApplication, QFileDialog, QInputDialog, QPushButton  # noqa: E402
 
 from vramscope.services import annotations as am  # noqa: E402
 from vramscope.services.annotations import AnnotationStore  # noqa: E402
@@ -449,6 +449,62 @@ def test_cancelled_export_dialogs_write_nothing(qt, window, snap, env, monkeypat
     for a in (window.act_export_report, window.act_export_trimmed, window.act_export_perfetto):
         a.trigger()
     assert sorted(os.listdir(env)) == before and window.error_box is None
+
+
+def test_an_export_runs_on_its_worker_and_cancel_writes_nothing(qt, window, snap, env, monkeypatch):
+    """The export runs off the GUI thread with a progress dialog; Cancel stops it before it
+    writes (the window stays usable meanwhile: the GUI thread is free)."""
+    import threading
+    from vramscope.services import export as export_service
+    open_and_wait(qt, window, snap)
+    out = env / "trace.json"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), ""))
+    started, gate, threads = threading.Event(), threading.Event(), []
+    real = export_service.perfetto_trace
+
+    def slow_trace(*a, **k):
+        threads.append(threading.current_thread())
+        started.set()
+        gate.wait(30)
+        return real(*a, **k)
+    monkeypatch.setattr(export_service, "perfetto_trace", slow_trace)
+    window.act_export_perfetto.trigger()
+    qt.waitUntil(started.is_set, timeout=10000)
+    assert threads[0] is not threading.main_thread() and window.exports.worker.busy
+    dlg = window.exports.progress.dialog
+    assert dlg is not None and "Perfetto" in dlg.labelText()
+    dlg.findChild(QPushButton).click()                  # Cancel
+    gate.set()
+    finish_export(qt, window)
+    assert not out.exists() and window.error_box is None
+    assert "cancelled" in window.statusBar().currentMessage()
+    assert window.exports.progress.dialog is None
+
+
+def test_the_report_is_written_off_the_gui_thread_and_its_png_drawn_on_it(qt, window, snap, env, monkeypatch):
+    import threading
+    from vramscope.services import report as report_service
+    from vramscope.viewer import report_png
+    open_and_wait(qt, window, snap)
+    out = env / "report"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), ""))
+    where = {}
+    real_report, real_png = report_service.write_report, report_png.render_timeline
+
+    def report(*a, **k):
+        where["report"] = threading.current_thread()
+        return real_report(*a, **k)
+
+    def png(*a, **k):
+        where["png"] = threading.current_thread()
+        return real_png(*a, **k)
+    monkeypatch.setattr(report_service, "write_report", report)
+    monkeypatch.setattr(report_png, "render_timeline", png)
+    window.act_export_report.trigger()
+    finish_export(qt, window)
+    assert where["report"] is not threading.main_thread() and where["png"] is threading.main_thread()
+    assert (out / "timeline.png").read_bytes()[:4] == b"\x89PNG" and (out / "analysis.json").exists()
+    assert window.error_box is None and str(out) in window.statusBar().currentMessage()
 
 
 # -- placing notes on a trace (no window) ------------------------------------------------------------------

@@ -103,6 +103,37 @@ def test_the_model_is_built_only_when_the_panel_is_shown(qt, window):
     qt.waitUntil(lambda: window.whatif_panel.session is not None, timeout=5000)
 
 
+def test_the_model_is_built_on_the_worker_and_can_be_cancelled(qt, window, monkeypatch):
+    """The panel's first build runs on its worker (the GUI thread is free meanwhile), shows
+    its progress in the panel, and Cancel stops it; Build starts it again."""
+    import threading
+    from vramscope.viewer.model import whatif as model_whatif
+    d = open_and_wait(qt, window, str(QLORA))
+    panel = window.whatif_panel
+    started, gate, threads = threading.Event(), threading.Event(), []
+    real = model_whatif.CategoryLive.build
+
+    def slow_build(da):
+        threads.append(threading.current_thread())
+        started.set()
+        gate.wait(30)
+        return real(da)
+    monkeypatch.setattr(model_whatif.CategoryLive, "build", staticmethod(slow_build))
+    window.docks["whatif"].show()
+    window.docks["whatif"].raise_()
+    qt.waitUntil(started.is_set, timeout=5000)
+    assert threads[0] is not threading.main_thread() and panel.session is None
+    assert panel.building.isVisible() and panel.building_btn.text() == "Cancel"
+    qt.mouseClick(panel.building_btn, Qt.MouseButton.LeftButton)
+    gate.set()
+    qt.waitUntil(lambda: panel.building_btn.text() == "Build", timeout=5000)
+    assert panel.session is None and "Cancelled" in panel.building_label.text()
+    qt.mouseClick(panel.building_btn, Qt.MouseButton.LeftButton)      # again, to the end this time
+    qt.waitUntil(lambda: panel.session is not None, timeout=10000)
+    assert not panel.building.isVisible() and set(panel.sliders) == set(panel.session.categories)
+    assert panel.session.device == d.device
+
+
 def test_budget_text_columns_share_the_width_and_wrap(qt, window):
     """The formulas fill the room the numbers leave (no sideways scrolling on a wide window);
     on a narrow one they keep a readable width and the table scrolls."""

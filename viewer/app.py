@@ -91,7 +91,7 @@ def run_viewer(path: str | None, screenshot: str | None = None, device: int | No
     from .model.load import load
     from .window import MainWindow
 
-    if screenshot:
+    if screenshot and path:
         try:
             result = load(path, device, use_cache)
         except SnapshotError as e:

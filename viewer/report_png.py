@@ -204,7 +204,7 @@ def _png_bytes(img, quality: int = -1) -> bytes:
     buf.open(QtCore.QIODevice.OpenModeFlag.WriteOnly)
     if not img.save(buf, "PNG", quality):
         raise OSError("could not encode the PNG")
-    return bytes(buf.data())
+    return bytes(buf.data().data())
 
 
 def _grab(pw, app):

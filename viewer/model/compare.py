@@ -76,8 +76,10 @@ class AlignedSide:
         self.start_bytes = int(da.live.start_bytes)
         self.n = len(self.live)
         cols = analysis.snapshot.trace(side.device).columns
-        self.tus = np.asarray(cols["time_us"]) if "time_us" in cols else None
-        self.has_time = usable_times(self.tus) and side.origin_us is not None
+        tus = np.asarray(cols["time_us"]) if "time_us" in cols else None
+        self.has_time = usable_times(tus) and side.origin_us is not None
+        self.tus: np.ndarray = tus if tus is not None else np.zeros(0, dtype=np.int64)
+        self.origin_us = side.origin_us if side.origin_us is not None else 0
         self.origin = max(side.origin_index, 0)
         # iteration k (from 0) spans entries [bounds[k], bounds[k + 1]): up to the next one's
         # start, so the steps between iterations (evaluation, logging) belong to the one before
@@ -102,7 +104,7 @@ class AlignedSide:
         if mode == ALIGN_ITERATION and len(self.bounds) > 1:
             return self._iteration_x(i.astype(np.float64))
         if seconds:
-            return (self.tus[np.clip(i, 0, max(self.n - 1, 0))] - self.side.origin_us) / 1e6
+            return (self.tus[np.clip(i, 0, max(self.n - 1, 0))] - self.origin_us) / 1e6
         return (i - self.origin).astype(np.float64)
 
     def _iteration_x(self, i: np.ndarray) -> np.ndarray:
@@ -121,7 +123,7 @@ class AlignedSide:
             pos = b[k] + (x - k) * width
             return np.clip(np.ceil(pos - 1e-9), 0, self.n).astype(np.int64)
         if seconds:
-            key = np.ceil(self.side.origin_us + x * 1e6)
+            key = np.ceil(self.origin_us + x * 1e6)
             key = np.clip(key, -(1 << 62), 1 << 62).astype(np.int64)
             return np.searchsorted(self.tus, key, side="left").astype(np.int64)
         return np.clip(np.ceil(x + self.origin), 0, self.n).astype(np.int64)

@@ -26,6 +26,7 @@ from ...common.units import fmt_seconds
 from ...present.stacks import Stacks
 from ...present.words import finding_detail, finding_title
 from ..segments import SegmentsMixin
+from .alloc_stack import AllocStack
 from .lod import MinMaxPyramid
 
 IDLE_GAP_SHARE = 0.5           # an idle gap longer than this share of the run: entries on the x axis
@@ -105,10 +106,11 @@ class DeviceData(SegmentsMixin):
             if n > 1 and not bool(np.all(tus[1:] >= tus[:-1])):
                 tus = np.maximum.accumulate(tus)     # out-of-order stamps: keep the axis monotonic
             self.t0 = int(tus[0])
-            self.tkey = tus
         else:
             self.t0 = 0
-            self.tkey = None
+        # the time stamps, monotonic (empty without times); `tkey` the same, None without times
+        self.times: np.ndarray = tus if self.has_time else np.zeros(0, dtype=np.int64)
+        self.tkey: np.ndarray | None = self.times if self.has_time else None
         # the x axis: time, unless one idle stretch (loading, a pause before the first step)
         # takes most of it and squeezes the run into a sliver; then the entry index
         self.idle_gap_us = 0
@@ -145,9 +147,9 @@ class DeviceData(SegmentsMixin):
         self.cat_present = np.bincount(self.category, minlength=self.n_categories) > 0
         self._step(progress, "timeline", 0.8)
 
-        self._rank = None
-        self._alloc_stack = None
-        self._segment_stack = None
+        self._rank: np.ndarray | None = None
+        self._alloc_stack: AllocStack | None = None
+        self._segment_stack: AllocStack | None = None
         self._build_segments()
         self.stacks = stacks or Stacks(analysis)
         self.iterations: list[Iteration] = list(da.iterations)
@@ -181,19 +183,19 @@ class DeviceData(SegmentsMixin):
             return np.maximum(i, 0).astype(np.float64)
         if self.n == 0:
             return np.zeros(i.shape)
-        return (self.tkey[np.clip(i, 0, self.n - 1)] - self.t0) / 1e6
+        return (self.times[np.clip(i, 0, self.n - 1)] - self.t0) / 1e6
 
     def seconds_of(self, i):
         """Seconds since the first event at entry i (needs times), whatever the x axis."""
         i = np.asarray(i, dtype=np.int64)
         if self.tkey is None or self.n == 0:
             return np.zeros(i.shape)
-        return (self.tkey[np.clip(i, 0, self.n - 1)] - self.t0) / 1e6
+        return (self.times[np.clip(i, 0, self.n - 1)] - self.t0) / 1e6
 
     @property
     def time_span(self) -> float:
         """Seconds from the first event to the last (0 without times)."""
-        return (int(self.tkey[-1]) - self.t0) / 1e6 if self.tkey is not None and self.n else 0.0
+        return (int(self.times[-1]) - self.t0) / 1e6 if self.tkey is not None and self.n else 0.0
 
     def x_of_us(self, us):
         """Plot x of a time stamp (µs since the epoch): where it falls among the entries on
@@ -203,7 +205,7 @@ class DeviceData(SegmentsMixin):
             return (us - self.t0) / 1e6
         if self.tkey is None or self.n == 0:
             return np.zeros(us.shape)
-        return np.searchsorted(self.tkey, us, side="left").astype(np.float64)
+        return np.searchsorted(self.times, us, side="left").astype(np.float64)
 
     def index_at_x(self, x):
         """The first entry whose x is >= x (n if none)."""
@@ -212,7 +214,7 @@ class DeviceData(SegmentsMixin):
             return np.clip(np.ceil(x), 0, self.n).astype(np.int64)
         key = np.ceil(self.t0 + x * 1e6)
         key = np.clip(key, -(1 << 62), 1 << 62).astype(np.int64)
-        return np.searchsorted(self.tkey, key, side="left").astype(np.int64)
+        return np.searchsorted(self.times, key, side="left").astype(np.int64)
 
     def index_before_x(self, x) -> int:
         """The last entry at or before x (-1: before the first): the state shown at x."""
@@ -220,7 +222,7 @@ class DeviceData(SegmentsMixin):
         if not self.time_axis:
             return int(min(self.n - 1, np.floor(x)))
         key = int(np.floor(self.t0 + x * 1e6))
-        return int(np.searchsorted(self.tkey, key, side="right")) - 1
+        return int(np.searchsorted(self.times, key, side="right")) - 1
 
     @property
     def x_range(self) -> tuple[float, float]:
@@ -228,7 +230,7 @@ class DeviceData(SegmentsMixin):
             return 0.0, 1.0
         if not self.time_axis:
             return 0.0, float(self.n)
-        x1 = (int(self.tkey[-1]) - self.t0) / 1e6
+        x1 = (int(self.times[-1]) - self.t0) / 1e6
         return 0.0, x1 if x1 > 0 else 1e-6
 
     def live_at(self, i: int) -> int:
@@ -261,8 +263,10 @@ class DeviceData(SegmentsMixin):
         a, b = idx[:-1], idx[1:]
         ne = np.flatnonzero(b > a)
         first_prev = int(a[0]) - 1
-        has_res = self.reserved is not None
-        if len(ne):
+        res = self.reserved
+        res_y: np.ndarray | None = None
+        col_res: np.ndarray | None = None
+        if len(ne) and self.pyramid is not None:
             qa, qb = a[ne], b[ne]
             mx, mn, arg = self.pyramid.query(qa, qb)
             prev_i = qa - 1
@@ -272,10 +276,9 @@ class DeviceData(SegmentsMixin):
             live_last = self.live[last_i]
             line_x = np.repeat(e_left, 4)
             live_y = np.column_stack([live_prev, mx[:, 0], mn[:, 0], live_last]).ravel()
-            res_y = None
-            if has_res:
-                rp = self._values(self.reserved, self.reserved_start, prev_i)
-                res_y = np.column_stack([rp, mx[:, 1], mn[:, 1], self.reserved[last_i]]).ravel()
+            if res is not None:
+                rp = self._values(res, self.reserved_start, prev_i)
+                res_y = np.column_stack([rp, mx[:, 1], mn[:, 1], res[last_i]]).ravel()
             comp_idx = np.empty(1 + 2 * len(ne), dtype=np.int64)
             comp_idx[0] = prev_i[0]
             comp_idx[1::2] = arg
@@ -301,32 +304,30 @@ class DeviceData(SegmentsMixin):
             col_index_last = col_index.copy()
             col_index_last[ne] = last_i
             col_live = self._column_ranges(buckets, ne, empty, r, live_prev, mx[:, 0], mn[:, 0], live_last)
-            col_res = None
-            if has_res:
+            if res is not None:
                 col_res = self._column_ranges(buckets, ne, empty, r, rp, mx[:, 1], mn[:, 1],
-                                              self.reserved[last_i].astype(np.float64))
+                                              res[last_i].astype(np.float64))
             end_live = float(live_last[-1])
             line_x = np.concatenate([[x0], line_x, [x1]])
             live_y = np.concatenate([[float(live_prev[0])], live_y, [end_live]]).astype(np.float64)
-            if has_res:
+            if res_y is not None:
                 res_y = np.concatenate([[res_y[0]], res_y, [res_y[-1]]]).astype(np.float64)
             visible_max = float(max(mx[:, 0].max(), live_prev[0]))
-            if has_res:
+            if res is not None:
                 visible_max = max(visible_max, float(mx[:, 1].max()))
             events = int(qb[-1] - qa[0])
         else:
             v = float(self.live_at(first_prev))
             line_x = np.array([x0, x1])
             live_y = np.array([v, v])
-            res_y = None
-            if has_res:
-                r = float(self.reserved_at(first_prev))
-                res_y = np.array([r, r])
+            carried = self.reserved_at(first_prev)
+            if carried is not None:
+                res_y = np.array([float(carried)] * 2)
+                col_res = np.full((buckets, 2), float(carried))
             col_comp = np.repeat(self.composition([first_prev]), buckets, axis=0)
             col_live = np.full((buckets, 2), v)
             col_index = np.full(buckets, first_prev, dtype=np.int64)
-            col_res = np.full((buckets, 2), res_y[0]) if has_res else None
-            visible_max = max(v, res_y[0] if has_res else 0.0)
+            visible_max = max(v, float(carried) if carried is not None else 0.0)
             events = 0
             col_last, col_index_last = col_comp, col_index
         return Envelope(x0, x1, line_x, live_y, res_y, col_x, col_comp, col_live, col_res, col_index,
@@ -353,7 +354,7 @@ class DeviceData(SegmentsMixin):
         """(bytes, index) of the highest live memory over entries [first, last]."""
         first = max(0, int(first))
         last = min(self.n - 1, int(last))
-        if self.n == 0 or last < first:
+        if self.pyramid is None or last < first:
             return self.start_bytes, -1
         mx, _, arg = self.pyramid.query(np.array([first]), np.array([last + 1]))
         return int(mx[0, 0]), int(arg[0])
@@ -419,19 +420,20 @@ class DeviceData(SegmentsMixin):
 
     def alloc_rank(self) -> np.ndarray:
         """Each row's position in allocation order (the stacks' order: older lower)."""
-        if self._rank is None:
+        rank = self._rank
+        if rank is None:
             order = self.da.alloc_order().order
             if order is None:
-                self._rank = np.arange(self.n_rows, dtype=np.int64)
+                rank = np.arange(self.n_rows, dtype=np.int64)
             else:
-                self._rank = np.empty(self.n_rows, dtype=np.int64)
-                self._rank[order] = np.arange(self.n_rows)
-        return self._rank
+                rank = np.empty(self.n_rows, dtype=np.int64)
+                rank[order] = np.arange(self.n_rows)
+            self._rank = rank
+        return rank
 
     def alloc_stack(self):
         """Every allocation as a band (viewer/alloc_stack.py), built on first use."""
         if self._alloc_stack is None:
-            from .alloc_stack import AllocStack
             self._alloc_stack = AllocStack(self.alloc_index, self.free_index, self.allocs.size, self.category,
                                            self.n)
         return self._alloc_stack

@@ -6,13 +6,15 @@ atomic autosave); these functions map them onto the entries of the device shown.
 from __future__ import annotations
 
 import os
+from typing import Literal
 
 import numpy as np
 
 from .device import DeviceData
 
 
-def _index_of_us(d: DeviceData, us: int, side: str) -> int:
+def _index_of_us(d: DeviceData, us: int, side: Literal["left", "right"]) -> int:
+    assert d.tkey is not None
     return int(np.searchsorted(d.tkey, int(us), side=side))
 
 

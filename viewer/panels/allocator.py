@@ -147,6 +147,7 @@ class SegmentMap(QWidget):
 
     def describe(self, k: int, j: int) -> str:
         st, d = self.state, self.data
+        assert st is not None and d is not None
         s = st.segments[k]
         head = (f"<b>segment 0x{s.address:x}</b> · {fmt_bytes(s.size)} · {'small' if s.small else 'large'} pool"
                 + (f" · stream {s.stream}" if len(st.streams) > 1 else "")

@@ -154,9 +154,10 @@ class CompareTotals(QWidget):
         self.set_mode(mode)
 
     def set_mode(self, mode: str):
-        self.mode = mode if self.sides is not None and (mode != ALIGN_ITERATION or can_align_iterations(*self.sides)) \
-            else ALIGN_START
-        a, b = self.sides
+        sides = self.sides
+        assert sides is not None
+        self.mode = mode if mode != ALIGN_ITERATION or can_align_iterations(*sides) else ALIGN_START
+        a, b = sides
         self.seconds = shared_seconds(a, b)
         it = self.mode == ALIGN_ITERATION
         self.axis_x.iterations = it
@@ -164,7 +165,7 @@ class CompareTotals(QWidget):
         self.x_titles = COMPARE_X_TITLES["iteration" if it else "seconds" if self.seconds else "entries"]
         self.axis_x.setToolTip(self.x_titles[0])
         self._x_title_fit = None
-        spans = [s.x_span(self.mode, self.seconds) for s in self.sides if s.n]
+        spans = [s.x_span(self.mode, self.seconds) for s in sides if s.n]
         lo = min((x for x, _ in spans), default=0.0)
         hi = max((x for _, x in spans), default=1.0)
         if not hi > lo:
@@ -172,9 +173,9 @@ class CompareTotals(QWidget):
         pad = (hi - lo) * 0.01
         self.vb.setLimits(xMin=lo - pad, xMax=hi + pad)
         self.vb.setXRange(lo - pad, hi + pad, padding=0)
-        self.top = max(max(s.side.peak.bytes for s in self.sides), 1)
+        self.top = max(max(s.side.peak.bytes for s in sides), 1)
         self.vb.setYRange(0, self.top * 1.22, padding=0)
-        for k, s in enumerate(self.sides):
+        for k, s in enumerate(sides):
             pk = s.side.peak
             x = float(s.x_of_index(max(pk.index, 0), self.mode, self.seconds)) if s.n else lo
             self.peak_lines[k].setPos(x)
@@ -255,6 +256,7 @@ class CompareTotals(QWidget):
         self.axis_x.resizeEvent()          # pyqtgraph centres its label only on a resize
 
     def values_at(self, x: float) -> tuple[int | None, int | None]:
+        assert self.sides is not None
         a, b = self.sides
         return a.live_before_x(x, self.mode, self.seconds), b.live_before_x(x, self.mode, self.seconds)
 

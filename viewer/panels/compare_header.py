@@ -64,6 +64,7 @@ class CompareHeader(QWidget):
         self._fit()
 
     def _text(self, limit: int) -> str:
+        assert self.paths is not None
         a_name, b_name = (middle(os.path.basename(p), limit) for p in self.paths)
         ca, cb = self.colors
         return (f"<span style='color:{ca}; font-size:13pt'>■</span> <b>A</b> {_esc(a_name)} "

@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QHeaderView, QLabel, QTreeWidget, QTreeWidgetItem,
 
 from ...common.units import fmt_bytes
 from ...present.words import oom_diagnosis, oom_suggestions, process_limit
-from ..model import DeviceData
+from ..model import DeviceData, FindingView
 
 
 # -- findings ------------------------------------------------------------------------------
@@ -137,7 +137,7 @@ class FindingsPanel(QWidget):
         if data is None:
             self.summary.setText("")
             return
-        found = {k: [] for k, _ in self.GROUPS}
+        found: dict[str, list[tuple[int, FindingView]]] = {k: [] for k, _ in self.GROUPS}
         for k, f in enumerate(data.findings):
             found.setdefault(f.kind, []).append((k, f))
         muted = self.palette().color(QPalette.ColorRole.PlaceholderText)
@@ -175,8 +175,9 @@ class FindingsPanel(QWidget):
     def select(self, k: int):
         for it in self.items:
             if it.data(0, Qt.ItemDataRole.UserRole) == k:
-                if it.parent() is not None:
-                    it.parent().setExpanded(True)
+                parent = it.parent()
+                if parent is not None:
+                    parent.setExpanded(True)
                 self.tree.setCurrentItem(it)
                 self.tree.scrollToItem(it)
                 return

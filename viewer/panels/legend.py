@@ -25,7 +25,7 @@ class FlowLayout(QLayout):
 
     def __init__(self, parent=None, spacing: int = 4):
         super().__init__(parent)
-        self._items = []
+        self._items: list = []
         self._spacing = spacing
 
     def addItem(self, item):
@@ -141,7 +141,7 @@ class LegendBar(QWidget):
         self.lay.addWidget(lines)
         present = {name for it in data.iterations for name in it.phases}
         if present:
-            order = [p for p in ("inputs", "forward", "backward", "optimizer", "eval") if p in present]
+            order: list[str] = [p for p in ("inputs", "forward", "backward", "optimizer", "eval") if p in present]
             order += sorted(present - set(order))
             phases = "phases: " + "&nbsp;".join(
                 f"<span style='color:{PHASE_COLORS.get(p, '#888888')}'>▒</span>{p}" for p in order)

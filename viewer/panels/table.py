@@ -88,6 +88,7 @@ class AllocationsModel(QAbstractTableModel):
         return None
 
     def row_id(self, r: int) -> int:
+        assert self.view is not None
         return int(self.view.rows[r])
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
@@ -133,8 +134,8 @@ class AllocationsModel(QAbstractTableModel):
             if d.n == 0:
                 return "at the snapshot"      # a state-only snapshot: no trace, no lifetimes
             if d.has_time and d.n:
-                ta = int(d.tkey[ai]) if ai >= 0 else int(d.tkey[0])
-                tf = int(d.tkey[fi]) if fi >= 0 else int(d.tkey[-1])
+                ta = int(d.times[ai]) if ai >= 0 else int(d.times[0])
+                tf = int(d.times[fi]) if fi >= 0 else int(d.times[-1])
                 s = fmt_duration_us(tf - ta)
             else:
                 s = f"{(fi if fi >= 0 else d.n) - max(ai, 0):,} entries"

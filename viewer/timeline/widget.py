@@ -525,7 +525,9 @@ class TimelineWidget(QWidget):
         ovb.setYRange(0, max(1.0, env.visible_max) * 1.05, padding=0)
 
     def _marker(self, index: int, color: str, text: str, style):
-        x = float(self.data.x_of_index(max(index, 0)))
+        d = self.data
+        assert d is not None
+        x = float(d.x_of_index(max(index, 0)))
         ln = pg.InfiniteLine(pos=x, angle=90, movable=False, pen=pg.mkPen(color, width=1.5, style=style),
                              label=text, labelOpts={"position": 0.96, "color": color, "movable": False})
         ln.setZValue(9)
@@ -633,6 +635,7 @@ class TimelineWidget(QWidget):
     def draw(self, env: Envelope):
         """Hand one envelope to the items (a what-if slider redraws from the last one)."""
         d = self.data
+        assert d is not None
         x0, x1 = env.x0, env.x1
         vis = self.visible_categories
         order = [c for c in vis]

@@ -24,7 +24,8 @@ def first_focusable(panel: QWidget) -> QWidget | None:
         return panel
     kids = [w for w in panel.findChildren(QWidget) if takes_tab(w)]
     views = [w for w in kids if w.inherits("QAbstractItemView")]
-    return (views or kids or [None])[0]
+    chosen = views or kids
+    return chosen[0] if chosen else None
 
 
 class Docks(QObject):

@@ -45,7 +45,7 @@ class Exports:
         w = self.win
         if w.path:
             return os.path.dirname(w.path)
-        return w.settings.value("last_dir", "") if w.settings is not None else ""
+        return str(w.settings.value("last_dir", "")) if w.settings is not None else ""
 
     def _base_name(self) -> str:
         return os.path.splitext(os.path.basename(self.win.path or "vramscope"))[0]

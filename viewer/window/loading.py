@@ -149,7 +149,7 @@ class Loading:
         v = settings.value("recent", [])
         if isinstance(v, str):
             v = [v]
-        return [p for p in (v or []) if isinstance(p, str)]
+        return [p for p in v if isinstance(p, str)] if isinstance(v, list) else []
 
     def add_recent(self, path: str):
         settings = self.win.settings
