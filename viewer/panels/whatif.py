@@ -85,9 +85,10 @@ class WhatIfPanel(QWidget):
         self.levers: dict[str, QCheckBox] = {}
         self.last: WhatIf | None = None       # the answer shown
         self.worker = Worker(self)
+        self._request: tuple[int, int] | None = None     # (analysis, device) the worker builds for
         self.worker.finished.connect(self._on_built)
-        self.worker.failed.connect(lambda msg: self._show_building(f"The model could not be built: {msg}", False))
-        self.worker.cancelled.connect(lambda: self._show_building("Cancelled: the model is not built.", False))
+        self.worker.failed.connect(lambda msg: self._on_not_built(f"The model could not be built: {msg}"))
+        self.worker.cancelled.connect(lambda: self._on_not_built("Cancelled: the model is not built."))
         self.worker.progressed.connect(self._on_progress)
 
         left = QWidget(self)
@@ -184,6 +185,7 @@ class WhatIfPanel(QWidget):
         bl_row = QHBoxLayout(self.building)
         bl_row.setContentsMargins(0, 0, 0, 0)
         self.building_label = QLabel(self.building)
+        self.building_label.setWordWrap(True)      # never holds the panel wider than the window
         self.building_bar = QProgressBar(self.building)
         self.building_bar.setRange(0, 0)
         self.building_bar.setMaximumWidth(200)
@@ -207,6 +209,7 @@ class WhatIfPanel(QWidget):
     def set_data(self, data: DeviceData | None):
         self.data = data
         self.worker.cancel()                  # a model of the device shown before: not wanted now
+        self._request = None
         self.session = None
         self.last = None
         self.building.hide()
@@ -224,8 +227,9 @@ class WhatIfPanel(QWidget):
             return False
         if self.session is not None:
             return True
-        if not self.worker.busy:
-            an, dev = d.analysis, d.device
+        an, dev = d.analysis, d.device
+        if self._request != (id(an), dev):
+            self._request = (id(an), dev)
             self.worker.submit(lambda progress: WhatIfSession.build(an, dev, progress))
             self._show_building("Building the per-category model and the budget…", True)
         return False
@@ -234,14 +238,20 @@ class WhatIfPanel(QWidget):
         d = self.data
         if d is None or session.analysis is not d.analysis or session.device != d.device:
             return                            # a device no longer shown
+        self._request = None
         self.building.hide()
         self.session = session
         self._build_controls()
         self._fill_budget()
         self.update_now()
 
+    def _on_not_built(self, text: str):
+        if self._request is not None:         # (not a request the device shown before made)
+            self._request = None
+            self._show_building(text, False)
+
     def _on_progress(self, label: str, done: float, total: float):
-        if self.building.isVisible() and total > 0:
+        if self.building.isVisible() and total > 0 and done > 0:     # a busy bar until a step is done
             self.building_bar.setRange(0, 100)
             self.building_bar.setValue(int(100 * min(1.0, done / total)))
 
@@ -254,7 +264,7 @@ class WhatIfPanel(QWidget):
         self.building.show()
 
     def _on_building_button(self):
-        if self.worker.busy:
+        if self._request is not None:
             self.worker.cancel()
         else:
             self.ensure_model()
