@@ -432,7 +432,7 @@ class DeviceData(SegmentsMixin):
         return rank
 
     def alloc_stack(self):
-        """Every allocation as a band (viewer/alloc_stack.py), built on first use."""
+        """Every allocation as a band (model/alloc_stack.py), built on first use."""
         if self._alloc_stack is None:
             self._alloc_stack = AllocStack(self.alloc_index, self.free_index, self.allocs.size, self.category,
                                            self.n)

@@ -242,7 +242,7 @@ class RasterBands(pg.GraphicsObject):
 
 class StackImage(pg.GraphicsObject):
     """Every allocation (or segment) as its own band, one pixel column per view column:
-    viewer/alloc_stack.py makes the pixels of each distinct moment (bottom-up rows), this
+    viewer/model/alloc_stack.py makes the pixels of each distinct moment (bottom-up rows), this
     item repeats them across the columns that show the same moment and draws them rotated
     a quarter turn (the pixels come out column by column; Qt's rotation path is cheaper
     than transposing them with numpy)."""
