@@ -115,10 +115,10 @@ class DeviceAnalysis:
         """Per category code: its live bytes over the trace, as the entries where it changes."""
         return self.composition().series()
 
-    def live_by_category(self, indices) -> np.ndarray:
-        """int64 [len(indices), len(CATEGORIES)]: live bytes per category after each entry
-        (-1: the start state)."""
-        return self.composition().at(indices)
+    def live_by_category(self, indices, dtype=np.int64) -> np.ndarray:
+        """[len(indices), len(CATEGORIES)] (int64; float64 for drawing): live bytes per
+        category after each entry (-1: the start state)."""
+        return self.composition().at(indices, dtype)
 
     def alloc_order(self) -> AllocOrder:
         """The rows in allocation order (liveset.AllocOrder), computed once."""

@@ -99,9 +99,11 @@ class Composition:
     def nbytes(self) -> int:
         return int(self.codes.nbytes + self.checkpoints.nbytes)
 
-    def at(self, indices) -> np.ndarray:
-        """int64 [len(indices), n_categories]: live bytes per category (CATEGORIES order)
-        right after each entry (-1: the start state; past the end: the end state)."""
+    def at(self, indices, dtype=np.int64) -> np.ndarray:
+        """[len(indices), n_categories]: live bytes per category (CATEGORIES order) right
+        after each entry (-1: the start state; past the end: the end state). Summed in
+        float64, exact (whole bytes far below 2^53); `dtype=np.float64` skips the conversion
+        (the viewer draws floats)."""
         idx = np.asarray(indices, dtype=np.int64).ravel()
         C, n, step = self.n_categories, self.n, self.CHECKPOINT
         s = np.clip(idx + 1, 0, n)                    # entries applied
@@ -111,20 +113,19 @@ class Composition:
         pos_hi = np.minimum((j_lo + 1) * step, n)
         # from the nearer checkpoint: forward from the one before, or back from the one after
         fwd = ((s - pos_lo) <= (pos_hi - s)) | (j_lo >= last)
-        out = self.checkpoints[np.where(fwd, j_lo, np.minimum(j_lo + 1, last))].copy()
-        starts = np.where(fwd, pos_lo, s)
+        out = self.checkpoints[np.where(fwd, j_lo, np.minimum(j_lo + 1, last))].astype(np.float64)
         lens = np.where(fwd, s - pos_lo, pos_hi - s)
         if lens.any():
-            pos, owner = ragged(starts, lens)
+            pos, owner = ragged(np.where(fwd, pos_lo, s), lens)
             codes = self.codes[pos]
-            keep = codes != self.no_event
-            owner = owner[keep]
-            cat, d = self._decode(codes[keep])
-            d = d.astype(np.float64)
-            d[~fwd[owner]] *= -1.0                    # walking back from the next checkpoint
-            out += np.rint(np.bincount(owner * C + cat, weights=d,
-                                       minlength=len(idx) * C)).astype(np.int64).reshape(len(idx), C)
-        return out
+            keep = np.flatnonzero(codes != self.no_event)
+            codes, owner = codes[keep], owner[keep]
+            free = codes < 0
+            rows = np.where(free, ~codes, codes)
+            d = self._size[rows].astype(np.float64)
+            d[free == fwd[owner]] *= -1.0             # a free walking forward, an alloc walking back
+            out += np.bincount(owner * C + self._category[rows], weights=d, minlength=len(idx) * C).reshape(-1, C)
+        return out if np.dtype(dtype) == np.float64 else out.astype(dtype)
 
     def rows_allocated_at(self, indices) -> np.ndarray:
         """The allocation row each entry allocates (-1: the entry allocates nothing)."""

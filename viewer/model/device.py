@@ -168,7 +168,7 @@ class DeviceData(SegmentsMixin):
     def composition(self, indices) -> np.ndarray:
         """Live bytes per category right after each entry (-1: before the first), (Q, C)
         float64 for drawing: the analysis' (DeviceAnalysis.live_by_category), never our own."""
-        return self.da.live_by_category(indices).astype(np.float64)
+        return self.da.live_by_category(indices, np.float64)
 
     # -- x axis ------------------------------------------------------------------------
     def set_time_axis(self, on: bool) -> bool:
