@@ -93,7 +93,7 @@ def child_viewer(path: str, changes: int, seed: int) -> dict:
     done = []
     win.loaded.connect(lambda: done.append(time.perf_counter()))
     errors = []
-    win.loader.failed.connect(errors.append)
+    win.loading.worker.failed.connect(errors.append)
     t0 = time.perf_counter()
     win.open_path(path)
     while not done and not errors:
@@ -139,10 +139,10 @@ def child_viewer(path: str, changes: int, seed: int) -> dict:
                 (vx0, vx1), (vy0, vy1) = tl.vb.viewRange()
                 hx, hy = rng.uniform(vx0, vx1), rng.uniform(vy0, vy1) * 0.9
                 h0 = time.perf_counter()
-                tl.hover_at(hx, hy)
+                tl.pointer.hover_at(hx, hy)
                 tl.plot.viewport().grab()
                 hover.append((time.perf_counter() - h0) * 1e3)
-            tl.hide_hover()
+            tl.pointer.hide_hover()
             # wall time is the target; the GUI thread's CPU time says how much of it was
             # ours when other processes share the machine
             key = "" if mode == "categories" else f"{mode}_"
@@ -203,7 +203,10 @@ def bench_whatif(app, win, changes: int, seed: int) -> dict:
     dock = win.docks["whatif"]
     panel = win.whatif_panel
     t0 = time.perf_counter()
-    panel.ensure_model()             # CategoryLive and the budget, built on the panel's first show
+    panel.ensure_model()             # CategoryLive and the budget, built on the panel's first show (its worker)
+    while panel.session is None:
+        app.processEvents()
+        time.sleep(0.001)
     build = time.perf_counter() - t0
     dock.show()
     dock.raise_()

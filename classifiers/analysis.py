@@ -52,15 +52,7 @@ from .engine import SnapshotFacts, classify_device, stack_pass
 from .leaks import find_leaks, leak_rows
 from .metadata import RowMetadata, group_rows, row_metadata
 from .pools import PoolFootprint, pool_footprints
-from .liveset import (
-    CategorySeries,
-    by_category_at,
-    by_category_evidence_at,
-    category_series,
-    largest_live_rows,
-    live_mask,
-    series_at,
-)
+from .liveset import AllocOrder, CategorySeries, Composition, by_category_evidence_at, largest_of, live_mask
 from .levers import left_out
 from .ooms import ADVICE_LEVERS, advise, evidence_totals, expandable_segments_on, oom_indices, oom_reports
 from .profile import run_profile
@@ -122,7 +114,8 @@ class DeviceAnalysis:
     snapshot: Snapshot | None = field(default=None, repr=False)
     _metadata: RowMetadata | None = field(default=None, repr=False)
     _free_order: tuple | None = field(default=None, repr=False)
-    _series: list | None = field(default=None, repr=False)
+    _composition: Composition | None = field(default=None, repr=False)
+    _alloc_order: AllocOrder | None = field(default=None, repr=False)
 
     # -- what is live ----------------------------------------------------------------------
     @property
@@ -133,17 +126,6 @@ class DeviceAnalysis:
         """bool per row: live right after entry `index` (-1: before the trace)."""
         return live_mask(self.allocs, index)
 
-    def live_rows(self, index: int) -> np.ndarray:
-        """The rows live right after entry `index` (-1: before the trace), in allocation order.
-        Rows are in allocation order (parsers.allocations), so only those allocated by then
-        are looked at: a few ms at 10^7 events where a mask over every row takes more."""
-        ai = self.allocs.alloc_index
-        # the key in the column's own dtype: an int64 key would make numpy copy an int32
-        # column (millions of rows) on every call
-        k = int(np.searchsorted(ai, ai.dtype.type(max(index, -1)), side="right"))
-        f = self.allocs.free_index[:k]
-        return np.flatnonzero((f < 0) | (f > index))
-
     def reserved_unallocated_at(self, index: int) -> int | None:
         """Reserved but unallocated bytes right after entry `index` (classifiers.allocator);
         None without allocator segments."""
@@ -153,24 +135,47 @@ class DeviceAnalysis:
         allocated = self.live.live_after[index] if 0 <= index < len(self.live.live_after) else self.live.start_bytes
         return reserved_unallocated(self.live.reserved_at(index), int(allocated))
 
+    def composition(self) -> Composition:
+        """Live bytes per category at any entry (liveset.Composition: the one implementation
+        every surface reads), built on first use, once per device."""
+        if self._composition is None:
+            self._composition = Composition(self.category, self.allocs, self.n_entries)
+        return self._composition
+
     def by_category_at(self, index: int) -> dict[str, int]:
         """Live bytes per category right after entry `index` (-1: at the start), non-zero only."""
-        return by_category_at(self.category, self.allocs, index)
+        return self.composition().by_category(index)
 
     def category_series(self) -> list[CategorySeries]:
-        """Per category code: its live bytes over the trace (sparse), computed once."""
-        if self._series is None:
-            self._series = category_series(self.category, self.allocs)
-        return self._series
+        """Per category code: its live bytes over the trace, as the entries where it changes."""
+        return self.composition().series()
 
-    def live_by_category(self, indices) -> np.ndarray:
-        """int64 [len(indices), len(CATEGORIES)]: live bytes per category after each entry
-        (-1: the start state)."""
-        return series_at(self.category_series(), indices)
+    def live_by_category(self, indices, dtype=np.int64) -> np.ndarray:
+        """[len(indices), len(CATEGORIES)] (int64; float64 for drawing): live bytes per
+        category after each entry (-1: the start state)."""
+        return self.composition().at(indices, dtype)
+
+    def alloc_order(self) -> AllocOrder:
+        """The rows in allocation order (liveset.AllocOrder), computed once."""
+        if self._alloc_order is None:
+            self._alloc_order = AllocOrder(self.allocs)
+        return self._alloc_order
+
+    def live_rows(self, index: int) -> np.ndarray:
+        """Rows live right after entry `index` (-1: before the trace), in allocation order."""
+        return self.alloc_order().live_rows(index)
+
+    def largest_live_rows(self, index: int, n: int = 10, category: int | None = None) -> np.ndarray:
+        """Rows of the `n` largest allocations live right after entry `index` (optionally of
+        one category code), biggest first (ties: the earlier row first)."""
+        rows = self.live_rows(index)
+        if category is not None:
+            rows = rows[self.category[rows] == category]
+        return largest_of(self.allocs, rows, n)
 
     def largest_live(self, index: int, n: int = 10) -> list[Allocation]:
         """The `n` largest allocations live right after entry `index`, biggest first."""
-        return [self.allocation(int(r)) for r in largest_live_rows(self.allocs, index, n)]
+        return [self.allocation(int(r)) for r in self.largest_live_rows(index, n)]
 
     def allocation(self, row: int) -> Allocation:
         a = self.allocs

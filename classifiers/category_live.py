@@ -68,8 +68,10 @@ class CategoryLive:
     """Per-category live bytes of one device (see the module docstring)."""
 
     def __init__(self, categories, row_cat, alloc_index, free_index, size, ev_code, start,
-                 block_start, block_max, block_first_entry, block_total_max, block_rest_max):
+                 block_start, block_max, block_first_entry, block_total_max, block_rest_max, composition):
         self.categories = tuple(categories)      # the categories present (names), model order
+        self._composition = composition          # liveset.Composition: live bytes per category at an entry
+        self._present = np.array([CATEGORIES.index(c) for c in self.categories], dtype=np.int64)
         self.cat_slot = np.array([self.categories.index(c) if c in self.categories else -1
                                   for c in CATEGORIES], dtype=np.int64)   # CATEGORIES index -> slot
         self._row_cat = row_cat                  # uint8 per allocation row: slot
@@ -108,13 +110,12 @@ class CategoryLive:
         ai = np.asarray(a.alloc_index)
         fi = np.asarray(a.free_index)
         size = np.asarray(a.size, dtype=np.int64)
-        n_rows = len(size)
-        code_t = np.int32 if n_rows < (1 << 31) - 1 else np.int64
         start = np.zeros(C, dtype=np.int64)
         pre = ai < 0
         np.add.at(start, row_cat[pre], size[pre])
 
-        ev_code = _events_in_trace_order(ai, fi, code_t, len(da.live.live_after))
+        comp = da.composition()
+        ev_code = comp.codes[comp.codes != comp.no_event]      # every alloc (row) and free (~row), in trace order
         E = len(ev_code)
         nb = (E + BLOCK - 1) // BLOCK
         block_start = np.zeros((nb, C), dtype=np.int64)
@@ -144,7 +145,7 @@ class CategoryLive:
             block_first_entry[b0:b0 + nbc] = entries[::BLOCK]
             carry = cum[m - 1].copy()
         return cls(categories, row_cat, ai, fi, size, ev_code, start, block_start, block_max, block_first_entry,
-                   block_total_max, block_rest_max)
+                   block_total_max, block_rest_max, comp)
 
     # -- queries ------------------------------------------------------------------------------
     @property
@@ -177,34 +178,11 @@ class CategoryLive:
         return self.live_at_many(np.array([index]))[0]
 
     def live_at_many(self, indices) -> np.ndarray:
-        """int64 [K, C]: live bytes per category right after each entry (-1: the start).
-        Exact, O(K * BLOCK); for the viewer's sample points (factor-independent: compute
-        once per view, then `scaled_series` per slider move)."""
-        idx = np.asarray(indices, dtype=np.int64).ravel()
-        C = len(self.categories)
-        out = np.empty((len(idx), C), dtype=np.int64)
-        step = 256                      # bounds the [step, BLOCK, C] temporaries (4.7 MB at C = 9)
-        for s in range(0, len(idx), step):
-            out[s:s + step] = self._live_at_chunk(idx[s:s + step])
-        return out
-
-    def _live_at_chunk(self, idx):
-        C = len(self.categories)
-        out = np.empty((len(idx), C), dtype=np.int64)
-        b = np.searchsorted(self.block_first_entry, idx, side="right") - 1
-        before = b < 0
-        out[before] = self.start
-        sel = np.flatnonzero(~before)
-        if len(sel):
-            bs = b[sel]
-            valid, rows, sign, cat = self._gather(bs)
-            entries = np.where(sign > 0, self._alloc_index[rows], self._free_index[rows]).astype(np.int64)
-            take = valid & (entries <= idx[sel][:, None])
-            delta = np.where(take, sign * self._size[rows], 0)
-            onehot = np.zeros((len(sel), BLOCK, C), dtype=np.int64)
-            np.put_along_axis(onehot, cat[..., None].astype(np.int64), delta[..., None], axis=2)
-            out[sel] = self.block_start[bs] + onehot.sum(axis=1)
-        return out
+        """int64 [K, C]: live bytes per category right after each entry (-1: the start), in
+        model order: the analysis' one composition (liveset.Composition), for the categories
+        present. Factor-independent: compute once per view, then `scaled_series` per slider
+        move."""
+        return self._composition.at(indices)[:, self._present]
 
     def by_category(self, live_row) -> dict:
         """{category: bytes} of a [C] row, non-zero only, in CATEGORIES order."""
@@ -366,27 +344,6 @@ def _replay(codes, row_cat, ai, fi, size, C, carry):
     d += carry
     entries = np.where(sign > 0, ai[rows], fi[rows]).astype(np.int64)
     return d, entries
-
-
-def _events_in_trace_order(ai, fi, code_t, n_entries):
-    """Every alloc (row) and free (~row) event, ordered by trace entry. Each entry is one
-    action, so entries are distinct: a scatter into an entry-indexed array orders them in
-    O(n) without a sort (a sort is the fallback should a layout ever break that)."""
-    rows = np.arange(len(ai), dtype=code_t)
-    has_a, has_f = ai >= 0, fi >= 0
-    n_ev = int(np.count_nonzero(has_a) + np.count_nonzero(has_f))
-    hi = int(max(ai.max(initial=-1), fi.max(initial=-1))) + 1
-    if hi <= max(n_entries, 0) * 2 + 16:
-        sentinel = np.iinfo(code_t).min
-        by_entry = np.full(hi, sentinel, dtype=code_t)
-        by_entry[ai[has_a]] = rows[has_a]
-        by_entry[fi[has_f]] = ~rows[has_f]
-        ev = by_entry[by_entry != sentinel]
-        if len(ev) == n_ev:
-            return ev
-    entries = np.concatenate([ai[has_a], fi[has_f]]).astype(np.int64)
-    codes = np.concatenate([rows[has_a], ~rows[has_f]])
-    return codes[np.argsort(entries, kind="stable")]
 
 
 __all__ = ["CategoryLive", "ScaledPeak", "scale_live", "scaled_series", "BLOCK"]

@@ -158,8 +158,10 @@ class Timeline:
 
     def as_device(self):
         """What CategoryLive.build reads of a DeviceAnalysis."""
+        from .liveset import Composition
         allocs = SimpleNamespace(alloc_index=self.alloc_index, free_index=self.free_index, size=self.size)
-        return SimpleNamespace(allocs=allocs, category=self.category,
+        comp = Composition(self.category, allocs, self.n_entries)
+        return SimpleNamespace(allocs=allocs, category=self.category, composition=lambda: comp,
                                live=SimpleNamespace(live_after=np.empty(self.n_entries, dtype=np.int8)))
 
     def growth(self, factors=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -111,7 +111,7 @@ def test_cached_reopen_equals_a_fresh_analysis(cache_dir, name):
 
 def test_the_viewer_model_from_a_cached_analysis_is_the_same(cache_dir):
     import vramscope.viewer  # noqa: F401  (before PySide6)
-    from vramscope.viewer.loader import load
+    from vramscope.viewer.model.load import load
     path = str(FILES["example"])
     cold = load(path)
     warm = load(path)
@@ -119,8 +119,8 @@ def test_the_viewer_model_from_a_cached_analysis_is_the_same(cache_dir):
     a, b = cold.data, warm.data
     assert [(f.kind, f.title, f.detail, f.index, f.zoom, f.row) for f in a.findings] == \
            [(f.kind, f.title, f.detail, f.index, f.zoom, f.row) for f in b.findings]
-    assert np.array_equal(a.checkpoints, b.checkpoints)
-    assert np.array_equal(a.event_category, b.event_category)
+    assert np.array_equal(a.da.composition().checkpoints, b.da.composition().checkpoints)
+    assert np.array_equal(a.da.composition().codes, b.da.composition().codes)
     assert np.array_equal(a.rows_by_size, b.rows_by_size)
     x0, x1 = a.x_range
     ea, eb = a.envelope(x0, x1, 300), b.envelope(x0, x1, 300)

@@ -207,7 +207,7 @@ def test_metadata_groups_and_search_in_the_analysis_api():
 
 def test_table_search_finds_metadata():
     from vramscope.viewer.model import DeviceData
-    from vramscope.viewer.rows import RowView
+    from vramscope.viewer.model.rows import RowView
     an = analysis("metadata_annotate.pickle")
     view = RowView(DeviceData(an.snapshot, an, 0))
     view.set_filter(text="eval logger")

@@ -113,7 +113,7 @@ def test_summary_report_csv_and_viewer_agree(path, tmp_path, capsys, monkeypatch
         evidence_totals[dev] = csv_ev
 
     # the viewer's model reads the same analysis
-    from vramscope.viewer.loader import load
+    from vramscope.viewer.model.load import load
     result = load(str(path))
     if result.data is not None:
         d = result.data

@@ -43,10 +43,10 @@ def test_open_file_shows_everything(qt, window):
     assert window.table_panel.model.rowCount() == d.n_rows
     assert window.findings_panel.items, "the peak at least"
     assert "peak" in window.status_peak.text()
-    env = window.timeline._last_env
+    env = window.timeline.last_env
     assert env is not None and env.live_y.max() == d.peak_bytes
     assert window.legend.buttons, "one toggle per category present"
-    assert window.progress_dialog is None
+    assert window.loading.progress.dialog is None
 
 
 def test_jump_to_peak(qt, window):
@@ -156,7 +156,7 @@ def test_table_row_moves_the_timeline(qt, window):
 
 def test_sort_table(qt, window):
     d = open_and_wait(qt, window, EXAMPLE)
-    from vramscope.viewer.rows import COL_ALLOC
+    from vramscope.viewer.model.rows import COL_ALLOC
     panel = window.table_panel
     panel.table.sortByColumn(COL_ALLOC, Qt.SortOrder.AscendingOrder)
     ai = d.alloc_index[panel.model.view.rows]
@@ -167,12 +167,12 @@ def test_sort_table(qt, window):
 def test_toggle_category(qt, window):
     d = open_and_wait(qt, window, EXAMPLE)
     tl = window.timeline
-    before = tl._last_env.col_comp[:, tl.visible_categories].sum(axis=1).max()
+    before = tl.last_env.col_comp[:, tl.visible_categories].sum(axis=1).max()
     c, button = next(iter(window.legend.buttons.items()))
     qt.mouseClick(button, Qt.MouseButton.LeftButton)
     assert c not in tl.visible_categories
     qt.wait(5)
-    after = tl._last_env.col_comp[:, tl.visible_categories].sum(axis=1).max()
+    after = tl.last_env.col_comp[:, tl.visible_categories].sum(axis=1).max()
     assert after < before
     qt.mouseClick(button, Qt.MouseButton.LeftButton)
     assert c in tl.visible_categories
@@ -205,17 +205,17 @@ def test_cancel_a_load(qt, window, tmp_path):
     cancelled = []
 
     def on_progress(*_):     # press Cancel in the progress dialog as soon as it reports
-        if window.progress_dialog is not None and not cancelled:
+        if window.loading.progress.dialog is not None and not cancelled:
             cancelled.append(True)
-            window.progress_dialog.findChild(QPushButton).click()
+            window.loading.progress.dialog.findChild(QPushButton).click()
 
-    window.loader.progressed.connect(on_progress)
-    with qt.waitSignal(window.loader.cancelled, timeout=LOAD_TIMEOUT):
+    window.loading.worker.progressed.connect(on_progress)
+    with qt.waitSignal(window.loading.worker.cancelled, timeout=LOAD_TIMEOUT):
         window.open_path(big)
     assert cancelled
     assert window.data is None and window.stack.currentIndex() == 0
-    assert window.error_box is None and window.progress_dialog is None
-    assert not window.loader.busy
+    assert window.error_box is None and window.loading.progress.dialog is None
+    assert not window.loading.worker.busy
     # the window still works afterwards
     assert open_and_wait(qt, window, EXAMPLE) is not None
 
@@ -238,7 +238,7 @@ def test_bad_file_shows_one_line(qt, window, tmp_path):
     qt.waitUntil(lambda: window.error_box is not None, timeout=LOAD_TIMEOUT)
     text = window.error_box.text()
     assert str(bad) in text and "\n" not in text and "Traceback" not in text
-    assert window.data is None and window.progress_dialog is None
+    assert window.data is None and window.loading.progress.dialog is None
 
 
 def test_screenshot(qt, tmp_path, capsys):
@@ -291,13 +291,13 @@ def test_recent_files_window_state_and_drop(qt, tmp_path):
                     Qt.KeyboardModifier.NoModifier)
     with qt.waitSignal(w.loaded, timeout=LOAD_TIMEOUT):
         w.dropEvent(ev)
-    assert w.recent_files() == [os.path.abspath(EXAMPLE)]
+    assert w.loading.recent_files() == [os.path.abspath(EXAMPLE)]
     w.docks["findings"].hide()
     w.close()
     settings.sync()
     w2 = MainWindow(settings=QSettings(str(tmp_path / "vramscope.ini"), QSettings.Format.IniFormat))
     qt.addWidget(w2)
-    assert w2.recent_files() == [os.path.abspath(EXAMPLE)]
+    assert w2.loading.recent_files() == [os.path.abspath(EXAMPLE)]
     assert w2.docks["findings"].isHidden()
 
 
@@ -327,7 +327,7 @@ def test_wheel_box_zoom_and_overview(qt, window):
     assert b - a < (x1 - x0) * 0.9                  # the wheel zooms time...
     assert tl.vb.viewRange()[1][0] == 0             # ...and the bytes axis still starts at 0
     qt.wait(5)
-    assert tl._last_env.x0 == pytest.approx(a)      # the envelope followed the view
+    assert tl.last_env.x0 == pytest.approx(a)      # the envelope followed the view
     tl.vb.showAxRect(QRectF(10, 0, 100, d.peak_bytes / 4))   # what a box drag ends with
     assert tl.x_span() == pytest.approx((10, 110)) and not tl._auto_y
     window.act_reset.trigger()

@@ -61,7 +61,7 @@ def test_allocator_panel_steps_with_the_arrow_keys(qt, tmp_path):
     s = st.segments[k]
     x0, ppb = m._geometry()
     from PySide6.QtCore import QPoint
-    from vramscope.viewer.allocator_panel import ROW_GAP, ROW_H
+    from vramscope.viewer.panels.allocator import ROW_GAP, ROW_H
     w_bar = max(28, s.size * ppb)
     pt = QPoint(int(x0 + w_bar * 0.5 * (3 * MiB) / s.size), 3 + k * (ROW_H + ROW_GAP) + ROW_H // 2)
     seg, blk = m.hit(pt)

@@ -19,7 +19,7 @@ pytest.importorskip("pyqtgraph")
 
 from PySide6.QtCore import QEvent, QPointF, Qt  # noqa: E402
 from PySide6.QtGui import QMouseEvent  # noqa: E402
-from PySide6.QtWidgets import QApplication, QFileDialog, QInputDialog  # noqa: E402
+from PySide6.QtWidgets import QApplication, QFileDialog, QInputDialog, QPushButton  # noqa: E402
 
 from vramscope.services import annotations as am  # noqa: E402
 from vramscope.services.annotations import AnnotationStore  # noqa: E402
@@ -56,7 +56,7 @@ class Notes:
     """Stands in for the note dialog: answers queued texts (or cancels) and records what it was shown."""
 
     def __init__(self, monkeypatch):
-        from vramscope.viewer import dialogs
+        from vramscope.viewer.window import dialogs
         self.answers: list[str | None] = []
         self.asked: list[tuple[str, str, str]] = []
         monkeypatch.setattr(dialogs, "ask_note", self)
@@ -107,8 +107,8 @@ def ctrl_drag(w, x0: float, x1: float, y: float):
 def test_range_peak_and_allocation_notes_are_saved_and_undone(qt, window, snap, notes):
     d = open_and_wait(qt, window, snap)
     w = window
-    assert w.store is not None and w.store.path == snap + ".vramscope.json"
-    assert not os.path.exists(w.store.path)           # nothing written before the first note
+    assert w.notes.store is not None and w.notes.store.path == snap + ".vramscope.json"
+    assert not os.path.exists(w.notes.store.path)           # nothing written before the first note
     assert w.notes_panel.count() == 0 and not w.act_undo.isEnabled()
 
     # a range: marked by a Ctrl+drag on the timeline, then "Annotate Range"
@@ -116,7 +116,7 @@ def test_range_peak_and_allocation_notes_are_saved_and_undone(qt, window, snap, 
     ctrl_drag(w, x0, x1, d.peak_bytes / 3)
     assert w.timeline.marked_range() == pytest.approx((x0, x1), abs=(x1 - x0) * 0.02)
     assert w.timeline.x_span()[1] - w.timeline.x_span()[0] > (x1 - x0) * 2     # it did not box-zoom
-    first, last = w._entries_in(*w.timeline.marked_range())
+    first, last = w.entries_in(*w.timeline.marked_range())
     notes.answers.append("forward of step 2\nlooks like step 1")
     w.act_note_range.trigger()
     assert "marked range" in notes.asked[-1][0] and f"entries {first:,}-{last:,}" in notes.asked[-1][1]
@@ -166,11 +166,11 @@ def test_range_peak_and_allocation_notes_are_saved_and_undone(qt, window, snap, 
     assert [a["kind"] for a in sidecar(snap)] == ["range", "peak"]
 
     # edit the peak's note from the list, delete the range, undo the delete
-    w.notes_panel.select(w.store.annotations[1].id)
+    w.notes_panel.select(w.notes.store.annotations[1].id)
     notes.answers.append("autograd spike (edited)")
     w.act_note_edit.trigger()
     assert [a["note"] for a in sidecar(snap)] == ["forward of step 2\nlooks like step 1", "autograd spike (edited)"]
-    w.notes_panel.select(w.store.annotations[0].id)
+    w.notes_panel.select(w.notes.store.annotations[0].id)
     w.act_note_delete.trigger()
     assert [a["kind"] for a in sidecar(snap)] == ["peak"]
     w.act_undo.trigger()
@@ -222,7 +222,7 @@ def test_notes_come_back_drawn_and_navigable(qt, env, snap):
     other = env / "runs" / "clean_loop.pickle"
     shutil.copyfile(DATA / "clean_loop.pickle", other)
     open_and_wait(qt, w, str(other))
-    assert w.store.snapshot_path == str(other) and w.notes_panel.count() == 0
+    assert w.notes.store.snapshot_path == str(other) and w.notes_panel.count() == 0
     assert tl.notes.marks == [] and w.docks["annotations"].windowTitle() == "Annotations"
     # and back: the notes are still there
     open_and_wait(qt, w, snap)
@@ -240,7 +240,7 @@ def test_reopening_the_window_brings_notes_back(qt, env, snap, notes):
     w.close()
     w2 = new_window(qt)
     open_and_wait(qt, w2, snap)
-    assert [a.note for a in w2.store] == ["whole run", "the peak"]
+    assert [a.note for a in w2.notes.store] == ["whole run", "the peak"]
     render(qt, w2)
     assert len(w2.timeline.notes.marks) == 2 and len(w2.timeline.notes.placed) == 2
 
@@ -255,10 +255,10 @@ def test_notes_of_other_devices(qt, window, env):
     assert d.device == 2
     assert [m.id for m in window.timeline.notes.marks] == [a2.id]
     assert window.notes_panel.count() == 2             # listed, greyed: still editable and deletable
-    store = window.store
+    store = window.notes.store
     with qt.waitSignal(window.loaded, timeout=LOAD_TIMEOUT):
         window.device_combo.activated.emit(window.device_combo.findData(0))
-    assert window.store is store                       # same file: same store, same undo history
+    assert window.notes.store is store                       # same file: same store, same undo history
     assert [m.label for m in window.timeline.notes.marks] == ["2 · on device 0"]
     window.notes_panel.tree.itemClicked.emit(window.notes_panel.item(0), 0)
     assert "cuda:2" in window.statusBar().currentMessage()
@@ -288,7 +288,7 @@ def test_keyboard_shortcuts(qt, window, snap, notes):
                 Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
     assert [a["kind"] for a in sidecar(snap)] == ["range", "peak"]
     # Delete only acts in the notes list: pressed on the timeline it deletes nothing
-    w.notes_panel.select(w.store.annotations[0].id)
+    w.notes_panel.select(w.notes.store.annotations[0].id)
     qt.keyClick(w.timeline.plot, Qt.Key.Key_Delete)
     assert len(sidecar(snap)) == 2
     w.notes_panel.tree.setFocus()
@@ -313,17 +313,17 @@ def test_read_only_folder_sends_notes_to_the_data_dir(qt, window, env, notes, mo
     try:
         open_and_wait(qt, window, str(path))
         data_dir = str(env / "userdata")
-        assert window.store.path.startswith(data_dir)
+        assert window.notes.store.path.startswith(data_dir)
         # a clear, non-blocking notice: in the panel, in the status bar (message and a permanent label)
         notice = window.notes_panel.notice
-        assert not notice.isHidden() and window.store.path in notice.text().replace("~", os.path.expanduser("~"))
+        assert not notice.isHidden() and window.notes.store.path in notice.text().replace("~", os.path.expanduser("~"))
         assert "read-only" in notice.text() and str(folder) in notice.text()
         assert "read-only" in window.statusBar().currentMessage()
-        assert not window.status_notes.isHidden() and window.store.path in window.status_notes.toolTip()
+        assert not window.status_notes.isHidden() and window.notes.store.path in window.status_notes.toolTip()
         assert window.error_box is None
         notes.answers.append("kept elsewhere")
         window.act_note_peak.trigger()
-        assert os.path.exists(window.store.path)
+        assert os.path.exists(window.notes.store.path)
         assert not os.path.exists(str(path) + ".vramscope.json")
         assert [a.note for a in AnnotationStore(str(path))] == ["kept elsewhere"]
     finally:
@@ -336,6 +336,11 @@ def test_writable_folder_has_no_notice(qt, window, snap):
 
 
 # -- File > Export ---------------------------------------------------------------------------------------
+
+def finish_export(qt, window):
+    """Exports run on the window's export worker: wait for it."""
+    qt.waitUntil(lambda: not window.exports.worker.busy, timeout=60000)
+
 
 def test_exports_are_disabled_until_a_file_is_loaded(qt, window, snap):
     acts = (window.act_export_report, window.act_export_trimmed, window.act_export_perfetto)
@@ -355,6 +360,7 @@ def test_export_report_from_the_menu(qt, window, snap, env, notes, monkeypatch):
     asked = []
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (asked.append(a) or str(out), ""))
     window.act_export_report.trigger()
+    finish_export(qt, window)
     assert asked and window.error_box is None
     # a new folder is proposed next to the snapshot, and made
     assert asked[0][2] == os.path.join(os.path.dirname(snap), "example-report")
@@ -376,6 +382,7 @@ def test_export_report_error_is_a_message_box(qt, window, snap, env, monkeypatch
     blocker.write_text("not a folder")
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(blocker / "report"), ""))
     window.act_export_report.trigger()
+    finish_export(qt, window)
     box = window.error_box
     assert box is not None and "report" in box.windowTitle()
     assert "Traceback" not in box.text() and "\n" not in box.text() and str(blocker) in box.text()
@@ -399,6 +406,7 @@ def test_export_trimmed_snapshot_from_the_menu(qt, window, snap, env, monkeypatc
     out = env / "trimmed"                              # no extension typed: .pickle is added
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), ""))
     window.act_export_trimmed.trigger()
+    finish_export(qt, window)
     assert window.error_box is None
     if choice == "peak":        # the whole run shown, nothing marked: no question asked
         assert offered == []
@@ -409,10 +417,10 @@ def test_export_trimmed_snapshot_from_the_menu(qt, window, snap, env, monkeypatc
     if choice == "peak":
         assert n == 2000
     elif choice == "marked":
-        a, b = window._entries_in(float(d.x_of_index(500)), float(d.x_of_index(899)))
+        a, b = window.entries_in(float(d.x_of_index(500)), float(d.x_of_index(899)))
         assert n == b - a + 1 and 380 <= n <= 420
     else:
-        a, b = window._entries_in(*window.timeline.x_span())
+        a, b = window.entries_in(*window.timeline.x_span())
         assert n == b - a + 1 and n < d.n
     assert "cuda:" in window.statusBar().currentMessage()
 
@@ -422,6 +430,7 @@ def test_export_perfetto_from_the_menu(qt, window, snap, env, monkeypatch):
     out = env / "trace.json"
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), ""))
     window.act_export_perfetto.trigger()
+    finish_export(qt, window)
     assert window.error_box is None
     doc = json.loads(out.read_text())
     counters = [e for e in doc["traceEvents"] if e["ph"] == "C"]
@@ -442,6 +451,62 @@ def test_cancelled_export_dialogs_write_nothing(qt, window, snap, env, monkeypat
     assert sorted(os.listdir(env)) == before and window.error_box is None
 
 
+def test_an_export_runs_on_its_worker_and_cancel_writes_nothing(qt, window, snap, env, monkeypatch):
+    """The export runs off the GUI thread with a progress dialog; Cancel stops it before it
+    writes (the window stays usable meanwhile: the GUI thread is free)."""
+    import threading
+    from vramscope.services import export as export_service
+    open_and_wait(qt, window, snap)
+    out = env / "trace.json"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), ""))
+    started, gate, threads = threading.Event(), threading.Event(), []
+    real = export_service.perfetto_trace
+
+    def slow_trace(*a, **k):
+        threads.append(threading.current_thread())
+        started.set()
+        gate.wait(30)
+        return real(*a, **k)
+    monkeypatch.setattr(export_service, "perfetto_trace", slow_trace)
+    window.act_export_perfetto.trigger()
+    qt.waitUntil(started.is_set, timeout=10000)
+    assert threads[0] is not threading.main_thread() and window.exports.worker.busy
+    dlg = window.exports.progress.dialog
+    assert dlg is not None and "Perfetto" in dlg.labelText()
+    dlg.findChild(QPushButton).click()                  # Cancel
+    gate.set()
+    finish_export(qt, window)
+    assert not out.exists() and window.error_box is None
+    assert "cancelled" in window.statusBar().currentMessage()
+    assert window.exports.progress.dialog is None
+
+
+def test_the_report_is_written_off_the_gui_thread_and_its_png_drawn_on_it(qt, window, snap, env, monkeypatch):
+    import threading
+    from vramscope.services import report as report_service
+    from vramscope.viewer import report_png
+    open_and_wait(qt, window, snap)
+    out = env / "report"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), ""))
+    where = {}
+    real_report, real_png = report_service.write_report, report_png.render_timeline
+
+    def report(*a, **k):
+        where["report"] = threading.current_thread()
+        return real_report(*a, **k)
+
+    def png(*a, **k):
+        where["png"] = threading.current_thread()
+        return real_png(*a, **k)
+    monkeypatch.setattr(report_service, "write_report", report)
+    monkeypatch.setattr(report_png, "render_timeline", png)
+    window.act_export_report.trigger()
+    finish_export(qt, window)
+    assert where["report"] is not threading.main_thread() and where["png"] is threading.main_thread()
+    assert (out / "timeline.png").read_bytes()[:4] == b"\x89PNG" and (out / "analysis.json").exists()
+    assert window.error_box is None and str(out) in window.statusBar().currentMessage()
+
+
 # -- placing notes on a trace (no window) ------------------------------------------------------------------
 
 def test_note_placement(tmp_path):
@@ -450,7 +515,7 @@ def test_note_placement(tmp_path):
     from vramscope.classifiers import analyze
     from vramscope.parsers import open_snapshot
     from vramscope.viewer.model import DeviceData
-    from vramscope.viewer.notes import note_row, note_span
+    from vramscope.viewer.model.notes import note_row, note_span
     snap = open_snapshot(write_snapshot(tmp_path / "t.pickle", 600, seed=5), use_cache=False)
     d = DeviceData(snap, analyze(snap), 0)
     assert d.has_time

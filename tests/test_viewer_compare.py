@@ -67,8 +67,8 @@ def test_compare_with_through_the_menu_shows_the_command_lines_numbers_and_swaps
     assert window.docks["compare"].isHidden() and not window.act_swap.isEnabled()
     compare_through_the_menu(qt, window, monkeypatch, CKPT)
     panel = window.compare_panel
-    assert window.on_screen("compare") and window.progress_dialog is None
-    assert window.path == os.path.abspath(BASE) and window.compare.b.path == os.path.abspath(CKPT)
+    assert window.on_screen("compare") and window.loading.progress.dialog is None
+    assert window.path == os.path.abspath(BASE) and window.compare.result.b.path == os.path.abspath(CKPT)
 
     d = assert_shows(panel, cli_compare(capsys, BASE, CKPT))
     # checkpointing: the same run, 4.04 MiB lower, 7.58 MiB fewer activations at the peak
@@ -99,7 +99,7 @@ def test_compare_with_through_the_menu_shows_the_command_lines_numbers_and_swaps
     qt.wait(1)
     assert window.path == os.path.abspath(CKPT) and "ft_checkpointing.pickle" in window.windowTitle()
     assert window.data.peak_bytes == d["b"]["peak"]["bytes"]
-    assert window.compare.b.path == os.path.abspath(BASE)
+    assert window.compare.result.b.path == os.path.abspath(BASE)
     swapped = assert_shows(panel, cli_compare(capsys, CKPT, BASE))
     assert swapped["delta"]["peak_bytes"] == -d["delta"]["peak_bytes"]
     assert panel.category_rows()["activations"][2] == "+7.58 MiB"
@@ -119,7 +119,7 @@ def test_a_site_shows_its_allocations_live_at_as_peak(qt, window, monkeypatch):
     at = panel.sites.visualItemRect(item).center()
     qt.mouseClick(panel.sites.viewport(), Qt.MouseButton.LeftButton, pos=at)       # a double-click: press,
     qt.mouseDClick(panel.sites.viewport(), Qt.MouseButton.LeftButton, pos=at)      # release, then the second
-    dc, doc = window.compare.device(0)
+    dc = window.compare.result.device(0)
     site = dc.sites[0]
     rows = np.array([window.table_panel.model.row_id(r) for r in range(window.table_panel.model.rowCount())])
     assert len(rows) == site.a_count > 0
@@ -148,29 +148,29 @@ def test_files_the_command_line_refuses_get_its_one_line_in_a_message_box(qt, wi
     ]
     for path, words in cases:
         monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, p=path, **k: (p, "")))
-        with qt.waitSignal(window.loader.failed, timeout=LOAD_TIMEOUT):
+        with qt.waitSignal(window.loading.worker.failed, timeout=LOAD_TIMEOUT):
             window.act_compare.trigger()
         box = window.error_box
         assert box is not None and box.isVisible() and box.windowTitle() == "Cannot compare"
         assert words in box.text() and "Traceback" not in box.text() and box.text().count("\n") <= 2
-        assert window.compare is None and window.path == os.path.abspath(BASE)   # A stays as it was
-    window._close_error()
+        assert window.compare.result is None and window.path == os.path.abspath(BASE)   # A stays as it was
+    window.close_error()
 
 
 def test_another_file_closes_the_comparison_and_a_device_switch_keeps_it(qt, window, monkeypatch):
     open_and_wait(qt, window, BASE)
     compare_through_the_menu(qt, window, monkeypatch, CKPT)
     open_and_wait(qt, window, str(DATA / "keep_loss.pickle"))
-    assert window.compare is None and window.docks["compare"].isHidden() and not window.act_swap.isEnabled()
+    assert window.compare.result is None and window.docks["compare"].isHidden() and not window.act_swap.isEnabled()
     # several devices: the panel follows the device the timeline shows
     multi = str(DATA / "multi_device_oom.pickle")
     open_and_wait(qt, window, multi)
     compare_through_the_menu(qt, window, monkeypatch, multi)
-    assert window.compare.devices == [0, 1, 2]
+    assert window.compare.result.devices == [0, 1, 2]
     assert "cuda:1" in window.compare_panel.headline.text()
     with qt.waitSignal(window.loaded, timeout=LOAD_TIMEOUT):
         window.show_device(0)
-    assert window.compare is not None and window.compare_panel.dc.device == 0
+    assert window.compare.result is not None and window.compare_panel.dc.device == 0
     assert window.compare_panel.category_rows()["peak live"][2] == "0 B"     # the file with itself
 
 
@@ -178,14 +178,14 @@ def test_loading_b_shows_progress_and_cancel_leaves_a_alone(qt, window):
     import threading
     open_and_wait(qt, window, BASE)
     gate = threading.Event()
-    window.loader.submit(lambda progress: gate.wait(30))      # the worker busy: B's load waits its turn
+    window.loading.worker.submit(lambda progress: gate.wait(30))      # the worker busy: B's load waits its turn
     window.compare_with(CKPT)
-    dlg = window.progress_dialog
+    dlg = window.loading.progress.dialog
     assert dlg is not None and dlg.labelText().startswith("Comparing with ft_checkpointing.pickle")
-    with qt.waitSignal(window.loader.cancelled, timeout=LOAD_TIMEOUT):
+    with qt.waitSignal(window.loading.worker.cancelled, timeout=LOAD_TIMEOUT):
         dlg.canceled.emit()                                    # what its Cancel button says
         gate.set()
-    assert window.progress_dialog is None and window.compare is None
+    assert window.loading.progress.dialog is None and window.compare.result is None
     assert window.path == os.path.abspath(BASE) and window.docks["compare"].isHidden()
     assert window.statusBar().currentMessage() == "Loading cancelled"
 
@@ -198,7 +198,7 @@ def test_a_state_only_b_is_compared_with_its_note(qt, window, tmp_path, monkeypa
     compare_through_the_menu(qt, window, monkeypatch, state)
     panel = window.compare_panel
     assert "B has no trace (a state-only snapshot)" in panel.headline.text()
-    b = window.compare.b.analysis.devices[0]
+    b = window.compare.result.b.analysis.devices[0]
     assert panel.totals.curves[1].getData()[1].max() == b.peak.bytes > 0
     # no iterations in B: by iteration cannot be chosen, and the axis stays aligned at the start
     panel.align.setCurrentIndex(panel.align.findData("iteration"))

@@ -60,8 +60,8 @@ def test_a_click_on_a_device_in_the_overview_shows_it(qt, window):
 def test_a_cancelled_switch_keeps_the_overview_on_the_device_shown(qt, window):
     open_and_wait(qt, window, str(MULTI_OOM))
     window.device_strip.buttons[0].click()           # checks its button at once...
-    window.loader.cancel()                           # ...and is cancelled (or has just finished)
-    qt.waitUntil(lambda: not window.loader.busy, timeout=LOAD_TIMEOUT)
+    window.loading.worker.cancel()                   # ...and is cancelled (or has just finished)
+    qt.waitUntil(lambda: not window.loading.worker.busy, timeout=LOAD_TIMEOUT)
     qt.wait(1)
     shown = window.data.device
     assert window.device_strip.group.checkedId() == shown

@@ -68,7 +68,7 @@ def test_stacked_by_segment_the_legend_is_the_segments_key(qt, window):
     assert not any(b.isVisible() for b in legend.buttons.values())
     assert legend.segment_key.isVisible()
     text = legend.segment_key.text()
-    palette = w.timeline.stack_palette()
+    palette = w.timeline.stacking.palette()
     keys = d.segment_keys()
     assert [words for _, words in keys] == ["small pool", "large pool"]      # one stream, both pools used
     for k, words in keys:
@@ -167,16 +167,16 @@ def test_phase_names_keep_clear_of_the_peak_label(qt, window):
 
 
 def test_note_labels_keep_clear_of_the_whatif_peak(qt, window):
-    from vramscope.classifiers.category_live import CategoryLive
-    from vramscope.viewer.plot_items import NoteMark
+    from vramscope.classifiers.whatif import what_if
+    from vramscope.viewer.timeline.items import NoteMark
     w = sized(qt, window, 1024, 700)
     d = open_and_wait(qt, w, str(DATA / "cuda_full.pickle"))
     tl = w.timeline
     # everything but the weights scaled away: the scaled peak lies low, where the notes' labels go
     scales = {c: (1.0 if c == "weights" else 0.0) for c in d.categories}
-    pk = CategoryLive.build(d.da).peak(scales)
-    factors = np.array([scales[c] for c in d.categories])
-    tl.set_whatif(factors, pk.index, pk.bytes, "what if: the weights alone, a long label to collide with")
+    r = what_if(d.analysis, d.device, scales, with_budget=False)
+    pk = r.scaled
+    tl.set_whatif(r, "what if: the weights alone, a long label to collide with")
     x = float(d.x_of_index(max(pk.index, 0)))
     tl.notes.set_marks([NoteMark(f"n{k}", "peak", x, x, f"{k + 1} · a note at the what-if peak", "")
                         for k in range(3)])

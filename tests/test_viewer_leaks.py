@@ -61,7 +61,7 @@ def test_a_click_on_a_leak_shows_exactly_its_allocations_and_clear_restores_all(
     assert window.selected_row == f.row and f.row in set(expected.tolist())
     assert panel.current_row() == f.row
     # the timeline rings each of them where it was made
-    marks = window.timeline.row_marks
+    marks = window.timeline.pointer.row_marks
     assert marks.isVisible() and len(marks.data) == int((d.alloc_index[expected] >= 0).sum()) > 0
     assert np.allclose(np.sort(marks.data["x"]), np.sort(d.x_of_index(d.alloc_index[expected])))
 
@@ -69,7 +69,7 @@ def test_a_click_on_a_leak_shows_exactly_its_allocations_and_clear_restores_all(
     assert not panel.chip.isVisible()
     assert window.table_panel.model.rowCount() == all_rows
     assert panel.count.text() == f"{all_rows} of {all_rows}"
-    assert len(window.timeline.row_marks.data) == 0
+    assert len(window.timeline.pointer.row_marks.data) == 0
     assert window.selected_row == f.row and panel.current_row() == f.row     # the selection stays
 
 
@@ -86,4 +86,4 @@ def test_the_leak_filter_replaces_the_others_and_goes_with_another_finding(qt, w
     window.jump_to_peak()
     assert not panel.has_only() and not panel.chip.isVisible()
     assert panel.model.rowCount() == d.n_rows
-    assert len(window.timeline.row_marks.data) == 0
+    assert len(window.timeline.pointer.row_marks.data) == 0

@@ -10,9 +10,10 @@ import pytest
 from vramscope.classifiers import analyze
 from vramscope.parsers import open_snapshot
 from vramscope.common.units import fmt_bytes, fmt_seconds, parse_size
-from vramscope.viewer.lod import MinMaxPyramid, ragged
+from vramscope.common.arrays import ragged
+from vramscope.viewer.model.lod import MinMaxPyramid
 from vramscope.viewer.model import DeviceData
-from vramscope.viewer.rows import COL_ALLOC, COL_CATEGORY, COL_LIFETIME, COL_SIZE, COL_WHERE, RowView
+from vramscope.viewer.model.rows import COL_ALLOC, COL_CATEGORY, COL_LIFETIME, COL_SIZE, COL_WHERE, RowView
 
 
 def write_snapshot(path, n_allocs: int = 3000, seed: int = 0, with_time: bool = True) -> str:
@@ -70,6 +71,7 @@ def synth(tmp_path_factory):
     # spread rows over categories so that stacking is exercised whatever the classifier says
     da = an.devices[0]
     da.category = (np.arange(len(da.allocs)) % 5 * 2).astype(np.uint8)
+    da._composition = None            # the analysis' composition (the viewer's too), of these categories
     return DeviceData(snap, an, 0)
 
 
@@ -212,3 +214,20 @@ def test_fmt():
     assert fmt_seconds(2.5, 0.5) == "2.5 s"
     assert fmt_seconds(0.5, 0.5, span=2.0) == "0.5 s"      # one unit along an axis
     assert fmt_seconds(0.0001234, 1e-6) == "123 µs"
+
+
+def test_the_model_package_imports_without_qt():
+    """viewer/model/ (and the package's own __init__) import no Qt, at run time too: the
+    import-linter contract sees the imports; this sees what loading them really loads."""
+    import subprocess
+    import sys
+    code = ("import pkgutil, sys, importlib\n"
+            "import vramscope.viewer.model as m\n"
+            "for info in pkgutil.iter_modules(m.__path__):\n"
+            "    importlib.import_module(f'vramscope.viewer.model.{info.name}')\n"
+            "bad = sorted(n for n in sys.modules if n.split('.')[0] in ('PySide6', 'pyqtgraph', 'shiboken6'))\n"
+            "print(len(list(pkgutil.iter_modules(m.__path__))), bad)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    count, bad = r.stdout.strip().split(" ", 1)
+    assert int(count) >= 8 and bad == "[]", r.stdout

@@ -57,7 +57,7 @@ def annotate_peak(qt, window):
 
 
 def test_note_dialog_keys_wrap_and_title(qt, window, copy_of_example):
-    from vramscope.viewer.dialogs import NoteDialog
+    from vramscope.viewer.window.dialogs import NoteDialog
     open_and_wait(qt, window, copy_of_example)
 
     def type_and_save(dlg):
@@ -77,7 +77,7 @@ def test_note_dialog_keys_wrap_and_title(qt, window, copy_of_example):
     seen = on_dialog(qt, type_and_save)
     annotate_peak(qt, window)
     assert len(seen) == 1, seen
-    notes = list(window.store)
+    notes = list(window.notes.store)
     assert [n.note for n in notes] == ["first line\nsecond"]
 
     # Ctrl+Enter (the main keyboard's Enter reads Return; the keypad's is Enter) saves too
@@ -87,7 +87,7 @@ def test_note_dialog_keys_wrap_and_title(qt, window, copy_of_example):
     seen = on_dialog(qt, keypad)
     annotate_peak(qt, window)
     assert len(seen) == 1, seen
-    assert [n.note for n in window.store][-1] == "keypad"
+    assert [n.note for n in window.notes.store][-1] == "keypad"
 
     # Esc cancels: nothing added
     def cancel(dlg):
@@ -96,13 +96,13 @@ def test_note_dialog_keys_wrap_and_title(qt, window, copy_of_example):
     seen = on_dialog(qt, cancel)
     annotate_peak(qt, window)
     assert len(seen) == 1, seen
-    assert len(list(window.store)) == 2
+    assert len(list(window.notes.store)) == 2
 
 
 def test_one_hover_box_over_a_note(qt, window, copy_of_example):
     from vramscope.services.annotations import Annotation
     d = open_and_wait(qt, window, copy_of_example)
-    window.store.add(Annotation(kind="range", device=d.device, start_index=200, end_index=900,
+    window.notes.store.add(Annotation(kind="range", device=d.device, start_index=200, end_index=900,
                                 note="warm-up\nthe first steps allocate the optimizer state"))
     tl = window.timeline
     tl.refresh_now()

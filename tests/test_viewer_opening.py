@@ -37,13 +37,13 @@ def test_open_recent_tells_same_names_apart(qt, tmp_path):
 
 
 def test_a_step_without_progress_shows_a_busy_bar(qt, window):
-    window._show_progress("Opening x.pickle…")
-    dlg = window.progress_dialog
-    window._on_progress("analyzing", 0.0, 1.0)
+    window.loading.progress.show("Opening x.pickle…")
+    dlg = window.loading.progress.dialog
+    window.loading.progress.on_progress("analyzing", 0.0, 1.0)
     assert dlg.maximum() == 0 and "Analyzing" in dlg.labelText()          # busy, not "0%"
-    window._on_progress("timeline", 0.5, 1.0)
+    window.loading.progress.on_progress("timeline", 0.5, 1.0)
     assert dlg.maximum() == 1000 and dlg.value() == 499
-    window._hide_progress()
+    window.loading.progress.hide()
 
 
 def test_empty_snapshot_says_so_without_stray_panels(qt, window):
@@ -69,7 +69,7 @@ def test_state_only_snapshot_axis_and_lifetimes(qt, window):
     path = SHARED / "volcengine+verl__mem.pickle"
     if not path.exists():
         pytest.skip("no state-only snapshot here")
-    from vramscope.viewer.rows import COL_LIFETIME
+    from vramscope.viewer.model.rows import COL_LIFETIME
     d = open_and_wait(qt, window, str(path))
     assert d.n == 0
     ax = window.timeline.axis_x

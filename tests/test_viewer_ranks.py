@@ -55,7 +55,7 @@ def test_open_folder_shows_the_overview_and_opens_the_first_oom(qt, window, monk
     # the first OOM's rank is opened, and outlined as the one shown
     assert window.path == str(exit_file) and view.current == 3
     assert window.ranks.dock.isVisible() and not window.ranks.dock.visibleRegion().isEmpty()
-    assert window.progress_dialog is None and not multiprocessing.active_children()
+    assert window.loading.progress.dialog is None and not multiprocessing.active_children()
     # the list is the command line's
     rows = [[view.table.topLevelItem(k).text(c) for c in range(3)] for k in range(view.table.topLevelItemCount())]
     assert rows == [[str(r.rank), fmt_bytes(r.peak_bytes), "; ".join(
@@ -96,20 +96,20 @@ def test_a_click_opens_a_rank_and_compare_sets_two_side_by_side(qt, window, monk
     with qt.waitSignal(window.compared, timeout=LOAD_TIMEOUT):
         qt.mouseClick(view.compare_btn, Qt.MouseButton.LeftButton)
     qt.wait(1)
-    assert window.compare.a.path == heavy
-    assert window.compare.b.path == str(titan / "step_4" / "000001_step_4.pickle")
+    assert window.compare.result.a.path == heavy
+    assert window.compare.result.b.path == str(titan / "step_4" / "000001_step_4.pickle")
     assert window.on_screen("compare")
     # each rank on its own GPU: A's cuda:5 against B's cuda:1, said so
-    (dc,) = window.compare.comparison.devices
+    (dc,) = window.compare.result.comparison.devices
     assert (dc.a.device, dc.b.device) == (5, 1) and dc.peak_delta == dc.b.peak.bytes - dc.a.peak.bytes < 0
-    assert "A's device 5 against B's device 1 (no device in common)" in window.compare.document["notes"]
+    assert "A's device 5 against B's device 1 (no device in common)" in window.compare.result.notes()
     assert window.compare_panel.category_rows()["peak live"][:2] == (fmt_bytes(dc.a.peak.bytes),
                                                                     fmt_bytes(dc.b.peak.bytes))
     # Swap: rank 1 in the timeline, still against the other GPU
     with qt.waitSignal(window.compared, timeout=LOAD_TIMEOUT):
         window.act_swap.trigger()
     qt.wait(1)
-    (dc,) = window.compare.comparison.devices
+    (dc,) = window.compare.result.comparison.devices
     assert window.path.endswith("000001_step_4.pickle") and (dc.a.device, dc.b.device) == (1, 5)
     assert view.current == 1
     # comparing two ranks neither of which is shown: A opens first, then B is compared with it
@@ -117,7 +117,7 @@ def test_a_click_opens_a_rank_and_compare_sets_two_side_by_side(qt, window, monk
     with qt.waitSignal(window.compared, timeout=LOAD_TIMEOUT):
         view.compare_btn.click()
     qt.wait(1)
-    assert window.path.endswith("000002_step_4.pickle") and window.compare.b.path.endswith("000007_step_4.pickle")
+    assert window.path.endswith("000002_step_4.pickle") and window.compare.result.b.path.endswith("000007_step_4.pickle")
     assert view.current == 2
 
 
@@ -136,7 +136,7 @@ def test_a_folder_without_snapshots_says_so(qt, window, tmp_path):
     d = tmp_path / "nothing"
     d.mkdir()
     (d / "a.txt").write_text("x")
-    with qt.waitSignal(window.loader.failed, timeout=LOAD_TIMEOUT):
+    with qt.waitSignal(window.loading.worker.failed, timeout=LOAD_TIMEOUT):
         window.open_path(str(d))
     qt.wait(1)
     assert "no snapshot found in this folder (1 files could not be read; " in window.error_box.text()
@@ -159,9 +159,9 @@ def test_screenshot_of_a_folder(capsys, titan, tmp_path, monkeypatch):
 
 def test_cancel_while_reading_the_ranks(qt, window, titan):
     """Cancel in the progress dialog stops the reading (and its worker processes)."""
-    with qt.waitSignal(window.loader.cancelled, timeout=LOAD_TIMEOUT):
+    with qt.waitSignal(window.loading.worker.cancelled, timeout=LOAD_TIMEOUT):
         window.open_path(str(titan))
-        window.loader.cancel()
+        window.loading.worker.cancel()
     qt.wait(1)
-    assert window.progress_dialog is None and window.ranks.dock.isHidden() and window.path is None
+    assert window.loading.progress.dialog is None and window.ranks.dock.isHidden() and window.path is None
     assert not multiprocessing.active_children()

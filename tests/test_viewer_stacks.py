@@ -9,7 +9,7 @@ import pytest
 
 from vramscope.classifiers import analyze
 from vramscope.parsers import open_snapshot
-from vramscope.viewer.alloc_stack import SHADES, AllocStack
+from vramscope.viewer.model.alloc_stack import SHADES, AllocStack
 from vramscope.viewer.model import DeviceData
 
 REPO = Path(__file__).resolve().parents[1]

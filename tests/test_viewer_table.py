@@ -18,7 +18,7 @@ EXAMPLE = str(REPO / "assets" / "example.pickle")
 
 
 def test_sorting_keeps_the_highlight_on_the_selected_allocation(qt, window):
-    from vramscope.viewer.rows import COL_ALLOC, COL_SIZE
+    from vramscope.viewer.model.rows import COL_ALLOC, COL_SIZE
     d = open_and_wait(qt, window, EXAMPLE)
     panel = window.table_panel
     focus_key(qt, window, window.timeline.plot, Qt.Key.Key_P)          # the peak's allocation

@@ -26,7 +26,7 @@ def live_in_stack_order(d, i):
 def outline_at(tl, x):
     """(bottom, top) of the selection outline over the column at x."""
     xs, ys = tl.sel_bar.getData()
-    half = (tl._last_env.col_x[1] - tl._last_env.col_x[0]) / 2
+    half = (tl.last_env.col_x[1] - tl.last_env.col_x[0]) / 2
     near = np.isfinite(ys) & (np.abs(xs - x) <= half + 1e-12)
     return float(np.nanmin(ys[near])), float(np.nanmax(ys[near]))
 
@@ -84,7 +84,7 @@ def test_views_stay_on_the_data(qt, window):
 
 
 def test_entry_axis_ticks_are_whole(qt, window):
-    from vramscope.viewer.plot_items import TimeAxis
+    from vramscope.viewer.timeline.items import TimeAxis
     ax = TimeAxis("bottom")
     ax.has_time = False
     assert all(sp >= 1 for sp, _ in ax.tickSpacing(0, 3, 800))
@@ -161,7 +161,7 @@ def test_per_allocation_view_hover_click_and_outline(qt, window):
     qt.keyClick(tl.plot, Qt.Key.Key_L)
     assert tl.mode == "allocations" and window.mode_actions["allocations"].isChecked()
     x = float(d.x_of_index(d.peak_index))
-    i = tl.index_under(x)
+    i = tl.pointer.index_under(x)
     rows = live_in_stack_order(d, i)
     sizes = np.asarray(d.allocs.size)[rows]
     tops = np.cumsum(sizes)
@@ -175,7 +175,7 @@ def test_per_allocation_view_hover_click_and_outline(qt, window):
     assert d.category_name(int(d.category[rows[k]])) in text and fmt_bytes(int(sizes[k])) in text
     qt.mouseClick(tl.plot.viewport(), Qt.MouseButton.LeftButton, pos=pos)
     assert window.selected_row == int(rows[k])
-    lo, hi = outline_at(tl, tl._last_env.col_x[tl.column_under(x)])
+    lo, hi = outline_at(tl, tl.last_env.col_x[tl.pointer.column_under(x)])
     assert lo == pytest.approx(tops[k] - sizes[k]) and hi == pytest.approx(tops[k])
     # hidden categories drop out of the stack, and the rest moves down
     c = int(d.category[rows[0]])
@@ -183,7 +183,7 @@ def test_per_allocation_view_hover_click_and_outline(qt, window):
     qt.wait(5)
     below = rows[:k][d.category[rows[:k]] != c]
     if int(d.category[rows[k]]) != c:
-        lo2, hi2 = outline_at(tl, tl._last_env.col_x[tl.column_under(x)])
+        lo2, hi2 = outline_at(tl, tl.last_env.col_x[tl.pointer.column_under(x)])
         assert lo2 == pytest.approx(float(np.asarray(d.allocs.size)[below].sum()))
 
 
@@ -202,12 +202,12 @@ def test_category_outline_sits_at_its_place_in_the_band(qt, window):
     tl.zoom_to_indices(max(0, i - 40), min(d.n - 1, i + 40))
     tl.refresh_now()
     x = float(d.x_of_index(i))
-    col = tl.column_under(x)
-    j = int(tl._last_env.col_index[col])
+    col = tl.pointer.column_under(x)
+    j = int(tl.last_env.col_index[col])
     live = live_in_stack_order(d, j)
     base = sum(float(np.asarray(d.allocs.size)[live][d.category[live] == cc].sum()) for cc in vis[:vis.index(c)])
     older = live[:np.flatnonzero(live == row)[0]]
     offset = float(np.asarray(d.allocs.size)[older][d.category[older] == c].sum())
-    lo, hi = outline_at(tl, tl._last_env.col_x[col])
+    lo, hi = outline_at(tl, tl.last_env.col_x[col])
     assert lo == pytest.approx(base + offset) and hi == pytest.approx(base + offset + float(d.allocs.size[row]))
     assert lo > 0                                   # not drawn from 0 at the bottom of the chart

@@ -30,7 +30,7 @@ def open_whatif(qt, w, path):
     d = open_and_wait(qt, w, str(path))
     w.docks["whatif"].show()
     w.docks["whatif"].raise_()
-    qt.waitUntil(lambda: w.whatif_panel.model is not None, timeout=5000)
+    qt.waitUntil(lambda: w.whatif_panel.session is not None, timeout=5000)
     return d, w.whatif_panel
 
 
@@ -38,14 +38,14 @@ def test_sliders_redraw_with_the_exact_scaled_peak(qt, window):
     path = CRANBERRII if CRANBERRII.exists() else QLORA
     d, panel = open_whatif(qt, window, path)
     tl = window.timeline
-    assert set(panel.sliders) == set(panel.model.categories)
-    assert panel.table.rowCount() >= len(panel.model.categories)        # the budget beside it
-    assert tl.scales is None and not tl.whatif_label.isVisible()
+    assert set(panel.sliders) == set(panel.session.categories)
+    assert panel.table.rowCount() >= len(panel.session.categories)        # the budget beside it
+    assert tl.stacking.scales is None and not tl.whatif_label.isVisible()
     sl = panel.sliders["activations"]
     sl.setFocus()
     for _ in range(5):
         qt.keyClick(sl, Qt.Key.Key_PageUp)                               # +0.10 each: 1.50
-    qt.waitUntil(lambda: tl.scales is not None, timeout=2000)
+    qt.waitUntil(lambda: tl.stacking.scales is not None, timeout=2000)
     qt.wait(5)
     assert sl.value() == 150
     cl = CategoryLive.build(d.da)
@@ -58,12 +58,12 @@ def test_sliders_redraw_with_the_exact_scaled_peak(qt, window):
     from vramscope.present.words import peak_words
     assert peak_words(ref.scaled.type) in tl.whatif_label.textItem.toPlainText()
     # the bands are drawn scaled: the peak's column tops out at the exact scaled peak
-    env = tl._last_env
-    k = tl.column_under(float(d.x_of_index(want.index)))
+    env = tl.last_env
+    k = tl.pointer.column_under(float(d.x_of_index(want.index)))
     top = float(tl.bands.cum[k, -1])
     assert top == pytest.approx(want.bytes, rel=1e-9)
     # and the column tops are scaled totals: never below the measured composition times the factors
-    f = tl.scales
+    f = tl.stacking.scales
     assert np.all(tl.bands.cum[:, -1] >= np.maximum(env.col_comp * f, 0)[:, tl.visible_categories].sum(axis=1) - 1)
 
 
@@ -73,7 +73,7 @@ def test_levers_gpu_and_reset(qt, window):
     tl = window.timeline
     cb = panel.levers["half_batch"]
     qt.mouseClick(cb, Qt.MouseButton.LeftButton, pos=cb.rect().center())
-    qt.waitUntil(lambda: tl.scales is not None, timeout=2000)
+    qt.waitUntil(lambda: tl.stacking.scales is not None, timeout=2000)
     # simulated on the recorded timeline (what_if's): what it assumed and its measured error
     assert cb.isChecked() and "half the micro-batch" in panel.assumptions.text()
     assert "error against recorded runs" in panel.assumptions.text()
@@ -96,7 +96,7 @@ def test_levers_gpu_and_reset(qt, window):
     assert fit_factor_words(ref.fit[0].max_factor) in panel.fit_line.text()
     # Reset: as measured, no line
     qt.mouseClick(panel.reset_btn, Qt.MouseButton.LeftButton)
-    assert tl.scales is None and not tl.gpu_line.isVisible() and not tl.whatif_label.isVisible()
+    assert tl.stacking.scales is None and not tl.gpu_line.isVisible() and not tl.whatif_label.isVisible()
     assert not cb.isChecked() and all(s.value() == 100 for s in panel.sliders.values())
     assert tl.peak_label.isVisible()
 
@@ -104,9 +104,40 @@ def test_levers_gpu_and_reset(qt, window):
 def test_the_model_is_built_only_when_the_panel_is_shown(qt, window):
     d = open_and_wait(qt, window, str(QLORA))
     qt.wait(20)
-    assert window.whatif_panel.model is None and d.__dict__.get("_alloc_stack") is None
+    assert window.whatif_panel.session is None and d.__dict__.get("_alloc_stack") is None
     window.docks["whatif"].raise_()
-    qt.waitUntil(lambda: window.whatif_panel.model is not None, timeout=5000)
+    qt.waitUntil(lambda: window.whatif_panel.session is not None, timeout=5000)
+
+
+def test_the_model_is_built_on_the_worker_and_can_be_cancelled(qt, window, monkeypatch):
+    """The panel's first build runs on its worker (the GUI thread is free meanwhile), shows
+    its progress in the panel, and Cancel stops it; Build starts it again."""
+    import threading
+    from vramscope.viewer.model import whatif as model_whatif
+    d = open_and_wait(qt, window, str(QLORA))
+    panel = window.whatif_panel
+    started, gate, threads = threading.Event(), threading.Event(), []
+    real = model_whatif.CategoryLive.build
+
+    def slow_build(da):
+        threads.append(threading.current_thread())
+        started.set()
+        gate.wait(30)
+        return real(da)
+    monkeypatch.setattr(model_whatif.CategoryLive, "build", staticmethod(slow_build))
+    window.docks["whatif"].show()
+    window.docks["whatif"].raise_()
+    qt.waitUntil(started.is_set, timeout=5000)
+    assert threads[0] is not threading.main_thread() and panel.session is None
+    assert panel.building.isVisible() and panel.building_btn.text() == "Cancel"
+    qt.mouseClick(panel.building_btn, Qt.MouseButton.LeftButton)
+    gate.set()
+    qt.waitUntil(lambda: panel.building_btn.text() == "Build", timeout=5000)
+    assert panel.session is None and "Cancelled" in panel.building_label.text()
+    qt.mouseClick(panel.building_btn, Qt.MouseButton.LeftButton)      # again, to the end this time
+    qt.waitUntil(lambda: panel.session is not None, timeout=10000)
+    assert not panel.building.isVisible() and set(panel.sliders) == set(panel.session.categories)
+    assert panel.session.device == d.device
 
 
 def test_budget_text_columns_share_the_width_and_wrap(qt, window):

@@ -19,6 +19,7 @@ import pytest
 from helpers import DATA, GROUNDTRUTH, SHARED, needs_shared
 from vramscope.classifiers import CATEGORIES, analyze
 from vramscope.classifiers.category_live import BLOCK, CategoryLive, scale_live, scaled_series
+from vramscope.classifiers.liveset import Composition
 from vramscope.classifiers.whatif import (COMMON_CARDS, LEVERS, WhatIfError, lever, parse_gpu_size, parse_scale,
                                           what_if)
 from vramscope.common.units import GiB
@@ -152,7 +153,7 @@ def test_scaling_up_a_category_that_is_absent_changes_nothing():
 # -- a synthetic trace with many blocks: the pruning must never lose the first maximum ------------
 def _fake_device(rng, n_rows, n_cats, repeat_iterations=False):
     """Random alloc/free rows (some live before the trace, some never freed) as a
-    DeviceAnalysis stand-in: only allocs, category and live.live_after are read."""
+    DeviceAnalysis stand-in: only allocs, category, live.live_after and composition() are read."""
     events = []
     rows = []
     for _ in range(int(rng.integers(0, 4))):      # live before the trace; freed in it or not
@@ -175,8 +176,10 @@ def _fake_device(rng, n_rows, n_cats, repeat_iterations=False):
     arr = np.array(rows, dtype=np.int64)
     allocs = SimpleNamespace(alloc_index=arr[:, 0].astype(np.int32), free_index=arr[:, 1].astype(np.int32),
                              size=arr[:, 2], addr=np.arange(len(arr)))
-    da = SimpleNamespace(allocs=allocs, category=arr[:, 3].astype(np.uint8),
-                         live=SimpleNamespace(live_after=np.zeros(len(events), np.int64)))
+    category = arr[:, 3].astype(np.uint8)
+    da = SimpleNamespace(allocs=allocs, category=category,
+                         live=SimpleNamespace(live_after=np.zeros(len(events), np.int64)),
+                         composition=lambda: Composition(category, allocs, len(events)))
     return da, len(events)
 
 

@@ -18,6 +18,9 @@ def new_window(qt):
     w.resize(1400, 900)
     w.show()
     qt.waitExposed(w)
+    # the window takes the keyboard (offscreen activation is asynchronous: shortcuts need it)
+    w.activateWindow()
+    qt.waitUntil(w.isActiveWindow, timeout=5000)
     return w
 
 
@@ -25,6 +28,9 @@ def open_and_wait(qt, w, path, device=None):
     with qt.waitSignal(w.loaded, timeout=LOAD_TIMEOUT):
         w.open_path(path, device)
     qt.wait(1)
+    if w.isVisible() and not w.isActiveWindow():       # the progress dialog had the keyboard
+        w.activateWindow()
+        qt.waitUntil(w.isActiveWindow, timeout=5000)
     return w.data
 
 

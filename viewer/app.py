@@ -88,10 +88,10 @@ def run_viewer(path: str | None, screenshot: str | None = None, device: int | No
     if screenshot and QApplication.instance() is None:
         quiet_platform_noise()     # our own process: keep stderr for what matters
     app = make_app()
-    from .loader import load
+    from .model.load import load
     from .window import MainWindow
 
-    if screenshot:
+    if screenshot and path:
         folder = None
         try:
             if os.path.isdir(path):          # a folder of per-rank snapshots: its overview and first rank

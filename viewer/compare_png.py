@@ -19,8 +19,8 @@ from ..common.atomic import atomic_write
 from ..common.units import byte_unit, fmt_bytes
 from ..present.markup import html
 from ..present.words import COMPARE_X_TITLES, signed_bytes
-from .compare_data import usable_times
-from .lod import envelope
+from .model.compare import usable_times
+from .model.lod import envelope
 from .qt import QtCore, QtGui, QtWidgets, pg
 from .report_png import PNG_LIMIT, _grab, _png_bytes
 

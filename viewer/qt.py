@@ -1,36 +1,11 @@
-"""The one door to Qt: the PySide6 workaround, then PySide6 and pyqtgraph.
+"""Qt for the viewer: PySide6 and pyqtgraph, and `survives` for overrides Qt calls while painting.
 
-`vramscope.viewer` imports this module first (viewer/__init__.py), so the workaround is
-in place before any code of ours touches Qt, whatever module of the viewer is imported
-first (the window, the report's PNG renderer, a test). Qt is imported nowhere else in
-vramscope: the import-linter contract in pyproject.toml says so.
+The PySide6 workaround (viewer/__init__.py) is in place before this module, or any other
+module of the viewer, imports Qt: importing any `vramscope.viewer` module runs the package's
+`__init__` first. Qt is imported nowhere outside `vramscope.viewer` (the import-linter
+contracts in pyproject.toml say so), and not in its model package (`viewer/model/`).
 """
 import sys
-
-
-def _immortalize_singletons():
-    """Work around PySide6 6.12's reference counting on Python < 3.12.
-
-    Its bindings hand back `None`, `True` and `False` without taking a new
-    reference (every void method, every `Signal.emit()`), which is harmless on
-    Python 3.12+, where those objects are immortal, and fatal on 3.11: each call
-    takes one reference away, and after a few thousand (a few seconds of mouse
-    movement over pyqtgraph) the interpreter aborts with "none_dealloc:
-    deallocating None" or "bool_dealloc". We give the three singletons what 3.12
-    gives them: a reference count too large to ever reach zero. Measured with
-    PySide6 6.12.0 / Python 3.11.7: 100 `QWidget.setVisible` calls took 100
-    references from None.
-    """
-    if sys.version_info >= (3, 12):
-        return
-    import ctypes
-    for obj in (None, True, False):
-        refcnt = ctypes.c_ssize_t.from_address(id(obj))   # ob_refcnt: an object's first field
-        if refcnt.value < (1 << 40):
-            refcnt.value += 1 << 40
-
-
-_immortalize_singletons()
 
 
 def survives(default=None):

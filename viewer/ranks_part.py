@@ -6,7 +6,7 @@ rank to look at first (the first OOM, else the highest peak). A click on a rank 
 Compare shows two ranks in the window's Compare panel (A in the timeline, B beside it).
 
 A part the window owns (composition: `window.ranks = RanksPart(window)`), touching the
-window only through `open_path`, `compare_with`, its loader and progress dialog, the
+window only through `open_path`, `compare_with`, its loading part (worker and progress), the
 `loaded` signal and `path`.
 """
 from __future__ import annotations
@@ -75,10 +75,8 @@ class RanksPart(QObject):
         """Read the ranks under `path` on the window's loader (a newer request replaces it)."""
         w = self.window
         path, use_cache = os.path.abspath(path), w.use_cache
-        w._close_error()
-        w._pending_what = "open"
-        w.loader.submit(lambda progress: load_folder(path, use_cache, progress))
-        w._show_progress(f"Reading the ranks in {os.path.basename(path) or path}…")
+        w.loading.submit("open", lambda progress: load_folder(path, use_cache, progress),
+                         f"Reading the ranks in {os.path.basename(path) or path}…")
         w.statusBar().showMessage(f"Reading the ranks in {path}…")
 
     def apply(self, load: RanksLoad, open_first: bool = True):

@@ -47,8 +47,8 @@ from ..services.ranks import (
     top_categories,
     versus_median,
 )
-from .compare_panel import _SORT, SortItem
-from .plot_items import TimeAxis, cosmetic_pen
+from .panels.compare import _SORT, SortItem
+from .timeline.items import TimeAxis, cosmetic_pen
 from .theme import OOM_COLOR, Theme
 
 OOM_MARK, OUTLIER_MARK = "✕", "▲"

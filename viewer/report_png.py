@@ -18,7 +18,7 @@ from ..common.atomic import atomic_write
 from ..common.units import fmt_bytes
 from ..present.markup import html, one_line
 from ..present.words import peak_words
-from .lod import envelope
+from .model.lod import envelope
 from .qt import QtCore, QtGui, QtWidgets, pg
 
 PEAK_COLOR, OOM_COLOR, ANNOTATION_COLOR = "#D62728", "#D62728", "#4E79A7"
@@ -204,7 +204,7 @@ def _png_bytes(img, quality: int = -1) -> bytes:
     buf.open(QtCore.QIODevice.OpenModeFlag.WriteOnly)
     if not img.save(buf, "PNG", quality):
         raise OSError("could not encode the PNG")
-    return bytes(buf.data())
+    return bytes(buf.data().data())
 
 
 def _grab(pw, app):

@@ -19,7 +19,7 @@ class SegmentsMixin:
         """Every allocator segment as a band (reserved memory by segment), keyed by its
         stream (several streams) or its pool (small / large), built on first use."""
         if self._segment_stack is None and self.segments_known:
-            from .alloc_stack import AllocStack
+            from .model.alloc_stack import AllocStack
             end = np.where(self.seg_end > self.n, -1, self.seg_end)
             self._segment_stack = AllocStack(self.seg_start, end, self.seg_size, self.seg_key, self.n)
         return self._segment_stack

@@ -378,7 +378,8 @@ def _inactive(addr: int, size: int, profiler: bool) -> dict:
 
 
 def export_trimmed(snap, out_path: str, device: int, start: int | None = None, end: int | None = None,
-                   around_peak: int | None = None, redact_paths: bool = False, analysis=None) -> dict:
+                   around_peak: int | None = None, redact_paths: bool = False, analysis=None,
+                   progress=None) -> dict:
     """Write a trimmed snapshot pickle; returns {path, device, start, end, entries, bytes}.
 
     Give `start`/`end` (inclusive, inside the trace), or `around_peak` = the window width
@@ -394,6 +395,8 @@ def export_trimmed(snap, out_path: str, device: int, start: int | None = None, e
     elif start is None or end is None:
         raise ValueError("give a window (start and end) or around_peak")
     doc = trimmed_snapshot(snap, device, start, end, redact_paths, analysis)
+    if progress is not None:      # parsers.Progress: cancelled, nothing is written
+        progress.check()
     atomic_write(out_path, lambda fh: pickle.dump(doc, fh))
     return {"path": out_path, "device": device, "start": start, "end": end, "entries": end - start + 1,
             "bytes": os.path.getsize(out_path)}
@@ -473,9 +476,12 @@ def _ts(t) -> int | float:
     return int(f) if f.is_integer() else round(f, 3)
 
 
-def export_perfetto(analysis, out_path: str, device: int | None = None, max_points: int = 20000) -> dict:
+def export_perfetto(analysis, out_path: str, device: int | None = None, max_points: int = 20000,
+                    progress=None) -> dict:
     doc = perfetto_trace(analysis, device, max_points)
     data = orjson.dumps(doc)
+    if progress is not None:      # parsers.Progress: cancelled, nothing is written
+        progress.check()
     atomic_write(out_path, data)
     n_counters = sum(1 for e in doc["traceEvents"] if e["ph"] == "C")
     return {"path": out_path, "counter_events": n_counters, "bytes": len(data)}

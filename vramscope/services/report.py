@@ -25,6 +25,7 @@ from typing import Any, Callable
 from .. import __version__
 from ..classifiers import Analysis
 from ..common.atomic import atomic_write
+from ..parsers import Progress
 from ..present.stacks import Stacks
 from .annotations import Annotation, load_annotations
 from .report_compare import RenderComparePng, compare_markdown, write_compare_pngs
@@ -85,11 +86,12 @@ def _note_dict(a: Annotation) -> dict:
 
 def write_report(analysis: Analysis, out_dir: str, device: int | None = None, redact_paths: bool = False,
                  annotations=None, render_png: RenderPng | None = None, compare_with: Analysis | None = None,
-                 render_compare_png: RenderComparePng | None = None) -> list[str]:
+                 render_compare_png: RenderComparePng | None = None, progress: Progress | None = None) -> list[str]:
     """Write report.md, analysis.json and (with `render_png`) one timeline PNG per device
     into `out_dir` (created when missing), each atomically; returns the written paths,
     report.md and analysis.json first. Raises OSError when the folder cannot be written,
-    CompareError (before writing anything) when `compare_with` cannot be compared."""
+    CompareError (before writing anything) when `compare_with` cannot be compared, and
+    `Cancelled` when `progress` is cancelled (checked before each file is written)."""
     from .compare import compare_analyses, compare_document
     cmp = compare_analyses(analysis, compare_with, device) if compare_with is not None else None
     os.makedirs(out_dir, exist_ok=True)
@@ -122,6 +124,8 @@ def write_report(analysis: Analysis, out_dir: str, device: int | None = None, re
     if redact_paths:
         md = redact(md)
     md_path = os.path.join(out_dir, "report.md")
+    if progress is not None:
+        progress.check()
     atomic_write(md_path, lambda fh: REPORT_MD.render(md, fh))
 
     base = summary_document(analysis, device, stacks)
@@ -146,6 +150,8 @@ def write_report(analysis: Analysis, out_dir: str, device: int | None = None, re
         if "compare" in doc:
             doc["compare"].update(a=os.path.basename(doc["compare"]["a"]), b=os.path.basename(doc["compare"]["b"]))
     js_path = os.path.join(out_dir, "analysis.json")
+    if progress is not None:
+        progress.check()
     atomic_write(js_path, lambda fh: ANALYSIS_JSON.render(doc, fh))
     return [md_path, js_path] + pngs
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .lod import ragged
+from ...common.arrays import ragged
 
 SHADES = 4            # neighbouring bands of one colour alternate between this many shades
 
@@ -85,7 +85,7 @@ class AllocStack:
         free = np.asarray(free_index)
         if len(alloc) > 1 and not bool(np.all(alloc[1:] >= alloc[:-1])):
             order = np.argsort(alloc, kind="stable")
-            self.rank_row = order
+            self.rank_row: np.ndarray | None = order
             alloc, free = alloc[order], free[order]
             size = np.asarray(size)[order]
             key = np.asarray(key)[order]
@@ -144,8 +144,8 @@ class AllocStack:
         self.cand = np.concatenate(parts) if parts else np.zeros(0, dtype=idx_t)
         self.cand_start = np.zeros(nb + 1, dtype=np.int64)
         np.cumsum(self.cp_count + np.diff(first_new), out=self.cand_start[1:])
-        self._colors = None
-        self._palette_key = None
+        self._colors: np.ndarray | None = None
+        self._palette_key: bytes | None = None
 
     @property
     def nbytes(self) -> int:
@@ -208,10 +208,11 @@ class AllocStack:
     def colors(self, palette: np.ndarray) -> np.ndarray:
         """uint32 per rank from `palette` [keys, SHADES] (cached for the same palette)."""
         pk = palette.tobytes()
-        if self._colors is None or self._palette_key != pk:
-            self._colors = palette[self.key, np.arange(self.n_ranks) % SHADES].astype(np.uint32)
+        colors = self._colors
+        if colors is None or self._palette_key != pk:
+            colors = self._colors = palette[self.key, np.arange(self.n_ranks) % SHADES].astype(np.uint32)
             self._palette_key = pk
-        return self._colors
+        return colors
 
     def raster(self, cols: Columns, palette: np.ndarray, y_bottom: float, bytes_per_row: float, rows: int,
                background: int = 0) -> np.ndarray:

@@ -9,7 +9,8 @@ of the same run (B), for the device the timeline shows.
   * the code sites live at the two peaks with A, B and B - A, largest change first, their
     lines beneath (sortable); a click shows the site's allocations live at A's peak in the
     allocations table (double-click or Enter).
-The numbers are the document of `vramscope compare --json` (CompareResult.document).
+The numbers are the typed comparison `vramscope compare` prints (CompareResult.comparison,
+classifiers/compare.py), worded by the presentation layer as the command line words them.
 """
 from __future__ import annotations
 
@@ -27,11 +28,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..classifiers import STACK_ORDER
-from ..common.units import fmt_bytes
-from ..present.markup import html as _esc
-from ..present.words import COMPARE_X_TITLES, peak_words, signed_bytes
-from .compare_data import (
+from ...classifiers import STACK_ORDER
+from ...classifiers.compare import DeviceComparison
+from ...common.units import fmt_bytes
+from ...present.markup import html as _esc
+from ...present.stacks import site_where
+from ...present.words import COMPARE_X_TITLES, comparison_headline, peak_words, signed_bytes
+from ..model.compare import (
     ALIGN_ITERATION,
     ALIGN_START,
     AlignedSide,
@@ -40,9 +43,9 @@ from .compare_data import (
     can_align_iterations,
     shared_seconds,
 )
+from ..theme import Theme, category_color
+from ..timeline.items import BytesAxis, TimeAxis, cosmetic_pen
 from .compare_header import CompareHeader
-from .plot_items import BytesAxis, TimeAxis, cosmetic_pen
-from .theme import Theme, category_color
 
 A_COLOR, B_COLOR = "#4E79A7", "#E15759"      # as the report's compare.png
 _SORT = Qt.ItemDataRole.UserRole + 10         # per column: the number a column sorts by
@@ -151,9 +154,10 @@ class CompareTotals(QWidget):
         self.set_mode(mode)
 
     def set_mode(self, mode: str):
-        self.mode = mode if self.sides is not None and (mode != ALIGN_ITERATION or can_align_iterations(*self.sides)) \
-            else ALIGN_START
-        a, b = self.sides
+        sides = self.sides
+        assert sides is not None
+        self.mode = mode if mode != ALIGN_ITERATION or can_align_iterations(*sides) else ALIGN_START
+        a, b = sides
         self.seconds = shared_seconds(a, b)
         it = self.mode == ALIGN_ITERATION
         self.axis_x.iterations = it
@@ -161,7 +165,7 @@ class CompareTotals(QWidget):
         self.x_titles = COMPARE_X_TITLES["iteration" if it else "seconds" if self.seconds else "entries"]
         self.axis_x.setToolTip(self.x_titles[0])
         self._x_title_fit = None
-        spans = [s.x_span(self.mode, self.seconds) for s in self.sides if s.n]
+        spans = [s.x_span(self.mode, self.seconds) for s in sides if s.n]
         lo = min((x for x, _ in spans), default=0.0)
         hi = max((x for _, x in spans), default=1.0)
         if not hi > lo:
@@ -169,9 +173,9 @@ class CompareTotals(QWidget):
         pad = (hi - lo) * 0.01
         self.vb.setLimits(xMin=lo - pad, xMax=hi + pad)
         self.vb.setXRange(lo - pad, hi + pad, padding=0)
-        self.top = max(max(s.side.peak.bytes for s in self.sides), 1)
+        self.top = max(max(s.side.peak.bytes for s in sides), 1)
         self.vb.setYRange(0, self.top * 1.22, padding=0)
-        for k, s in enumerate(self.sides):
+        for k, s in enumerate(sides):
             pk = s.side.peak
             x = float(s.x_of_index(max(pk.index, 0), self.mode, self.seconds)) if s.n else lo
             self.peak_lines[k].setPos(x)
@@ -252,6 +256,7 @@ class CompareTotals(QWidget):
         self.axis_x.resizeEvent()          # pyqtgraph centres its label only on a resize
 
     def values_at(self, x: float) -> tuple[int | None, int | None]:
+        assert self.sides is not None
         a, b = self.sides
         return a.live_before_x(x, self.mode, self.seconds), b.live_before_x(x, self.mode, self.seconds)
 
@@ -353,8 +358,7 @@ class ComparePanel(QWidget):
         super().__init__(parent)
         self.result: CompareResult | None = None
         self.device: int | None = None
-        self.dc = None
-        self.doc: dict | None = None
+        self.dc: DeviceComparison | None = None
         self.header = CompareHeader(A_COLOR, B_COLOR, self)
         self.files, self.align = self.header.files, self.header.align
         self.swap_button, self.close_button = self.header.swap_button, self.header.close_button
@@ -420,7 +424,7 @@ class ComparePanel(QWidget):
         """The comparison of `device` (the timeline's), or why there is none."""
         self.device = device
         r = self.result
-        self.dc, self.doc = r.device(device) if r is not None else (None, None)
+        self.dc = r.device(device) if r is not None else None
         self.cats.clear()
         self.sites.clear()
         if r is None:
@@ -432,19 +436,19 @@ class ComparePanel(QWidget):
         # long names (a project's prefix, a config in the name) cut in the middle: the header
         # must never make the window wider than the screen (the tooltip has both paths)
         self.header.set_paths((r.a.path, r.b.path))
-        notes = list(r.document["notes"])
+        notes = r.notes()
         if self.dc is None:
             compared = ", ".join(f"cuda:{d}" for d in r.devices)
             self.headline.setText(f"<b>cuda:{device}</b> is not compared: it has data in one file only. "
                                   f"Compared: {compared} (choose it in the device list).")
             self.totals.set_sides(None, ALIGN_START)
             return
-        text = f"<b>cuda:{self.dc.device}</b>: {_esc(self.doc['headline'])}"
-        for name, side in (("A", self.doc["a"]), ("B", self.doc["b"])):
-            pk = side["peak"]
-            when = f"entry {pk['index']:,}" if pk["index"] >= 0 else "the start"
-            it = f", iteration {pk['iteration']}" if pk["iteration"] is not None else ""
-            text += f"<br>{name} peak at {when}{it}, {_esc(peak_words(pk['type']))}"
+        text = f"<b>cuda:{self.dc.device}</b>: {_esc(comparison_headline(self.dc))}"
+        for name, side in (("A", self.dc.a), ("B", self.dc.b)):
+            pk = side.peak
+            when = f"entry {pk.index:,}" if pk.index >= 0 else "the start"
+            it = f", iteration {pk.iteration}" if pk.iteration is not None else ""
+            text += f"<br>{name} peak at {when}{it}, {_esc(peak_words(pk.type))}"
         text += "".join(f"<br><i>note: {_esc(n)}</i>" for n in notes)
         self.headline.setText(text)
         sides = aligned_sides(r, self.dc)
@@ -459,15 +463,16 @@ class ComparePanel(QWidget):
         self._fill_sites()
 
     def _fill_categories(self):
-        d = self.doc
-        ca, cb = d["a"]["peak"]["by_category"], d["b"]["peak"]["by_category"]
-        deltas = d["delta"]["by_category"]
+        dc = self.dc
+        assert dc is not None
+        ca, cb = dc.a.peak.by_category, dc.b.peak.by_category
+        deltas = dc.by_category_delta
         order = sorted(deltas, key=lambda c: (-max(ca.get(c, 0), cb.get(c, 0)), STACK_ORDER.index(c)
                                               if c in STACK_ORDER else len(STACK_ORDER), c))
         widest = max([ca.get(c, 0) for c in order] + [cb.get(c, 0) for c in order] + [1])
-        pa, pb = d["a"]["peak"]["bytes"], d["b"]["peak"]["bytes"]
-        total = _num_item(["peak live", fmt_bytes(pa), fmt_bytes(pb), signed_bytes(d["delta"]["peak_bytes"])],
-                          [None, pa, pb, d["delta"]["peak_bytes"]])
+        pa, pb = dc.a.peak.bytes, dc.b.peak.bytes
+        total = _num_item(["peak live", fmt_bytes(pa), fmt_bytes(pb), signed_bytes(dc.peak_delta)],
+                          [None, pa, pb, dc.peak_delta])
         f = total.font(0)
         f.setBold(True)
         for col in range(4):
@@ -488,20 +493,23 @@ class ComparePanel(QWidget):
     def _fill_sites(self):
         self.sites.setSortingEnabled(False)
         muted = self.palette().color(QPalette.ColorRole.PlaceholderText)
-        for k, s in enumerate(self.doc["sites"]):
+        dc = self.dc
+        assert dc is not None
+        for k, s in enumerate(dc.sites):
+            where = site_where(s.file, s.function)
             # the Delta column sorts by the size of the change: largest change first, either way
-            it = _num_item([s["where"], fmt_bytes(s["a_bytes"]), fmt_bytes(s["b_bytes"]), signed_bytes(s["delta"])],
-                           [None, s["a_bytes"], s["b_bytes"], (abs(s["delta"]), max(s["a_bytes"], s["b_bytes"]))])
+            it = _num_item([where, fmt_bytes(s.a_bytes), fmt_bytes(s.b_bytes), signed_bytes(s.delta)],
+                           [None, s.a_bytes, s.b_bytes, (abs(s.delta), max(s.a_bytes, s.b_bytes))])
             it.setData(0, _SORT, None)
             it.setData(0, SITE_ROLE, k)
-            it.setToolTip(0, f"{s['where']}\nA: {s['a_count']:,} allocations · B: {s['b_count']:,}")
-            moved = [ln for ln in s["lines"] if ln["delta"] and ln["line"]]
-            if len(s["lines"]) > 1:
+            it.setToolTip(0, f"{where}\nA: {s.a_count:,} allocations · B: {s.b_count:,}")
+            moved = [ln for ln in s.lines if ln.delta and ln.line]
+            if len(s.lines) > 1:
                 for ln in moved:
-                    sub = _num_item([f"line {ln['line']}", fmt_bytes(ln["a_bytes"]), fmt_bytes(ln["b_bytes"]),
-                                     signed_bytes(ln["delta"])],
-                                    [None, ln["a_bytes"], ln["b_bytes"], (abs(ln["delta"]), max(ln["a_bytes"], ln["b_bytes"]))])
-                    sub.setData(0, _SORT, float(ln["line"]))
+                    sub = _num_item([f"line {ln.line}", fmt_bytes(ln.a_bytes), fmt_bytes(ln.b_bytes),
+                                     signed_bytes(ln.delta)],
+                                    [None, ln.a_bytes, ln.b_bytes, (abs(ln.delta), max(ln.a_bytes, ln.b_bytes))])
+                    sub.setData(0, _SORT, float(ln.line))
                     for col in range(4):
                         sub.setForeground(col, muted)
                     sub.setData(0, SITE_ROLE, k)

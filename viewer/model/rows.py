@@ -5,7 +5,7 @@ import re
 
 import numpy as np
 
-from .model import DeviceData
+from .device import DeviceData
 
 COLUMNS = ("Category", "Size", "Allocated", "Freed", "Lifetime", "Address", "Rule", "Where")
 (COL_CATEGORY, COL_SIZE, COL_ALLOC, COL_FREE, COL_LIFETIME, COL_ADDR, COL_RULE, COL_WHERE) = range(len(COLUMNS))
@@ -29,8 +29,8 @@ class RowView:
         self.only: np.ndarray | None = None        # bool per row: a chosen set (a leak's allocations)
         self._perm = None
         self._mask = None
-        self._frame_texts = None
-        self._where_rank = None
+        self._frame_texts: list[str] | None = None
+        self._where_rank: np.ndarray | None = None
         self.rows = np.arange(self.n)
         self._apply_sort()
         self._apply()
@@ -62,9 +62,9 @@ class RowView:
         stand in for a missing alloc or free."""
         d = self.data
         if d.has_time and d.n:
-            first, last = int(d.tkey[0]), int(d.tkey[-1])
-            a = np.where(d.alloc_index < 0, first, d.tkey[np.maximum(d.alloc_index, 0)])
-            f = np.where(d.free_index < 0, last, d.tkey[np.maximum(d.free_index, 0)])
+            first, last = int(d.times[0]), int(d.times[-1])
+            a = np.where(d.alloc_index < 0, first, d.times[np.maximum(d.alloc_index, 0)])
+            f = np.where(d.free_index < 0, last, d.times[np.maximum(d.free_index, 0)])
             return f - a
         a = np.maximum(d.alloc_index, 0)
         f = np.where(d.free_index < 0, d.n, d.free_index)
@@ -79,6 +79,7 @@ class RowView:
             rank = np.empty(max(len(labels), 1), dtype=np.int64)
             rank[order] = np.arange(len(order))
             self._where_rank = rank
+            return rank
         return self._where_rank
 
     def sort(self, column: int, descending: bool):
@@ -126,6 +127,7 @@ class RowView:
                 fv = stacks.frame(f)
                 texts.append(f"{strings[f_id]}\n{strings[n_id]}\n{fv.where}\n{fv.label}".lower())
             self._frame_texts = texts
+            return texts
         return self._frame_texts
 
     def stack_match(self, text: str) -> np.ndarray:

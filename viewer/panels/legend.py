@@ -6,13 +6,11 @@ from PySide6.QtCore import QPoint, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QIcon, QPixmap
 from PySide6.QtWidgets import QLabel, QLayout, QToolButton, QWidget
 
-from ..classifiers import STACK_ORDER
-from ..common.units import fmt_bytes
-from .model import DeviceData
-from ..present.words import SEGMENT_BANDS_WORDS
-from .theme import PHASE_COLORS, SEGMENT_COLORS, category_color
-
-# what the store's undo/redo commands do, for the Edit menu's "Undo Add Note"
+from ...classifiers import STACK_ORDER
+from ...common.units import fmt_bytes
+from ...present.words import SEGMENT_BANDS_WORDS
+from ..model import DeviceData
+from ..theme import PHASE_COLORS, SEGMENT_COLORS, category_color
 
 
 def swatch(color: QColor, w: int = 12, h: int = 12) -> QIcon:
@@ -27,7 +25,7 @@ class FlowLayout(QLayout):
 
     def __init__(self, parent=None, spacing: int = 4):
         super().__init__(parent)
-        self._items = []
+        self._items: list = []
         self._spacing = spacing
 
     def addItem(self, item):
@@ -113,7 +111,7 @@ class LegendBar(QWidget):
         self.segment_key = None
         if data is None:
             return
-        peak_comp = data.composition([data.peak_index])[0]
+        at_peak = data.da.peak.by_category            # the analysis' peak, as `summary` reports it
         for name in STACK_ORDER + tuple(c for c in data.categories if c not in STACK_ORDER):
             if name not in data.categories:
                 continue
@@ -128,7 +126,7 @@ class LegendBar(QWidget):
             b.setAutoRaise(True)
             b.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
             b.setToolTip(f"Show or hide {name} in the stacked timeline "
-                         f"({fmt_bytes(peak_comp[c])} of it live at the peak)")
+                         f"({fmt_bytes(at_peak.get(name, 0))} of it live at the peak)")
             b.toggled.connect(lambda _=False: self.toggled.emit())
             self.lay.addWidget(b)
             self.buttons[c] = b
@@ -143,7 +141,7 @@ class LegendBar(QWidget):
         self.lay.addWidget(lines)
         present = {name for it in data.iterations for name in it.phases}
         if present:
-            order = [p for p in ("inputs", "forward", "backward", "optimizer", "eval") if p in present]
+            order: list[str] = [p for p in ("inputs", "forward", "backward", "optimizer", "eval") if p in present]
             order += sorted(present - set(order))
             phases = "phases: " + "&nbsp;".join(
                 f"<span style='color:{PHASE_COLORS.get(p, '#888888')}'>▒</span>{p}" for p in order)

@@ -18,13 +18,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..classifiers.allocator import AllocatorState
-from ..common.units import fmt_bytes
-from ..parsers.tables import A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP
-from ..present.markup import html as _esc
-from ..present.words import RESERVED_UNALLOCATED_WHY, largest_free_words, reserved_unallocated_words
-from .model import DeviceData
-from .theme import category_color
+from ...classifiers.allocator import AllocatorState
+from ...common.units import fmt_bytes
+from ...parsers.tables import A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP
+from ...present.markup import html as _esc
+from ...present.words import RESERVED_UNALLOCATED_WHY, largest_free_words, reserved_unallocated_words
+from ..model import DeviceData, when_text
+from ..theme import category_color
 
 PENDING_COLOR = "#F28E2B"
 ROW_H = 16
@@ -149,6 +149,7 @@ class SegmentMap(QWidget):
 
     def describe(self, k: int, j: int) -> str:
         st, d = self.state, self.data
+        assert st is not None and d is not None
         s = st.segments[k]
         head = (f"<b>segment 0x{s.address:x}</b> · {fmt_bytes(s.size)} · {'small' if s.small else 'large'} pool"
                 + (f" · stream {s.stream}" if len(st.streams) > 1 else "")
@@ -258,7 +259,6 @@ class AllocatorPanel(QWidget):
         self.index = i
         st = self.state = d.allocator.state_at(i)
         self.map.set_state(d, st)
-        from .panels import when_text
         self.where.setText(f"<b>{when_text(d, i)}</b>")
         if not st.known:
             self.header.setText("<i>This snapshot has no allocator segments (profiler-converted).</i>")

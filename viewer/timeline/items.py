@@ -13,9 +13,9 @@ import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QImage, QPainter, QPainterPath, QPen, QTransform
 
-from ..common.units import byte_unit, fmt_seconds
-from .qt import survives
-from .theme import NOTE_COLOR
+from ...common.units import byte_unit, fmt_seconds
+from ..qt import survives
+from ..theme import NOTE_COLOR
 
 
 # -- axes ----------------------------------------------------------------------------
@@ -242,7 +242,7 @@ class RasterBands(pg.GraphicsObject):
 
 class StackImage(pg.GraphicsObject):
     """Every allocation (or segment) as its own band, one pixel column per view column:
-    viewer/alloc_stack.py makes the pixels of each distinct moment (bottom-up rows), this
+    viewer/model/alloc_stack.py makes the pixels of each distinct moment (bottom-up rows), this
     item repeats them across the columns that show the same moment and draws them rotated
     a quarter turn (the pixels come out column by column; Qt's rotation path is cheaper
     than transposing them with numpy)."""
@@ -392,7 +392,7 @@ class SpansItem(_ViewSpanning):
         order = np.argsort(starts, kind="stable") if len(starts) else np.zeros(0, dtype=int)
         self.starts = np.asarray(starts, dtype=float)[order]
         self.ends = np.asarray(ends, dtype=float)[order]
-        palette = {}
+        palette: dict[int, int] = {}
         idx = [palette.setdefault(QColor(c).rgba(), len(palette)) for c in colors]
         self.colors = [QColor.fromRgba(rgba) for rgba in palette]
         self.color_of = np.asarray(idx, dtype=np.int64)[order] if len(idx) else np.zeros(0, dtype=np.int64)
@@ -434,11 +434,11 @@ class SpansItem(_ViewSpanning):
         elif len(shown):
             cols = np.arange(int(dev.left()), int(np.ceil(dev.right()))) + 0.5
             xd = (cols - ox) / sx
-            k = np.searchsorted(self.starts, xd, side="right") - 1
-            ok = k >= 0
-            ok[ok] = self.ends[k[ok]] >= xd[ok]
+            span = np.searchsorted(self.starts, xd, side="right") - 1
+            ok = span >= 0
+            ok[ok] = self.ends[span[ok]] >= xd[ok]
             for c, color in enumerate(self.colors):
-                sel = cols[ok][self.color_of[k[ok]] == c]
+                sel = cols[ok][self.color_of[span[ok]] == c]
                 if len(sel):
                     pen = QPen(color, 1)
                     pen.setCosmetic(True)
@@ -646,7 +646,7 @@ class GridItem(_ViewSpanning):
         major, minor = QColor(color), QColor(color)
         major.setAlpha(45)
         minor.setAlpha(20)
-        self.pens = tuple(QPen(c, 1) for c in (major, minor))
+        self.pens = (QPen(major, 1), QPen(minor, 1))
         for pen in self.pens:
             pen.setCosmetic(True)
         self.update()

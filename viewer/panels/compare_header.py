@@ -11,9 +11,9 @@ import os
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QGridLayout, QLabel, QSizePolicy, QToolButton, QWidget
 
-from ..present.markup import html as _esc
-from ..present.markup import middle
-from .compare_data import ALIGN_ITERATION, ALIGN_START
+from ...present.markup import html as _esc
+from ...present.markup import middle
+from ..model.compare import ALIGN_ITERATION, ALIGN_START
 
 NAME_LIMIT, SHORTEST_NAME = 34, 12     # characters of a file name, cut in the middle beyond
 
@@ -64,6 +64,7 @@ class CompareHeader(QWidget):
         self._fit()
 
     def _text(self, limit: int) -> str:
+        assert self.paths is not None
         a_name, b_name = (middle(os.path.basename(p), limit) for p in self.paths)
         ca, cb = self.colors
         return (f"<span style='color:{ca}; font-size:13pt'>■</span> <b>A</b> {_esc(a_name)} "

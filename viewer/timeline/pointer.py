@@ -1,30 +1,62 @@
 """The timeline under the pointer: what is drawn at a point (per stacking mode), the hover
-box, clicks, the cursor, and the selected allocation's lifetime and outline at its place
-in the stack. Mixed into TimelineWidget (viewer/timeline.py)."""
+box, clicks, the cursor, the selected allocation's lifetime and outline at its place in the
+stack, and the allocations a finding or a site marks. One object the timeline owns
+(`TimelineWidget.pointer`); it draws with the timeline's items and answers from its last
+envelope."""
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyqtgraph as pg
+from PySide6.QtCore import QTimer
 from PySide6.QtGui import QColor
 
-from ..common.units import fmt_bytes, fmt_duration_us, fmt_seconds
-from ..present.markup import html as _esc
-from ..present.words import segment_pool_words, segment_stream_words
-from .theme import category_color
+from ...common.units import fmt_bytes, fmt_duration_us, fmt_seconds
+from ...present.markup import html as _esc
+from ...present.words import segment_pool_words, segment_stream_words
+from ..theme import category_color
+
+if TYPE_CHECKING:
+    from .widget import TimelineWidget
 
 
-class PointerMixin:
-    def _on_mouse_moved(self, pos):
-        if self.data is None or not self.vb.sceneBoundingRect().contains(pos):
+class Pointer:
+    """Hover, click, cursor, selection and marked rows of one timeline."""
+
+    ROW_MARKS_MAX = 4000            # more marks than this say nothing more: evenly thinned
+
+    def __init__(self, timeline: TimelineWidget):
+        self.tl = timeline
+        self.selected_row = -1
+        self._marked_rows: np.ndarray | None = None
+        self._hover_pos = None
+        self._note_tip = ""
+        self._hover_timer = QTimer(timeline)
+        self._hover_timer.setSingleShot(True)
+        self._hover_timer.setInterval(25)
+        self._hover_timer.timeout.connect(self._do_hover)
+        self.row_marks = pg.ScatterPlotItem(size=9, symbol="o")
+        self.row_marks.setZValue(10)
+        self.row_marks.setToolTip("The allocations shown in the table (where each was made)")
+        timeline.vb.addItem(self.row_marks, ignoreBounds=True)
+
+    @property
+    def data(self):
+        return self.tl.data
+
+    def on_mouse_moved(self, pos):
+        tl = self.tl
+        if self.data is None or not tl.vb.sceneBoundingRect().contains(pos):
             self.hide_hover()
             return
         # over a note's label the hover box tells the note (one box: a Qt tooltip on top
         # of it made two at once)
         self._note_tip = ""
-        if self.notes.marks:
-            vp = self.plot.mapFromScene(pos)
-            self._note_tip = self.notes.tooltip_at(vp.x(), vp.y())
-        self._hover_pos = self.vb.mapSceneToView(pos)
+        if tl.notes.marks:
+            vp = tl.plot.mapFromScene(pos)
+            self._note_tip = tl.notes.tooltip_at(vp.x(), vp.y())
+        self._hover_pos = tl.vb.mapSceneToView(pos)
         self._hover_timer.start()
 
     def _do_hover(self):
@@ -36,23 +68,28 @@ class PointerMixin:
         else:
             self.hover_at(x, y)
 
+    def refresh_hover(self):
+        """The box under a still pointer tells what the timeline draws now (another mode)."""
+        if self.tl.hover_label.isVisible():
+            self._do_hover()
+
     def note_hover_at(self, x: float, y: float, tip: str):
         head, _, body = tip.partition("\n")
         html = (f"<div style='font-size:9pt'><b>{_esc(head)}</b>"
                 + (f"<br>{_esc(body).replace(chr(10), '<br>')}" if body else "") + "</div>")
-        self._show_hover(x, y, html, width=min(420, max(200, int(self.vb.width() * 0.45))))
+        self._show_hover(x, y, html, width=min(420, max(200, int(self.tl.vb.width() * 0.45))))
 
     def index_under(self, x: float) -> int:
         """The entry drawn at x: the highest moment of the pixel column's bucket
         (what the bands show there), or the state at x outside the last envelope."""
-        env = self._last_env
+        env = self.tl.last_env
         if env is not None and env.x1 > env.x0 and env.x0 <= x <= env.x1:
             k = int((x - env.x0) / (env.x1 - env.x0) * len(env.col_index))
             return int(env.col_index[min(max(k, 0), len(env.col_index) - 1)])
         return self.data.index_before_x(x)
 
     def column_under(self, x: float) -> int:
-        env = self._last_env
+        env = self.tl.last_env
         if env is None or not env.x1 > env.x0 or not env.x0 <= x <= env.x1:
             return -1
         k = int((x - env.x0) / (env.x1 - env.x0) * len(env.col_index))
@@ -61,17 +98,17 @@ class PointerMixin:
     def thing_under(self, x: float, y: float) -> tuple[int, int, int, int]:
         """(allocation row, category, segment, entry) drawn at (x, y) in the current mode
         (-1: none), the entry being the moment the pixel column shows."""
-        d = self.data
+        d, st = self.data, self.tl.stacking
         i = self.index_under(x)
-        if self.mode == "categories" or self._cols is None:
-            row, cat = d.allocation_at_index(i, y, self.visible_categories)
+        if st.mode == "categories" or st.cols is None:
+            row, cat = d.allocation_at_index(i, y, self.tl.visible_categories)
             return row, cat, -1, i
         k = self.column_under(x)
         if k < 0:
             return -1, -1, -1, i
-        u = int(self._col_u[k])
-        rank = self._cols.rank_at(u, y)
-        if self.mode == "segments":
+        u = int(st.col_u[k])
+        rank = st.cols.rank_at(u, y)
+        if st.mode == "segments":
             return -1, -1, d.segment_stack().row_of(rank), i
         row = d.alloc_stack().row_of(rank)
         return row, (int(d.category[row]) if row >= 0 else -1), -1, i
@@ -81,26 +118,27 @@ class PointerMixin:
         row, cat, seg, i = self.thing_under(x, y)
         if seg >= 0:
             self._show_hover(x, y, self._segment_html(seg, i))
-            self.hovered.emit(-1, i, x)
+            self.tl.hovered.emit(-1, i, x)
             return -1
         self._show_hover(x, y, self._hover_html(row, cat, i))
-        self.hovered.emit(row, i, x)
+        self.tl.hovered.emit(row, i, x)
         return row
 
     def _show_hover(self, x: float, y: float, html: str, width: int = -1):
         """The hover box at (x, y); `width` wraps long text (a note) in that many pixels."""
-        self.hover_label.setTextWidth(width)
-        self.hover_line.setPos(x)
-        self.hover_line.show()
-        self.hover_label.setHtml(html)
-        (vx0, vx1), (vy0, vy1) = self.vb.viewRange()
+        tl = self.tl
+        tl.hover_label.setTextWidth(width)
+        tl.hover_line.setPos(x)
+        tl.hover_line.show()
+        tl.hover_label.setHtml(html)
+        (vx0, vx1), (vy0, vy1) = tl.vb.viewRange()
         # keep the label inside the view: flip to the left/bottom near the edges
         ax = 1.0 if x > vx0 + (vx1 - vx0) * 0.6 else 0.0
         ay = 0.0 if y > vy0 + (vy1 - vy0) * 0.45 else 1.0
-        self.hover_label.setAnchor((ax, ay))
+        tl.hover_label.setAnchor((ax, ay))
         dx = (vx1 - vx0) * 0.008 * (-1 if ax else 1)
-        self.hover_label.setPos(x + dx, y)
-        self.hover_label.show()
+        tl.hover_label.setPos(x + dx, y)
+        tl.hover_label.show()
 
     def _segment_html(self, seg: int, i: int) -> str:
         d = self.data
@@ -159,18 +197,18 @@ class PointerMixin:
             return f"from {at(a)}, never freed"
         return f"entries {a:,}–{f:,}"
 
-    def _on_click(self, x: float, y: float):
+    def on_click(self, x: float, y: float):
         if self.data is None:
             return
         row, _, seg, i = self.thing_under(x, y)
         self.set_cursor_x(x)
-        self.clicked.emit(row, i, x)
+        self.tl.clicked.emit(row, i, x)
         if seg >= 0:
-            self.segmentClicked.emit(seg, i)
+            self.tl.segmentClicked.emit(seg, i)
 
     def set_cursor_x(self, x: float):
-        self.cursor_line.setPos(x)
-        self.cursor_line.show()
+        self.tl.cursor_line.setPos(x)
+        self.tl.cursor_line.show()
 
     def set_cursor_index(self, i: int):
         if self.data is not None:
@@ -178,22 +216,20 @@ class PointerMixin:
 
     def select_row(self, row: int):
         """Highlight a row's lifetime (or clear with -1)."""
-        self._selected_row = row
-        d = self.data
+        self.selected_row = row
+        d, tl = self.data, self.tl
         if d is None or row < 0:
-            self.selection.hide()
-            self.sel_bar.setData([], [])
+            tl.selection.hide()
+            tl.sel_bar.setData([], [])
             return
         first, last = d.row_span(row)
         xa = float(d.x_of_index(first)) if d.alloc_index[row] >= 0 else d.x_range[0]
         xb = float(d.x_of_index(last)) if d.free_index[row] >= 0 else d.x_range[1]
-        self.selection.setRegion((xa, xb))
-        self.selection.show()
-        self._update_selection_bar()
+        tl.selection.setRegion((xa, xb))
+        tl.selection.show()
+        self.update_selection_bar()
 
-    # -- a chosen set of allocations (a leak's) ------------------------------------------------
-    ROW_MARKS_MAX = 4000            # more marks than this say nothing more: evenly thinned
-
+    # -- a chosen set of allocations (a leak's, a site's) ----------------------------------------
     def set_row_marks(self, rows: np.ndarray | None):
         """Ring each of these allocations where it was made (on the live line right after its
         alloc), over the bands and the leak diamonds; None clears them."""
@@ -202,13 +238,7 @@ class PointerMixin:
 
     def place_row_marks(self):
         """Draw the chosen rows' marks (again after the x axis or the theme changed)."""
-        item = getattr(self, "row_marks", None)
-        if item is None:
-            item = self.row_marks = pg.ScatterPlotItem(size=9, symbol="o")
-            item.setZValue(10)
-            item.setToolTip("The allocations shown in the table (where each was made)")
-            self.vb.addItem(item, ignoreBounds=True)
-        rows, d = getattr(self, "_marked_rows", None), self.data
+        item, rows, d = self.row_marks, self._marked_rows, self.data
         if rows is None or d is None or d.n == 0:
             item.setData([], [])
             return
@@ -216,41 +246,43 @@ class PointerMixin:
         idx = np.sort(idx[idx >= 0])
         if len(idx) > self.ROW_MARKS_MAX:
             idx = idx[np.linspace(0, len(idx) - 1, self.ROW_MARKS_MAX).astype(np.int64)]
-        ring = QColor(self.theme.accent)
+        ring = QColor(self.tl.theme.accent)
         item.setPen(pg.mkPen(ring, width=1.5))
         item.setBrush(pg.mkBrush(None))
         item.setData(d.x_of_index(idx), d.live[idx].astype(np.float64))
 
-    def _update_selection_bar(self):
+    def update_selection_bar(self):
         """The selected allocation's outline at its place in the stack, over the columns
         it is live in: its category's band plus the older allocations of its category below
         it (by category), or its own band (by allocation). By segment: none."""
-        row, d, env = self._selected_row, self.data, self._last_env
-        self.sel_bar.setData([], [])
-        if d is None or row < 0 or env is None or self.mode == "segments":
+        tl = self.tl
+        row, d, env, st = self.selected_row, self.data, tl.last_env, tl.stacking
+        tl.sel_bar.setData([], [])
+        if d is None or row < 0 or env is None or st.mode == "segments":
             return
         a, f = int(d.alloc_index[row]), int(d.free_index[row])
         ci = env.col_index
         live = np.flatnonzero((ci >= a) & ((ci < f) | (f < 0)))
         if not len(live):
             return
-        if self.mode == "allocations" and self._cols is not None:
+        if st.mode == "allocations" and st.cols is not None:
             rank = d.alloc_stack().rank_of(row)
-            u, bottom, top = self._cols.band_of(rank)
+            u, bottom, top = st.cols.band_of(rank)
             if not len(u):
                 return
-            lo = np.full(len(self._cols.moments), np.nan)
-            hi = np.full(len(self._cols.moments), np.nan)
+            lo = np.full(len(st.cols.moments), np.nan)
+            hi = np.full(len(st.cols.moments), np.nan)
             lo[u], hi[u] = bottom, top
-            k = live[np.isfinite(lo[self._col_u[live]])]
+            k = live[np.isfinite(lo[st.col_u[live]])]
             if not len(k):
                 return
-            y0, y1 = lo[self._col_u[k]], hi[self._col_u[k]]
+            y0, y1 = lo[st.col_u[k]], hi[st.col_u[k]]
         else:
             c = int(d.category[row])
-            if c not in self.visible_categories:
+            vis = tl.visible_categories
+            if c not in vis:
                 return
-            below = self.visible_categories[:self.visible_categories.index(c)]
+            below = vis[:vis.index(c)]
             base = np.maximum(env.col_comp[live][:, below], 0.0).sum(axis=1) if below else np.zeros(len(live))
             y0 = base + d.offset_in_category(row, ci[live])
             y1 = y0 + float(d.allocs.size[row])
@@ -267,16 +299,19 @@ class PointerMixin:
             bot_y = np.repeat(y0[part], 2)
             xs += [tx, tx[::-1], tx[:1], [np.nan]]
             ys += [top_y, bot_y[::-1], top_y[:1], [np.nan]]
-        self.sel_bar.setData(np.concatenate(xs), np.concatenate(ys), connect="finite")
+        tl.sel_bar.setData(np.concatenate(xs), np.concatenate(ys), connect="finite")
 
     def hide_hover(self):
+        tl = self.tl
         self._hover_timer.stop()
         self._hover_pos = None
-        if self.hover_label.isVisible():
-            self.hover_label.hide()
-            self.hover_line.hide()
-            self.hoverLeft.emit()
+        if tl.hover_label.isVisible():
+            tl.hover_label.hide()
+            tl.hover_line.hide()
+            tl.hoverLeft.emit()
 
-    def leaveEvent(self, ev):
-        self.hide_hover()
-        super().leaveEvent(ev)
+    def stop(self):
+        self._hover_timer.stop()
+
+
+__all__ = ["Pointer"]

@@ -4,6 +4,10 @@ Every view change recomputes a per-pixel envelope (`DeviceData.envelope`) and
 draws a few thousand vertices: pyqtgraph never sees the millions of events.
 Range changes are coalesced: several in one event-loop turn (a wheel burst, a
 drag) cost one recompute.
+
+The widget owns the plot, its items and the view; two parts do the rest:
+`stacking` (stacking.py: the three ways to stack, the what-if overlay) and `pointer`
+(pointer.py: hover, click, cursor, selection, marked rows).
 """
 from __future__ import annotations
 
@@ -13,14 +17,14 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QPen
 from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
-from ..classifiers import annotation_regions
-from ..common.units import fmt_bytes
-from ..present.words import peak_words
-from .model import DeviceData, Envelope
-from .notes import first_line, note_span
-from .timeline_modes import ModesMixin
-from .timeline_pointer import PointerMixin
-from .plot_items import (
+from ...classifiers import annotation_regions
+from ...common.units import fmt_bytes
+from ...present.words import peak_words
+from ..model import DeviceData, Envelope
+from ..model.notes import first_line, note_span
+from .pointer import Pointer
+from .stacking import Stacking
+from .items import (
     BytesAxis,
     DeviceStrokes,
     GridItem,
@@ -35,7 +39,7 @@ from .plot_items import (
     column_strokes,
     cosmetic_pen,
 )
-from .theme import (
+from ..theme import (
     ANNOTATION_COLOR,
     GPU_COLOR,
     LEAK_COLOR,
@@ -48,7 +52,7 @@ from .theme import (
 )
 
 
-class TimelineWidget(PointerMixin, ModesMixin, QWidget):
+class TimelineWidget(QWidget):
     """Main plot plus an overview strip of the whole run.
 
     Three ways to stack the memory (`set_mode`): by category (live bytes per category),
@@ -65,23 +69,19 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
     modeChanged = Signal(str)
     segmentClicked = Signal(int, int)          # segment (DeviceData.seg_*), entry
 
+    ITER_PEAK_PX = 16             # at most one iteration-peak marker per this many pixels
+
     def __init__(self, parent=None):
         super().__init__(parent)
         self.data: DeviceData | None = None
         self.theme = Theme.from_palette()
         self.visible_categories: list[int] = []
-        self.mode = "categories"
         self._notes = []
         self._iter_peak_x = np.zeros(0)
         self._iter_peak_y = np.zeros(0)
-        self._cols = None                          # the stacks drawn (allocation / segment modes)
-        self._col_u = np.zeros(0, dtype=np.int64)  # view column -> position in _cols.moments
         self._auto_y = True
         self._refresh_pending = False
-        self._last_env: Envelope | None = None
-        self._hover_pos = None
-        self._note_tip = ""
-        self._selected_row = -1
+        self.last_env: Envelope | None = None     # the envelope drawn last (a what-if slider redraws from it)
         self.refresh_count = 0
         self._released = False
 
@@ -154,8 +154,6 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
         self.gpu_line.setZValue(9)
         self.gpu_line.hide()
         self.vb.addItem(self.gpu_line, ignoreBounds=True)
-        self.scales = None
-        self._whatif_peak = None
         self.iter_peaks = pg.ScatterPlotItem(size=7, symbol="t1")
         self.iter_peaks.setZValue(9)
         self.vb.addItem(self.iter_peaks, ignoreBounds=True)
@@ -217,16 +215,14 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
 
         self.vb.sigXRangeChanged.connect(self._schedule_refresh)
         self.vb.sigResized.connect(self._schedule_refresh)
-        self.vb.sigClicked.connect(self._on_click)
         self.vb.sigBoxZoom.connect(self._on_box_zoom)
         self.vb.sigMark.connect(self._on_mark)
-        self.plot.scene().sigMouseMoved.connect(self._on_mouse_moved)
-        self._hover_timer = QTimer(self)
-        self._hover_timer.setSingleShot(True)
-        self._hover_timer.setInterval(25)
-        self._hover_timer.timeout.connect(self._do_hover)
-        self.apply_theme(self.theme)
+        self.stacking = Stacking(self)
+        self.pointer = Pointer(self)
+        self.vb.sigClicked.connect(self.pointer.on_click)
+        self.plot.scene().sigMouseMoved.connect(self.pointer.on_mouse_moved)
         self._syncing_region = False
+        self.apply_theme(self.theme)
 
     # -- theme ---------------------------------------------------------------------------
     def apply_theme(self, theme: Theme):
@@ -288,14 +284,14 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
             ln.setPen(pg.mkPen(NOTE_COLOR, width=1, style=Qt.PenStyle.DashLine))
         if self.data is not None:
             self._build_static()
-            self.place_row_marks()
-            self._refresh()
+            self.pointer.place_row_marks()
+            self.refresh_now()
 
     # -- data -------------------------------------------------------------------------------
     def set_data(self, data: DeviceData | None, visible_categories: list[int]):
         self.data = data
         self.visible_categories = list(visible_categories)
-        self._selected_row = -1
+        self.pointer.selected_row = -1
         self.selection.hide()
         self.sel_bar.setData([], [])
         self.cursor_line.hide()
@@ -303,16 +299,14 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
         self.hover_line.hide()
         self.clear_mark()
         self.notes.set_marks([])
-        self.scales = None
-        self._whatif_peak = None
+        mode_dropped = self.stacking.reset()
         self.whatif_marker.setData([], [])
         self.whatif_label.hide()
         self.gpu_line.hide()
-        self.set_row_marks(None)
+        self.pointer.set_row_marks(None)
         if data is None:
             for it in (self.bands, self.stack_bands, self.live_curve, self.reserved_curve, self.ov_curve):
                 it.clear()
-            self._cols = None
             self.peak_marker.setData([], [])
             self.iter_peaks.setData([], [])
             self.leak_marks.setData([], [])
@@ -320,8 +314,7 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
             self.spans.set_spans([], [], [], [], QPen())
             self._clear_markers()
             return
-        if self.mode == "segments" and not data.segments_known:
-            self.mode = "categories"
+        if mode_dropped:
             self.modeChanged.emit(self.mode)
         self._label_axis()
         self._apply_limits()
@@ -337,9 +330,31 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
         self.axis_x.picture = None
         self.axis_x.update()
 
+    # -- the parts' interface, for the window ------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        return self.stacking.mode
+
+    def set_mode(self, mode: str) -> bool:
+        """Stack by 'categories', 'allocations' or 'segments' (False: not for this file)."""
+        return self.stacking.set_mode(mode)
+
+    def set_whatif(self, result, text: str = "", gpu_bytes: int | None = None):
+        """The what-if overlay (stacking.py); None: as measured."""
+        self.stacking.set_whatif(result, text, gpu_bytes)
+
+    def select_row(self, row: int):
+        self.pointer.select_row(row)
+
+    def set_cursor_index(self, i: int):
+        self.pointer.set_cursor_index(i)
+
+    def set_row_marks(self, rows):
+        self.pointer.set_row_marks(rows)
+
     def set_visible_categories(self, cats: list[int]):
         self.visible_categories = list(cats)
-        self._refresh()
+        self.refresh_now()
 
     def set_time_axis(self, on: bool):
         """Seconds or trace entries on the x axis (the same entries stay in view)."""
@@ -354,12 +369,12 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
         self._apply_limits()
         self._build_static()
         self.set_notes(self._notes)
-        self.place_row_marks()
+        self.pointer.place_row_marks()
         if whole or last <= first:
             self.reset_view()
         else:
             self.zoom_to_indices(first, last)
-        self.select_row(self._selected_row)
+        self.pointer.select_row(self.pointer.selected_row)
 
     # -- notes and the marked range -------------------------------------------------------------
     def set_notes(self, notes):
@@ -510,7 +525,9 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
         ovb.setYRange(0, max(1.0, env.visible_max) * 1.05, padding=0)
 
     def _marker(self, index: int, color: str, text: str, style):
-        x = float(self.data.x_of_index(max(index, 0)))
+        d = self.data
+        assert d is not None
+        x = float(d.x_of_index(max(index, 0)))
         ln = pg.InfiniteLine(pos=x, angle=90, movable=False, pen=pg.mkPen(color, width=1.5, style=style),
                              label=text, labelOpts={"position": 0.96, "color": color, "movable": False})
         ln.setZValue(9)
@@ -552,7 +569,7 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
             return
         self._auto_y = True
         self.vb.setXRange(*self.x_limits(), padding=0)
-        self._refresh()
+        self.refresh_now()
 
     def x_span(self) -> tuple[float, float]:
         (x0, x1), _ = self.vb.viewRange()
@@ -560,6 +577,11 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
 
     def set_x_range(self, x0: float, x1: float):
         self.vb.setXRange(*self.clamp(x0, x1), padding=0)
+
+    def show_x_range(self, x0: float, x1: float):
+        """Show [x0, x1] with the y axis fitted to it again (after a box zoom fixed it)."""
+        self._auto_y = True
+        self.set_x_range(x0, x1)
 
     def zoom(self, factor: float, center: float | None = None):
         """factor < 1 zooms in."""
@@ -584,7 +606,7 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
         pad = (xb - xa) * 0.05
         self._auto_y = True
         self.set_x_range(xa - pad, xb + pad)
-        self._refresh()
+        self.refresh_now()
 
     def _on_box_zoom(self):
         self._auto_y = False
@@ -592,16 +614,13 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
     def _schedule_refresh(self, *args):
         if not self._refresh_pending:
             self._refresh_pending = True
-            QTimer.singleShot(0, self._refresh)
+            QTimer.singleShot(0, self.refresh_now)
 
     def buckets(self) -> int:
         """One bucket per device pixel of the plot area (the bands tile it exactly)."""
         return max(16, int(round(self.vb.width() * self.devicePixelRatioF())))
 
     def refresh_now(self):
-        self._refresh()
-
-    def _refresh(self):
         """Recompute the envelope for the current view and hand it to the items."""
         self._refresh_pending = False
         d = self.data
@@ -609,29 +628,31 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
             return
         x0, x1 = self.x_span()
         env = d.envelope(x0, x1, self.buckets())
-        self._last_env = env
+        self.last_env = env
         self.refresh_count += 1
-        self._draw(env)
+        self.draw(env)
 
-    def _draw(self, env: Envelope):
+    def draw(self, env: Envelope):
         """Hand one envelope to the items (a what-if slider redraws from the last one)."""
         d = self.data
+        assert d is not None
         x0, x1 = env.x0, env.x1
         vis = self.visible_categories
         order = [c for c in vis]
         scaled_top = None
-        if self.mode == "categories":
-            comp = self._scaled_columns(env) if self.scales is not None else env.col_comp
+        st = self.stacking
+        if st.mode == "categories":
+            comp = st.scaled_columns(env) if st.scales is not None else env.col_comp
             cum = np.cumsum(np.maximum(comp[:, order], 0.0), axis=1) if order else \
                 np.zeros((len(env.col_x), 0))
             self.bands.set_columns(env.col_x, cum, [self.theme.band_color(d.categories[c]) for c in order])
             self.stack_bands.clear()
-            self._cols = None
-            if self.scales is not None:
+            st.cols = None
+            if st.scales is not None:
                 scaled_top = np.maximum(comp, 0.0).sum(axis=1)
         else:
             self.bands.clear()
-            self._draw_stack(env)
+            st.draw_stack(env)
         cx = np.repeat(env.col_x, 2)
         if scaled_top is None:
             self.live_curve.set_strokes([(cx, env.col_live.ravel(), "columns", self.live_pen)])
@@ -664,7 +685,7 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
                 label.setAnchor((1, 1) if px > x0 + 0.6 * (x1 - x0) else (0, 1))
         for it in (self.spans, self.notes):
             it.update()                  # their labels keep clear of the peaks' words, wherever they went
-        self._update_selection_bar()
+        self.pointer.update_selection_bar()
         self._thin_iteration_peaks(x0, x1)
         self.viewChanged.emit(x0, x1)
 
@@ -687,9 +708,28 @@ class TimelineWidget(PointerMixin, ModesMixin, QWidget):
     def release(self):
         """Let pyqtgraph drop its context menus (parentless top-level QMenus that
         would otherwise outlive the window)."""
-        self._hover_timer.stop()
+        self.pointer.stop()
         self.data = None
         self._released = True
         for w in (self.plot, self.overview):
             w.close()          # pyqtgraph's close() also unparents the widget...
             w.deleteLater()    # ...so it must go explicitly
+
+    def _thin_iteration_peaks(self, x0: float, x1: float):
+        """The iteration peaks in view, the highest of each ITER_PEAK_PX-wide bin (hundreds
+        of triangles side by side are a red smear, not markers); the run's peak has its own."""
+        xs, ys = self._iter_peak_x, self._iter_peak_y
+        if not len(xs):
+            self.iter_peaks.setData([], [])
+            return
+        inside = np.flatnonzero((xs >= x0) & (xs <= x1))
+        width = max(1.0, self.vb.width())
+        bins = ((xs[inside] - x0) / max(x1 - x0, 1e-12) * width // self.ITER_PEAK_PX).astype(np.int64)
+        if len(inside):
+            order = np.lexsort((-ys[inside], bins))
+            first = np.ones(len(order), dtype=bool)
+            first[1:] = bins[order][1:] != bins[order][:-1]
+            inside = inside[order][first]
+        px = self.peak_marker.data["x"][0] if len(self.peak_marker.data) else None
+        keep = inside if px is None else inside[np.abs(xs[inside] - px) > (x1 - x0) / width * 4]
+        self.iter_peaks.setData(xs[keep], ys[keep])

@@ -1,4 +1,14 @@
-"""The main window: timeline in the middle, panels around it, loading in the background."""
+"""The main window: the timeline in the middle, the panels around it, the menus.
+
+It is built from parts, each an object with a small job that the window owns:
+  loading  (loading.py)  open, reload, another device, drop, Open Recent; the worker and its progress
+  exports  (exports.py)  File > Export…, on their own worker
+  notes    (notes.py)    the notes' store and the Edit menu's note actions
+  compare  (compare.py)  File > Compare With…, Swap, the Compare panel's sites
+  layout   (docks.py)    the docks: arranged, sized with the window, shown with a file
+What stays here is the window itself: its pages, menus and status bar, and what ties the
+panels together (a selected allocation, the moment pinned, the finding navigated to).
+"""
 from __future__ import annotations
 
 import os
@@ -7,11 +17,9 @@ from PySide6.QtCore import QEvent, QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QComboBox,
-    QDockWidget,
     QLabel,
     QMainWindow,
     QMessageBox,
-    QProgressDialog,
     QPushButton,
     QStackedWidget,
     QToolBar,
@@ -19,33 +27,33 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..common.units import fmt_bytes
-from ..present.markup import html as _esc
-from ..present.markup import middle
-from ..present.words import peak_words
-from ..services.annotations import AnnotationStore
-from .allocator_panel import AllocatorPanel
-from .compare_panel import ComparePanel
-from .devices import DeviceStrip
-from .whatif_panel import WhatIfPanel
-from .legend import LegendBar
-from .loader import Loader, LoadResult
-from .model import DeviceData
-from .notes import NotesPanel
-from .panels import FindingsPanel, MomentPanel, StackPanel
-from .ranks_part import RanksPart
+from ...common.units import fmt_bytes, fmt_seconds
+from ...present.markup import html as _esc
+from ...present.markup import middle
+from ...present.words import leak_rows_text, peak_words
+from ..model import DeviceData, FindingView
+from ..model.load import LoadResult
+from ..panels.allocator import AllocatorPanel
+from ..panels.compare import ComparePanel
+from ..panels.devices import DeviceStrip
+from ..panels.findings import FindingsPanel
+from ..panels.legend import LegendBar
+from ..panels.moment import MomentPanel
+from ..panels.notes import NotesPanel
+from ..panels.selection import StackPanel
+from ..panels.table import AllocationsPanel
+from ..panels.whatif import WhatIfPanel
+from ..theme import Theme
+from ..timeline import TimelineWidget
+from ..ranks_part import RanksPart
+from .compare import Compare
+from .docks import DOCKS, Docks
+from .exports import Exports
+from .loading import Loading, error_box
+from .notes import Notes
 from .status_bar import StatusBar
-from .table import AllocationsPanel
-from .theme import Theme
-from .timeline import TimelineWidget
-from .window_compare import CompareMixin
-from .window_exports import ExportsMixin
-from .window_loading import LoadingMixin
-from .window_notes import NotesMixin
-from .window_views import ViewsMixin
 
 PAGE_WELCOME, PAGE_TIMELINE, PAGE_EMPTY = range(3)
-# what the store's undo/redo commands do, for the Edit menu's "Undo Add Note"
 STATUS_NAME_LIMIT = 40         # characters of the file name in the status bar
 # the mouse's keys, longest first: the status bar shows the longest that fits the window
 MOUSE_HINTS = (
@@ -54,10 +62,26 @@ MOUSE_HINTS = (
     "Wheel: zoom · Shift+drag: pan · F1: keys",
     "F1: keys",
 )
-_COMMAND_NAMES = {"_Add": "Add Note", "_Remove": "Delete Note", "_Edit": "Edit Note"}
+SHORTCUTS = (("Ctrl+O", "open a snapshot"), ("Ctrl+Shift+O", "open a folder of per-rank snapshots"), ("F5", "reload"), ("Ctrl+E", "save the window as PNG"),
+             ("Ctrl+Shift+E", "export a report (Markdown, PNG, JSON)"),
+             ("+ / -", "zoom in / out"), ("Home, Ctrl+0", "show the whole run"),
+             ("← / →", "pan (timeline focused)"), ("wheel", "zoom time around the cursor"),
+             ("drag", "zoom into a box"), ("Shift+drag, middle-drag", "pan"),
+             ("Ctrl+drag", "mark a time range"),
+             ("click", "select the allocation under the cursor"), ("P", "jump to the peak"),
+             ("N / Shift+N", "next / previous finding"), ("Esc", "clear the selection and the marked range"),
+             ("A", "annotate the marked (else the visible) range"), ("Shift+P", "annotate the peak"),
+             ("Shift+A", "annotate the selected allocation"),
+             ("F2 / Del", "edit / delete the note chosen in Annotations"),
+             ("Ctrl+Z / Ctrl+Shift+Z", "undo / redo a change to the notes"),
+             ("Ctrl+F", "search the stacks (file, function, file.py:line)"),
+             ("C / L / S", "stack by category / allocation / segment"),
+             ("T", "seconds or trace entries on the x axis"),
+             ("← / → in Allocator", "step one entry (Ctrl: to the previous / next segment event)"),
+             ("Ctrl+Return", "save a note"), ("Ctrl+1…8", "show / hide panels"))
 
 
-class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixin, QMainWindow):
+class MainWindow(QMainWindow):
     """Pass persist=False to leave the user's settings alone (screenshots, tests)."""
 
     loaded = Signal()
@@ -75,71 +99,24 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
         self.pinned_index: int | None = None
         self.finding_pos = -1
         self.error_box: QMessageBox | None = None
-        self.progress_dialog: QProgressDialog | None = None
-        self._pending_device: int | None = None
-        self._pending_what = "open"
-        self.compare = None
-        self.store: AnnotationStore | None = None
-        self._unsubscribe = None
-        self.notes_notice: str | None = None
-        self._notes_problems: list[str] = []
+        self.mark_message: str | None = None               # the marked range's instructions, while shown
+        self._hint_sets: list[tuple[str, ...]] = []        # status hints that have shorter wordings
         self.setWindowTitle("vramscope")
         self.setAcceptDrops(True)
         self.setDockNestingEnabled(True)
 
-        self.loader = Loader(self)
-        self.loader.progressed.connect(self._on_progress)
-        self.loader.finished.connect(self._on_loaded)
-        self.loader.failed.connect(self._on_failed)
-        self.loader.cancelled.connect(self._on_cancelled)
-
-        # central: a placeholder until something is loaded, then legend + timeline
+        # central: a page until something is loaded, then the device strip, legend and timeline
         self.timeline = TimelineWidget(self)
         self.legend = LegendBar(self)
         self.legend.toggled.connect(self._on_legend)
         self.device_strip = DeviceStrip(self)
-        self.device_strip.chosen.connect(self.show_device)
-        page = QWidget(self)
-        pl = QVBoxLayout(page)
-        pl.setContentsMargins(0, 0, 0, 0)
-        pl.setSpacing(0)
-        pl.addWidget(self.device_strip)
-        pl.addWidget(self.legend)
-        pl.addWidget(self.timeline, 1)
-        self.placeholder = QWidget(self)
-        ph = QVBoxLayout(self.placeholder)
-        msg = QLabel("<h2>vramscope</h2><p>Open a PyTorch CUDA memory snapshot "
-                     "(<code>torch.cuda.memory._dump_snapshot</code>) with <b>Ctrl+O</b>, "
-                     "or drop the file here.</p>", self.placeholder)
-        msg.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        msg.setWordWrap(True)
-        open_btn = QPushButton("Open snapshot…", self.placeholder)
-        open_btn.clicked.connect(self.open_dialog)
-        ph.addStretch(1)
-        ph.addWidget(msg)
-        ph.addWidget(open_btn, 0, Qt.AlignmentFlag.AlignHCenter)
-        ph.addStretch(2)
-        # a file that records nothing: say so, with its name (not the welcome page)
-        self.empty_page = QWidget(self)
-        ep = QVBoxLayout(self.empty_page)
-        self.empty_msg = QLabel(self.empty_page)
-        self.empty_msg.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.empty_msg.setWordWrap(True)
-        self.empty_msg.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        other_btn = QPushButton("Open another snapshot…", self.empty_page)
-        other_btn.clicked.connect(self.open_dialog)
-        ep.addStretch(1)
-        ep.addWidget(self.empty_msg)
-        ep.addWidget(other_btn, 0, Qt.AlignmentFlag.AlignHCenter)
-        ep.addStretch(2)
         self.stack = QStackedWidget(self)
-        self.stack.addWidget(self.placeholder)
-        self.stack.addWidget(page)
-        self.stack.addWidget(self.empty_page)
+        self.stack.addWidget(self._welcome_page())
+        self.stack.addWidget(self._timeline_page())
+        self.stack.addWidget(self._empty_page())
         self.setCentralWidget(self.stack)
-        self._docks_shown: set[str] | None = None
 
-        # panels
+        # the panels, each in a dock
         self.stack_panel = StackPanel(self)
         self.moment_panel = MomentPanel(self)
         self.findings_panel = FindingsPanel(self)
@@ -148,68 +125,48 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
         self.allocator_panel = AllocatorPanel(self)
         self.whatif_panel = WhatIfPanel(self)
         self.compare_panel = ComparePanel(self)
-        self.docks = {}
-        for key, title, widget, area in (
-                ("selection", "Selection", self.stack_panel, Qt.DockWidgetArea.RightDockWidgetArea),
-                ("moment", "At this moment", self.moment_panel, Qt.DockWidgetArea.RightDockWidgetArea),
-                ("findings", "Findings", self.findings_panel, Qt.DockWidgetArea.RightDockWidgetArea),
-                ("allocations", "Allocations", self.table_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
-                ("annotations", "Annotations", self.notes_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
-                ("allocator", "Allocator", self.allocator_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
-                ("whatif", "What if", self.whatif_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
-                ("compare", "Compare", self.compare_panel, Qt.DockWidgetArea.BottomDockWidgetArea)):
-            dock = QDockWidget(title, self)
-            dock.setObjectName(f"dock_{key}")
-            dock.setWidget(widget)
-            self.addDockWidget(area, dock)
-            self.docks[key] = dock
-            dock.visibilityChanged.connect(lambda on, k=key: self._on_dock_visible(k, on))
-        # right column: findings above the selection / moment tabs; the table below everything
-        self.splitDockWidget(self.docks["findings"], self.docks["selection"], Qt.Orientation.Vertical)
-        self.tabifyDockWidget(self.docks["selection"], self.docks["moment"])
-        # the notes share the bottom with the table: a wide list, and the right column keeps its height
-        self.tabifyDockWidget(self.docks["allocations"], self.docks["annotations"])
-        self.tabifyDockWidget(self.docks["annotations"], self.docks["allocator"])
-        self.tabifyDockWidget(self.docks["allocator"], self.docks["whatif"])
-        self.tabifyDockWidget(self.docks["whatif"], self.docks["compare"])
-        self.docks["compare"].hide()               # until File > Compare With…
-        self.ranks = RanksPart(self)               # File > Open Folder…: the rank overview, a panel of its own
-        # the right column runs the full height; the table sits under the timeline only
-        self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
-        self.setCorner(Qt.Corner.TopRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
-        self._relayout = QTimer(self)
-        self._relayout.setSingleShot(True)
-        self._relayout.setInterval(30)
-        self._relayout.timeout.connect(self.default_layout)
-        self.docks["selection"].raise_()
-        self.docks["allocations"].raise_()
+        self.dock_layout = Docks(self, {
+            "selection": self.stack_panel, "moment": self.moment_panel, "findings": self.findings_panel,
+            "allocations": self.table_panel, "annotations": self.notes_panel, "allocator": self.allocator_panel,
+            "whatif": self.whatif_panel, "compare": self.compare_panel})
+        self.docks = self.dock_layout.docks
 
+        # the parts
+        self.loading = Loading(self)
+        self.exports = Exports(self)
+        self.notes = Notes(self)
+        self.compare = Compare(self)
+        self.ranks = RanksPart(self)                   # File > Open Folder…: the rank overview, a panel of its own
+
+        self.device_strip.chosen.connect(self.loading.show_device)
         self.timeline.hovered.connect(self._on_hover)
         self.timeline.clicked.connect(self._on_timeline_click)
         self.timeline.hoverLeft.connect(self._on_hover_left)
+        self.timeline.marked.connect(self.notes.on_marked)
+        self.timeline.segmentClicked.connect(self._on_segment_clicked)
         self.table_panel.rowSelected.connect(lambda r: self.select_row(r, source="table"))
+        self.table_panel.onlyCleared.connect(lambda: self.timeline.set_row_marks(None))
         self.moment_panel.rowClicked.connect(lambda r: self.select_row(r, source="moment"))
         self.findings_panel.activated.connect(self.navigate)
-        self.table_panel.onlyCleared.connect(self._on_only_cleared)
-        self.notes_panel.activated.connect(self.go_to_note)
-        self.notes_panel.editRequested.connect(self.edit_note)
-        self.notes_panel.tree.currentItemChanged.connect(lambda *_: self._update_note_actions())
-        self.timeline.marked.connect(self._on_marked)
-        self.timeline.segmentClicked.connect(self._on_segment_clicked)
+        self.notes_panel.activated.connect(self.notes.go_to)
+        self.notes_panel.editRequested.connect(self.notes.edit)
+        self.notes_panel.tree.currentItemChanged.connect(lambda *_: self.notes.update_actions())
         self.allocator_panel.indexChanged.connect(self._on_allocator_step)
         self.allocator_panel.rowClicked.connect(lambda r: self.select_row(r, source="allocator"))
-        self.docks["allocator"].visibilityChanged.connect(self._on_allocator_visible)
-        self.docks["whatif"].visibilityChanged.connect(self._on_whatif_visible)
-        self.whatif_panel.changed.connect(self._on_whatif)
-        self.compare_panel.swapRequested.connect(self.swap_compared)
-        self.compare_panel.closeRequested.connect(self.close_compare)
-        self.compare_panel.siteChosen.connect(self._on_compare_site)
+        self.docks["allocator"].visibilityChanged.connect(
+            lambda on: on and QTimer.singleShot(0, self._allocator_if_shown))
+        # after the event loop turn: the panels shown again after a load pass through
+        # "visible" on their way behind the table's tab, and must not build the model then
+        self.docks["whatif"].visibilityChanged.connect(lambda on: on and QTimer.singleShot(0, self._whatif_if_shown))
+        self.whatif_panel.changed.connect(self.timeline.set_whatif)
+        self.compare_panel.swapRequested.connect(self.compare.swap)
+        self.compare_panel.closeRequested.connect(self.compare.close)
+        self.compare_panel.siteChosen.connect(self.compare.on_site)
 
         self._build_actions()
         self._build_status()
         self.apply_theme()
         self.resize(1400, 900)
-        self._auto_layout = True
         self.default_layout()
         if self.settings is not None:
             geo = self.settings.value("window/geometry")
@@ -218,55 +175,135 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
                 self.restoreGeometry(geo)
             if state is not None:
                 self.restoreState(state)
-                self._auto_layout = False          # the user's own layout
-                self.docks["compare"].hide()       # nothing to compare yet
-        self._show_docks(False)                    # the welcome page alone
+                self.dock_layout.auto_layout = False    # the user's own layout
+                self.docks["compare"].hide()        # nothing to compare yet
+        self.dock_layout.show_with_data(False)          # the welcome page alone
+
+    # -- pages ------------------------------------------------------------------------------
+    def _timeline_page(self) -> QWidget:
+        page = QWidget(self)
+        pl = QVBoxLayout(page)
+        pl.setContentsMargins(0, 0, 0, 0)
+        pl.setSpacing(0)
+        pl.addWidget(self.device_strip)
+        pl.addWidget(self.legend)
+        pl.addWidget(self.timeline, 1)
+        return page
+
+    def _welcome_page(self) -> QWidget:
+        self.placeholder = QWidget(self)
+        ph = QVBoxLayout(self.placeholder)
+        msg = QLabel("<h2>vramscope</h2><p>Open a PyTorch CUDA memory snapshot "
+                     "(<code>torch.cuda.memory._dump_snapshot</code>) with <b>Ctrl+O</b>, "
+                     "or drop the file here.</p>", self.placeholder)
+        msg.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        msg.setWordWrap(True)
+        open_btn = QPushButton("Open snapshot…", self.placeholder)
+        open_btn.clicked.connect(lambda: self.loading.open_dialog())
+        ph.addStretch(1)
+        ph.addWidget(msg)
+        ph.addWidget(open_btn, 0, Qt.AlignmentFlag.AlignHCenter)
+        ph.addStretch(2)
+        return self.placeholder
+
+    def _empty_page(self) -> QWidget:
+        """A file that records nothing: it says so, with its name (not the welcome page)."""
+        self.empty_page = QWidget(self)
+        ep = QVBoxLayout(self.empty_page)
+        self.empty_msg = QLabel(self.empty_page)
+        self.empty_msg.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_msg.setWordWrap(True)
+        self.empty_msg.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        other_btn = QPushButton("Open another snapshot…", self.empty_page)
+        other_btn.clicked.connect(lambda: self.loading.open_dialog())
+        ep.addStretch(1)
+        ep.addWidget(self.empty_msg)
+        ep.addWidget(other_btn, 0, Qt.AlignmentFlag.AlignHCenter)
+        ep.addStretch(2)
+        return self.empty_page
 
     def default_layout(self):
-        """Dock sizes in proportion to the window: the right column (findings above the
-        selection) runs the full height, the table gets about a third of it below the
-        timeline, so at 1024x700 it still shows eight rows and the timeline most of the rest."""
-        w, h = self.width(), self.height()
-        right = max(280, min(440, int(w * 0.27)))
-        column = max(300, h - self.menuBar().height() - self.toolbar.height() - self.statusBar().height() - 8)
-        self.resizeDocks([self.docks["findings"]], [right], Qt.Orientation.Horizontal)
-        self.resizeDocks([self.docks["findings"], self.docks["selection"]],
-                         [int(column * 0.40), int(column * 0.60)], Qt.Orientation.Vertical)
-        self.resizeDocks([self.docks["allocations"]], [max(180, int(h * 0.40))], Qt.Orientation.Vertical)
-        self._auto_layout = getattr(self, "_auto_layout", True)
+        """Dock sizes in proportion to the window (docks.py)."""
+        self.dock_layout.default_layout()
 
-    def _follow_window(self):
-        if getattr(self, "_auto_layout", False) and not getattr(self, "_user_layout", False):
-            self._relayout.start()
+    def on_screen(self, key: str) -> bool:
+        """Whether a panel is really shown (a dock behind another's tab says it is visible)."""
+        return self.dock_layout.shown(key)
 
+    # -- the window's small interface (the command line, tests, the parts) --------------------
+    def open_path(self, path: str, device: int | None = None):
+        """Open a file in the background (a newer request replaces an older one)."""
+        self.loading.open_path(path, device)
+
+    def show_device(self, dev: int):
+        self.loading.show_device(dev)
+
+    def compare_with(self, path: str, across_devices: bool = False):
+        """Load `path` as B in the background and compare the file shown (A) with it (with
+        `across_devices`: A's device against B's, whatever their numbers: two ranks)."""
+        self.compare.with_file(path, across_devices)
+
+    def show_error(self, title: str, msg: str):
+        self.close_error()
+        self.error_box = error_box(self, title, msg)
+
+    def close_error(self):
+        if self.error_box is not None:
+            self.error_box.close()
+            self.error_box.deleteLater()
+            self.error_box = None
+
+    def entries_in(self, x0: float, x1: float) -> tuple[int, int] | None:
+        """The first and last entries between two x positions of the timeline (None: none)."""
+        d = self.data
+        if d is None or d.n == 0:
+            return None
+        first = max(0, int(d.index_at_x(x0)))
+        last = min(d.n - 1, d.index_before_x(x1))
+        return (first, last) if last >= first else None
+
+    def pin(self, i: int):
+        """The moment the panels show when the pointer is not over the timeline."""
+        self.pinned_index = i
+        self.moment_panel.show_index(i)
+
+    # -- window events -------------------------------------------------------------------------
     def resizeEvent(self, ev):
         super().resizeEvent(ev)
-        # the docks follow the window until the user drags a separator (their sizes then stay)
-        self._follow_window()
         # a hint on show stays whole: its shorter wording when the window narrows
         shown = self.statusBar().currentMessage()
-        for variants in getattr(self, "_hint_sets", ()):
+        for variants in self._hint_sets:
             if shown in variants and self._fitting(variants) != shown:
                 self.statusBar().showMessage(self._fitting(variants), 12000)
 
-    def showEvent(self, ev):
-        super().showEvent(ev)
-        self._follow_window()
+    def changeEvent(self, ev):
+        if ev.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+            QTimer.singleShot(0, self.apply_theme)
+        super().changeEvent(ev)
 
-    def event(self, ev):
-        # a press that reaches the main window itself may be on a dock separator: when the
-        # panels' sizes differ at the release, the user sized them by hand (they then stay);
-        # a stray click on the window's background changes nothing
-        if ev.type() == QEvent.Type.MouseButtonPress:
-            self._sizes_at_press = self._dock_sizes()
-        elif ev.type() == QEvent.Type.MouseButtonRelease and getattr(self, "_sizes_at_press", None) is not None:
-            if self._dock_sizes() != self._sizes_at_press:
-                self._user_layout = True
-            self._sizes_at_press = None
-        return super().event(ev)
+    def dragEnterEvent(self, ev):
+        if self.loading.accepts(ev.mimeData()):
+            ev.acceptProposedAction()
 
-    def _dock_sizes(self) -> tuple:
-        return tuple((k, d.width(), d.height()) for k, d in self.docks.items() if d.isVisible())
+    def dropEvent(self, ev):
+        if self.loading.drop(ev.mimeData()):
+            ev.acceptProposedAction()
+
+    def closeEvent(self, ev):
+        self.dock_layout.show_with_data(True)          # the layout saved is the user's, not the welcome page's
+        self.notes.close()
+        self.loading.shutdown()
+        self.exports.shutdown()
+        self.whatif_panel.shutdown()
+        self.close_error()
+        if self.settings is not None:
+            self.settings.setValue("window/geometry", self.saveGeometry())
+            self.settings.setValue("window/state", self.saveState())
+        super().closeEvent(ev)
+        if ev.isAccepted():
+            self.timeline.release()
+            self.compare_panel.release()
+            self.ranks.release()
 
     # -- actions ----------------------------------------------------------------------------
     def _act(self, menu, text, slot, keys=(), tip="", checkable=False):
@@ -287,53 +324,61 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
 
     def _build_actions(self):
         mb = self.menuBar()
+        ld, ex, nt, cmp = self.loading, self.exports, self.notes, self.compare
         fm = mb.addMenu("&File")
-        self.act_open = self._act(fm, "&Open…", self.open_dialog, [QKeySequence.StandardKey.Open],
+        self.act_open = self._act(fm, "&Open…", lambda: ld.open_dialog(), [QKeySequence.StandardKey.Open],
                                   "Open a memory snapshot")
         self.act_open_folder = self._act(fm, "Open &Folder…", self.ranks.open_dialog, ["Ctrl+Shift+O"],
                                          "Open a folder of per-rank snapshots: every rank at a glance")
         self.recent_menu = fm.addMenu("Open &Recent")
-        self.recent_menu.aboutToShow.connect(self._fill_recent)
-        self.act_reload = self._act(fm, "&Reload", self.reload, ["F5"], "Reload the file from disk")
+        self.recent_menu.aboutToShow.connect(ld.fill_recent)
+        self.act_reload = self._act(fm, "&Reload", lambda: ld.reload(), ["F5"], "Reload the file from disk")
         fm.addSeparator()
-        self._build_compare_actions(fm)
+        self.act_compare = self._act(
+            fm, "Compare &With…", lambda: cmp.dialog(), (),
+            "Open a second snapshot of the same run (B) and compare it with this one (A): both totals on one "
+            "axis, the categories at both peaks, the code sites with their change")
+        self.act_swap = self._act(fm, "S&wap A and B", lambda: cmp.swap(), (),
+                                  "Show the compared file (B) in the timeline and compare the other way round")
+        self.act_close_compare = self._act(fm, "C&lose Comparison", lambda: cmp.close(), ())
+        self.act_swap.setEnabled(False)
+        self.act_close_compare.setEnabled(False)
         fm.addSeparator()
-        self.act_export = self._act(fm, "Save &Image…", self.export_image, ["Ctrl+E"],
-                                    "Save the window as a PNG")
+        self.act_export = self._act(fm, "Save &Image…", lambda: ex.image(), ["Ctrl+E"], "Save the window as a PNG")
         fm.addSeparator()
         self.act_export_report = self._act(
-            fm, "Export &Report…", self.export_report, ["Ctrl+Shift+E"],
+            fm, "Export &Report…", lambda: ex.report(), ["Ctrl+Shift+E"],
             "Write report.md, timeline.png (with your notes drawn) and analysis.json into a folder")
         self.act_export_trimmed = self._act(
-            fm, "Export &Trimmed Snapshot…", self.export_trimmed, (),
+            fm, "Export &Trimmed Snapshot…", lambda: ex.trimmed(), (),
             "Save a window of the trace (around the peak, the marked range or the visible range) "
             "as a snapshot pickle that vramscope and PyTorch's viewer open")
         self.act_export_perfetto = self._act(
-            fm, "Export &Perfetto Trace…", self.export_perfetto, (),
+            fm, "Export &Perfetto Trace…", lambda: ex.perfetto(), (),
             "Save live memory per category as counter tracks (Chrome trace JSON for ui.perfetto.dev)")
         fm.addSeparator()
         self._act(fm, "&Quit", self.close, [QKeySequence.StandardKey.Quit])
 
         em = mb.addMenu("&Edit")
-        self.act_undo = self._act(em, "&Undo", self.undo_note, ["Ctrl+Z"], "Undo the last change to the notes")
-        self.act_redo = self._act(em, "&Redo", self.redo_note, ["Ctrl+Shift+Z", "Ctrl+Y"],
+        self.act_undo = self._act(em, "&Undo", lambda: nt.undo(), ["Ctrl+Z"], "Undo the last change to the notes")
+        self.act_redo = self._act(em, "&Redo", lambda: nt.redo(), ["Ctrl+Shift+Z", "Ctrl+Y"],
                                   "Redo the change to the notes just undone")
         em.addSeparator()
         self.act_note_range = self._act(
-            em, "Annotate &Range…", self.annotate_range, ["A"],
+            em, "Annotate &Range…", lambda: nt.annotate_range(), ["A"],
             "Write a note on a time range: the range marked with Ctrl+drag on the timeline, "
             "or else the visible range")
         self.act_note_peak = self._act(
-            em, "Annotate &Peak…", self.annotate_peak, ["Shift+P"],
+            em, "Annotate &Peak…", lambda: nt.annotate_peak(), ["Shift+P"],
             "Write a note on the peak (the peak found last with P / N, else the highest peak)")
         self.act_note_alloc = self._act(
-            em, "Annotate &Allocation…", self.annotate_allocation, ["Shift+A"],
+            em, "Annotate &Allocation…", lambda: nt.annotate_allocation(), ["Shift+A"],
             "Write a note on the selected allocation (click the timeline or a table row first)")
         em.addSeparator()
         # F2 and Delete act in the notes list only (Delete elsewhere must not delete a note)
-        self.act_note_edit = self._act(em, "&Edit Note…", self.edit_note, ["F2"],
+        self.act_note_edit = self._act(em, "&Edit Note…", lambda: nt.edit(), ["F2"],
                                        "Edit the note chosen in the Annotations panel")
-        self.act_note_delete = self._act(em, "&Delete Note", self.delete_note, [QKeySequence.StandardKey.Delete],
+        self.act_note_delete = self._act(em, "&Delete Note", lambda: nt.delete(), [QKeySequence.StandardKey.Delete],
                                          "Delete the note chosen in the Annotations panel (Ctrl+Z undoes)")
         for a in (self.act_note_edit, self.act_note_delete):
             self.removeAction(a)
@@ -383,8 +428,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
             "Seconds on the x axis (checked) or trace entries; entries are chosen when one idle stretch "
             "takes most of the run's time", checkable=True)
         vm.addSeparator()
-        for n, key in enumerate(("selection", "moment", "findings", "allocations", "annotations", "allocator",
-                                 "whatif", "compare"), 1):
+        for n, (key, _title, _area) in enumerate(DOCKS, 1):
             a = self.docks[key].toggleViewAction()
             a.setShortcut(QKeySequence(f"Ctrl+{n}"))
             a.setToolTip(f"Show or hide the {self.docks[key].windowTitle()} panel (Ctrl+{n})")
@@ -397,7 +441,10 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
         hm = mb.addMenu("&Help")
         self._act(hm, "&Keyboard Shortcuts", self.show_shortcuts, ["F1"])
         self._act(hm, "&About vramscope", self.show_about)
+        self._build_toolbar()
+        self._set_loaded_actions(False)
 
+    def _build_toolbar(self):
         tb = QToolBar("Main", self)
         tb.setObjectName("toolbar_main")
         tb.setMovable(False)
@@ -410,12 +457,11 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
         tb.addAction(self.act_open)
         tb.addAction(self.act_reload)
         tb.addSeparator()
-        dl = QLabel(" Device ", tb)
-        tb.addWidget(dl)
+        tb.addWidget(QLabel(" Device ", tb))
         self.device_combo = QComboBox(tb)
         self.device_combo.setToolTip("Which GPU's trace to show")
         self.device_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
-        self.device_combo.activated.connect(self._on_device_chosen)
+        self.device_combo.activated.connect(self.loading.on_device_chosen)
         tb.addWidget(self.device_combo)
         tb.addSeparator()
         for a in (self.act_zoom_in, self.act_zoom_out, self.act_reset):
@@ -429,7 +475,6 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
         tb.addAction(self.act_next)
         self.addToolBar(tb)
         self.toolbar = tb
-        self._set_loaded_actions(False)
 
     def _set_loaded_actions(self, on: bool):
         for a in self.mode_actions.values():
@@ -442,24 +487,9 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
             a.setEnabled(on)
         self.act_export_trimmed.setEnabled(on and self.data is not None and self.data.n > 0)
         self.device_combo.setEnabled(on and self.device_combo.count() > 1)
-        self._update_note_actions()
+        self.notes.update_actions()
 
-    def _update_note_actions(self):
-        store, d = self.store, self.data
-        on = store is not None and d is not None
-        self.act_note_range.setEnabled(on and d.n > 0)
-        self.act_note_peak.setEnabled(on)
-        self.act_note_alloc.setEnabled(on and self.selected_row >= 0)
-        chosen = store is not None and self.notes_panel.current_id() is not None
-        self.act_note_edit.setEnabled(chosen)
-        self.act_note_delete.setEnabled(chosen)
-        for act, can, stack, word in ((self.act_undo, store is not None and store.can_undo, "_undo", "Undo"),
-                                      (self.act_redo, store is not None and store.can_redo, "_redo", "Redo")):
-            act.setEnabled(bool(can))
-            cmds = getattr(store, stack, None) if can else None
-            what = _COMMAND_NAMES.get(type(cmds[-1]).__name__, "") if cmds else ""
-            act.setText(f"&{word} {what}".rstrip())
-
+    # -- status bar ----------------------------------------------------------------------------
     def _build_status(self):
         sb = StatusBar(self)
         self.setStatusBar(sb)
@@ -478,12 +508,11 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
             w.setContentsMargins(14, 0, 2, 0)
             sb.add_label(w, yields=w in (self.status_file, self.status_device, self.status_entries))
         self.status_notes.hide()
-        self._mark_message = None
-        self._hint_sets: list[tuple[str, ...]] = []       # status hints that have shorter wordings
 
     def _fitting(self, variants: tuple[str, ...]) -> str:
         """The longest of `variants` (longest first) that fits beside the status bar's labels."""
         sb = self.statusBar()
+        assert isinstance(sb, StatusBar)
         room = sb.room(with_all_labels=True)
         fm = sb.fontMetrics()
         return next((v for v in variants if fm.horizontalAdvance(v) <= room), variants[-1])
@@ -507,17 +536,23 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
         pk = d.da.peak
         self.status_peak.setText(f"peak {fmt_bytes(pk.bytes)}, {peak_words(pk.type)}" if pk is not None else "")
 
+    def _axis_notice(self) -> str | None:
+        """Why the x axis is entries although the trace has times (None: it is time)."""
+        d = self.data
+        if d is None or not d.has_time or d.time_axis:
+            return None
+        span = max(d.time_span, 1e-9)
+        gap = d.idle_gap_us / 1e6
+        return (f"x axis in entries: one idle stretch ({fmt_seconds(gap, gap / 100)}) is {gap / span:.0%} of the run "
+                f"(T: seconds)")
+
     # -- theme -------------------------------------------------------------------------------
     def apply_theme(self):
         self.theme = Theme.from_palette(self.palette())
         self.timeline.apply_theme(self.theme)
         self.compare_panel.apply_theme(self.theme)
 
-    def changeEvent(self, ev):
-        if ev.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
-            QTimer.singleShot(0, self.apply_theme)
-        super().changeEvent(ev)
-
+    # -- a file shown ------------------------------------------------------------------------------
     def apply_result(self, result: LoadResult):
         """Show a loaded snapshot (GUI thread)."""
         self.result = result
@@ -533,7 +568,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
         if result.device is not None:
             self.device_combo.setCurrentIndex(self.device_combo.findData(result.device))
         self.device_strip.set_analysis(result.analysis, result.device)
-        self._compare_follows(result)
+        self.compare.follow(result)
         self.legend.set_data(d)
         self.timeline.set_data(d, self.legend.visible() if d is not None else [])
         self.legend.set_mode(self.timeline.mode)
@@ -545,7 +580,6 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
         self.whatif_panel.set_data(d)
         if d is not None:
             QTimer.singleShot(0, self._whatif_if_shown)
-        if d is not None:
             self.stack.setCurrentIndex(PAGE_TIMELINE)
         else:
             self.empty_msg.setText(
@@ -554,8 +588,8 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
                 "on the GPU, or from a process that never used it, or without "
                 "<code>torch.cuda.memory._record_memory_history()</code> turned on.</p>")
             self.stack.setCurrentIndex(PAGE_EMPTY)
-        self._show_docks(d is not None)
-        self._use_store(result.path)
+        self.dock_layout.show_with_data(d is not None)
+        self.notes.use_store(result.path)
         self._set_loaded_actions(d is not None)
         self.act_reload.setEnabled(True)
         self.setWindowTitle(f"{os.path.basename(result.path)} — vramscope")
@@ -569,16 +603,70 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
             self.statusBar().showMessage(self._fitting(self._hint_sets[0]), 12000)
         else:
             self.statusBar().showMessage("This snapshot records no memory on any device.", 8000)
-        if self.notes_notice:
-            self.statusBar().showMessage(self._short_notice(), 20000)
-        self._add_recent(result.path)
+        if self.notes.notice:
+            self.statusBar().showMessage(self.notes.short_notice(), 20000)
+        self.loading.add_recent(result.path)
         self.loaded.emit()
 
-    # -- interaction ------------------------------------------------------------------------------------
+    # -- views -----------------------------------------------------------------------------------
+    def set_mode(self, mode: str):
+        """Stack the timeline by category, allocation or segment."""
+        if self.data is None:
+            return
+        if not self.timeline.set_mode(mode):
+            self.statusBar().showMessage("This snapshot has no allocator segments (profiler-converted): "
+                                         "no segment view", 6000)
+            self.mode_actions[self.timeline.mode].setChecked(True)
+
+    def _on_mode_changed(self, mode: str):
+        self.mode_actions[mode].setChecked(True)
+        self.legend.set_mode(mode)
+
+    def _on_time_axis(self, on: bool):
+        d = self.data
+        if d is None:
+            return
+        if on and not d.has_time:
+            self.act_time_axis.setChecked(False)
+            self.statusBar().showMessage("This trace has no time stamps: the x axis is the entry index", 6000)
+            return
+        self.timeline.set_time_axis(on)
+
     def _on_legend(self):
         if self.data is not None:
             self.timeline.set_visible_categories(self.legend.visible())
 
+    def _whatif_if_shown(self):
+        if self.data is not None and self.on_screen("whatif"):
+            self.whatif_panel.ensure_model()
+
+    def _allocator_if_shown(self):
+        d = self.data
+        if d is not None and self.on_screen("allocator") and self.allocator_panel.index is None:
+            self.allocator_panel.show_index(self.pinned_index if self.pinned_index is not None else d.peak_index)
+
+    def _on_segment_clicked(self, seg: int, i: int):
+        d = self.data
+        if d is None:
+            return
+        self.dock_layout.show("allocator")
+        self.allocator_panel.show_index(i, int(d.seg_addr[seg]))
+
+    def _on_allocator_step(self, i: int):
+        """The allocator panel stepped to entry i: the cursor, the moment and the view follow."""
+        d = self.data
+        if d is None:
+            return
+        self.pinned_index = i
+        self.timeline.set_cursor_index(i)
+        self.moment_panel.request_index(i)
+        x = float(d.x_of_index(max(i, 0)))
+        x0, x1 = self.timeline.x_span()
+        if not x0 <= x <= x1:
+            w = x1 - x0
+            self.timeline.set_x_range(x - w / 2, x + w / 2)
+
+    # -- the pointer and the selection ------------------------------------------------------------
     def _on_hover(self, row: int, i: int, x: float):
         if self.on_screen("moment"):
             self.moment_panel.request_index(i)
@@ -588,8 +676,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
             self.moment_panel.request_index(self.pinned_index)
 
     def _on_timeline_click(self, row: int, i: int, x: float):
-        self.pinned_index = i
-        self.moment_panel.show_index(i)
+        self.pin(i)
         if self.on_screen("allocator"):
             self.allocator_panel.show_index(i)
         if row < 0 and self.timeline.mode == "segments":
@@ -600,41 +687,42 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
         self.select_row(-1)
         self.timeline.clear_mark()
         # the marked range's instructions go with it
-        if self._mark_message is not None and self.statusBar().currentMessage() == self._mark_message:
+        if self.mark_message is not None and self.statusBar().currentMessage() == self.mark_message:
             self.statusBar().clearMessage()
-        self._mark_message = None
+        self.mark_message = None
 
     def select_row(self, row: int, source: str = "api"):
         """Select an allocation everywhere: stack panel, timeline highlight, table."""
         if self.data is None:
             return
         self.selected_row = row
-        self.act_note_alloc.setEnabled(self.store is not None and row >= 0)
+        self.act_note_alloc.setEnabled(self.notes.store is not None and row >= 0)
         self.stack_panel.set_row(row)
         self.timeline.select_row(row)
         if source != "table":
             self.table_panel.select_row(row)
         if row >= 0:
             if source in ("table", "moment"):
-                self._show_row(row)
+                self.show_row(row)
             if source != "timeline":
                 self.docks["selection"].raise_()
 
-    def _show_row(self, row: int):
+    def show_row(self, row: int):
         """Move the timeline to an allocation's lifetime, with context around it."""
         d = self.data
+        if d is None:
+            return
         first, last = d.row_span(row)
         xa = float(d.x_of_index(first)) if d.alloc_index[row] >= 0 else d.x_range[0]
         xb = float(d.x_of_index(last)) if d.free_index[row] >= 0 else d.x_range[1]
         full = d.x_range[1] - d.x_range[0]
         width = max(3 * (xb - xa), full / 400 if full > 0 else 1.0)
         c = (xa + xb) / 2
-        self.timeline._auto_y = True
-        self.timeline.set_x_range(c - width / 2, c + width / 2)
+        self.timeline.show_x_range(c - width / 2, c + width / 2)
         self.timeline.set_cursor_index(max(int(d.alloc_index[row]), 0))
-        self.pinned_index = int(d.alloc_index[row])
-        self.moment_panel.show_index(self.pinned_index)
+        self.pin(int(d.alloc_index[row]))
 
+    # -- findings ------------------------------------------------------------------------------------
     def navigate(self, k: int):
         """Go to finding k: zoom there, put the cursor on it, select its allocation."""
         d = self.data
@@ -644,8 +732,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
         self.finding_pos = k
         self.timeline.zoom_to_indices(*f.zoom)
         self.timeline.set_cursor_index(f.index)
-        self.pinned_index = f.index
-        self.moment_panel.show_index(f.index)
+        self.pin(f.index)
         if self.on_screen("allocator"):
             self.allocator_panel.show_index(f.index)
         self.findings_panel.select(k)
@@ -653,6 +740,17 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
         if f.row >= 0:
             self.select_row(f.row, source="finding")
         self.statusBar().showMessage(f"{f.title} — {f.detail}", 10000)
+
+    def _show_finding_rows(self, f: FindingView):
+        """A leak selects its allocations: the table shows exactly them (with a chip that
+        clears it) and the timeline rings where each was made. Any other finding lets a
+        leak's set go."""
+        if f.kind == "leak" and f.rows is not None and len(f.rows):
+            self.table_panel.show_only(f.rows, leak_rows_text(len(f.rows), f.place))
+            self.timeline.set_row_marks(f.rows)
+            self.dock_layout.show("allocations")
+        elif self.table_panel.has_only():
+            self.table_panel.clear_only()
 
     def preview(self):
         """The whole run with the peak under the cursor and its allocation selected
@@ -664,8 +762,7 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
         peak = next((f for f in d.findings if f.kind == "peak"), None)
         if peak is not None:
             self.timeline.set_cursor_index(peak.index)
-            self.pinned_index = peak.index
-            self.moment_panel.show_index(peak.index)
+            self.pin(peak.index)
             if peak.row >= 0:
                 self.select_row(peak.row, source="timeline")
 
@@ -682,57 +779,25 @@ class MainWindow(LoadingMixin, ViewsMixin, NotesMixin, ExportsMixin, CompareMixi
         self.navigate(k)
 
     def focus_filter(self):
-        self.docks["allocations"].show()
-        self.docks["allocations"].raise_()
+        self.dock_layout.show("allocations")
         self.table_panel.text.setFocus()
         self.table_panel.text.selectAll()
 
-    # -- misc ----------------------------------------------------------------------------------------------
+    # -- help ------------------------------------------------------------------------------------------
     def show_shortcuts(self):
-        rows = [("Ctrl+O", "open a snapshot"), ("Ctrl+Shift+O", "open a folder of per-rank snapshots"),
-                ("F5", "reload"), ("Ctrl+E", "save the window as PNG"),
-                ("Ctrl+Shift+E", "export a report (Markdown, PNG, JSON)"),
-                ("+ / -", "zoom in / out"), ("Home, Ctrl+0", "show the whole run"),
-                ("← / →", "pan (timeline focused)"), ("wheel", "zoom time around the cursor"),
-                ("drag", "zoom into a box"), ("Shift+drag, middle-drag", "pan"),
-                ("Ctrl+drag", "mark a time range"),
-                ("click", "select the allocation under the cursor"), ("P", "jump to the peak"),
-                ("N / Shift+N", "next / previous finding"), ("Esc", "clear the selection and the marked range"),
-                ("A", "annotate the marked (else the visible) range"), ("Shift+P", "annotate the peak"),
-                ("Shift+A", "annotate the selected allocation"),
-                ("F2 / Del", "edit / delete the note chosen in Annotations"),
-                ("Ctrl+Z / Ctrl+Shift+Z", "undo / redo a change to the notes"),
-                ("Ctrl+F", "search the stacks (file, function, file.py:line)"),
-                ("C / L / S", "stack by category / allocation / segment"),
-                ("T", "seconds or trace entries on the x axis"),
-                ("← / → in Allocator", "step one entry (Ctrl: to the previous / next segment event)"),
-                ("Ctrl+Return", "save a note"), ("Ctrl+1…8", "show / hide panels")]
-        html = "<table>" + "".join(f"<tr><td><b>{k}</b>&nbsp;&nbsp;</td><td>{v}</td></tr>" for k, v in rows) + "</table>"
+        html = "<table>" + "".join(f"<tr><td><b>{k}</b>&nbsp;&nbsp;</td><td>{v}</td></tr>" for k, v in SHORTCUTS) \
+            + "</table>"
         box = QMessageBox(QMessageBox.Icon.NoIcon, "Keyboard shortcuts", html, QMessageBox.StandardButton.Ok, self)
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         box.open()
 
     def show_about(self):
-        from .. import __version__
+        from ... import __version__
         box = QMessageBox(QMessageBox.Icon.NoIcon, "About vramscope",
                           f"<b>vramscope {__version__}</b><br>PyTorch CUDA memory snapshots: categories, "
                           "peaks, leaks and OOMs, on little RAM.", QMessageBox.StandardButton.Ok, self)
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         box.open()
 
-    def closeEvent(self, ev):
-        self._show_docks(True)          # the layout saved is the user's, not the welcome page's
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
-        self.loader.shutdown()
-        self._hide_progress()
-        self._close_error()
-        if self.settings is not None:
-            self.settings.setValue("window/geometry", self.saveGeometry())
-            self.settings.setValue("window/state", self.saveState())
-        super().closeEvent(ev)
-        if ev.isAccepted():
-            self.timeline.release()
-            self.compare_panel.release()
-            self.ranks.release()
+
+__all__ = ["MainWindow", "MOUSE_HINTS"]

@@ -12,9 +12,9 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QButtonGroup, QLabel, QSizePolicy, QToolButton, QWidget
 
-from ..present.words import device_card_text, device_first_reason, host_card_text, host_space_words
+from ...present.words import device_card_text, device_first_reason, host_card_text, host_space_words
 from .legend import FlowLayout
-from .theme import OOM_COLOR
+from ..theme import OOM_COLOR
 
 FIRST_MARK = "★"
 

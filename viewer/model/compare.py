@@ -1,9 +1,9 @@
 """Two recordings of one run on one x axis, for the viewer's comparison (no Qt here).
 
-`CompareResult` is what the loader hands the window: both loaded files, the comparison
-(classifiers/compare.py, through `services.compare.compare_analyses`, as `vramscope compare`
-computes it) and its document (the JSON `vramscope compare --json` prints: the numbers the
-panel shows are that document's, so the viewer and the command line cannot disagree).
+`CompareResult` is what the worker hands the window: both loaded files and the typed
+comparison (classifiers/compare.py, through `services.compare.compare_analyses`, as
+`vramscope compare` computes it): the numbers the panel shows are its, so the viewer and
+the command line cannot disagree.
 
 `AlignedSide` puts one side's live memory on the shared axis, without a per-entry array:
   * "start": aligned at the first iteration's start (`CompareSide.origin_index` /
@@ -16,32 +16,42 @@ holds the value entering it, its max and min and the value leaving it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..classifiers.compare import CompareSide, Comparison, DeviceComparison
+from ...classifiers.compare import CompareSide, Comparison, DeviceComparison
+from ...services.compare import comparison_notes
 from .lod import MinMaxPyramid
+
+if TYPE_CHECKING:
+    from .load import LoadResult
 
 ALIGN_START, ALIGN_ITERATION = "start", "iteration"
 
 
 @dataclass
 class CompareResult:
-    a: object                        # loader.LoadResult: the file shown in the timeline
-    b: object                        # loader.LoadResult: the file compared with it
+    """What the worker hands the window for a comparison: both loaded files and the typed
+    comparison of the two (`classifiers.compare.Comparison`, as `vramscope compare` computes
+    it through `services.compare.compare_analyses`): the panel reads its numbers, so the
+    viewer and the command line cannot disagree."""
+    a: LoadResult                    # the file shown in the timeline
+    b: LoadResult                    # the file compared with it
     comparison: Comparison
-    document: dict                   # services.compare.compare_document: `compare --json`
 
-    def device(self, dev: int | None) -> tuple[DeviceComparison | None, dict | None]:
-        """The comparison of one device and its part of the document (None: not compared)."""
-        for dc, doc in zip(self.comparison.devices, self.document["devices"]):
-            if dc.device == dev:
-                return dc, doc
-        return None, None
+    def device(self, dev: int | None) -> DeviceComparison | None:
+        """The comparison of one device (None: not compared)."""
+        return next((dc for dc in self.comparison.devices if dc.device == dev), None)
 
     @property
     def devices(self) -> list[int]:
         return [dc.device for dc in self.comparison.devices]
+
+    def notes(self) -> list[str]:
+        """What a reader must know to read the numbers right (devices left out, state-only
+        sides), as `vramscope compare` words it."""
+        return comparison_notes(self.comparison, self.a.path, self.b.path)
 
 
 def usable_times(tus: np.ndarray | None) -> bool:
@@ -66,8 +76,10 @@ class AlignedSide:
         self.start_bytes = int(da.live.start_bytes)
         self.n = len(self.live)
         cols = analysis.snapshot.trace(side.device).columns
-        self.tus = np.asarray(cols["time_us"]) if "time_us" in cols else None
-        self.has_time = usable_times(self.tus) and side.origin_us is not None
+        tus = np.asarray(cols["time_us"]) if "time_us" in cols else None
+        self.has_time = usable_times(tus) and side.origin_us is not None
+        self.tus: np.ndarray = tus if tus is not None else np.zeros(0, dtype=np.int64)
+        self.origin_us = side.origin_us if side.origin_us is not None else 0
         self.origin = max(side.origin_index, 0)
         # iteration k (from 0) spans entries [bounds[k], bounds[k + 1]): up to the next one's
         # start, so the steps between iterations (evaluation, logging) belong to the one before
@@ -92,7 +104,7 @@ class AlignedSide:
         if mode == ALIGN_ITERATION and len(self.bounds) > 1:
             return self._iteration_x(i.astype(np.float64))
         if seconds:
-            return (self.tus[np.clip(i, 0, max(self.n - 1, 0))] - self.side.origin_us) / 1e6
+            return (self.tus[np.clip(i, 0, max(self.n - 1, 0))] - self.origin_us) / 1e6
         return (i - self.origin).astype(np.float64)
 
     def _iteration_x(self, i: np.ndarray) -> np.ndarray:
@@ -111,7 +123,7 @@ class AlignedSide:
             pos = b[k] + (x - k) * width
             return np.clip(np.ceil(pos - 1e-9), 0, self.n).astype(np.int64)
         if seconds:
-            key = np.ceil(self.side.origin_us + x * 1e6)
+            key = np.ceil(self.origin_us + x * 1e6)
             key = np.clip(key, -(1 << 62), 1 << 62).astype(np.int64)
             return np.searchsorted(self.tus, key, side="left").astype(np.int64)
         return np.clip(np.ceil(x + self.origin), 0, self.n).astype(np.int64)

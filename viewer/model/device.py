@@ -1,17 +1,15 @@
-"""What the viewer shows, as numpy queries over one device (no Qt here).
+"""What the viewer shows of one device, as numpy queries (no Qt here).
 
 `DeviceData` is built once per device, off the GUI thread, from the parser's
 columns and the analysis. It keeps no Python object per event or per
-allocation. Its parts, and why:
+allocation, and it computes no fact of its own: what is live, by category, at
+any entry is the analysis' (`DeviceAnalysis.live_by_category`, classifiers/
+liveset.py), the peak, iterations and findings are the analysis' typed results.
+What it adds is the view of them:
 
 - an x axis: seconds since the first event when the trace has `time_us`, else
   the entry index (profiler-converted snapshots have no times);
 - `MinMaxPyramid` over live and reserved bytes, for exact per-pixel envelopes;
-- live bytes *per category* at any entry: a category per alloc/free event
-  (`event_category`, one byte an event) plus checkpoints of the per-category
-  totals every `CHECKPOINT` events. The composition after entry i is the
-  nearest checkpoint plus fewer than CHECKPOINT/2 signed sizes. Nine full
-  per-category curves would cost 72 bytes an event; this costs about 2.2.
 - allocation rows sorted by size (the table's first order), computed here,
   off the GUI thread;
 - allocator segments as intervals of entries (from `segment_*` events and the
@@ -23,15 +21,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..classifiers import CATEGORIES, Finding, Iteration
-from ..parsers.tables import A_ALLOC
-from ..present.stacks import Stacks
-from ..present.words import finding_detail, finding_title
-from .lod import MinMaxPyramid, ragged
-from .segments import SegmentsMixin
+from ...classifiers import CATEGORIES, Finding, Iteration
+from ...common.units import fmt_seconds
+from ...present.stacks import Stacks
+from ...present.words import finding_detail, finding_title
+from ..segments import SegmentsMixin
+from .alloc_stack import AllocStack
+from .lod import MinMaxPyramid
 
-CHECKPOINT = 64
-NO_CATEGORY = 255
 IDLE_GAP_SHARE = 0.5           # an idle gap longer than this share of the run: entries on the x axis
 
 
@@ -109,10 +106,11 @@ class DeviceData(SegmentsMixin):
             if n > 1 and not bool(np.all(tus[1:] >= tus[:-1])):
                 tus = np.maximum.accumulate(tus)     # out-of-order stamps: keep the axis monotonic
             self.t0 = int(tus[0])
-            self.tkey = tus
         else:
             self.t0 = 0
-            self.tkey = None
+        # the time stamps, monotonic (empty without times); `tkey` the same, None without times
+        self.times: np.ndarray = tus if self.has_time else np.zeros(0, dtype=np.int64)
+        self.tkey: np.ndarray | None = self.times if self.has_time else None
         # the x axis: time, unless one idle stretch (loading, a pause before the first step)
         # takes most of it and squeezes the run into a sliver; then the entry index
         self.idle_gap_us = 0
@@ -130,27 +128,17 @@ class DeviceData(SegmentsMixin):
         self.pyramid = MinMaxPyramid(curves) if n else None
         self._step(progress, "timeline", 0.3)
 
-        # allocations, their categories, and the category of every alloc/free event
+        # the allocation rows and their categories (the analysis')
         al = da.allocs
         self.allocs = al
         self.category = np.asarray(da.category)
         self.rule = np.asarray(da.rule)
-        self.rule_names = list(getattr(analysis, "rule_names", []) or [])
         self.n_rows = len(al)
         self.alloc_index = np.asarray(al.alloc_index)
         self.free_index = np.asarray(al.free_index)
-        if self.n_rows > 1 and not bool(np.all(self.alloc_index[1:] >= self.alloc_index[:-1])):
-            self._alloc_order = np.argsort(self.alloc_index, kind="stable")
-            self._sorted_alloc_index = self.alloc_index[self._alloc_order]
-        else:
-            self._alloc_order = None
-        self.event_category = np.full(n, NO_CATEGORY, dtype=np.uint8)
-        has_a = self.alloc_index >= 0
-        self.event_category[self.alloc_index[has_a]] = self.category[has_a]
-        has_f = self.free_index >= 0
-        self.event_category[self.free_index[has_f]] = self.category[has_f]
+        self.da.alloc_order()
         self._step(progress, "timeline", 0.5)
-        self._build_checkpoints()
+        self.da.composition()             # both built here, off the GUI thread, on first use
         self._step(progress, "timeline", 0.7)
 
         idx_t = np.int32 if self.n_rows < (1 << 31) else np.int64
@@ -159,9 +147,9 @@ class DeviceData(SegmentsMixin):
         self.cat_present = np.bincount(self.category, minlength=self.n_categories) > 0
         self._step(progress, "timeline", 0.8)
 
-        self._rank = None
-        self._alloc_stack = None
-        self._segment_stack = None
+        self._rank: np.ndarray | None = None
+        self._alloc_stack: AllocStack | None = None
+        self._segment_stack: AllocStack | None = None
         self._build_segments()
         self.stacks = stacks or Stacks(analysis)
         self.iterations: list[Iteration] = list(da.iterations)
@@ -177,65 +165,10 @@ class DeviceData(SegmentsMixin):
             progress.update(frac)
 
     # -- per-category live bytes ---------------------------------------------------
-    def _build_checkpoints(self):
-        n, C = self.n, self.n_categories
-        al = self.allocs
-        pre = self.alloc_index < 0
-        start = np.bincount(self.category[pre], weights=al.size[pre].astype(np.float64), minlength=C)
-        start = np.rint(start).astype(np.int64)
-        # whatever the rows do not explain (blocks whose trace size differs...) goes to
-        # `unknown`, so the stacked categories always add up to the live line
-        residual = self.start_bytes - int(start.sum())
-        unknown = self.categories.index("unknown") if "unknown" in self.categories else C - 1
-        start[unknown] += residual
-        nblocks = -(-n // CHECKPOINT)
-        cp = np.zeros((nblocks + 1, C), dtype=np.int64)
-        cp[0] = start
-        chunk = CHECKPOINT * 16384
-        for s in range(0, n, chunk):
-            e = min(n, s + chunk)
-            cat = self.event_category[s:e]
-            ev = np.flatnonzero(cat != NO_CATEGORY)
-            d = self._signed(ev + s).astype(np.float64)
-            blk = (ev // CHECKPOINT).astype(np.int64)
-            nb = -(-(e - s) // CHECKPOINT)
-            sums = np.bincount(blk * C + cat[ev], weights=d, minlength=nb * C).reshape(nb, C)
-            cp[1 + s // CHECKPOINT: 1 + s // CHECKPOINT + nb] = np.rint(sums).astype(np.int64)
-        np.cumsum(cp, axis=0, out=cp)
-        self.checkpoints = cp
-
-    def _signed(self, pos: np.ndarray) -> np.ndarray:
-        """+size for an alloc, -size for a free (callers pass alloc/free entries only)."""
-        a = self.action[pos]
-        s = np.asarray(self.size[pos], dtype=np.int64)
-        return np.where(a == A_ALLOC, s, -s)
-
     def composition(self, indices) -> np.ndarray:
-        """Live bytes per category right after each entry (-1: before the first), (Q, C) float64."""
-        idx = np.asarray(indices, dtype=np.int64)
-        C = self.n_categories
-        q = len(idx)
-        s = np.clip(idx + 1, 0, self.n)             # events applied
-        j_lo = s // CHECKPOINT
-        last = len(self.checkpoints) - 1
-        pos_lo = j_lo * CHECKPOINT
-        pos_hi = np.minimum((j_lo + 1) * CHECKPOINT, self.n)
-        j_hi = np.minimum(j_lo + 1, last)
-        fwd = (s - pos_lo) <= (pos_hi - s)
-        fwd |= j_lo >= last
-        j = np.where(fwd, j_lo, j_hi)
-        out = self.checkpoints[j].astype(np.float64)
-        starts = np.where(fwd, pos_lo, s)
-        lens = np.where(fwd, s - pos_lo, pos_hi - s)
-        if lens.any():
-            pos, owner = ragged(starts, lens)
-            cat = self.event_category[pos]
-            keep = cat != NO_CATEGORY
-            pos, owner, cat = pos[keep], owner[keep], cat[keep]
-            d = self._signed(pos).astype(np.float64)
-            d[~fwd[owner]] *= -1.0                    # walking back from the next checkpoint
-            out += np.bincount(owner * C + cat, weights=d, minlength=q * C).reshape(q, C)
-        return out
+        """Live bytes per category right after each entry (-1: before the first), (Q, C)
+        float64 for drawing: the analysis' (DeviceAnalysis.live_by_category), never our own."""
+        return self.da.live_by_category(indices, np.float64)
 
     # -- x axis ------------------------------------------------------------------------
     def set_time_axis(self, on: bool) -> bool:
@@ -250,19 +183,19 @@ class DeviceData(SegmentsMixin):
             return np.maximum(i, 0).astype(np.float64)
         if self.n == 0:
             return np.zeros(i.shape)
-        return (self.tkey[np.clip(i, 0, self.n - 1)] - self.t0) / 1e6
+        return (self.times[np.clip(i, 0, self.n - 1)] - self.t0) / 1e6
 
     def seconds_of(self, i):
         """Seconds since the first event at entry i (needs times), whatever the x axis."""
         i = np.asarray(i, dtype=np.int64)
         if self.tkey is None or self.n == 0:
             return np.zeros(i.shape)
-        return (self.tkey[np.clip(i, 0, self.n - 1)] - self.t0) / 1e6
+        return (self.times[np.clip(i, 0, self.n - 1)] - self.t0) / 1e6
 
     @property
     def time_span(self) -> float:
         """Seconds from the first event to the last (0 without times)."""
-        return (int(self.tkey[-1]) - self.t0) / 1e6 if self.tkey is not None and self.n else 0.0
+        return (int(self.times[-1]) - self.t0) / 1e6 if self.tkey is not None and self.n else 0.0
 
     def x_of_us(self, us):
         """Plot x of a time stamp (µs since the epoch): where it falls among the entries on
@@ -272,7 +205,7 @@ class DeviceData(SegmentsMixin):
             return (us - self.t0) / 1e6
         if self.tkey is None or self.n == 0:
             return np.zeros(us.shape)
-        return np.searchsorted(self.tkey, us, side="left").astype(np.float64)
+        return np.searchsorted(self.times, us, side="left").astype(np.float64)
 
     def index_at_x(self, x):
         """The first entry whose x is >= x (n if none)."""
@@ -281,7 +214,7 @@ class DeviceData(SegmentsMixin):
             return np.clip(np.ceil(x), 0, self.n).astype(np.int64)
         key = np.ceil(self.t0 + x * 1e6)
         key = np.clip(key, -(1 << 62), 1 << 62).astype(np.int64)
-        return np.searchsorted(self.tkey, key, side="left").astype(np.int64)
+        return np.searchsorted(self.times, key, side="left").astype(np.int64)
 
     def index_before_x(self, x) -> int:
         """The last entry at or before x (-1: before the first): the state shown at x."""
@@ -289,7 +222,7 @@ class DeviceData(SegmentsMixin):
         if not self.time_axis:
             return int(min(self.n - 1, np.floor(x)))
         key = int(np.floor(self.t0 + x * 1e6))
-        return int(np.searchsorted(self.tkey, key, side="right")) - 1
+        return int(np.searchsorted(self.times, key, side="right")) - 1
 
     @property
     def x_range(self) -> tuple[float, float]:
@@ -297,7 +230,7 @@ class DeviceData(SegmentsMixin):
             return 0.0, 1.0
         if not self.time_axis:
             return 0.0, float(self.n)
-        x1 = (int(self.tkey[-1]) - self.t0) / 1e6
+        x1 = (int(self.times[-1]) - self.t0) / 1e6
         return 0.0, x1 if x1 > 0 else 1e-6
 
     def live_at(self, i: int) -> int:
@@ -330,8 +263,10 @@ class DeviceData(SegmentsMixin):
         a, b = idx[:-1], idx[1:]
         ne = np.flatnonzero(b > a)
         first_prev = int(a[0]) - 1
-        has_res = self.reserved is not None
-        if len(ne):
+        res = self.reserved
+        res_y: np.ndarray | None = None
+        col_res: np.ndarray | None = None
+        if len(ne) and self.pyramid is not None:
             qa, qb = a[ne], b[ne]
             mx, mn, arg = self.pyramid.query(qa, qb)
             prev_i = qa - 1
@@ -341,10 +276,9 @@ class DeviceData(SegmentsMixin):
             live_last = self.live[last_i]
             line_x = np.repeat(e_left, 4)
             live_y = np.column_stack([live_prev, mx[:, 0], mn[:, 0], live_last]).ravel()
-            res_y = None
-            if has_res:
-                rp = self._values(self.reserved, self.reserved_start, prev_i)
-                res_y = np.column_stack([rp, mx[:, 1], mn[:, 1], self.reserved[last_i]]).ravel()
+            if res is not None:
+                rp = self._values(res, self.reserved_start, prev_i)
+                res_y = np.column_stack([rp, mx[:, 1], mn[:, 1], res[last_i]]).ravel()
             comp_idx = np.empty(1 + 2 * len(ne), dtype=np.int64)
             comp_idx[0] = prev_i[0]
             comp_idx[1::2] = arg
@@ -370,32 +304,30 @@ class DeviceData(SegmentsMixin):
             col_index_last = col_index.copy()
             col_index_last[ne] = last_i
             col_live = self._column_ranges(buckets, ne, empty, r, live_prev, mx[:, 0], mn[:, 0], live_last)
-            col_res = None
-            if has_res:
+            if res is not None:
                 col_res = self._column_ranges(buckets, ne, empty, r, rp, mx[:, 1], mn[:, 1],
-                                              self.reserved[last_i].astype(np.float64))
+                                              res[last_i].astype(np.float64))
             end_live = float(live_last[-1])
             line_x = np.concatenate([[x0], line_x, [x1]])
             live_y = np.concatenate([[float(live_prev[0])], live_y, [end_live]]).astype(np.float64)
-            if has_res:
+            if res_y is not None:
                 res_y = np.concatenate([[res_y[0]], res_y, [res_y[-1]]]).astype(np.float64)
             visible_max = float(max(mx[:, 0].max(), live_prev[0]))
-            if has_res:
+            if res is not None:
                 visible_max = max(visible_max, float(mx[:, 1].max()))
             events = int(qb[-1] - qa[0])
         else:
             v = float(self.live_at(first_prev))
             line_x = np.array([x0, x1])
             live_y = np.array([v, v])
-            res_y = None
-            if has_res:
-                r = float(self.reserved_at(first_prev))
-                res_y = np.array([r, r])
+            carried = self.reserved_at(first_prev)
+            if carried is not None:
+                res_y = np.array([float(carried)] * 2)
+                col_res = np.full((buckets, 2), float(carried))
             col_comp = np.repeat(self.composition([first_prev]), buckets, axis=0)
             col_live = np.full((buckets, 2), v)
             col_index = np.full(buckets, first_prev, dtype=np.int64)
-            col_res = np.full((buckets, 2), res_y[0]) if has_res else None
-            visible_max = max(v, res_y[0] if has_res else 0.0)
+            visible_max = max(v, float(carried) if carried is not None else 0.0)
             events = 0
             col_last, col_index_last = col_comp, col_index
         return Envelope(x0, x1, line_x, live_y, res_y, col_x, col_comp, col_live, col_res, col_index,
@@ -422,14 +354,14 @@ class DeviceData(SegmentsMixin):
         """(bytes, index) of the highest live memory over entries [first, last]."""
         first = max(0, int(first))
         last = min(self.n - 1, int(last))
-        if self.n == 0 or last < first:
+        if self.pyramid is None or last < first:
             return self.start_bytes, -1
         mx, _, arg = self.pyramid.query(np.array([first]), np.array([last + 1]))
         return int(mx[0, 0]), int(arg[0])
 
     # -- allocations -------------------------------------------------------------------------
     def live_rows(self, i: int) -> np.ndarray:
-        """Rows live right after entry i (the analysis' answer)."""
+        """Rows live right after entry i, in allocation order (the analysis')."""
         return self.da.live_rows(i)
 
     def is_live(self, rows: np.ndarray, i: int) -> np.ndarray:
@@ -437,24 +369,9 @@ class DeviceData(SegmentsMixin):
         return (self.alloc_index[rows] <= i) & ((f < 0) | (f > i))
 
     def largest_live(self, i: int, k: int = 10, category: int | None = None) -> np.ndarray:
-        """Rows of the k largest allocations live after entry i (optionally one category).
-
-        The live set at any moment is small next to all rows, and `live_rows` finds
-        it from the rows allocated so far (rows are in allocation order) in a few ms
-        even at 10^7 events; scanning rows by size instead took 40 ms when the
-        largest allocations were not live at i.
-        """
-        rows = self.live_rows(i)
-        if category is not None:
-            rows = rows[self.category[rows] == category]
-        if not len(rows):
-            return np.zeros(0, dtype=np.int64)
-        size = np.asarray(self.allocs.size)[rows]
-        if len(rows) > k:
-            part = np.argpartition(-size, k - 1)[:k]
-            rows, size = rows[part], size[part]
-        order = np.lexsort((rows, -size))
-        return rows[order].astype(np.int64)
+        """Rows of the k largest allocations live after entry i (optionally one category): the
+        analysis' (`summary`'s top list is the same query)."""
+        return self.da.largest_live_rows(i, k, category)
 
     def allocation_at(self, x: float, y: float, visible: list[int]) -> tuple[int, int]:
         """(row, category) of the allocation drawn under (x, y): the band of the stacked
@@ -503,18 +420,20 @@ class DeviceData(SegmentsMixin):
 
     def alloc_rank(self) -> np.ndarray:
         """Each row's position in allocation order (the stacks' order: older lower)."""
-        if self._rank is None:
-            if self._alloc_order is None:
-                self._rank = np.arange(self.n_rows, dtype=np.int64)
+        rank = self._rank
+        if rank is None:
+            order = self.da.alloc_order().order
+            if order is None:
+                rank = np.arange(self.n_rows, dtype=np.int64)
             else:
-                self._rank = np.empty(self.n_rows, dtype=np.int64)
-                self._rank[self._alloc_order] = np.arange(self.n_rows)
-        return self._rank
+                rank = np.empty(self.n_rows, dtype=np.int64)
+                rank[order] = np.arange(self.n_rows)
+            self._rank = rank
+        return rank
 
     def alloc_stack(self):
-        """Every allocation as a band (viewer/alloc_stack.py), built on first use."""
+        """Every allocation as a band (model/alloc_stack.py), built on first use."""
         if self._alloc_stack is None:
-            from .alloc_stack import AllocStack
             self._alloc_stack = AllocStack(self.alloc_index, self.free_index, self.allocs.size, self.category,
                                            self.n)
         return self._alloc_stack
@@ -525,19 +444,11 @@ class DeviceData(SegmentsMixin):
 
     def rows_of_alloc_events(self, indices) -> np.ndarray:
         """The rows allocated by these entries (-1 where an entry is not an alloc)."""
-        ai = self.alloc_index if self._alloc_order is None else self._sorted_alloc_index
-        idx = np.asarray(indices, dtype=np.int64)
-        if not len(ai):
-            return np.full(len(idx), -1, dtype=np.int64)
-        k = np.searchsorted(ai, idx.astype(ai.dtype), side="left")
-        kc = np.minimum(k, len(ai) - 1)
-        hit = (k < len(ai)) & (ai[kc] == idx) & (idx >= 0)
-        rows = kc if self._alloc_order is None else self._alloc_order[kc]
-        return np.where(hit, rows, -1).astype(np.int64)
+        return self.da.composition().rows_allocated_at(indices)
 
     def rule_name(self, row: int) -> str:
-        r = int(self.rule[row]) if len(self.rule) > row else -1
-        return self.rule_names[r] if 0 <= r < len(self.rule_names) else "-"
+        """The id of the rule that gave the row its category (the analysis')."""
+        return self.da.rule_name(int(self.rule[row]))
 
     def rule_why(self, row: int) -> str:
         """Why the classifier chose this row's category (its rule's description), or ''."""
@@ -558,7 +469,7 @@ class DeviceData(SegmentsMixin):
         return (max(a, 0), f if f >= 0 else max(self.n - 1, 0))
 
     # -- findings ------------------------------------------------------------------------------
-    def _zoom_around(self, i: int, first: int | None = None, last: int | None = None) -> tuple[int, int]:
+    def zoom_around(self, i: int, first: int | None = None, last: int | None = None) -> tuple[int, int]:
         """Entries to show around entry i: close enough to see what happens there
         (an eighth of its iteration, or of the run), never fewer than 200."""
         if first is None or last is None or last <= first:
@@ -580,7 +491,7 @@ class DeviceData(SegmentsMixin):
         rows = self.rows_of_alloc_events([f.index for f in found])      # one search for all
         for f, row in zip(found, rows.tolist()):
             leak_rows = None
-            zoom = self._zoom_around(f.index)
+            zoom = self.zoom_around(f.index)
             where = place = ""
             if f.kind == "leak":
                 leak_rows = da.leak_rows(f.subject)
@@ -589,7 +500,7 @@ class DeviceData(SegmentsMixin):
                 where = self.stacks.site(f.subject.site, f.subject.stack)
                 place = self.stacks.site_short(f.subject.site, f.subject.stack)
             elif f.kind == "iteration_peak":
-                zoom = self._zoom_around(f.index, f.subject.start_index, f.subject.end_index)
+                zoom = self.zoom_around(f.index, f.subject.start_index, f.subject.end_index)
             out.append(FindingView(f, finding_title(f, where), finding_detail(f, where), zoom, row, leak_rows, place))
         return out
 
@@ -603,9 +514,17 @@ class DeviceData(SegmentsMixin):
 
     @property
     def nbytes(self) -> int:
-        """What this model adds on top of the parser's and analysis' arrays."""
-        n = self.event_category.nbytes + self.checkpoints.nbytes + self.rows_by_size.nbytes
+        """What this model adds on top of the parser's and analysis' arrays (the analysis'
+        composition and allocation order, which it builds, included)."""
+        n = self.rows_by_size.nbytes + self.da.composition().nbytes + self.da.alloc_order().nbytes
         n += self.pyramid.nbytes if self.pyramid is not None else 0
-        if self._alloc_order is not None:
-            n += self._alloc_order.nbytes
         return n
+
+
+def when_text(d: DeviceData, i: int) -> str:
+    """Entry i in words: its time since the first event (when the trace has times) and its number."""
+    if i < 0:
+        return "before the trace"
+    if d.has_time:
+        return f"{fmt_seconds(float(d.seconds_of(i)), 1e-4)} (entry {i:,})"
+    return f"entry {i:,}"

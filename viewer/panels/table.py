@@ -30,10 +30,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..common.units import fmt_bytes, fmt_duration_us, fmt_seconds, parse_size
-from ..present.markup import html as _html
-from .model import DeviceData
-from .rows import (
+from ...common.units import fmt_bytes, fmt_duration_us, fmt_seconds, parse_size
+from ...present.markup import html as _html
+from ..model import DeviceData
+from ..model.rows import (
     COL_ADDR,
     COL_ALLOC,
     COL_CATEGORY,
@@ -45,7 +45,7 @@ from .rows import (
     COLUMNS,
     RowView,
 )
-from .theme import category_color
+from ..theme import category_color
 
 FILTER_DELAY_MS = 40
 _RIGHT = int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
@@ -88,6 +88,7 @@ class AllocationsModel(QAbstractTableModel):
         return None
 
     def row_id(self, r: int) -> int:
+        assert self.view is not None
         return int(self.view.rows[r])
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
@@ -133,8 +134,8 @@ class AllocationsModel(QAbstractTableModel):
             if d.n == 0:
                 return "at the snapshot"      # a state-only snapshot: no trace, no lifetimes
             if d.has_time and d.n:
-                ta = int(d.tkey[ai]) if ai >= 0 else int(d.tkey[0])
-                tf = int(d.tkey[fi]) if fi >= 0 else int(d.tkey[-1])
+                ta = int(d.times[ai]) if ai >= 0 else int(d.times[0])
+                tf = int(d.times[fi]) if fi >= 0 else int(d.times[-1])
                 s = fmt_duration_us(tf - ta)
             else:
                 s = f"{(fi if fi >= 0 else d.n) - max(ai, 0):,} entries"

@@ -1,21 +1,26 @@
 """The What-if panel: scale each category, pull levers, pick a GPU, and see the new peak
-over the whole recorded run and how far the micro-batch could grow on that GPU (all from
-classifiers/whatif.py's what_if), the budget beside it, and the timeline redrawn scaled as
-a slider moves."""
+over the whole recorded run, the budget beside it, and the timeline redrawn scaled as a
+slider moves.
+
+A thin client of `classifiers.whatif.what_if` (model/whatif.py): the controls become its
+arguments, its typed `WhatIf` answer becomes the words and the timeline's overlay. The
+per-category model and the budget it keeps between questions are built once per device,
+on the panel's own worker, when the panel is first shown (progress and Cancel in the
+panel: the rest of the window stays usable).
+"""
 from __future__ import annotations
 
-import numpy as np
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QApplication,
     QCheckBox,
     QComboBox,
     QGridLayout,
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QProgressBar,
     QPushButton,
     QScrollArea,
     QSlider,
@@ -26,25 +31,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..classifiers import CATEGORIES
-from ..classifiers.budget import budget as make_budget
-from ..classifiers.category_live import CategoryLive
-from ..classifiers.levers import ERROR_BANDS, SIMULATED, SIMULATION_WORDS
-from ..classifiers.whatif import (
-    COMMON_CARDS,
-    LEVERS,
-    WhatIfError,
-    lever,
-    levers_left_out,
-    parse_gpu_size,
-    what_if,
-)
-from ..common.units import GiB, fmt_bytes
-from ..present.markup import html as _esc
-from ..present.words import peak_words
-from ..services.whatif import fit_factor_words
-from .model import DeviceData
-from .theme import category_color
+from ...classifiers import CATEGORIES
+from ...classifiers.levers import ERROR_BANDS, SIMULATED, SIMULATION_WORDS
+from ...classifiers.whatif import COMMON_CARDS, WhatIf, WhatIfError
+from ...common.units import fmt_bytes
+from ...present.markup import html as _esc
+from ...present.words import peak_words
+from ...services.whatif import fit_factor_words
+from ..model import DeviceData
+from ..model.whatif import WhatIfSession
+from ..theme import category_color
+from ..worker import Worker
 
 class _ClickLabel(QLabel):
     clicked = Signal()
@@ -76,21 +73,25 @@ BUDGET_COLUMNS = (
 
 
 class WhatIfPanel(QWidget):
-    """Emits `changed(factors per DeviceData category or None, peak index, peak bytes,
-    peak words, GPU bytes or None)` as the user moves a slider, ticks a lever or types a size."""
+    """Emits `changed(WhatIf or None: as measured, the peak in words, GPU bytes or None)` as
+    the user moves a slider, ticks a lever or types a size."""
 
-    changed = Signal(object, int, object, str, object)
+    changed = Signal(object, str, object)
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.data: DeviceData | None = None
-        self.model: CategoryLive | None = None
-        self.budget = None
-        self.facts = None
+        self.session: WhatIfSession | None = None
         self.sliders: dict[str, QSlider] = {}
         self.values: dict[str, QLabel] = {}
         self.levers: dict[str, QCheckBox] = {}
-        self.last = None                      # (factors, ScaledPeak, type, fits) of the last update
+        self.last: WhatIf | None = None       # the answer shown
+        self.worker = Worker(self)
+        self._request: tuple[int, int] | None = None     # (analysis, device) the worker builds for
+        self.worker.finished.connect(self._on_built)
+        self.worker.failed.connect(lambda msg: self._on_not_built(f"The model could not be built: {msg}"))
+        self.worker.cancelled.connect(lambda: self._on_not_built("Cancelled: the model is not built."))
+        self.worker.progressed.connect(self._on_progress)
 
         left = QWidget(self)
         self.grid = QGridLayout()
@@ -143,8 +144,7 @@ class WhatIfPanel(QWidget):
         lv = QVBoxLayout(left)
         lv.setContentsMargins(0, 0, 0, 0)
         for text, layout in (("<b>Scale each category</b> (its live bytes at every moment)", self.grid),
-                             ("<b>Levers</b> (simulated on the recorded run, or estimates; hover one for why)",
-                              self.lever_box)):
+                             ("<b>Levers</b> (estimates; hover one for why)", self.lever_box)):
             head_label = QLabel(text, self)
             head_label.setWordWrap(True)
             lv.addWidget(head_label)
@@ -187,8 +187,24 @@ class WhatIfPanel(QWidget):
         split.setStretchFactor(0, 2)
         split.setStretchFactor(1, 5)
         split.setSizes([500, 600])
+        # while the model is built (on the worker): what is happening, and a way out
+        self.building = QWidget(self)
+        bl_row = QHBoxLayout(self.building)
+        bl_row.setContentsMargins(0, 0, 0, 0)
+        self.building_label = QLabel(self.building)
+        self.building_label.setWordWrap(True)      # never holds the panel wider than the window
+        self.building_bar = QProgressBar(self.building)
+        self.building_bar.setRange(0, 0)
+        self.building_bar.setMaximumWidth(200)
+        self.building_btn = QPushButton("Cancel", self.building)
+        self.building_btn.clicked.connect(self._on_building_button)
+        bl_row.addWidget(self.building_label, 1)
+        bl_row.addWidget(self.building_bar)
+        bl_row.addWidget(self.building_btn)
+        self.building.hide()
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
+        lay.addWidget(self.building)
         lay.addLayout(head)
         lay.addWidget(split, 1)
         self._timer = QTimer(self)          # a burst of slider moves: one update per event-loop turn
@@ -203,8 +219,11 @@ class WhatIfPanel(QWidget):
     # -- data ----------------------------------------------------------------------------------
     def set_data(self, data: DeviceData | None):
         self.data = data
-        self.model = self.budget = self.facts = None
+        self.worker.cancel()                  # a model of the device shown before: not wanted now
+        self._request = None
+        self.session = None
         self.last = None
+        self.building.hide()
         self._clear_controls()
         self.table.setRowCount(0)
         self.peak_line.setText("")
@@ -214,23 +233,58 @@ class WhatIfPanel(QWidget):
         self.facts_line.setText("")
 
     def ensure_model(self) -> bool:
-        """Build the per-category live model and the budget (once per device, on first use)."""
+        """Build the per-category model and the budget of the device shown, once, on the
+        worker (when the panel is first shown); True when they are there."""
         d = self.data
         if d is None:
             return False
-        if self.model is not None:
+        if self.session is not None:
             return True
-        QApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
-        try:
-            self.model = CategoryLive.build(d.da)
-            self.budget = make_budget(d.analysis, d.device, model=self.model)
-            self.facts = self.budget.facts
-        finally:
-            QApplication.restoreOverrideCursor()
+        an, dev = d.analysis, d.device
+        if self._request != (id(an), dev):
+            self._request = (id(an), dev)
+            self.worker.submit(lambda progress: WhatIfSession.build(an, dev, progress))
+            self._show_building("Building the per-category model and the budget…", True)
+        return False
+
+    def _on_built(self, session: WhatIfSession):
+        d = self.data
+        if d is None or session.analysis is not d.analysis or session.device != d.device:
+            return                            # a device no longer shown
+        self._request = None
+        self.building.hide()
+        self.session = session
         self._build_controls()
         self._fill_budget()
         self.update_now()
-        return True
+
+    def _on_not_built(self, text: str):
+        if self._request is not None:         # (not a request the device shown before made)
+            self._request = None
+            self._show_building(text, False)
+
+    def _on_progress(self, label: str, done: float, total: float):
+        if self.building.isVisible() and total > 0 and done > 0:     # a busy bar until a step is done
+            self.building_bar.setRange(0, 100)
+            self.building_bar.setValue(int(100 * min(1.0, done / total)))
+
+    def _show_building(self, text: str, busy: bool):
+        self.building_label.setText(text)
+        self.building_bar.setRange(0, 0)
+        self.building_bar.setVisible(busy)
+        self.building_btn.setText("Cancel" if busy else "Build")
+        self.building_btn.setToolTip("Stop building the model" if busy else "Build the model again")
+        self.building.show()
+
+    def _on_building_button(self):
+        if self._request is not None:
+            self.worker.cancel()
+        else:
+            self.ensure_model()
+
+    def shutdown(self):
+        """Cancel and wait for the worker (before the window goes away)."""
+        self.worker.shutdown()
 
     def _clear_controls(self):
         for lay in (self.grid, self.lever_box):
@@ -242,7 +296,9 @@ class WhatIfPanel(QWidget):
 
     def _build_controls(self):
         self._clear_controls()
-        for r, name in enumerate(self.model.categories):
+        session = self.session
+        assert session is not None
+        for r, name in enumerate(session.categories):
             swatch = QLabel(f"<span style='color:{category_color(name).name()}'>■</span> {name}", self)
             sl = QSlider(Qt.Orientation.Horizontal, self)
             sl.setRange(0, SLIDER_MAX)
@@ -257,11 +313,9 @@ class WhatIfPanel(QWidget):
             self.grid.addWidget(val, r, 2)
             self.sliders[name], self.values[name] = sl, val
         self.grid.setColumnStretch(1, 1)
-        skip = levers_left_out(self.data.analysis, self.data.device)
-        for r, (name, (title, _fn)) in enumerate(LEVERS.items()):
-            lv = lever(name, self.facts)
+        for r, (name, lv) in enumerate(session.levers.items()):
             band = ERROR_BANDS.get(name)
-            if name in SIMULATED:
+            if name in SIMULATED:          # simulated on the recorded timeline, not a category's factor
                 what = "simulated" + (f" · worst error {100 * band.worst:.1f}%" if band is not None else "")
                 tip = SIMULATION_WORDS[name] + (f" (measured against {band.cases} recorded runs: mean error "
                                                 f"{100 * band.mean:.2f}%, worst {100 * band.worst:.2f}%)"
@@ -269,9 +323,9 @@ class WhatIfPanel(QWidget):
             else:
                 what = ", ".join(f"{c} ×{f:.3g}" for c, f in lv.scales.items()) or "no allocator overhead"
                 tip = lv.assumption
-            cb = QCheckBox(title, self)
+            cb = QCheckBox(lv.title, self)
             cb.setToolTip(tip)
-            why_not = skip.get(name)
+            why_not = session.left_out.get(name)
             if why_not is not None:
                 cb.setEnabled(False)
                 cb.setToolTip(f"Does not apply to this run: {why_not}")
@@ -292,7 +346,8 @@ class WhatIfPanel(QWidget):
         self.lever_box.setColumnStretch(1, 1)
 
     def _fill_budget(self):
-        rows = self.budget.rows if self.budget is not None else ()
+        budget = self.session.budget if self.session is not None else None
+        rows = budget.rows if budget is not None else ()
         self.table.setRowCount(len(rows))
         for r, row in enumerate(rows):
             how = row.formula + (f"\n{row.note}" if row.note else "")
@@ -316,7 +371,7 @@ class WhatIfPanel(QWidget):
         hh.setSectionResizeMode(4, QHeaderView.ResizeMode.Interactive)
         hh.setMinimumSectionSize(60)
         self.fit_text_columns()
-        f = self.facts
+        f = budget.facts if budget is not None else None
         if f is not None:
             self.facts_line.setText(
                 f"<b>Budget</b> · optimizer: {_esc(f.optimizer)} · trainable parameters {f.trainable_params:,}"
@@ -355,95 +410,67 @@ class WhatIfPanel(QWidget):
     def checked_levers(self) -> list[str]:
         return [n for n, cb in self.levers.items() if cb.isChecked()]
 
-    def slider_factors(self) -> dict[str, float]:
+    def factors(self) -> dict[str, float]:
+        """{category: the slider's factor} for the run's categories (the levers' come on top,
+        in `what_if`)."""
         return {name: sl.value() / 100.0 for name, sl in self.sliders.items()}
 
-    def factors(self) -> dict[str, float]:
-        """{category: slider factor x the checked factor levers' factors} for the model's
-        categories (simulated levers change the run itself, not a category's factor)."""
-        out = self.slider_factors()
-        for name in self.checked_levers():
-            for c, f in lever(name, self.facts).scales.items():
-                if c in out and name not in SIMULATED:
-                    out[c] *= f
-        return out
-
-    def what_if(self, fit: str | None = None):
-        """what_if for the controls as they are (the model and budget reused)."""
-        d = self.data
-        assert d is not None
-        gpu = self.gpu_bytes()
-        return what_if(d.analysis, d.device, scales=self.slider_factors(), levers=self.checked_levers(),
-                       gpu=None if gpu is None else f"{gpu}B", model=self.model, budget=self.budget,
-                       with_budget=False, fit=fit if gpu is not None else None, fit_each=False)
-
-    def gpu_bytes(self) -> int | None:
+    def gpu_request(self):
+        """The GPU size as `what_if` takes it: a common card's GiB, the text typed, or None."""
         text = self.gpu.currentText().strip()
         if not text or text == NO_GPU:
             return None
         idx = self.gpu.findText(text)
         if idx > 0 and self.gpu.itemData(idx) is not None:
-            return int(self.gpu.itemData(idx) * GiB)
-        try:
-            return parse_gpu_size(text.split(" (")[0])
-        except WhatIfError:
-            return None
+            return self.gpu.itemData(idx)
+        return text.split(" (")[0]
 
     def update_now(self):
-        """The exact scaled peak (CategoryLive.peak: about a millisecond at 10^6 events),
-        its type in words, whether it fits, and the redraw."""
-        d, cl = self.data, self.model
-        if d is None or cl is None:
+        """Ask `what_if` (the exact scaled peak: about a millisecond at 10^6 events) and show
+        its answer: the peak, its type in words, whether it fits, and the timeline's overlay."""
+        d, session = self.data, self.session
+        if d is None or session is None:
             return
-        f = self.factors()
+        sliders = self.factors()
         levers = self.checked_levers()
+        try:
+            r = session.ask(sliders, levers, self.gpu_request())
+        except WhatIfError:                   # a size it cannot read (yet): no GPU line
+            r = session.ask(sliders, levers, None)
+        self.last = r
         for name, val in self.values.items():
-            slider = self.sliders[name].value() / 100.0
-            val.setText(f"×{slider:.2f}" + (f" → ×{f[name]:.2f}" if abs(f[name] - slider) > 1e-9 else ""))
-        fv = cl.factors(f)
-        unit = bool(np.all(fv == 1.0))
-        r = self.what_if()
-        pk, base, fits = r.scaled, r.baseline, r.fits
-        ptype = pk.type
-        simulated = [lv for lv in r.levers if lv.simulated]
-        gpu = self.gpu_bytes()
-        self.last = (f, pk, ptype, fits)
+            slider, f = sliders[name], r.scales.get(name, 1.0)
+            val.setText(f"×{slider:.2f}" + (f" → ×{f:.2f}" if abs(f - slider) > 1e-9 else ""))
+        base, pk, fits = r.baseline, r.scaled, r.fits
         change = pk.bytes - base.bytes
-        words = peak_words(ptype)
+        words = peak_words(pk.type)
         where = f"entry {pk.index:,}" if pk.index >= 0 else "the start of the trace"
         self.peak_line.setText(
             f"<b>Peak {fmt_bytes(pk.bytes)}</b> {_esc(words)} ({where})"
-            + ("" if unit and not simulated else f" · measured {fmt_bytes(base.bytes)} · "
+            + ("" if not r.scales and not r.simulation else f" · measured {fmt_bytes(base.bytes)} · "
                f"<b>{'+' if change >= 0 else '−'}{fmt_bytes(abs(change))}</b>"))
         self.assumptions.setText(
             "<br>".join(f"<i>{_esc(lv.title)}</i>: {_esc(lv.assumption)}"
                         + (f" <i>(error against recorded runs: mean {100 * lv.error_band.mean:.2f}%, worst "
                            f"{100 * lv.error_band.worst:.2f}%)</i>" if lv.error_band is not None else "")
                         for lv in r.levers))
-        self.assumptions.setVisible(bool(levers))
-        muted = self.palette().color(QPalette.ColorRole.PlaceholderText).name()
+        self.assumptions.setVisible(bool(r.levers))
+        gpu = fits.gpu_bytes
         if gpu is not None:
             verdict = (f"<b style='color:#2CA02C'>fits</b> with {fmt_bytes(fits.headroom_bytes)} to spare" if fits.fits
-                       else f"<b style='color:#D62728'>short by {fmt_bytes(-fits.headroom_bytes)}</b>")
+                       else f"<b style='color:#D62728'>short by {fmt_bytes(-(fits.headroom_bytes or 0))}</b>")
             head = f"On {fmt_bytes(gpu)}: {verdict} (needs {fmt_bytes(fits.needed_bytes)})"
         else:
             head = f"Needs {fmt_bytes(fits.needed_bytes)}"
         cards = " ".join(f"{'✓' if c.fits else '✗'}{c.name.split(' (')[0]}" for c in fits.cards)
         self.fits_line.setText(f"{head} · {cards}")
         self.fits_line.setToolTip(fits.note)
-        self.fits_note = fits.note
-        del muted
-        # per DeviceData category (all of CATEGORIES), 1 for those the run lacks
-        factors = np.ones(d.n_categories)
-        for name, v in f.items():
-            factors[d.categories.index(name)] = v
-        # the bands scale the measured run by the factors; a simulated lever's run is in the
-        # peak marker and the label (WhatIf.live_at_many has its series)
-        text = f"what if: {fmt_bytes(pk.bytes)} · {words}" + (" · simulated" if simulated else "")
-        if unit and not levers:
-            self.changed.emit(None, -1, 0, "", gpu)
+        simulated = any(lv.simulated for lv in r.levers)
+        if not r.scales and not r.levers:
+            self.changed.emit(None, "", gpu)
         else:
-            self.changed.emit(factors, int(pk.index), int(pk.bytes), text, gpu)
+            self.changed.emit(r, f"what if: {fmt_bytes(pk.bytes)} · {words}" + (" · simulated" if simulated else ""),
+                              gpu)
         self.fit_line.setVisible(gpu is not None)
         if gpu is not None:
             self._fit_timer.start()
@@ -451,9 +478,13 @@ class WhatIfPanel(QWidget):
     def update_fit(self):
         """How far the micro-batch could grow on the GPU asked about, with the ticked levers and
         factors (what_if's fit), once the controls have settled."""
-        if self.data is None or self.model is None or self.gpu_bytes() is None:
+        session = self.session
+        if self.data is None or session is None:
             return
-        r = self.what_if(fit="batch")
+        try:
+            r = session.ask(self.factors(), self.checked_levers(), self.gpu_request(), fit="batch")
+        except WhatIfError:
+            return
         if not r.fit:
             return
         row = r.fit[0]

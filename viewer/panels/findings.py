@@ -1,0 +1,188 @@
+"""The Findings panel: the peak, OOMs (diagnosis and next steps), leaks and each
+iteration's peak, wrapped to the panel's width; activating one navigates there."""
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
+from PySide6.QtGui import QFontMetrics, QPalette
+from PySide6.QtWidgets import QHeaderView, QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
+
+from ...common.units import fmt_bytes
+from ...present.words import oom_diagnosis, oom_suggestions, process_limit
+from ..model import DeviceData, FindingView
+
+
+# -- findings ------------------------------------------------------------------------------
+_FULL_TEXT = Qt.ItemDataRole.UserRole + 1
+
+
+def _item(text: str) -> QTreeWidgetItem:
+    it = QTreeWidgetItem([text])
+    it.setData(0, _FULL_TEXT, text)
+    it.setToolTip(0, text)
+    return it
+
+
+def wrap_text(text: str, fm: QFontMetrics, width: int) -> str:
+    """`text` broken into lines no wider than `width` pixels, at spaces (a word longer
+    than a line stays whole)."""
+    out, line = [], ""
+    for word in text.split(" "):
+        while fm.horizontalAdvance(word) > width and len(word) > 1:
+            # a word wider than a line (an environment variable, a path): cut it
+            k = len(word)
+            while k > 1 and fm.horizontalAdvance(word[:k]) > width:
+                k = max(1, k * 3 // 4) if fm.horizontalAdvance(word[:k * 3 // 4]) > width else k - 1
+            if line:
+                out.append(line)
+                line = ""
+            out.append(word[:k])
+            word = word[k:]
+        cand = f"{line} {word}" if line else word
+        if line and fm.horizontalAdvance(cand) > width:
+            out.append(line)
+            line = word
+        else:
+            line = cand
+    out.append(line)
+    return "\n".join(out)
+
+
+class FindingsPanel(QWidget):
+    """Peaks, leaks and OOMs from the analysis; activating one navigates there.
+
+    Every line wraps at the panel's width (nothing is cut with '…'), and an OOM lists its
+    diagnosis and each next step as lines of their own, not in a tooltip."""
+
+    activated = Signal(int)        # index into DeviceData.findings
+
+    GROUPS = (("peak", "Peak"), ("oom", "Out of memory"), ("stale_gradients", "Stale gradients"), ("leak", "Leaks"),
+              ("iteration_peak", "Iteration peaks"))
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.data: DeviceData | None = None
+        self.tree = QTreeWidget(self)
+        self.tree.setHeaderHidden(True)
+        self.tree.setWordWrap(True)
+        self.tree.setUniformRowHeights(False)
+        self.tree.setTextElideMode(Qt.TextElideMode.ElideNone)
+        self.tree.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.tree.header().setStretchLastSection(True)
+        self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.tree.setToolTip("Click a finding to go there (N / Shift+N: next / previous)")
+        self.tree.itemClicked.connect(self._on_item)
+        self.tree.itemActivated.connect(self._on_item)
+        self.summary = QLabel(self)
+        self.summary.setWordWrap(True)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(6, 6, 6, 6)
+        lay.addWidget(self.summary)
+        lay.addWidget(self.tree, 1)
+        self.items: list[QTreeWidgetItem] = []
+        self._wrap_timer = QTimer(self)
+        self._wrap_timer.setSingleShot(True)
+        self._wrap_timer.setInterval(30)
+        self._wrap_timer.timeout.connect(self._wrap_all)
+        self.tree.itemExpanded.connect(lambda *_: self._wrap_timer.start())
+        # the viewport's width is what the lines must fit (a scroll bar coming or going
+        # changes it without resizing the panel)
+        self.tree.viewport().installEventFilter(self)
+        self._wrapped_width = -1
+
+    def eventFilter(self, obj, ev):
+        if obj is self.tree.viewport() and ev.type() == QEvent.Type.Resize:
+            if self.tree.viewport().width() != self._wrapped_width:
+                self._wrap_timer.start()
+        return super().eventFilter(obj, ev)
+
+    def resizeEvent(self, ev):
+        super().resizeEvent(ev)
+        self._wrap_timer.start()
+
+    def _wrap_all(self):
+        """Break every line at the tree's width (Qt's own word wrap in a tree keeps one row
+        height and cuts the text): the rows grow to the lines they hold."""
+        t = self.tree
+        self._wrapped_width = t.viewport().width()
+        width = t.viewport().width() - 8
+        if width <= 40:
+            return
+        fm = t.fontMetrics()
+        stack = [(t.topLevelItem(k), 0) for k in range(t.topLevelItemCount())]
+        while stack:
+            it, depth = stack.pop()
+            full = it.data(0, _FULL_TEXT)
+            if full is not None:
+                avail = width - t.indentation() * (depth + 1)
+                font = it.font(0)
+                it.setText(0, wrap_text(full, QFontMetrics(font) if font != t.font() else fm, avail))
+            stack.extend((it.child(k), depth + 1) for k in range(it.childCount()))
+
+    @staticmethod
+    def detail_lines(f) -> list[str]:
+        """What a finding says under its title, one line each."""
+        s = f.subject
+        if f.kind == "oom":
+            lines = [oom_diagnosis(s)]
+            if not process_limit(s.requested, s.device_free):      # (else the diagnosis says it)
+                lines += [f"device free {fmt_bytes(s.device_free)}"]     # (the title says what was requested)
+            lines += [f"Try: {t}" for t in oom_suggestions(s)]
+            return lines
+        return [f.detail] if f.detail else []
+
+    def set_data(self, data: DeviceData | None):
+        self.data = data
+        self.tree.clear()
+        self.items = []
+        if data is None:
+            self.summary.setText("")
+            return
+        found: dict[str, list[tuple[int, FindingView]]] = {k: [] for k, _ in self.GROUPS}
+        for k, f in enumerate(data.findings):
+            found.setdefault(f.kind, []).append((k, f))
+        muted = self.palette().color(QPalette.ColorRole.PlaceholderText)
+        for kind, label in self.GROUPS:
+            fs = found.get(kind, [])
+            if kind in ("leak", "oom") and not fs:
+                none = _item(f"{label}: none found")
+                none.setDisabled(True)
+                self.tree.addTopLevelItem(none)
+                continue
+            if not fs:
+                continue
+            group = _item(f"{label} ({len(fs)})" if len(fs) > 1 else label)
+            f0 = group.font(0)
+            f0.setBold(True)
+            group.setFont(0, f0)
+            self.tree.addTopLevelItem(group)
+            for k, f in fs:
+                it = _item(f.title)
+                it.setData(0, Qt.ItemDataRole.UserRole, k)
+                for line in self.detail_lines(f):
+                    sub = _item(line)
+                    sub.setData(0, Qt.ItemDataRole.UserRole, k)
+                    sub.setForeground(0, muted)
+                    it.addChild(sub)
+                group.addChild(it)
+                self.items.append(it)
+                it.setExpanded(kind in ("peak", "oom", "leak"))
+            group.setExpanded(len(fs) <= 20 or kind != "iteration_peak")
+        n_it = len(data.iterations)
+        self.summary.setText(f"{n_it} iteration{'s' if n_it != 1 else ''} found" if n_it else
+                             "<i>No iterations found.</i>")
+        self._wrap_all()
+
+    def select(self, k: int):
+        for it in self.items:
+            if it.data(0, Qt.ItemDataRole.UserRole) == k:
+                parent = it.parent()
+                if parent is not None:
+                    parent.setExpanded(True)
+                self.tree.setCurrentItem(it)
+                self.tree.scrollToItem(it)
+                return
+
+    def _on_item(self, item, _col=0):
+        k = item.data(0, Qt.ItemDataRole.UserRole)
+        if k is not None:
+            self.activated.emit(int(k))

@@ -1,0 +1,165 @@
+"""The window's docks: one per panel, arranged (the right column runs the full height, the
+table and its tabbed neighbours under the timeline), sized with the window until the user
+sizes them, shown only with a file to show, and the keyboard following the tab brought
+forward."""
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
+from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QTabBar, QWidget
+
+RIGHT, BOTTOM = Qt.DockWidgetArea.RightDockWidgetArea, Qt.DockWidgetArea.BottomDockWidgetArea
+# (key, title, area): the order of View > Ctrl+1…8 and of the tabs
+DOCKS = (("selection", "Selection", RIGHT), ("moment", "At this moment", RIGHT), ("findings", "Findings", RIGHT),
+         ("allocations", "Allocations", BOTTOM), ("annotations", "Annotations", BOTTOM),
+         ("allocator", "Allocator", BOTTOM), ("whatif", "What if", BOTTOM), ("compare", "Compare", BOTTOM))
+
+
+def first_focusable(panel: QWidget) -> QWidget | None:
+    """The widget of a panel that takes the keyboard: the panel itself when it does (the
+    Allocator), else its first shown child that accepts focus by Tab, skipping buttons (the
+    table over its filter buttons, the notes' list over their toolbar)."""
+    def takes_tab(w: QWidget) -> bool:
+        return bool(w.focusPolicy() & Qt.FocusPolicy.TabFocus) and w.isVisibleTo(panel) and w.isEnabled()
+    if takes_tab(panel):
+        return panel
+    kids = [w for w in panel.findChildren(QWidget) if takes_tab(w)]
+    views = [w for w in kids if w.inherits("QAbstractItemView")]
+    chosen = views or kids
+    return chosen[0] if chosen else None
+
+
+class Docks(QObject):
+    """`docks[key]` for each panel; `shown(key)` says whether one is really on screen."""
+
+    def __init__(self, window: QMainWindow, panels: dict[str, QWidget]):
+        super().__init__(window)
+        self.win = window
+        self.docks: dict[str, QDockWidget] = {}
+        for key, title, area in DOCKS:
+            dock = QDockWidget(title, window)
+            dock.setObjectName(f"dock_{key}")
+            dock.setWidget(panels[key])
+            window.addDockWidget(area, dock)
+            self.docks[key] = dock
+            dock.visibilityChanged.connect(lambda on, k=key: self._on_visible(k, on))
+        d = self.docks
+        # right column: findings above the selection / moment tabs; the table below everything
+        window.splitDockWidget(d["findings"], d["selection"], Qt.Orientation.Vertical)
+        window.tabifyDockWidget(d["selection"], d["moment"])
+        # the notes share the bottom with the table: a wide list, and the right column keeps its height
+        for a, b in (("allocations", "annotations"), ("annotations", "allocator"), ("allocator", "whatif"),
+                     ("whatif", "compare")):
+            window.tabifyDockWidget(d[a], d[b])
+        d["compare"].hide()                         # until File > Compare With…
+        # the right column runs the full height; the table sits under the timeline only
+        window.setCorner(Qt.Corner.BottomRightCorner, RIGHT)
+        window.setCorner(Qt.Corner.TopRightCorner, RIGHT)
+        d["selection"].raise_()
+        d["allocations"].raise_()
+        self._hidden_with_data: set[str] | None = None   # the docks to bring back with a file
+        self.auto_layout = True                   # the docks follow the window...
+        self.user_layout = False                  # ...until the user drags a separator
+        self._sizes_at_press: tuple | None = None
+        self._relayout = QTimer(self)
+        self._relayout.setSingleShot(True)
+        self._relayout.setInterval(30)
+        self._relayout.timeout.connect(self.default_layout)
+        window.installEventFilter(self)
+
+    # -- sizes ---------------------------------------------------------------------------------
+    def default_layout(self):
+        """Dock sizes in proportion to the window: the right column (findings above the
+        selection) runs the full height, the table gets about a third of it below the
+        timeline, so at 1024x700 it still shows eight rows and the timeline most of the rest."""
+        w = self.win
+        width, height = w.width(), w.height()
+        right = max(280, min(440, int(width * 0.27)))
+        bars = w.menuBar().height() + w.statusBar().height() + sum(
+            t.height() for t in w.findChildren(QWidget, "toolbar_main"))
+        column = max(300, height - bars - 8)
+        d = self.docks
+        w.resizeDocks([d["findings"]], [right], Qt.Orientation.Horizontal)
+        w.resizeDocks([d["findings"], d["selection"]], [int(column * 0.40), int(column * 0.60)],
+                      Qt.Orientation.Vertical)
+        w.resizeDocks([d["allocations"]], [max(180, int(height * 0.40))], Qt.Orientation.Vertical)
+
+    def follow_window(self):
+        if self.auto_layout and not self.user_layout:
+            self._relayout.start()
+
+    def eventFilter(self, obj, ev):
+        # a press that reaches the main window itself may be on a dock separator: when the
+        # panels' sizes differ at the release, the user sized them by hand (they then stay);
+        # a stray click on the window's background changes nothing
+        if obj is self.win:
+            if ev.type() == QEvent.Type.MouseButtonPress:
+                self._sizes_at_press = self._sizes()
+            elif ev.type() == QEvent.Type.MouseButtonRelease and self._sizes_at_press is not None:
+                if self._sizes() != self._sizes_at_press:
+                    self.user_layout = True
+                self._sizes_at_press = None
+            elif ev.type() in (QEvent.Type.Resize, QEvent.Type.Show):
+                self.follow_window()
+        return False
+
+    def _sizes(self) -> tuple:
+        return tuple((k, d.width(), d.height()) for k, d in self.docks.items() if d.isVisible())
+
+    # -- shown ---------------------------------------------------------------------------------
+    def shown(self, key: str) -> bool:
+        """Whether a panel is really shown (a dock behind another's tab says it is visible)."""
+        dock = self.docks[key]
+        return dock.isVisible() and not dock.visibleRegion().isEmpty()
+
+    def show(self, key: str):
+        """Bring a panel forward (its dock shown, its tab raised)."""
+        self.docks[key].show()
+        self.docks[key].raise_()
+
+    def show_with_data(self, on: bool):
+        """The panels only with something to show (the welcome and empty pages stand alone);
+        the ones the user had open come back."""
+        if not on and self._hidden_with_data is None:
+            self._hidden_with_data = {k for k, dock in self.docks.items() if not dock.isHidden()}
+            for dock in self.docks.values():
+                dock.hide()
+            # Qt leaves the tab bar of a group of tabbed docks on screen when they all hide
+            # (and shows it again when it lays the window out after the hide)
+            self._hide_tabs()
+            QTimer.singleShot(0, self._hide_tabs)
+        elif on and self._hidden_with_data is not None:
+            for k in self._hidden_with_data:
+                self.docks[k].show()
+            self._hidden_with_data = None
+            self.docks["selection"].raise_()
+            self.docks["allocations"].raise_()
+
+    def _hide_tabs(self):
+        if self._hidden_with_data is None:
+            return
+        for bar in self.win.findChildren(QTabBar):
+            if bar.parent() is self.win:
+                bar.hide()
+
+    def _on_visible(self, key: str, visible: bool):
+        if visible:
+            QTimer.singleShot(0, self, lambda: self._focus_follows_tab(key))
+
+    def _focus_follows_tab(self, key: str):
+        """A panel brought forward by its tab takes the keyboard from the panel it covers. Qt
+        keeps the focus in the covered panel (a dock behind another's tab is still "visible"),
+        so ← / → after clicking the Allocator tab moved the hidden table's selection instead
+        of stepping the allocator."""
+        focused = QApplication.focusWidget()
+        if focused is None or not self.shown(key):
+            return
+        if not any(d.isAncestorOf(focused) and not self.shown(k) for k, d in self.docks.items()):
+            return
+        target = first_focusable(self.docks[key].widget())
+        if target is not None:
+            target.setFocus(Qt.FocusReason.OtherFocusReason)
+        else:
+            focused.clearFocus()
+
+
+__all__ = ["Docks", "DOCKS", "first_focusable"]
