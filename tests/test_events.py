@@ -13,7 +13,7 @@ import pytest
 
 os.environ.setdefault("VRAMSCOPE_CACHE_DIR", "")
 
-from vramscope.classifiers import CATEGORIES, analyze  # noqa: E402
+from vramscope.classifiers import CATEGORIES  # noqa: E402
 from vramscope.classifiers.evidence import EVIDENCE  # noqa: E402
 from vramscope.classifiers.events import (  # noqa: E402
     allocation_rows,
@@ -22,27 +22,16 @@ from vramscope.classifiers.events import (  # noqa: E402
     segment_events,
 )
 from vramscope.common.units import fmt_bytes  # noqa: E402
-from vramscope.parsers import open_snapshot  # noqa: E402
 from vramscope.present.events import addr_text, event_header, event_rows  # noqa: E402
 from vramscope.present.stacks import Stacks  # noqa: E402
 
-from helpers import DATA, NOT_A_SNAPSHOT, SHARED  # noqa: E402
+from helpers import DATA, analysis_of, real_snapshots  # noqa: E402
 
 SEGMENT = ("segment_alloc", "segment_free", "segment_map", "segment_unmap")
 FILES = sorted(DATA.glob("cuda_*.pickle")) + [DATA / n for n in (
     "oom.pickle", "skip_actions.pickle", "metadata_annotate.pickle", "torch20_history.pickle",
     "multi_device.pickle", "expandable.pickle", "state_only_noframes.pickle")]
-if SHARED.is_dir():
-    FILES += [p for p in sorted(SHARED.iterdir()) if p.suffix in (".pickle", ".pkl") and p.name != NOT_A_SNAPSHOT]
-
-_ANALYSES: dict = {}
-
-
-def an_of(path):
-    key = str(path)
-    if key not in _ANALYSES:
-        _ANALYSES[key] = analyze(open_snapshot(key, use_cache=False))
-    return _ANALYSES[key]
+FILES += real_snapshots()
 
 
 def raw_traces(path) -> list:
@@ -73,7 +62,7 @@ def reference_owner(trace) -> list:
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
 def test_each_entry_belongs_to_the_allocation_the_raw_trace_says(path):
-    an = an_of(path)
+    an = analysis_of(path)
     traces = raw_traces(path)
     for dev, da in an.devices.items():
         n = da.n_entries
@@ -100,7 +89,7 @@ def test_each_entry_belongs_to_the_allocation_the_raw_trace_says(path):
 
 @pytest.mark.parametrize("path", FILES[:4], ids=lambda p: p.name)
 def test_a_window_is_the_trace_columns_with_each_rows_category(path):
-    an = an_of(path)
+    an = analysis_of(path)
     da = an.devices[an.primary_device()]
     cols = an.snapshot.trace(da.device).columns
     n = da.n_entries
@@ -117,7 +106,7 @@ def test_a_window_is_the_trace_columns_with_each_rows_category(path):
 
 
 def test_the_rows_of_the_h100_lora_run_say_what_happened_and_where():
-    an = an_of(DATA / "cuda_lora.pickle")
+    an = analysis_of(DATA / "cuda_lora.pickle")
     da = an.devices[0]
     st = Stacks(an)
     p = da.peak.index
@@ -143,7 +132,7 @@ def test_the_rows_of_the_h100_lora_run_say_what_happened_and_where():
 
 
 def test_the_block_maps_header_names_the_event():
-    an = an_of(DATA / "cuda_lora.pickle")
+    an = analysis_of(DATA / "cuda_lora.pickle")
     da = an.devices[0]
     st = Stacks(an)
     cols = an.snapshot.trace(0).columns
@@ -163,7 +152,7 @@ def test_the_block_maps_header_names_the_event():
 
 
 def test_a_guessed_category_says_so_in_the_header():
-    an = an_of(DATA / "adamw_after_step1.pickle")
+    an = analysis_of(DATA / "adamw_after_step1.pickle")
     da = an.devices[0]
     st = Stacks(an)
     rows = allocation_rows(da, np.arange(da.n_entries))
@@ -175,7 +164,7 @@ def test_a_guessed_category_says_so_in_the_header():
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
 def test_segment_events_are_found_forward_and_backward(path):
-    an = an_of(path)
+    an = analysis_of(path)
     for da in an.devices.values():
         names = an.snapshot.action_names
         ref = [i for i, c in enumerate(da.trace_action.tolist()) if names[c] in SEGMENT]
@@ -190,7 +179,7 @@ def test_segment_events_are_found_forward_and_backward(path):
 
 
 def test_a_state_only_dump_has_no_events_and_says_nothing_wrong():
-    an = an_of(DATA / "state_only_noframes.pickle")
+    an = analysis_of(DATA / "state_only_noframes.pickle")
     da = an.devices[0]
     assert da.n_entries == 0 and len(event_window(da, 0, 100)) == 0
     assert event_rows(da, Stacks(an), 0, 100) == [] and segment_events(da).size == 0

@@ -11,11 +11,10 @@ import pytest
 
 os.environ.setdefault("VRAMSCOPE_CACHE_DIR", "")
 
-from vramscope.classifiers import CATEGORIES, analyze  # noqa: E402
+from vramscope.classifiers import CATEGORIES  # noqa: E402
 from vramscope.classifiers.evidence import E_GUESS  # noqa: E402
 from vramscope.classifiers.memtree import NODE_KINDS, icicle, memory_tree, stack_path, tree_index  # noqa: E402
 from vramscope.classifiers.stacks import LAUNCH_PATH, PLUMBING_FUNCTIONS, is_library_file  # noqa: E402
-from vramscope.parsers import open_snapshot  # noqa: E402
 from vramscope.present.memtree import (  # noqa: E402
     node_label,
     search_tree,
@@ -26,23 +25,13 @@ from vramscope.present.memtree import (  # noqa: E402
 from vramscope.present.stacks import Stacks  # noqa: E402
 from vramscope.services.report import write_report  # noqa: E402
 
-from helpers import DATA, GROUNDTRUTH, NOT_A_SNAPSHOT, SHARED  # noqa: E402
+from helpers import DATA, GROUNDTRUTH, analysis_of, real_snapshots  # noqa: E402
 
 CUDA = sorted(DATA.glob("cuda_*.pickle"))
 FILES = CUDA + sorted(GROUNDTRUTH.glob("*.pickle"))[:4] + [
     DATA / n for n in ("adamw_after_step1.pickle", "forward_frames_213.pickle", "fx_frames.pickle",
                        "multi_device_oom.pickle", "state_only_noframes.pickle", "torch20_history.pickle")]
-if SHARED.is_dir():
-    FILES += [p for p in sorted(SHARED.iterdir()) if p.suffix in (".pickle", ".pkl") and p.name != NOT_A_SNAPSHOT]
-
-_ANALYSES: dict = {}
-
-
-def an_of(path):
-    key = str(path)
-    if key not in _ANALYSES:
-        _ANALYSES[key] = analyze(open_snapshot(key, use_cache=False))
-    return _ANALYSES[key]
+FILES += real_snapshots()
 
 
 def moments(da, k=4):
@@ -59,7 +48,7 @@ def live_bytes(da, index):
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
 def test_every_live_byte_is_in_the_tree_once_with_its_category_and_evidence(path):
-    an = an_of(path)
+    an = analysis_of(path)
     for da in an.devices.values():
         for index in moments(da):
             tree = memory_tree(da, index)
@@ -82,7 +71,7 @@ def test_every_live_byte_is_in_the_tree_once_with_its_category_and_evidence(path
 @pytest.mark.parametrize("path", CUDA[:3] + [DATA / "adamw_after_step1.pickle", DATA / "forward_frames_213.pickle"],
                          ids=lambda p: p.name)
 def test_a_nodes_allocations_are_the_live_rows_through_it_and_its_guess_is_theirs(path):
-    an = an_of(path)
+    an = analysis_of(path)
     da = an.devices[an.primary_device()]
     tree = memory_tree(da, da.peak.index)
     size = da.allocs.size
@@ -102,7 +91,7 @@ def test_a_nodes_allocations_are_the_live_rows_through_it_and_its_guess_is_their
 
 
 def test_the_h100_lora_run_reads_from_the_users_script_down_to_the_op():
-    an = an_of(DATA / "cuda_lora.pickle")
+    an = analysis_of(DATA / "cuda_lora.pickle")
     da = an.devices[0]
     st = Stacks(an)
     tree = memory_tree(da, da.peak.index)
@@ -133,7 +122,7 @@ def test_the_h100_lora_run_reads_from_the_users_script_down_to_the_op():
 def test_each_stacks_path_starts_at_its_outermost_user_frame_read_from_the_raw_frames():
     """An independent reading of the raw (file, line, name) frames, outermost first."""
     for path in (DATA / "cuda_lora.pickle", DATA / "adamw_after_step1.pickle", DATA / "cuda_compiled.pickle"):
-        an = an_of(path)
+        an = analysis_of(path)
         snap = an.snapshot
         facts = an.facts.stacks
         for sid in range(snap.n_stacks):
@@ -148,7 +137,7 @@ def test_each_stacks_path_starts_at_its_outermost_user_frame_read_from_the_raw_f
 
 
 def test_frameless_allocations_get_one_node_that_says_so_and_guessed_bytes_show():
-    an = an_of(DATA / "forward_frames_213.pickle")
+    an = analysis_of(DATA / "forward_frames_213.pickle")
     da = an.devices[0]
     st = Stacks(an)
     tree = memory_tree(da, da.peak.index)
@@ -167,7 +156,7 @@ def test_frameless_allocations_get_one_node_that_says_so_and_guessed_bytes_show(
 
 def test_a_backward_allocation_sits_under_the_forward_code_that_made_it():
     """torch 2.13 records the forward stack of a backward entry (forward_frames)."""
-    an = an_of(DATA / "forward_frames_213.pickle")
+    an = analysis_of(DATA / "forward_frames_213.pickle")
     da = an.devices[0]
     st = Stacks(an)
     tree = memory_tree(da, da.peak.index)
@@ -179,7 +168,7 @@ def test_a_backward_allocation_sits_under_the_forward_code_that_made_it():
 
 
 def test_blocks_from_before_the_trace_that_only_have_their_frees_stack_say_so():
-    an = an_of(DATA / "cuda_wrapped.pickle")
+    an = analysis_of(DATA / "cuda_wrapped.pickle")
     da = an.devices[0]
     assert da.frees_record_their_own_stack()
     a = da.allocs
@@ -193,7 +182,7 @@ def test_blocks_from_before_the_trace_that_only_have_their_frees_stack_say_so():
 
 
 def test_node_ids_stay_the_same_from_one_moment_to_the_next():
-    an = an_of(DATA / "cuda_full.pickle")
+    an = analysis_of(DATA / "cuda_full.pickle")
     da = an.devices[0]
     a, b = memory_tree(da, da.peak.index), memory_tree(da, da.iterations[1].peak_index)
     both = [n for n in a.walk() if b.in_tree(n)]
@@ -204,7 +193,7 @@ def test_node_ids_stay_the_same_from_one_moment_to_the_next():
 
 
 def test_search_finds_a_file_a_function_an_exact_line_and_an_op():
-    an = an_of(DATA / "cuda_lora.pickle")
+    an = analysis_of(DATA / "cuda_lora.pickle")
     da = an.devices[0]
     st = Stacks(an)
     tree = memory_tree(da, da.peak.index)
@@ -221,7 +210,7 @@ def test_search_finds_a_file_a_function_an_exact_line_and_an_op():
 
 
 def test_text_json_and_icicle_keep_parents_before_children():
-    an = an_of(DATA / "cuda_lora.pickle")
+    an = analysis_of(DATA / "cuda_lora.pickle")
     da = an.devices[0]
     st = Stacks(an)
     tree = memory_tree(da, da.peak.index)
@@ -246,7 +235,7 @@ def test_text_json_and_icicle_keep_parents_before_children():
 
 
 def test_the_report_names_what_holds_the_memory_at_the_peak(tmp_path):
-    an = an_of(DATA / "cuda_lora.pickle")
+    an = analysis_of(DATA / "cuda_lora.pickle")
     write_report(an, str(tmp_path / "r"))
     md = (tmp_path / "r" / "report.md").read_text()
     assert "### What holds the memory at the peak" in md

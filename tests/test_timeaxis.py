@@ -12,20 +12,18 @@ import pytest
 
 os.environ.setdefault("VRAMSCOPE_CACHE_DIR", "")
 
-from vramscope.classifiers import analyze  # noqa: E402
 from vramscope.classifiers.results import Iteration  # noqa: E402
 from vramscope.classifiers.timeaxis import choose_x_axis, x_axis  # noqa: E402
-from vramscope.parsers import open_snapshot  # noqa: E402
 from vramscope.present.timeaxis import axis_reason, number_ranges  # noqa: E402
 
-from helpers import DATA, SHARED, needs_shared, shared  # noqa: E402
+from helpers import DATA, analysis_of, needs_shared, shared  # noqa: E402
 
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
 
 
-def axis_of(path, device=None):
-    an = analyze(open_snapshot(str(path), use_cache=False))
-    da = an.devices[device if device is not None else an.primary_device()]
+def axis_of(path):
+    an = analysis_of(path)
+    da = an.devices[an.primary_device()]
     return da, x_axis(da)
 
 
