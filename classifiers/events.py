@@ -4,6 +4,7 @@
     allocation_rows(da, indices)             # the allocation row each entry belongs to, -1 none
     segment_events(da)                       # entries that map or unmap device memory
     next_segment_event(da, index, step)      # the next (step +1) / previous (-1) one, -1 none
+    prepare_events(da)                       # build the per-device parts now (a loader thread)
 
 An entry belongs to an allocation when it is that allocation's `alloc`, its `free_completed`
 (torch 2.0: `free`; a trace recorded without completions: the `free_requested` that ends it),
@@ -141,6 +142,13 @@ def event_window(da, start: int, stop: int) -> EventWindow:
                        else np.full(len(idx), -1, dtype=np.int32), row, cat, ev)
 
 
+def prepare_events(da) -> None:
+    """Build what every window of this device shares (the rows by address, the segment
+    events) now, off the GUI thread: the first window then costs no more than the others."""
+    _address_order(da)
+    segment_events(da)
+
+
 def segment_events(da) -> np.ndarray:
     """int64: the entries that map or unmap device memory (segment_alloc / free / map /
     unmap), in order; computed once per device."""
@@ -161,5 +169,5 @@ def next_segment_event(da, index: int, step: int = 1) -> int:
     return int(seg[k]) if k >= 0 else -1
 
 
-__all__ = ["EventWindow", "SEGMENT_ACTIONS", "event_window", "allocation_rows", "segment_events",
+__all__ = ["EventWindow", "SEGMENT_ACTIONS", "event_window", "allocation_rows", "prepare_events", "segment_events",
            "next_segment_event"]

@@ -14,7 +14,7 @@ and the op it was called for (C++ ops: the first the Python code called and the 
 one, the allocating op); what launched the program (runpy, threads, IPython; LAUNCH_PATH),
 dispatch plumbing (`_call_impl`), the interpreter's own C++ frames and the allocator's are
 dropped, and a frame repeated in a row (recursion, `call` then `redispatch` of one op) is
-one node. Three kinds of node are not a frame (`NODE_KINDS`):
+one node. Two kinds of node are not a frame (`NODE_KINDS`):
   no_frames     allocations recorded without frames (made before history was on)
   freed_stack   allocations made before the trace whose only stack is where they were
                 freed (torch's CUDA traces): the tree under it is the free's code, not the
@@ -359,7 +359,7 @@ class MemoryTree:
         todo = [int(n) for n in self.roots[::-1]]
         while todo:
             n = todo.pop()
-            if self.bytes[n] < floor or self.bytes[n] <= 0:
+            if self.count[n] <= 0 or self.bytes[n] < floor:
                 continue
             out.append(n)
             if max_depth is None or self.depth[n] < max_depth:

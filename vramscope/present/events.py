@@ -50,11 +50,12 @@ def window_rows(da, stacks: Stacks, w: EventWindow) -> list[EventRow]:
     """`w`'s entries as EventRows."""
     out = []
     for k in range(len(w)):
-        c, e, t = int(w.category[k]), int(w.evidence[k]), int(w.time_us[k])
+        c, e, t, sid, row = int(w.category[k]), int(w.evidence[k]), int(w.time_us[k]), int(w.stack[k]), int(w.row[k])
+        # an entry on an allocation says when it has no frames; others (snapshot) say nothing
+        where = stacks.site_short_of(sid, int(w.forward_stack[k])) if sid >= 0 or row >= 0 else ""
         out.append(EventRow(int(w.index[k]), action_name(da, int(w.action[k])), int(w.addr[k]), int(w.size[k]),
-                            int(w.stream[k]), t if t >= 0 else None,
-                            stacks.site_short_of(int(w.stack[k]), int(w.forward_stack[k])),
-                            CATEGORIES[c] if c >= 0 else "", EVIDENCE[e] if e >= 0 else "", int(w.row[k])))
+                            int(w.stream[k]), t if t >= 0 else None, where,
+                            CATEGORIES[c] if c >= 0 else "", EVIDENCE[e] if e >= 0 else "", row))
     return out
 
 

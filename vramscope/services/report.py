@@ -3,10 +3,10 @@
 Sized for an issue tracker: report.md at most 20 KB (lists are cut, with a note
 saying so), timeline.png at most 300 KB, and analysis.json is the summary document
 (`vramscope summary --json`, the same for the same file) plus the report's additions
-(the user's notes, the 20 largest allocations at each peak, what holds the memory at each
-peak as a tree by code path: `peak_tree`, present/memtree.py's `tree_document`). `redact_paths` keeps only
-file basenames everywhere (Markdown and JSON), for users who must not leak their home
-or cluster layout.
+(the user's notes, the 20 largest allocations at each peak, and what holds the memory at
+each peak as a tree by code path: `peak_tree`, present/memtree.py's `tree_document`).
+`redact_paths` keeps only file basenames everywhere (Markdown and JSON), for users who
+must not leak their home or cluster layout.
 
 The PNG is drawn by the viewer's code (Qt lives only there): the caller passes
 `render_png(analysis, device, path, notes)`, e.g. `vramscope.viewer.report_png.render_timeline`;

@@ -11,10 +11,10 @@ import os
 from datetime import datetime, timezone
 
 from ..classifiers import Analysis
+from ..classifiers.memtree import memory_tree
 from ..classifiers.ooms import expandable_segments_on
 from ..common.jsonio import safe_text
 from ..common.units import fmt_bytes
-from ..classifiers.memtree import memory_tree
 from ..present.markup import md_code, md_text
 from ..present.memtree import guess_words, tree_lines
 from ..present.stacks import Stacks
@@ -103,8 +103,8 @@ def peak_tree_section(da, stacks: Stacks, max_lines: int) -> list[str]:
     if not lines:
         return []
     L = ["### What holds the memory at the peak", "",
-         "Live bytes by code path, your code outermost, down to the op that allocated; "
-         "paths under 2% of the peak left out.", ""]
+         "Live bytes by code path, your code outermost, down to the op that allocated: the heaviest "
+         "paths, each at least 2% of the peak.", ""]
     for ln in lines:
         guess = guess_words(ln.bytes, ln.guess_bytes)
         L.append(f"{'  ' * ln.depth}- **{fmt_bytes(ln.bytes)}** ({ln.share:.1%}) {ln.category}"
