@@ -60,7 +60,7 @@ def search_tree(tree: MemoryTree, stacks: Stacks, text: str) -> np.ndarray:
     m = _FILE_LINE.match(q)
     out = []
     for n in tree.walk():
-        if tree.kind[n] != 0:
+        if NODE_KINDS[int(tree.kind[n])] != "frame":
             hit = q in node_label(tree, stacks, n).lower()
         else:
             fv = stacks.frame(int(tree.frame[n]))
