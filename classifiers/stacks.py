@@ -61,6 +61,17 @@ _ALLOCATOR = ("torch::unwind::", "torch::CapturedTraceback::", "torch::cuda::(an
 GENERATED_PATH = ("/torchinductor_", "<eval_with_key>", "fx_generated_")
 LIBRARY_PATH = ("site-packages/", "dist-packages/", "/lib/python", "/torch/", "<frozen", "<string>") + GENERATED_PATH
 
+# what launched the program, not what it did: the interpreter's module runner, threads, event
+# loops, notebooks' kernels, debuggers and process launchers; a short stack or a memory tree
+# never shows them (matched on a frame's normalized file)
+LAUNCH_PATH = re.compile(r"(^|/)(runpy\.py|threading\.py|<frozen runpy>|<frozen importlib[^/]*>|asyncio/|"
+                         r"concurrent/futures/|multiprocessing/|IPython/|ipykernel/|ipykernel_launcher\.py|tornado/|"
+                         r"traitlets/|zmq/|debugpy/|_pydevd|pydevd|torch/distributed/(elastic|run\.py|launch)|"
+                         r"accelerate/commands/|lightning/fabric/strategies/launchers/|"
+                         r"pytorch_lightning/strategies/launchers/)")
+# nn.Module / autograd.Function dispatch frames (library functions) repeat on every stack and say nothing
+PLUMBING_FUNCTIONS = frozenset({"_call_impl", "_wrapped_call_impl", "apply", "decorate_context", "wrapper", "inner"})
+
 ROLE_USER, ROLE_LIBRARY, ROLE_MODULE, ROLE_OP, ROLE_AUTOGRAD, ROLE_CPP, ROLE_ALLOCATOR = range(7)
 ROLE_NAMES = ("user", "library", "module", "op", "autograd", "cpp", "allocator")
 # preference for the frame that names a stack (see the module docstring)
@@ -238,6 +249,23 @@ class StackFacts:
         self.outer_first = (n_tb > 0) & (n_tb == lengths)
         self.user_frame, self.best_frame = self._best_frames()
         self.forward_user_frame = self._forward_user_frames()
+
+    # -- one stack -----------------------------------------------------------------
+    def frame_ids(self, sid: int) -> np.ndarray:
+        """A stack's frames, innermost first (traceback-line stacks are stored outermost first);
+        an FX-generated frame with an original trace comes right behind that trace's frames."""
+        if sid is None or sid < 0 or sid >= self.n_stacks:
+            return np.zeros(0, dtype=np.int64)
+        fr = self.frames[self.offsets[sid]:self.offsets[sid + 1]]
+        fr = fr[::-1] if self.outer_first[sid] else fr
+        fx = getattr(self.snap, "frame_fx", None)
+        if fx and any(int(f) in fx for f in fr):
+            out: list[int] = []
+            for f in fr.tolist():
+                out += list(fx[f][4]) if f in fx else []
+                out.append(f)
+            return np.asarray(out, dtype=np.int64)
+        return fr
 
     # -- frame level -------------------------------------------------------------
     def _match_strings(self, pattern: str | None, strings: list, cache: dict) -> np.ndarray | None:

@@ -116,3 +116,23 @@ def env_without_cache() -> dict:
     env = dict(os.environ)
     env["VRAMSCOPE_CACHE_DIR"] = ""
     return env
+
+
+def real_snapshots() -> list:
+    """The real snapshots of ../shared (none where it is absent), less the one that is not a snapshot."""
+    if not SHARED.is_dir():
+        return []
+    return [p for p in sorted(SHARED.iterdir()) if p.suffix in (".pickle", ".pkl") and p.name != NOT_A_SNAPSHOT]
+
+
+_ANALYSES: dict = {}
+
+
+def analysis_of(path):
+    """`analyze(open_snapshot(path))` without the column cache, once per test process."""
+    from vramscope.classifiers import analyze
+    from vramscope.parsers import open_snapshot
+    key = str(path)
+    if key not in _ANALYSES:
+        _ANALYSES[key] = analyze(open_snapshot(key, use_cache=False))
+    return _ANALYSES[key]

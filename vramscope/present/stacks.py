@@ -37,6 +37,8 @@ import numpy as np
 from ..classifiers.stacks import (
     KIND_BUILTIN,
     KIND_MODULE,
+    LAUNCH_PATH,
+    PLUMBING_FUNCTIONS,
     ROLE_AUTOGRAD,
     ROLE_CPP,
     ROLE_LIBRARY,
@@ -49,15 +51,9 @@ NO_FRAMES = "(no frames)"
 _AUTOGRAD_NODE = re.compile(r"torch::autograd::generated::(\w+)::apply")
 _ATEN_OP = re.compile(r"at::_ops::(\w+)::(?:call|redispatch)")
 _THP_OP = re.compile(r"torch::autograd::THPVariable_(\w+)\(")
-# nn.Module / autograd.Function dispatch frames repeat on every stack and say nothing
-_PLUMBING = {"_call_impl", "_wrapped_call_impl", "apply", "decorate_context", "wrapper", "inner"}
-# what launched the program, not what it did: the interpreter's module runner, threads, event
-# loops, notebooks' kernels, debuggers and process launchers; a short stack never shows them
-_LAUNCH = re.compile(r"(^|/)(runpy\.py|threading\.py|<frozen runpy>|<frozen importlib[^/]*>|asyncio/|"
-                     r"concurrent/futures/|multiprocessing/|IPython/|ipykernel/|ipykernel_launcher\.py|tornado/|"
-                     r"traitlets/|zmq/|debugpy/|_pydevd|pydevd|torch/distributed/(elastic|run\.py|launch)|"
-                     r"accelerate/commands/|lightning/fabric/strategies/launchers/|"
-                     r"pytorch_lightning/strategies/launchers/)")
+# dispatch frames that say nothing, and what launched the program (classifiers/stacks.py)
+_PLUMBING = PLUMBING_FUNCTIONS
+_LAUNCH = LAUNCH_PATH
 
 
 @dataclass(frozen=True)
@@ -197,20 +193,8 @@ class Stacks:
 
     # -- stacks ----------------------------------------------------------------------------
     def frame_ids(self, sid: int) -> np.ndarray:
-        """A stack's frames, innermost first (traceback-line stacks are stored outermost first);
-        an FX-generated frame with an original trace comes right behind that trace's frames."""
-        if sid is None or sid < 0 or sid >= self.facts.n_stacks:
-            return np.zeros(0, dtype=np.int64)
-        fr = self.snap.stack(int(sid))
-        fr = fr[::-1] if self.facts.outer_first[sid] else fr
-        fx = self.snap.frame_fx
-        if fx and any(int(f) in fx for f in fr):
-            out: list[int] = []
-            for f in fr.tolist():
-                out += list(fx[f][4]) if f in fx else []
-                out.append(f)
-            return np.asarray(out, dtype=np.int64)
-        return fr
+        """A stack's frames, innermost first (classifiers.stacks.StackFacts.frame_ids)."""
+        return self.facts.frame_ids(sid)
 
     def naming_frame(self, sid: int) -> int:
         """The frame id that names a stack (its best frame), -1 for none."""
@@ -263,6 +247,16 @@ class Stacks:
             return fv.where
         name = fv.file.rsplit("/", 1)[-1]
         return f"{name}:{fv.line}" if fv.line > 0 else f"{name}:{fv.function}"
+
+    def site_short_of(self, sid: int, forward_stack: int = -1) -> str:
+        """A stack's own code as briefly as a label can say it: its user frame ('train.py:88'),
+        else the frame that names it ('adamw.py:163', 'MmBackward0 (autograd)'); a backward
+        entry with no code of the user's is named by its forward stack (torch 2.13)."""
+        use, _ = self._naming_stack(sid, forward_stack)
+        if use is None or use < 0 or use >= self.facts.n_stacks:
+            return NO_FRAMES
+        f = int(self.facts.user_frame[use])
+        return self.site_short(f if f >= 0 else self.naming_frame(use), use)
 
     def where_of(self, alloc) -> str:
         sid, _ = self._naming_stack(alloc.stack, alloc.forward_stack)

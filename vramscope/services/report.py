@@ -3,9 +3,10 @@
 Sized for an issue tracker: report.md at most 20 KB (lists are cut, with a note
 saying so), timeline.png at most 300 KB, and analysis.json is the summary document
 (`vramscope summary --json`, the same for the same file) plus the report's additions
-(the user's notes, the 20 largest allocations at each peak). `redact_paths` keeps only
-file basenames everywhere (Markdown and JSON), for users who must not leak their home
-or cluster layout.
+(the user's notes, the 20 largest allocations at each peak, and what holds the memory at
+each peak as a tree by code path: `peak_tree`, present/memtree.py's `tree_document`).
+`redact_paths` keeps only file basenames everywhere (Markdown and JSON), for users who
+must not leak their home or cluster layout.
 
 The PNG is drawn by the viewer's code (Qt lives only there): the caller passes
 `render_png(analysis, device, path, notes)`, e.g. `vramscope.viewer.report_png.render_timeline`;
@@ -24,8 +25,10 @@ from typing import Any, Callable
 
 from .. import __version__
 from ..classifiers import Analysis
+from ..classifiers.memtree import memory_tree
 from ..common.atomic import atomic_write
 from ..parsers import Progress
+from ..present.memtree import tree_document
 from ..present.stacks import Stacks
 from .annotations import Annotation, load_annotations
 from .report_compare import RenderComparePng, compare_markdown, write_compare_pngs
@@ -138,6 +141,8 @@ def write_report(analysis: Analysis, out_dir: str, device: int | None = None, re
                 for a in da.largest_live(d["peak"]["index"], LARGEST_IN_JSON)]
     # the summary document, added to and never changed
     doc: dict[str, Any] = {**base, "devices": [{**d, "largest_at_peak": largest_at_peak(d),
+                                                "peak_tree": tree_document(memory_tree(analysis.devices[d["device"]],
+                                                                                       d["peak"]["index"]), stacks),
                                                 "whatif": whatif_json(whatif[d["device"]])} for d in base["devices"]],
                            "annotations": note_dicts}
     if note_warnings:

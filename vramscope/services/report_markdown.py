@@ -11,10 +11,12 @@ import os
 from datetime import datetime, timezone
 
 from ..classifiers import Analysis
+from ..classifiers.memtree import memory_tree
 from ..classifiers.ooms import expandable_segments_on
 from ..common.jsonio import safe_text
 from ..common.units import fmt_bytes
 from ..present.markup import md_code, md_text
+from ..present.memtree import guess_words, tree_lines
 from ..present.stacks import Stacks
 from ..present.words import (
     EVIDENCE_WORDS,
@@ -34,11 +36,12 @@ from .report_whatif import LeverTable, whatif_section
 MD_LIMIT = 20_000
 STACK_FRAMES = 4
 DEFAULT_LIMITS = {"allocs": 10, "frames": STACK_FRAMES, "leaks": 10, "ooms": 5, "annotations": 50, "note": 500,
-                  "iterations": 30, "whatif": 1}
+                  "iterations": 30, "whatif": 1, "tree": 15}
 # each step gives up some detail until the report fits MD_LIMIT
 SHRINK_STEPS: tuple[dict[str, int], ...] = ({}, {"note": 200}, {"annotations": 20, "allocs": 8, "iterations": 12}, {"frames": 3, "leaks": 5},
-                {"allocs": 5, "annotations": 10, "note": 120, "ooms": 3, "iterations": 6},
-                {"allocs": 3, "leaks": 3, "ooms": 2, "annotations": 5, "note": 80, "iterations": 3, "whatif": 0})
+                {"allocs": 5, "annotations": 10, "note": 120, "ooms": 3, "iterations": 6, "tree": 8},
+                {"allocs": 3, "leaks": 3, "ooms": 2, "annotations": 5, "note": 80, "iterations": 3, "whatif": 0,
+                 "tree": 4})
 
 
 def largest_groups(da, index: int, k: int = 10) -> list[list[int]]:
@@ -90,6 +93,23 @@ def markdown(an: Analysis, devs: list[int], stacks: Stacks, notes: list[dict], n
     L += _host_section(an)
     L += _notes_section(notes, note_warnings, limits)
     return "\n".join(L)
+
+
+def peak_tree_section(da, stacks: Stacks, max_lines: int) -> list[str]:
+    """What holds the memory at the peak: the heaviest code paths (classifiers/memtree.py)."""
+    if max_lines <= 0 or da.peak.bytes <= 0:
+        return []
+    lines = tree_lines(memory_tree(da, da.peak.index), stacks, max_lines)
+    if not lines:
+        return []
+    L = ["### What holds the memory at the peak", "",
+         "Live bytes by code path, your code outermost, down to the op that allocated: the heaviest "
+         "paths, each at least 2% of the peak.", ""]
+    for ln in lines:
+        guess = guess_words(ln.bytes, ln.guess_bytes)
+        L.append(f"{'  ' * ln.depth}- **{fmt_bytes(ln.bytes)}** ({ln.share:.1%}) {ln.category}"
+                 f"{', ' + guess if guess else ''}: " + " › ".join(md_code(t) for t in ln.labels))
+    return L + [""]
 
 
 def _host_section(an: Analysis) -> list[str]:
@@ -169,6 +189,8 @@ def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: s
         if len(s.iterations) > limits["iterations"]:
             L.append(f"| ... | {len(s.iterations) - limits['iterations']} more (see analysis.json) | | |")
         L.append("")
+
+    L += peak_tree_section(da, stacks, limits["tree"])
 
     groups = largest_groups(da, pk.index, limits["allocs"])
     if groups:

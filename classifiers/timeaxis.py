@@ -1,0 +1,121 @@
+"""Seconds or entries: which x axis shows a run, and why (one rule for every timeline).
+
+    ax = x_axis(da)                              # a DeviceAnalysis -> XAxis
+    ax = choose_x_axis(time_us, iterations)      # the same from the columns
+
+A seconds axis tells how long things took; an entry axis gives every allocator event the
+same room. Seconds mislead when they squeeze most of the run into a sliver: loading before
+the first step, a first iteration slowed by warm-up or compilation (the H100 LoRA run in
+tests/data: iteration 1 takes 3.04 s of 3.51 s, and iterations 2-4, three quarters of the
+entries, sit in the right 2.5% of the axis). The rule, in order:
+
+  no_times             no usable time stamps (profiler-converted files have none; -1 is
+                       unknown; all equal)                                     -> entries
+  one_pause            one gap between two entries takes over half the run    -> entries
+  iterations_squeezed  with two iterations or more: all but the slowest would get under a
+                       quarter of the room on a seconds axis that they get on an entry axis
+                       (an iteration's room: from its start to the next one's start, the
+                       last to its end)
+                                                                              -> entries
+  crowded              the densest stretch holding half of the entries takes under a
+                       quarter of that share of the run's time (under 12.5%)  -> entries
+  even                 none of these                                          -> seconds
+
+Time stamps out of order (several streams) are read as their running maximum, as the
+timeline draws them. The words are vramscope/present/timeaxis.py's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+SQUEEZE = 4.0           # a stretch given under 1/SQUEEZE of the room entries give it is squeezed
+PAUSE_SHARE = 0.5       # one gap longer than this share of the run: entries
+AXIS_REASONS = ("no_times", "one_pause", "iterations_squeezed", "crowded", "even")
+
+
+@dataclass(frozen=True)
+class XAxis:
+    """The x axis a timeline of one device starts with, and the facts that decided it."""
+    unit: str                       # "seconds" | "entries"
+    reason: str                     # AXIS_REASONS
+    has_times: bool                 # seconds are possible (a switch can offer them)
+    span_us: int = 0                # first entry to last (0 without times)
+    pause_us: int = 0               # the longest gap between two entries ...
+    pause_before: int = -1          # ... and the entry after it
+    # the stretch a seconds axis would squeeze (iterations_squeezed, crowded), or the one
+    # that was looked at (even): its entries, and its shares of the entries and of the time
+    first: int = -1
+    last: int = -1
+    entries_share: float = 0.0
+    seconds_share: float = 0.0
+    iterations: tuple[int, ...] = ()   # iterations_squeezed: the squeezed iterations (Iteration.number)
+    slowest: int = 0                # iterations_squeezed: the slowest iteration's number ...
+    slowest_us: int = 0             # ... and its room on a seconds axis (to the next one's start)
+
+    @property
+    def seconds(self) -> bool:
+        return self.unit == "seconds"
+
+    @property
+    def squeeze(self) -> float:
+        """How many times less room the stretch gets in seconds than in entries (1: even)."""
+        return self.entries_share / self.seconds_share if self.seconds_share > 0 else float("inf")
+
+
+def choose_x_axis(time_us, iterations=()) -> XAxis:
+    """The x axis for a trace with time stamps `time_us` (µs, -1 unknown) and the analysis'
+    `iterations` (results.Iteration, numbered from 1); see the module docstring."""
+    tus = np.asarray(time_us, dtype=np.int64)
+    n = len(tus)
+    if n < 2 or int(tus.min()) < 0:
+        return XAxis("entries", "no_times", False)
+    t = np.maximum.accumulate(tus) if not bool(np.all(tus[1:] >= tus[:-1])) else tus
+    span = int(t[-1] - t[0])
+    if span <= 0:
+        return XAxis("entries", "no_times", False)
+    gaps = np.diff(t)
+    k = int(np.argmax(gaps))
+    base = XAxis("entries", "one_pause", True, span_us=span, pause_us=int(gaps[k]), pause_before=k + 1)
+    if gaps[k] > PAUSE_SHARE * span:
+        return base
+
+    its = [it for it in iterations if 0 <= it.start_index <= it.end_index < n]
+    if len(its) >= 2:
+        # the room an iteration takes on the axis: from its start to the next one's (a pause
+        # between two steps is the earlier one's), the last to its end
+        starts = [it.start_index for it in its[1:]] + [its[-1].end_index]
+        took = [int(t[e] - t[it.start_index]) for it, e in zip(its, starts)]
+        slow = int(np.argmax(took))
+        rest = [it for j, it in enumerate(its) if j != slow]
+        ends = [e for j, e in enumerate(starts) if j != slow]
+        e_share = sum(e - it.start_index for it, e in zip(rest, ends)) / n
+        s_share = sum(took[j] for j in range(len(its)) if j != slow) / span
+        if s_share * SQUEEZE < e_share:
+            return replace(base, reason="iterations_squeezed", first=rest[0].start_index, last=rest[-1].end_index,
+                           entries_share=e_share, seconds_share=s_share, iterations=tuple(it.number for it in rest),
+                           slowest=its[slow].number, slowest_us=took[slow])
+
+    # the densest stretch of half the entries: the shortest time between entry i and i + w
+    w = (n - 1) // 2
+    if w < 1:
+        return replace(base, unit="seconds", reason="even")
+    d = t[w:] - t[:n - w]
+    i = int(np.argmin(d))
+    e_share, s_share = (w + 1) / n, float(d[i]) / span
+    crowded = s_share * SQUEEZE < e_share
+    return replace(base, unit="entries" if crowded else "seconds", reason="crowded" if crowded else "even",
+                   first=i, last=i + w, entries_share=e_share, seconds_share=s_share)
+
+
+def x_axis(da) -> XAxis:
+    """The x axis for one device of an analysis (a DeviceAnalysis)."""
+    cols = da.snapshot.trace(da.device).columns if da.snapshot is not None else {}
+    tus = cols.get("time_us")
+    if tus is None:
+        return XAxis("entries", "no_times", False)
+    return choose_x_axis(np.asarray(tus), da.iterations)
+
+
+__all__ = ["XAxis", "AXIS_REASONS", "SQUEEZE", "PAUSE_SHARE", "choose_x_axis", "x_axis"]

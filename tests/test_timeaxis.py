@@ -1,0 +1,141 @@
+"""Seconds or entries on the x axis (classifiers/timeaxis.py), and why in words
+(vramscope/present/timeaxis.py): the real H100 runs whose first iteration squeezes the others,
+the real snapshots in ../shared, a generated run of even steps, and the rule's edges."""
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("VRAMSCOPE_CACHE_DIR", "")
+
+from vramscope.classifiers.results import Iteration  # noqa: E402
+from vramscope.classifiers.timeaxis import choose_x_axis, x_axis  # noqa: E402
+from vramscope.present.timeaxis import axis_reason, number_ranges  # noqa: E402
+
+from helpers import DATA, analysis_of, needs_shared, shared  # noqa: E402
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+
+
+def axis_of(path):
+    an = analysis_of(path)
+    da = an.devices[an.primary_device()]
+    return da, x_axis(da)
+
+
+def raw_times(path) -> np.ndarray:
+    with open(path, "rb") as fh:
+        obj = pickle.load(fh)          # our own recorded runs: trusted
+    return np.asarray([e["time_us"] for e in obj["device_traces"][0]], dtype=np.int64)
+
+
+def test_the_h100_lora_run_starts_in_entries_and_says_why():
+    """The issue's case: iteration 1 (loading, warm-up) takes most of a seconds axis and
+    iterations 2-4 sit in its right 3%."""
+    da, ax = axis_of(DATA / "cuda_lora.pickle")
+    t = raw_times(DATA / "cuda_lora.pickle")
+    it2 = da.iterations[1].start_index
+    # read from the raw file: three quarters of the entries in under 3% of the time
+    assert (len(t) - it2) / len(t) > 0.7 and (t[-1] - t[it2]) / (t[-1] - t[0]) < 0.03
+    assert (ax.unit, ax.reason) == ("entries", "iterations_squeezed")
+    assert ax.iterations == (2, 3, 4) and ax.slowest == 1 and ax.has_times
+    assert ax.seconds_share < 0.03 and ax.entries_share > 0.7
+    words = axis_reason(ax)
+    assert words.startswith("entries: iteration 1 took 3.0") and "iterations 2-4 (74% of the entries)" in words
+
+
+@pytest.mark.parametrize("name", ["cuda_ckpt", "cuda_compiled", "cuda_full", "cuda_leak", "cuda_oom", "cuda_stale"])
+def test_the_other_h100_runs_with_a_slow_first_step_start_in_entries(name):
+    da, ax = axis_of(DATA / f"{name}.pickle")
+    t = raw_times(DATA / f"{name}.pickle")
+    first = da.iterations[0]
+    # the first iteration takes most of the time and fewer than half of the entries
+    assert (t[da.iterations[1].start_index] - t[first.start_index]) / (t[-1] - t[0]) > 0.6
+    assert ax.unit == "entries" and ax.reason == "iterations_squeezed" and ax.slowest == 1
+    assert ax.seconds_share * 4 < ax.entries_share
+
+
+def test_generation_steps_crowded_behind_a_slow_prefill_start_in_entries():
+    da, ax = axis_of(DATA / "cuda_generate.pickle")
+    assert ax.unit == "entries" and ax.reason in ("iterations_squeezed", "crowded")
+
+
+def test_a_run_without_a_squeeze_keeps_seconds():
+    da, ax = axis_of(DATA / "cuda_wrapped.pickle")
+    assert (ax.unit, ax.reason) == ("seconds", "even") and ax.seconds
+    assert axis_reason(ax).startswith("seconds: ")
+
+
+@needs_shared
+@pytest.mark.parametrize("name,unit,reason", [
+    ("HugePandaCoder+octree-nca-groupeq__my_snapshot.pickle", "entries", "one_pause"),
+    ("JasperSolt+EoR_NN__snapshot.pickle", "entries", "one_pause"),
+    ("MAGMA27+assignment2-systems__memory_snapshot.pickle", "entries", "crowded"),
+    ("kkaitlyn111+cs336-a2-systems__memory_files_memory_ctx128_fullstep.pickle", "seconds", "even"),
+    ("kkaitlyn111+cs336-a2-systems__memory_files_memory_ctx128_forward_mixed.pickle", "seconds", "even"),
+    ("cranberrii+ftcourse__memory_snapshot.pickle", "entries", "no_times"),
+    ("volcengine+verl__mem.pickle", "entries", "no_times"),
+])
+def test_the_real_snapshots(name, unit, reason):
+    _, ax = axis_of(shared(name))
+    assert (ax.unit, ax.reason) == (unit, reason)
+    assert axis_reason(ax).startswith(unit + ":")
+    if reason == "one_pause":
+        t = raw_times(shared(name))
+        gaps = np.diff(np.maximum.accumulate(t))
+        assert ax.pause_us == int(gaps.max()) and ax.pause_before == int(np.argmax(gaps)) + 1
+        assert ax.pause_us > 0.5 * (t.max() - t[0])
+
+
+def test_a_generated_run_of_even_steps_keeps_seconds(tmp_path):
+    sys.path.insert(0, BENCH)
+    import gen_snapshot
+    p = tmp_path / "gen.pickle"
+    gen_snapshot.generate(str(p), 20_000, seed=1)
+    da, ax = axis_of(p)
+    assert len(da.iterations) >= 5
+    assert (ax.unit, ax.reason) == ("seconds", "even") and ax.squeeze < 2
+
+
+def its(*bounds):
+    return [Iteration(k + 1, s, e, None, None, {}, 1) for k, (s, e) in enumerate(bounds)]
+
+
+def test_the_rules_edges():
+    assert choose_x_axis([]).reason == "no_times"
+    assert choose_x_axis([5, -1, 7]).reason == "no_times"                  # an unknown stamp
+    assert choose_x_axis([3, 3, 3, 3]).reason == "no_times"                # no span
+    even = np.arange(1000) * 10
+    assert choose_x_axis(even).reason == "even"
+    # out of order (two streams): read as the running maximum, still even
+    shuffled = even.copy()
+    shuffled[500], shuffled[501] = shuffled[501], shuffled[500]
+    assert choose_x_axis(shuffled).reason == "even"
+    # one pause of more than half the run
+    pause = np.r_[np.arange(500), np.arange(500) + 10_000]
+    ax = choose_x_axis(pause)
+    assert (ax.reason, ax.pause_before, ax.pause_us) == ("one_pause", 500, 10_000 - 499)
+    # a first step three times as slow as the second: still seconds; eight times: entries
+    two = its((0, 499), (500, 999))
+    for slow, want in ((3, "even"), (8, "iterations_squeezed")):
+        t = np.r_[np.arange(500) * slow, 500 * slow + np.arange(500)]
+        assert choose_x_axis(t, two).reason == want
+    # the slowest step need not be the first; the others are named
+    t = np.r_[np.arange(300), 300 + np.arange(300) * 40, 12_300 + np.arange(400)]
+    ax = choose_x_axis(t, its((0, 299), (300, 599), (600, 999)))
+    assert (ax.reason, ax.slowest, ax.iterations) == ("iterations_squeezed", 2, (1, 3))
+    assert "iterations 1, 3 (" in axis_reason(ax)
+    # no iterations, most of the entries in a burst
+    burst = np.r_[np.arange(100) * 1000, 100_000 + np.arange(900)]
+    ax = choose_x_axis(burst)
+    assert ax.reason == "crowded" and ax.first >= 100 and "half of the entries" in axis_reason(ax)
+
+
+def test_number_ranges():
+    assert number_ranges([2, 3, 4]) == "2-4"
+    assert number_ranges([1, 3, 4, 5, 7]) == "1, 3-5, 7"
+    assert number_ranges([]) == ""
