@@ -47,7 +47,7 @@ from ..parsers import (
 from . import cache
 from .carried import apply_carried
 from .categories import CATEGORIES
-from .evidence import EVIDENCE, bytes_by_evidence
+from .evidence import E_GUESS, EVIDENCE, bytes_by_evidence
 from .engine import SnapshotFacts, classify_device, stack_pass
 from .leaks import find_leaks, leak_rows
 from .metadata import RowMetadata, group_rows, row_metadata
@@ -115,6 +115,7 @@ class DeviceAnalysis:
     _metadata: RowMetadata | None = field(default=None, repr=False)
     _free_order: tuple | None = field(default=None, repr=False)
     _composition: Composition | None = field(default=None, repr=False)
+    _guessed: Composition | bool | None = field(default=None, repr=False)
     _alloc_order: AllocOrder | None = field(default=None, repr=False)
 
     # -- what is live ----------------------------------------------------------------------
@@ -141,6 +142,25 @@ class DeviceAnalysis:
         if self._composition is None:
             self._composition = Composition(self.category, self.allocs, self.n_entries)
         return self._composition
+
+    def guessed_composition(self) -> Composition | None:
+        """Like `composition`, of the rows whose category is a guess (evidence guess or none)
+        only: what a surface draws as "a guess" (the last code, len(CATEGORIES), holds the
+        rest); None when no row is a guess. Built on first use."""
+        if self._guessed is None:
+            guessed = self.evidence >= E_GUESS
+            if not guessed.any():
+                self._guessed = False
+            else:
+                codes = np.where(guessed, self.category, len(CATEGORIES)).astype(np.uint8)
+                self._guessed = Composition(codes, self.allocs, self.n_entries, len(CATEGORIES) + 1)
+        return self._guessed or None
+
+    def guessed_by_category(self, indices, dtype=np.int64) -> np.ndarray | None:
+        """[len(indices), len(CATEGORIES)]: live bytes per category that are a guess, after
+        each entry (-1: the start); None when nothing is a guess."""
+        g = self.guessed_composition()
+        return None if g is None else g.at(indices, dtype)[:, :len(CATEGORIES)]
 
     def by_category_at(self, index: int) -> dict[str, int]:
         """Live bytes per category right after entry `index` (-1: at the start), non-zero only."""

@@ -64,9 +64,10 @@ class Composition:
 
     CHECKPOINT = 64
 
-    def __init__(self, category: np.ndarray, allocs, n_entries: int):
+    def __init__(self, category: np.ndarray, allocs, n_entries: int, n_categories: int | None = None):
         self.n = n = int(n_entries)
-        self.n_categories = C = len(CATEGORIES)
+        # (`n_categories`: other codes than the categories', e.g. one bin more for "the rest")
+        self.n_categories = C = len(CATEGORIES) if n_categories is None else int(n_categories)
         self._category = np.asarray(category)
         self._size = np.asarray(allocs.size, dtype=np.int64)
         ai, fi = np.asarray(allocs.alloc_index), np.asarray(allocs.free_index)

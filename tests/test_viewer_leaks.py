@@ -12,7 +12,7 @@ pytest.importorskip("pyqtgraph")
 
 from PySide6.QtCore import Qt  # noqa: E402
 
-from viewer_helpers import new_window, open_and_wait  # noqa: E402
+from viewer_helpers import click_finding, new_window, open_and_wait  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 KEEP_LOSS = REPO / "tests" / "data" / "keep_loss.pickle"
@@ -26,19 +26,6 @@ def window(qt):
 def table_rows(w) -> np.ndarray:
     m = w.table_panel.model
     return np.array([m.row_id(r) for r in range(m.rowCount())], dtype=np.int64)
-
-
-def click_finding(qt, w, kind: str):
-    """A real click on the first finding of `kind` in the Findings panel."""
-    d = w.data
-    k = next(i for i, f in enumerate(d.findings) if f.kind == kind)
-    panel = w.findings_panel
-    item = next(it for it in panel.items if it.data(0, Qt.ItemDataRole.UserRole) == k)
-    panel.tree.scrollToItem(item)
-    rect = panel.tree.visualItemRect(item)
-    assert rect.isValid() and not rect.isEmpty()
-    qt.mouseClick(panel.tree.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
-    return d.findings[k]
 
 
 def test_a_click_on_a_leak_shows_exactly_its_allocations_and_clear_restores_all(qt, window):

@@ -62,3 +62,16 @@ def focus_key(qt, w, widget, key, modifier=Qt.KeyboardModifier.NoModifier):
     w.activateWindow()
     widget.setFocus()
     qt.keyClick(widget, key, modifier)
+
+
+def click_finding(qt, w, kind: str):
+    """A real click on the first finding of `kind` in the Findings panel."""
+    d = w.data
+    k = next(i for i, f in enumerate(d.findings) if f.kind == kind)
+    panel = w.findings_panel
+    item = next(it for it in panel.items if it.data(0, Qt.ItemDataRole.UserRole) == k)
+    panel.tree.scrollToItem(item)
+    rect = panel.tree.visualItemRect(item)
+    assert rect.isValid() and not rect.isEmpty()
+    qt.mouseClick(panel.tree.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    return d.findings[k]

@@ -59,6 +59,14 @@ class Theme:
         # opaque bands, a little lighter on light backgrounds so the lines stay readable
         return c.lighter(112) if not self.dark else c.darker(105)
 
+    def guess_color(self, band: QColor) -> QColor:
+        """A band's bytes that are a guess: the band's colour washed out toward the
+        background (still its hue, clearly not the evidence's)."""
+        bg = QColor(30, 30, 30) if self.dark else QColor(255, 255, 255)
+        mix = 0.6
+        return QColor(round(band.red() * (1 - mix) + bg.red() * mix), round(band.green() * (1 - mix) + bg.green() * mix),
+                      round(band.blue() * (1 - mix) + bg.blue() * mix))
+
 # By segment: streams (several) or the small / large pool (one stream), muted so the
 # allocated line stays readable over them.
 SEGMENT_COLORS = ("#E8C468", "#8FB8DE", "#A8D5A2", "#E6A57E", "#C7A8D6", "#9FD3CF", "#E7A3A8", "#C9B27C")

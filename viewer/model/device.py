@@ -170,6 +170,11 @@ class DeviceData(SegmentsMixin):
         float64 for drawing: the analysis' (DeviceAnalysis.live_by_category), never our own."""
         return self.da.live_by_category(indices, np.float64)
 
+    def guessed_composition(self, indices) -> np.ndarray | None:
+        """Of `composition(indices)`, the bytes whose category is a guess (the analysis'
+        DeviceAnalysis.guessed_by_category), (Q, C) float64; None when nothing is a guess."""
+        return self.da.guessed_by_category(indices, np.float64)
+
     # -- x axis ------------------------------------------------------------------------
     def set_time_axis(self, on: bool) -> bool:
         """x in seconds (when the trace has times) or in entries; returns the axis now in use."""
@@ -493,9 +498,16 @@ class DeviceData(SegmentsMixin):
             leak_rows = None
             zoom = self.zoom_around(f.index)
             where = place = ""
+            if f.kind in ("peak", "iteration_peak", "oom"):
+                # what makes the moment: its largest live allocation, not whatever the entry
+                # allocated (often a few KiB of scratch)
+                biggest = da.largest_live_rows(f.index, 1)
+                row = int(biggest[0]) if len(biggest) else row
             if f.kind == "leak":
                 leak_rows = da.leak_rows(f.subject)
-                row = int(leak_rows[-1]) if len(leak_rows) else -1
+                # the leak's largest allocation (the latest of the largest)
+                row = int(leak_rows[len(leak_rows) - 1 - np.argmax(self.allocs.size[leak_rows][::-1])]) \
+                    if len(leak_rows) else -1
                 zoom = (0, max(self.n - 1, 0))
                 where = self.stacks.site(f.subject.site, f.subject.stack)
                 place = self.stacks.site_short(f.subject.site, f.subject.stack)

@@ -125,8 +125,12 @@ class LegendBar(QWidget):
             b.setChecked(True)
             b.setAutoRaise(True)
             b.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+            guessed = data.da.peak.by_category_evidence.get(name, {})
+            guessed_bytes = guessed.get("guess", 0) + guessed.get("none", 0)
             b.setToolTip(f"Show or hide {name} in the stacked timeline "
-                         f"({fmt_bytes(at_peak.get(name, 0))} of it live at the peak)")
+                         f"({fmt_bytes(at_peak.get(name, 0))} of it live at the peak)"
+                         + (f"; {fmt_bytes(guessed_bytes)} of it there is a guess (no frames, live before "
+                            f"recording began), drawn in a paler shade" if guessed_bytes else ""))
             b.toggled.connect(lambda _=False: self.toggled.emit())
             self.lay.addWidget(b)
             self.buttons[c] = b

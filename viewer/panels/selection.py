@@ -8,7 +8,8 @@ from PySide6.QtWidgets import QCheckBox, QLabel, QTextBrowser, QVBoxLayout, QWid
 from ...common.units import fmt_bytes, fmt_duration_us
 from ...present.markup import html as _esc
 from ...present.stacks import short_path
-from ...present.words import freed_note, torch_tag_words
+from ...classifiers.evidence import EVIDENCE
+from ...present.words import evidence_words, freed_note, torch_tag_words
 from ..model import DeviceData, when_text
 from ..theme import category_color
 
@@ -69,6 +70,7 @@ class StackPanel(QWidget):
             f"<span style='color:{col}; font-size:14pt'>■</span> <b>{name}</b> · <b>{fmt_bytes(int(a.size[row]))}</b>"
             f" ({int(a.size[row]):,} B)<br>rule: <code>{_esc(d.rule_name(row))}</code>"
             + (f" <span style='color:{muted}'>— {_esc(d.rule_why(row))}</span>" if d.rule_why(row) else "")
+            + f"<br>how sure: {_esc(evidence_words(EVIDENCE[int(d.da.evidence[row])]))}"
             + "<br>"
             f"allocated {when_text(d, ai) if ai >= 0 else 'before the trace began'}<br>"
             f"freed {when_text(d, fi) if fi >= 0 else 'never (live at the end)'}{life}<br>"

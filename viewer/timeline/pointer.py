@@ -12,6 +12,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QColor
 
+from ...classifiers.evidence import E_GUESS
 from ...common.units import fmt_bytes, fmt_duration_us, fmt_seconds
 from ...present.markup import html as _esc
 from ...present.words import segment_pool_words, segment_stream_words
@@ -167,8 +168,9 @@ class Pointer:
         life = self.lifetime_text(row)
         view = d.stacks.view_of(d.da, d.da.allocation(row))
         lines = "<br>".join(_esc(fv.label)[:110] for fv in view.frames[:4]) or "(no stack recorded)"
+        guess = " <i>(a guess)</i>" if int(d.da.evidence[row]) >= E_GUESS else ""
         return (f"<div style='font-size:9pt'>{head}<br>"
-                f"<b><span style='color:{col}'>■</span> {name}</b> · {size} · {life}<br>"
+                f"<b><span style='color:{col}'>■</span> {name}</b>{guess} · {size} · {life}<br>"
                 f"<span style='font-family:monospace; font-size:8pt'>{lines}</span><br>"
                 f"<i style='opacity:0.7'>click to select</i></div>")
 

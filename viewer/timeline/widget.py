@@ -632,6 +632,27 @@ class TimelineWidget(QWidget):
         self.refresh_count += 1
         self.draw(env)
 
+    def _category_parts(self, env: Envelope, comp: np.ndarray, order: list[int]) -> tuple[np.ndarray, list]:
+        """The bands of the visible categories, bottom up, and their colours: each category's
+        bytes with evidence in its colour, then those that are a guess (no frames, live before
+        recording: classifiers/evidence.py) in a paler shade of it, so a guess never looks like
+        a finding. A simulated what-if draws whole categories (its run has no such split)."""
+        d = self.data
+        st = self.stacking
+        colors = [self.theme.band_color(d.categories[c]) for c in order]
+        guessed = None
+        if order and not (st.whatif is not None and st.whatif.simulation is not None):
+            guessed = d.guessed_composition(env.col_index)
+        if guessed is None or not guessed[:, order].any():
+            return comp[:, order], colors
+        if st.scales is not None:
+            guessed = guessed * st.scales[None, :]
+        g = np.minimum(np.maximum(guessed[:, order], 0.0), np.maximum(comp[:, order], 0.0))
+        parts = np.empty((len(comp), 2 * len(order)))
+        parts[:, 0::2] = comp[:, order] - g
+        parts[:, 1::2] = g
+        return parts, [c for col in colors for c in (col, self.theme.guess_color(col))]
+
     def draw(self, env: Envelope):
         """Hand one envelope to the items (a what-if slider redraws from the last one)."""
         d = self.data
@@ -643,9 +664,9 @@ class TimelineWidget(QWidget):
         st = self.stacking
         if st.mode == "categories":
             comp = st.scaled_columns(env) if st.scales is not None else env.col_comp
-            cum = np.cumsum(np.maximum(comp[:, order], 0.0), axis=1) if order else \
-                np.zeros((len(env.col_x), 0))
-            self.bands.set_columns(env.col_x, cum, [self.theme.band_color(d.categories[c]) for c in order])
+            parts, colors = self._category_parts(env, comp, order)
+            cum = np.cumsum(np.maximum(parts, 0.0), axis=1) if len(colors) else np.zeros((len(env.col_x), 0))
+            self.bands.set_columns(env.col_x, cum, colors)
             self.stack_bands.clear()
             st.cols = None
             if st.scales is not None:

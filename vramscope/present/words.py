@@ -87,6 +87,18 @@ EVIDENCE_WORDS = {"torch": "torch's own tag", "stack": "its stack", "lifetime": 
                   "guess": "a guess", "none": "unknown"}
 
 
+def evidence_words(evidence: str) -> str:
+    """One allocation's evidence in a sentence (the Selection pane, tooltips)."""
+    return {
+        "torch": "torch's own tag decided it",
+        "stack": "its own stack matched the rule",
+        "lifetime": "when it was allocated and freed decided it (its stack said nothing)",
+        "guess": "a guess: no frames and no recorded lifetime (live before recording began, never freed); "
+                 "record with history on before the model is built to know",
+        "none": "no rule recognised it",
+    }.get(evidence, evidence)
+
+
 def evidence_text(by_evidence: dict[str, int]) -> str:
     """'5.29 GiB from stacks, 12.0 MiB from lifetimes, 181.9 KiB a guess'."""
     said = {"torch": "torch's own tags", "stack": "from stacks", "lifetime": "from lifetimes",
@@ -375,7 +387,7 @@ def finding_detail(f: Finding, where: str = "") -> str:
     return ""
 
 
-__all__ = ["RECORD_HINT", "EVIDENCE_WORDS", "evidence_text", "category_evidence_note", "guess_note",
+__all__ = ["RECORD_HINT", "EVIDENCE_WORDS", "evidence_words", "evidence_text", "category_evidence_note", "guess_note",
            "PEAK_TYPE_WORDS", "LEVER_WORDS", "COMPARE_X_TITLES", "peak_words", "advice_text", "oom_suggestions", "oom_diagnosis",
            "process_limit", "device_free_text",
            "freed_note", "stale_gradients_text", "leak_text", "LEAK_CAUSE_WORDS", "error_text", "signed_bytes",
