@@ -154,7 +154,7 @@ class DeviceAnalysis:
             else:
                 codes = np.where(guessed, self.category, len(CATEGORIES)).astype(np.uint8)
                 self._guessed = Composition(codes, self.allocs, self.n_entries, len(CATEGORIES) + 1)
-        return self._guessed or None
+        return self._guessed if isinstance(self._guessed, Composition) else None
 
     def guessed_by_category(self, indices, dtype=np.int64) -> np.ndarray | None:
         """[len(indices), len(CATEGORIES)]: live bytes per category that are a guess, after

@@ -97,7 +97,9 @@ def run_viewer(path: str | None, screenshot: str | None = None, device: int | No
             if os.path.isdir(path):          # a folder of per-rank snapshots: its overview and first rank
                 from .ranks_part import load_folder
                 folder = load_folder(path, use_cache)
-                path = folder.result.primary().file
+                first = folder.result.primary()
+                assert first is not None    # load_folder raises NoRanks on a folder without one
+                path = first.file
             result = load(path, device, use_cache)
         except SnapshotError as e:
             print(f"vramscope: {e.one_line()}", file=sys.stderr)
