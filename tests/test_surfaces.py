@@ -129,6 +129,11 @@ def test_summary_report_csv_and_viewer_agree(path, tmp_path, capsys, monkeypatch
         from vramscope.classifiers.evidence import EVIDENCE
         ev = np.bincount(d.da.evidence, weights=d.da.allocs.size.astype(np.float64), minlength=len(EVIDENCE))
         assert {e: int(b) for e, b in zip(EVIDENCE, ev) if b} == evidence_totals.get(d.device, {})
+        # and what the timeline draws pale at the peak is the summary's guessed bytes there
+        guessed = d.guessed_composition([max(d.peak_index, 0)])
+        drawn_pale = 0 if guessed is None else int(round(float(guessed.sum())))
+        if d.peak_index >= 0:
+            assert drawn_pale == s["peak"]["by_evidence"].get("guess", 0) + s["peak"]["by_evidence"].get("none", 0)
 
 
 # -- what a user reads first is never the allocator's own frame ------------------------------
