@@ -197,6 +197,7 @@ def _parse_into(path, fh, st, root, entry, workdir, progress, fast=True):
         columns = sink.finish()
         try:
             seg, blk, settings, annotations, extra, layout, ntrace = build_tables(top, sink, interp)
+            interp.release()
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError, IndexError) as e:
             raise NotASnapshotError(f"segments are malformed ({type(e).__name__})") from None
         except RecursionError:

@@ -95,6 +95,23 @@ class Interpreter:
         self.host_traces: TraceList | None = None   # `host_traces` (2.14): streamed like a device's
         self.protocol = None
 
+    def release(self) -> None:
+        """Drop what only the reading needed (the memo, the fast path's tables, the last chunk):
+        the reader and its fast path reference each other, so without this they would wait for
+        the cyclic collector while the analysis runs (10 MB of memo codes at 10^6 events)."""
+        self.memo = {}
+        self.sink.memo = None
+        self.memo_fast = np.zeros(0, dtype=np.int32)
+        self.key_memo = {}
+        self.tuple_depth = {}
+        self.stack_by_bytes = {}
+        self._frame_of_memo = {}
+        self.buf = b""
+        self.arr = np.zeros(PAD, dtype=np.uint8)
+        self.win8 = None
+        self.fast = None  # type: ignore[assignment]
+        self.fast_enabled = False
+
     # -- buffer -------------------------------------------------------------
     def check_objects(self) -> None:
         kept = sys.getallocatedblocks() - self.blocks_at_start + self.items // 8
