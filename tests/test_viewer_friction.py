@@ -1,0 +1,54 @@
+"""The viewer's friction list (issue 22), each through real input: the Compare hover tells
+where it is, a What-if slider does not change the view mode behind the user's back, the
+timeline's labels after real zooms, the export dialog says what a trimmed snapshot holds."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pyqtgraph")
+
+from PySide6.QtCore import QPoint, QPointF, Qt  # noqa: E402
+
+from helpers import DATA  # noqa: E402
+from viewer_helpers import LOAD_TIMEOUT, new_window, open_and_wait  # noqa: E402
+
+LORA = str(DATA / "cuda_lora.pickle")
+CKPT = str(DATA / "cuda_ckpt.pickle")
+
+
+def hover_text(qt, totals, frac: float) -> str:
+    """A real mouse move over the Compare plot at `frac` of its width; the hover box's words."""
+    vb = totals.vb.sceneBoundingRect()
+    scene = QPointF(vb.left() + vb.width() * frac, vb.top() + vb.height() * 0.5)
+    pos = totals.plot.mapFromScene(scene)
+    qt.mouseMove(totals.plot.viewport(), pos)
+    qt.wait(10)
+    assert totals.hover_label.isVisible()
+    return totals.hover_label.textItem.toPlainText()
+
+
+def test_compare_hover_says_where_it_is_on_the_axis(qt, monkeypatch):
+    from PySide6.QtWidgets import QFileDialog
+    w = new_window(qt)
+    open_and_wait(qt, w, LORA)
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (CKPT, "")))
+    with qt.waitSignal(w.compared, timeout=LOAD_TIMEOUT):
+        w.act_compare.trigger()
+    qt.wait(50)
+    panel = w.compare_panel
+    totals = panel.totals
+    for mode, frac in (("start", 0.5), ("iteration", 0.45)):
+        panel.align.setCurrentIndex(panel.align.findData(mode))
+        qt.wait(20)
+        text = hover_text(qt, totals, frac)
+        (x0, x1), _ = totals.vb.viewRange()
+        mid = x0 + (x1 - x0) * frac
+        first = text.split(" · ")[0]
+        if mode == "iteration":
+            assert first.startswith(f"iteration {int(mid) + 1}, ") and first.endswith("% in"), text
+        elif totals.seconds:
+            assert first.endswith(" s") or first.endswith("ms"), text
+        else:
+            assert first.startswith("entry ") and abs(int(first[6:].replace(",", "")) - mid) <= (x1 - x0) / 100, text
+        assert " · A " in text and " · B " in text and "B − A" in text, text
