@@ -52,3 +52,42 @@ def test_compare_hover_says_where_it_is_on_the_axis(qt, monkeypatch):
         else:
             assert first.startswith("entry ") and abs(int(first[6:].replace(",", "")) - mid) <= (x1 - x0) / 100, text
         assert " · A " in text and " · B " in text and "B − A" in text, text
+
+
+@pytest.mark.parametrize("mode", ["segments", "allocations"])
+def test_a_whatif_slider_says_it_shows_categories_and_reset_brings_the_mode_back(qt, mode):
+    w = new_window(qt)
+    open_and_wait(qt, w, str(DATA / "qlora_4bit.pickle"))
+    w.activateWindow()
+    w.timeline.plot.setFocus()
+    qt.keyClick(w.timeline.plot, {"segments": Qt.Key.Key_S, "allocations": Qt.Key.Key_L}[mode])
+    assert w.timeline.mode == mode
+    w.docks["whatif"].show()
+    w.docks["whatif"].raise_()
+    panel = w.whatif_panel
+    qt.waitUntil(lambda: panel.session is not None, timeout=5000)
+    sl = panel.sliders["activations"]
+    # a real drag of the slider's handle, to the right
+    from PySide6.QtWidgets import QStyle, QStyleOptionSlider
+    opt = QStyleOptionSlider()
+    sl.initStyleOption(opt)
+    handle = sl.style().subControlRect(QStyle.ComplexControl.CC_Slider, opt, QStyle.SubControl.SC_SliderHandle, sl)
+    qt.mousePress(sl, Qt.MouseButton.LeftButton, pos=handle.center())
+    for dx in (5, 15, 30):
+        qt.mouseMove(sl, handle.center() + QPoint(dx, 0))
+    qt.mouseRelease(sl, Qt.MouseButton.LeftButton, pos=handle.center() + QPoint(30, 0))
+    assert sl.value() > 100
+    qt.waitUntil(lambda: w.timeline.stacking.scales is not None, timeout=2000)
+    # the drawing needs categories: the view says so, in the panel and the status bar
+    assert w.timeline.mode == "categories" and w.mode_actions["categories"].isChecked()
+    title = w.mode_actions[mode].text().replace("&", "")
+    assert panel.mode_note.isVisible() and f"Reset brings {title} back" in panel.mode_note.text()
+    assert "Categories" in w.statusBar().currentMessage()
+    # another move keeps the mode it replaced
+    sl.setFocus()
+    qt.keyClick(sl, Qt.Key.Key_PageUp)
+    qt.wait(60)
+    assert f"Reset brings {title} back" in panel.mode_note.text()
+    qt.mouseClick(panel.reset_btn, Qt.MouseButton.LeftButton)
+    assert w.timeline.mode == mode and w.mode_actions[mode].isChecked()
+    assert not panel.mode_note.isVisible() and w.timeline.stacking.scales is None

@@ -159,7 +159,8 @@ class MainWindow(QMainWindow):
         # after the event loop turn: the panels shown again after a load pass through
         # "visible" on their way behind the table's tab, and must not build the model then
         self.docks["whatif"].visibilityChanged.connect(lambda on: on and QTimer.singleShot(0, self._whatif_if_shown))
-        self.whatif_panel.changed.connect(self.timeline.set_whatif)
+        self.whatif_panel.changed.connect(self._on_whatif)
+        self.mode_before_whatif: str | None = None        # the view mode the what-if drawing replaced
         self.compare_panel.swapRequested.connect(self.compare.swap)
         self.compare_panel.closeRequested.connect(self.compare.close)
         self.compare_panel.siteChosen.connect(self.compare.on_site)
@@ -587,6 +588,10 @@ class MainWindow(QMainWindow):
         if d is not None:
             d.set_time_axis(d.x_axis.seconds)       # each run opens on its own rule (after a Swap too)
         self.timeline.set_data(d, self.legend.visible() if d is not None else [])
+        if d is not None and self.mode_before_whatif is not None:       # a what-if does not outlive its file
+            before, self.mode_before_whatif = self.mode_before_whatif, None
+            self.set_mode(before)
+        self.whatif_panel.set_mode_note("")
         self.legend.set_mode(self.timeline.mode)
         self.stack_panel.set_data(d)
         self.moment_panel.set_data(d)
@@ -633,6 +638,26 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage("This snapshot has no allocator segments (profiler-converted): "
                                          "no segment view", 6000)
             self.mode_actions[self.timeline.mode].setChecked(True)
+
+    def _on_whatif(self, result, text: str, gpu):
+        """The what-if overlay: it draws by category, so a Segments or Allocations view turns
+        to Categories while a factor or lever is set, says so (the What-if panel, the status
+        bar), and comes back when the what-if is reset."""
+        tl = self.timeline
+        switched = result is not None and tl.mode != "categories" and self.mode_before_whatif is None
+        if switched:
+            self.mode_before_whatif = tl.mode
+        tl.set_whatif(result, text, gpu)
+        before = self.mode_before_whatif
+        if result is None and before is not None:
+            self.mode_before_whatif = None
+            self.set_mode(before)
+            before = None
+        note = (f"The timeline shows Categories while a what-if is set (it draws by category); Reset brings "
+                f"{self.mode_actions[before].text().replace('&', '')} back." if before is not None else "")
+        self.whatif_panel.set_mode_note(note)
+        if switched:
+            self.statusBar().showMessage(note, 10000)
 
     def _on_mode_changed(self, mode: str):
         self.mode_actions[mode].setChecked(True)
