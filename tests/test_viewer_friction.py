@@ -91,3 +91,58 @@ def test_a_whatif_slider_says_it_shows_categories_and_reset_brings_the_mode_back
     qt.mouseClick(panel.reset_btn, Qt.MouseButton.LeftButton)
     assert w.timeline.mode == mode and w.mode_actions[mode].isChecked()
     assert not panel.mode_note.isVisible() and w.timeline.stacking.scales is None
+
+
+def test_the_trimmed_export_says_which_entries_seconds_and_iterations_it_holds(qt, monkeypatch, tmp_path):
+    from PySide6.QtWidgets import QFileDialog, QInputDialog
+    from vramscope.viewer.window.exports import range_words
+    w = new_window(qt)
+    d = open_and_wait(qt, w, LORA)
+    it2, it3 = d.iterations[1], d.iterations[2]
+    # zoomed onto iterations 2-3 with the wheel-free keys: the visible range is offered
+    w.timeline.set_x_range(float(d.x_of_index(it2.start_index)), float(d.x_of_index(it3.end_index)))
+    offered, titles = [], []
+
+    def pick(parent, title, label, items, *a, **k):
+        offered.extend(items)
+        return items[0], True
+    monkeypatch.setattr(QInputDialog, "getItem", pick)
+    monkeypatch.setattr(QFileDialog, "getSaveFileName",
+                        lambda parent, title, *a, **k: (titles.append(title) or str(tmp_path / "t"), ""))
+    w.act_export_trimmed.trigger()
+    qt.waitUntil(lambda: "Wrote entries" in w.statusBar().currentMessage(), timeout=LOAD_TIMEOUT)
+    visible = offered[0]
+    assert visible.startswith("The visible range: entries ")
+    a, b = w.entries_in(*w.timeline.x_span())
+    assert f"entries {a:,}–{b:,}" in visible and " s to " in visible and "iterations 2-3" in visible, visible
+    assert "around the peak" in offered[-1] and "iteration" in offered[-1]
+    assert range_words(d, a, b) in titles[0]               # the save dialog's title says it too
+    # a range inside one iteration
+    inner = range_words(d, it2.start_index + 10, it2.start_index + 20)
+    assert inner.endswith("part of iteration 2)") and inner.startswith(f"entries {it2.start_index + 10:,}–")
+
+
+def test_file_dialogs_open_wide_with_sizes_and_dates_whole(qt, tmp_path):
+    """Qt's own file dialog (no native one offscreen or under a bare window manager), in a
+    1024x700 window: wide enough, and its Size and Date columns as wide as what they show."""
+    from PySide6.QtWidgets import QFileDialog, QTreeView
+    for k in range(5):
+        (tmp_path / f"run_{k}_with_a_fairly_long_snapshot_name.pickle").write_bytes(b"x" * 10 ** k)
+    w = new_window(qt)
+    w.resize(1024, 700)
+    dlg = QFileDialog(w, "Open memory snapshot", str(tmp_path))
+    dlg.setOption(QFileDialog.Option.DontUseNativeDialog)
+    dlg.setViewMode(QFileDialog.ViewMode.Detail)
+    dlg.show()
+    qt.waitExposed(dlg)
+    view = next(v for v in dlg.findChildren(QTreeView) if v.isVisible())
+    qt.waitUntil(lambda: view.model().rowCount(view.rootIndex()) >= 5, timeout=5000)
+    qt.wait(50)
+    screen = dlg.screen().availableGeometry()
+    assert dlg.width() >= min(900, int(screen.width() * 0.9)) and dlg.width() <= screen.width()
+    hh = view.header()
+    for col in range(1, hh.count()):
+        if not hh.isSectionHidden(col):
+            assert hh.sectionSize(col) >= view.sizeHintForColumn(col), (col, hh.sectionSize(col))
+    dlg.close()
+    dlg.deleteLater()

@@ -48,6 +48,7 @@ from ..theme import Theme
 from ..timeline import TimelineWidget
 from ..ranks_part import RanksPart
 from .compare import Compare
+from .dialogs import FileDialogSizer
 from .docks import DOCKS, Docks
 from .exports import Exports
 from .loading import Loading, error_box
@@ -131,6 +132,10 @@ class MainWindow(QMainWindow):
             "allocations": self.table_panel, "annotations": self.notes_panel, "allocator": self.allocator_panel,
             "whatif": self.whatif_panel, "compare": self.compare_panel})
         self.docks = self.dock_layout.docks
+
+        # every file dialog wide enough, its sizes and dates whole (dialogs.py)
+        self.file_dialogs = FileDialogSizer(self)
+        self.file_dialogs.install()
 
         # the parts
         self.loading = Loading(self)
