@@ -146,3 +146,70 @@ def test_file_dialogs_open_wide_with_sizes_and_dates_whole(qt, tmp_path):
             assert hh.sectionSize(col) >= view.sizeHintForColumn(col), (col, hh.sectionSize(col))
     dlg.close()
     dlg.deleteLater()
+
+
+def wheel(qt, widget, pos: QPoint, steps: int):
+    """Real wheel events (one notch each, up: zoom in) at `pos` of the plot's viewport."""
+    from PySide6.QtCore import QPointF as P
+    from PySide6.QtGui import QWheelEvent
+    from PySide6.QtWidgets import QApplication
+    for _ in range(abs(steps)):
+        ev = QWheelEvent(P(pos), P(widget.mapToGlobal(pos)), QPoint(0, 0), QPoint(0, 120 if steps > 0 else -120),
+                         Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
+        QApplication.sendEvent(widget, ev)
+        qt.wait(5)
+
+
+def label_box(tl, label):
+    return label.mapRectToScene(label.boundingRect())
+
+
+def test_the_peak_label_stays_whole_in_view_after_real_zooms(qt):
+    w = new_window(qt)
+    d = open_and_wait(qt, w, LORA)
+    tl = w.timeline
+    px = float(tl.peak_marker.data["x"][0])
+    view = tl.plot.viewport()
+    vb_rect = tl.vb.sceneBoundingRect()
+    # zoom in with the wheel just left of the peak, then just right of it: the peak near each edge
+    for dx in (-40, 40, -200, 200):
+        tl.reset_view()
+        qt.wait(20)
+        scene = tl.vb.mapViewToScene(QPointF(px, d.peak_bytes / 2))
+        at = tl.plot.mapFromScene(scene) + QPoint(dx, 0)
+        wheel(qt, view, at, 8)
+        qt.wait(30)
+        x0, x1 = tl.x_span()
+        assert x1 - x0 < 0.5 * (d.x_range[1] - d.x_range[0])
+        r = label_box(tl, tl.peak_label)
+        assert tl.peak_label.isVisible()
+        assert r.left() >= vb_rect.left() - 1 and r.right() <= vb_rect.right() + 1, (dx, r, vb_rect)
+        text = tl.peak_label.toPlainText()
+        assert "…" not in text and "peak 277.0 MiB" in text, text
+        if not x0 <= px <= x1:
+            assert text.startswith("◂") or text.endswith("▸")        # points to the peak off the view
+    # the whole run: the whole words
+    tl.reset_view()
+    qt.wait(30)
+    assert tl.peak_label.toPlainText() == "peak 277.0 MiB · at the start of backward"
+
+
+def test_the_peak_label_keeps_clear_of_the_oom_label(qt):
+    w = new_window(qt)
+    path = str(DATA / "multi_device_oom.pickle")
+    d = open_and_wait(qt, w, path)
+    devices = sorted(w.result.analysis.devices)
+    d = open_and_wait(qt, w, path, devices[1])
+    assert d.device == devices[1] and any(f.kind == "oom" for f in d.findings)
+    tl = w.timeline
+    qt.wait(50)
+    for size in ((1400, 900), (1024, 700)):
+        w.resize(*size)
+        qt.wait(150)
+        tl.reset_view()
+        qt.wait(30)
+        oom = [ln for ln in tl.marker_lines if ln.label is not None and ln.label.toPlainText() == "OOM"]
+        assert oom
+        peak = label_box(tl, tl.peak_label)
+        for ln in oom:
+            assert not peak.intersects(ln.label.mapRectToScene(ln.label.boundingRect())), size
