@@ -165,3 +165,25 @@ def test_each_run_starts_on_timeaxis_rule_and_after_a_swap_the_other_on_its_own(
     with qt.waitSignal(w.compared, timeout=LOAD_TIMEOUT):
         w.act_swap.trigger()
     assert w.path == LORA and not w.data.time_axis and not w.act_time_axis.isChecked()
+
+
+def test_the_status_bar_labels_do_not_hold_an_800_pixel_window_wide(qt, tmp_path):
+    """A long file name and the notes' label (a read-only folder) held the window at 1008
+    pixels: it could not become 800, so the right column never became tabs."""
+    import shutil
+    path = tmp_path / ("a_rather_long_snapshot_name_from_a_training_run_" + "x" * 20 + ".pickle")
+    shutil.copy(LORA, path)
+    w = new_window(qt)
+    open_and_wait(qt, w, str(path))
+    w.status_notes.setText("✎ notes: user data folder")
+    w.status_notes.show()
+    w.resize(800, 500)
+    settle(qt, 250)
+    assert (w.width(), w.height()) == (800, 500)
+    sb = w.statusBar()
+    shown = [lb for lb in (w.status_notes, w.status_file, w.status_device, w.status_entries, w.status_peak)
+             if lb.isVisible()]
+    assert w.status_peak in shown and w.status_notes in shown
+    for lb in shown:
+        assert lb.width() >= lb.sizeHint().width() - 1, lb.text()         # whole, not squeezed
+    assert sum(lb.width() for lb in shown) <= sb.width()
