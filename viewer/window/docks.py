@@ -1,7 +1,8 @@
 """The window's docks: one per panel, arranged (the right column runs the full height, the
-table and its tabbed neighbours under the timeline), sized with the window until the user
-sizes them, shown only with a file to show, and the keyboard following the tab brought
-forward."""
+table and its tabbed neighbours under the timeline; in a narrow window the right column's
+panels are tabs beside the table), sized with the window until the user sizes them, the
+plot always keeping its room, shown only with a file to show, and the keyboard following
+the tab brought forward."""
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer
@@ -27,6 +28,8 @@ def scrolled(panel: QWidget) -> QScrollArea:
     area.setWidget(panel)
     area.setMinimumHeight(60)
     return area
+
+
 # (key, title, area): the order of View > Ctrl+1…8 and of the tabs
 DOCKS = (("selection", "Selection", RIGHT), ("moment", "At this moment", RIGHT), ("findings", "Findings", RIGHT),
          ("allocations", "Allocations", BOTTOM), ("annotations", "Annotations", BOTTOM),
