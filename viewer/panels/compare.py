@@ -215,7 +215,7 @@ class CompareTotals(QWidget):
         if placed is None:
             placed = tuple((inside(k, True) or not inside(k, False), k) for k in range(2))
         rows = max(row for _, row in placed) + 1
-        row_h = max(r.height() for r in sizes)
+        row_h = max(r.height() for r in sizes) + 3          # rows apart, not touching
         # the labels' rows above the higher peak (and at least the old 22% of headroom)
         room = min(0.6, (rows * row_h + 6) / h)
         y1 = max(self.top * 1.22, self.top / (1 - room))

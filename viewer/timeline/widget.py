@@ -640,6 +640,7 @@ class TimelineWidget(QWidget):
         recording: classifiers/evidence.py) in a paler shade of it, so a guess never looks like
         a finding. A simulated what-if draws whole categories (its run has no such split)."""
         d = self.data
+        assert d is not None
         st = self.stacking
         colors = [self.theme.band_color(d.categories[c]) for c in order]
         guessed = None

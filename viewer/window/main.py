@@ -177,7 +177,9 @@ class MainWindow(QMainWindow):
         self.default_layout()
         self._restore_panels()
         self.dock_layout.show_with_data(False)          # the welcome page alone
-        self.layout().activate()                        # the minimum size without the panels...
+        lay = self.layout()
+        if lay is not None:
+            lay.activate()                              # the minimum size without the panels...
         self._restore_geometry()                        # ...does not hold a restored window wide (1187 pixels)
 
     def _restore_panels(self):
