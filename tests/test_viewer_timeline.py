@@ -93,7 +93,7 @@ def test_entry_axis_ticks_are_whole(qt, window):
 def test_an_idle_stretch_puts_entries_on_the_axis(qt, window):
     d = open_and_wait(qt, window, str(DATA / "oom.pickle"))
     assert d.has_time and not d.time_axis                     # 2.5 s idle before the first step, of 3.4 s
-    assert "idle" in window.statusBar().currentMessage()
+    assert "one pause of" in window.statusBar().currentMessage()       # timeaxis.py's reason, in words
     assert window.timeline.axis_x.labelText == "trace entry"
     assert d.x_range == (0.0, float(d.n))
     # the first step's events take most of the axis, not its last quarter

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...classifiers import CATEGORIES, Finding, Iteration
+from ...classifiers.timeaxis import XAxis, x_axis
 from ...common.units import fmt_seconds
 from ...present.stacks import Stacks
 from ...present.words import finding_detail, finding_title
@@ -29,7 +30,6 @@ from ..segments import SegmentsMixin
 from .alloc_stack import AllocStack
 from .lod import MinMaxPyramid
 
-IDLE_GAP_SHARE = 0.5           # an idle gap longer than this share of the run: entries on the x axis
 
 
 @dataclass
@@ -111,18 +111,10 @@ class DeviceData(SegmentsMixin):
         # the time stamps, monotonic (empty without times); `tkey` the same, None without times
         self.times: np.ndarray = tus if self.has_time else np.zeros(0, dtype=np.int64)
         self.tkey: np.ndarray | None = self.times if self.has_time else None
-        # the x axis: time, unless one idle stretch (loading, a pause before the first step)
-        # takes most of it and squeezes the run into a sliver; then the entry index
-        self.idle_gap_us = 0
-        self.time_axis = self.has_time
-        if self.has_time and n > 2:
-            gaps = np.diff(tus)
-            k = int(np.argmax(gaps))
-            span = int(tus[-1] - tus[0])
-            self.idle_gap_us = int(gaps[k])
-            self.idle_gap_at = k
-            if span > 0 and gaps[k] > IDLE_GAP_SHARE * span:
-                self.time_axis = False
+        # the x axis it starts with: classifiers/timeaxis.py's rule (entries when seconds would
+        # squeeze the run: one long pause, a slow first iteration, a crowded stretch)
+        self.x_axis: XAxis = x_axis(da)
+        self.time_axis = self.has_time and self.x_axis.seconds
 
         curves = [self.live] + ([self.reserved] if self.reserved is not None else [])
         self.pyramid = MinMaxPyramid(curves) if n else None

@@ -14,6 +14,7 @@ classifiers/compare.py), worded by the presentation layer as the command line wo
 """
 from __future__ import annotations
 
+import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QRectF, QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPalette
@@ -30,7 +31,7 @@ from PySide6.QtWidgets import (
 
 from ...classifiers import STACK_ORDER
 from ...classifiers.compare import DeviceComparison
-from ...common.units import fmt_bytes
+from ...common.units import fmt_bytes, fmt_seconds
 from ...present.markup import html as _esc
 from ...present.stacks import site_where
 from ...present.words import COMPARE_X_TITLES, comparison_headline, peak_words, signed_bytes
@@ -214,7 +215,7 @@ class CompareTotals(QWidget):
         if placed is None:
             placed = tuple((inside(k, True) or not inside(k, False), k) for k in range(2))
         rows = max(row for _, row in placed) + 1
-        row_h = max(r.height() for r in sizes)
+        row_h = max(r.height() for r in sizes) + 3          # rows apart, not touching
         # the labels' rows above the higher peak (and at least the old 22% of headroom)
         room = min(0.6, (rows * row_h + 6) / h)
         y1 = max(self.top * 1.22, self.top / (1 - room))
@@ -260,6 +261,17 @@ class CompareTotals(QWidget):
         a, b = self.sides
         return a.live_before_x(x, self.mode, self.seconds), b.live_before_x(x, self.mode, self.seconds)
 
+    def x_text(self, x: float) -> str:
+        """Where x is, as the axis counts: 'iteration 2, 40% in', '+1.234 s' or 'entry +1,234'
+        (seconds and entries from each side's first iteration's start)."""
+        if self.mode == ALIGN_ITERATION:
+            k = int(np.floor(x))
+            return f"iteration {k + 1}, {x - k:.0%} in"
+        if self.seconds:
+            (x0, x1), _ = self.vb.viewRange()
+            return ("+" if x >= 0 else "") + fmt_seconds(x, (x1 - x0) / 1000, max(abs(x0), abs(x1)))
+        return f"entry {int(round(x)):+,}"
+
     def _on_mouse(self, pos):
         if self.sides is None or not self.vb.sceneBoundingRect().contains(pos):
             self.hover_line.hide()
@@ -267,7 +279,8 @@ class CompareTotals(QWidget):
             return
         p = self.vb.mapSceneToView(pos)
         va, vb = self.values_at(p.x())
-        parts = [f"<span style='color:{A_COLOR}'>A</span> {fmt_bytes(va) if va is not None else '—'}",
+        parts = [_esc(self.x_text(p.x())),
+                 f"<span style='color:{A_COLOR}'>A</span> {fmt_bytes(va) if va is not None else '—'}",
                  f"<span style='color:{B_COLOR}'>B</span> {fmt_bytes(vb) if vb is not None else '—'}"]
         if va is not None and vb is not None:
             parts.append(f"B − A {_esc(signed_bytes(vb - va))}")

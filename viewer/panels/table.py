@@ -48,6 +48,8 @@ from ..model.rows import (
 from ..theme import category_color
 
 FILTER_DELAY_MS = 40
+WHERE_AT = 2            # the Where column's place on screen (after Category and Size)
+WHERE_WIDTH = 300       # its widest; a longer code line is cut in the middle (its tooltip has it whole)
 _RIGHT = int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
 _TIPS = {
     COL_CATEGORY: "What the allocation is, as classified (see the Selection panel for the rule)",
@@ -245,6 +247,8 @@ class AllocationsPanel(QWidget):
                              "or whose metadata does (user_metadata such as 'step=12', notes from annotate, the "
                              "module torch's component tracking names)")
         self.text.setClearButtonEnabled(True)
+        # never cut to "S…": the words that say what it searches stay readable in a narrow window
+        self.text.setMinimumWidth(self.text.fontMetrics().horizontalAdvance("Search frames: file, fun") + 40)
         self.count = QLabel(self)
         self.count.setToolTip("Allocations shown / all allocations on this device")
 
@@ -280,6 +284,7 @@ class AllocationsPanel(QWidget):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setAlternatingRowColors(True)
         self.table.setWordWrap(False)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)     # a long code line keeps its file and line
         self.table.verticalHeader().hide()
         vh = self.table.verticalHeader()
         vh.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
@@ -287,6 +292,8 @@ class AllocationsPanel(QWidget):
         hh = self.table.horizontalHeader()
         hh.setStretchLastSection(True)
         hh.setSortIndicator(COL_SIZE, Qt.SortOrder.DescendingOrder)
+        # the code line right after the size: in view at 1024 pixels without scrolling sideways
+        hh.moveSection(hh.visualIndex(COL_WHERE), WHERE_AT)
         self._fit_columns(None)
         self.table.setSortingEnabled(True)
         self.table.selectionModel().currentRowChanged.connect(self._on_current)
@@ -318,7 +325,7 @@ class AllocationsPanel(QWidget):
         samples = {COL_CATEGORY: ["autograd", "quantization", "optimizer"], COL_SIZE: ["1023.99 MiB"],
                    COL_ALLOC: ["before trace", "999.999999 s"], COL_FREE: ["999.999999 s"],
                    COL_LIFETIME: ["≥ 999 ms", "at the snapshot" if data is not None and data.n == 0 else "1.23 ms"],
-                   COL_ADDR: ["0x7f0000000000"], COL_RULE: ["activations.forward"]}
+                   COL_ADDR: ["0x7f0000000000"], COL_RULE: ["activations.forward"], COL_WHERE: ["train.py:88 forward"]}
         if data is not None and data.n_rows:
             m = self.model
             rows = data.rows_by_size
@@ -332,7 +339,7 @@ class AllocationsPanel(QWidget):
             w = max([head] + [fm.horizontalAdvance(t) for t in texts]) + pad
             if col == COL_CATEGORY:
                 w += 22                                             # the colour swatch
-            self.table.setColumnWidth(col, min(w, 320))
+            self.table.setColumnWidth(col, min(w, WHERE_WIDTH if col == COL_WHERE else 320))
         hh.setStretchLastSection(True)
 
     def set_data(self, data: DeviceData | None):

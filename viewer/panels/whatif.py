@@ -128,6 +128,9 @@ class WhatIfPanel(QWidget):
         self.fit_line.setWordWrap(True)
         self.fit_line.setTextFormat(Qt.TextFormat.RichText)
         self.fit_line.hide()
+        self.mode_note = QLabel(self)         # the view mode the what-if drawing needs, said (set_mode_note)
+        self.mode_note.setWordWrap(True)
+        self.mode_note.hide()
         # the answer first, across the panel: the new peak and whether it fits
         head = QHBoxLayout()
         answer = QVBoxLayout()
@@ -135,6 +138,7 @@ class WhatIfPanel(QWidget):
         answer.addWidget(self.peak_line)
         answer.addWidget(self.fits_line)
         answer.addWidget(self.fit_line)
+        answer.addWidget(self.mode_note)
         head.addLayout(answer, 1)
         head.addWidget(QLabel("GPU:", self), 0, Qt.AlignmentFlag.AlignTop)
         head.addWidget(self.gpu, 0, Qt.AlignmentFlag.AlignTop)
@@ -387,6 +391,11 @@ class WhatIfPanel(QWidget):
         used = sum(hh.sectionSize(c) for c in range(4))
         self.table.setColumnWidth(4, max(TEXT_COLUMN_MIN, self.table.viewport().width() - used))
         self._rows_timer.start()
+
+    def set_mode_note(self, text: str):
+        """A line under the answer (the timeline switched to Categories for the drawing); '' hides it."""
+        self.mode_note.setText(text)
+        self.mode_note.setVisible(bool(text))
 
     def reset(self):
         for sl in self.sliders.values():

@@ -113,7 +113,7 @@ class Stacking:
             pk = result.scaled
             px = float(d.x_of_index(max(pk.index, 0)))
             tl.whatif_marker.setData([px], [float(pk.bytes)])
-            tl.whatif_label.setText(text)
+            tl.label_text(tl.whatif_label, text)
             tl.whatif_label.setPos(px, float(pk.bytes))
             tl.whatif_label.show()
             tl.peak_label.hide()           # the measured peak keeps its marker; the words are the new peak's

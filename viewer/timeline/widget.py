@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QPen
 from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
@@ -38,6 +38,7 @@ from .items import (
     blend_over,
     column_strokes,
     cosmetic_pen,
+    free_of,
 )
 from ..theme import (
     ANNOTATION_COLOR,
@@ -158,6 +159,7 @@ class TimelineWidget(QWidget):
         self.iter_peaks.setZValue(9)
         self.vb.addItem(self.iter_peaks, ignoreBounds=True)
         self.marker_lines: list[pg.InfiniteLine] = []
+        self._label_texts: dict[int, str] = {}     # a peak label's whole words (label_text)
         self.leak_marks = pg.ScatterPlotItem(size=8, symbol="d")
         self.leak_marks.setZValue(9)
         self.leak_marks.setToolTip("Leaked allocations: made every iteration, never freed")
@@ -437,7 +439,7 @@ class TimelineWidget(QWidget):
         if peak is not None:
             px = float(d.x_of_index(max(peak.index, 0)))
             self.peak_marker.setData([px], [peak.bytes])
-            self.peak_label.setText(f"peak {fmt_bytes(peak.bytes)} · {peak_words(peak.type)}")
+            self.label_text(self.peak_label, f"peak {fmt_bytes(peak.bytes)} · {peak_words(peak.type)}")
             self.peak_label.setPos(px, peak.bytes)
             self.peak_label.show()
         else:
@@ -701,15 +703,70 @@ class TimelineWidget(QWidget):
             self.ov_region.setRegion((x0, x1))
         finally:
             self._syncing_region = False
-        for label, marker in ((self.peak_label, self.peak_marker), (self.whatif_label, self.whatif_marker)):
-            if label.isVisible() and len(marker.data):
-                px = float(marker.data["x"][0])
-                label.setAnchor((1, 1) if px > x0 + 0.6 * (x1 - x0) else (0, 1))
+        self._place_peak_labels(x0, x1)
         for it in (self.spans, self.notes):
             it.update()                  # their labels keep clear of the peaks' words, wherever they went
         self.pointer.update_selection_bar()
         self._thin_iteration_peaks(x0, x1)
         self.viewChanged.emit(x0, x1)
+
+    def label_text(self, label, text: str):
+        """A peak's words (the measured peak's, the what-if's); `_place_peak_labels` may show
+        only their first part ('peak 3.91 GiB') where the whole does not fit."""
+        self._label_texts[id(label)] = text
+        label.setText(text)
+
+    def _place_peak_labels(self, x0: float, x1: float):
+        """Each peak's words inside the view and clear of the markers' labels (OOM, leak):
+        beside the marker on the side with room, the whole words or only the size, moved
+        under a marker's label they would cover; a peak outside the view is pointed at from
+        the view's edge ('◂ peak 3.91 GiB'). In pixels, so again on every zoom and resize."""
+        vb_rect = self.vb.sceneBoundingRect()
+        if vb_rect.width() <= 0 or x1 <= x0:
+            return
+        (_, _), (y0, y1) = self.vb.viewRange()
+        taken = [ln.label.mapRectToScene(ln.label.boundingRect()) for ln in self.marker_lines
+                 if ln.isVisible() and ln.label is not None and ln.label.isVisible()
+                 and x0 <= ln.value() <= x1]
+        for label, marker in ((self.peak_label, self.peak_marker), (self.whatif_label, self.whatif_marker)):
+            if not label.isVisible() or not len(marker.data):
+                continue
+            full = self._label_texts.get(id(label), label.toPlainText())
+            short = full.split(" · ")[0]
+            px, py = float(marker.data["x"][0]), float(marker.data["y"][0])
+            at = self.vb.mapViewToScene(pg.Point(px, min(max(py, y0), y1)))
+            if not x0 <= px <= x1:
+                left = px < x0
+                text = f"◂ {short}" if left else f"{short} ▸"
+                label.setText(text)
+                label.setAnchor((0, 1) if left else (1, 1))
+                label.setPos(x0 if left else x1, min(max(py, y0), y1))
+                continue
+            right_first = px <= x0 + 0.6 * (x1 - x0)
+            placed = False
+            for text in dict.fromkeys((full, short)):
+                label.setText(text)
+                box = label.textItem.boundingRect()
+                for right in (right_first, not right_first):
+                    r = QRectF(at.x() if right else at.x() - box.width(), at.y() - box.height(), box.width(),
+                               box.height())
+                    if r.left() >= vb_rect.left() and r.right() <= vb_rect.right() and free_of(r, taken):
+                        label.setAnchor((0 if right else 1, 1))
+                        label.setPos(px, py)
+                        placed = True
+                        break
+                if placed:
+                    break
+            if not placed:
+                # under the markers' labels it would cover, on the side with more room
+                label.setText(short)
+                box = label.textItem.boundingRect()
+                right = vb_rect.right() - at.x() >= at.x() - vb_rect.left()
+                r = QRectF(at.x() if right else at.x() - box.width(), at.y() - box.height(), box.width(), box.height())
+                below = max((t.bottom() for t in taken if t.intersects(r)), default=r.top())
+                label.setAnchor((0 if right else 1, 0))
+                label.setPos(px, self.vb.mapSceneToView(pg.Point(at.x(), below + 2)).y())
+            taken.append(label.mapRectToScene(label.boundingRect()))
 
     def _on_region(self):
         if self._syncing_region or self.data is None:

@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import os
 
-from PySide6.QtCore import QEvent, Qt
+from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtWidgets import (
+    QApplication,
     QDialog,
+    QHeaderView,
+    QTreeView,
     QDialogButtonBox,
     QFileDialog,
     QLabel,
@@ -80,3 +83,34 @@ def ask_report_folder(parent, start_dir: str, suggested: str) -> str | None:
                                           os.path.join(start_dir or "", suggested),
                                           "Report folder (report.md, timeline.png, analysis.json)")
     return path or None
+
+
+class FileDialogSizer(QObject):
+    """Qt's own file dialog (the one used where there is no native dialog) opened at about
+    600x400 with fixed columns: "93.…MiB", "25 11 2…6". Every file dialog of the application
+    shown while this filter is installed opens wide enough (within the screen) with its Size,
+    Type and Date columns sized to what they show, the name taking the rest."""
+
+    WIDTH, HEIGHT = 960, 560
+
+    def eventFilter(self, obj, ev):
+        if ev.type() == QEvent.Type.Show and isinstance(obj, QFileDialog):
+            fit_file_dialog(obj)
+        return False
+
+    def install(self):
+        QApplication.instance().installEventFilter(self)
+
+
+def fit_file_dialog(dlg: QFileDialog):
+    screen = (dlg.screen() or QApplication.primaryScreen()).availableGeometry()
+    dlg.resize(min(FileDialogSizer.WIDTH, int(screen.width() * 0.9)),
+               min(FileDialogSizer.HEIGHT, int(screen.height() * 0.85)))
+    for view in dlg.findChildren(QTreeView):
+        hh = view.header()
+        if hh.count() < 2:
+            continue
+        hh.setStretchLastSection(False)
+        hh.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for col in range(1, hh.count()):
+            hh.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)

@@ -1,13 +1,35 @@
 """The window's docks: one per panel, arranged (the right column runs the full height, the
-table and its tabbed neighbours under the timeline), sized with the window until the user
-sizes them, shown only with a file to show, and the keyboard following the tab brought
-forward."""
+table and its tabbed neighbours under the timeline; in a narrow window the right column's
+panels are tabs beside the table), sized with the window until the user sizes them, the
+plot always keeping its room, shown only with a file to show, and the keyboard following
+the tab brought forward."""
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer
-from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QTabBar, QWidget
+from PySide6.QtWidgets import QApplication, QDockWidget, QFrame, QMainWindow, QScrollArea, QTabBar, QWidget
 
 RIGHT, BOTTOM = Qt.DockWidgetArea.RightDockWidgetArea, Qt.DockWidgetArea.BottomDockWidgetArea
+NARROW = 960        # below this width the right column's panels join the tabs under the timeline
+PLOT_MIN = 200      # the plot's height the panels leave it, whenever the window is this tall...
+PLOT_ROOM_FROM = 640    # ...(from here; a smaller window gives it PLOT_FLOOR at least)
+PLOT_FLOOR = 120
+RIGHT_COLUMN = ("findings", "selection", "moment")
+SCROLLED = ("moment",)   # tall panels that scroll rather than hold a small window tall
+
+
+def scrolled(panel: QWidget) -> QScrollArea:
+    """The panel in a frameless scroll area: the dock's height no longer has the panel's
+    minimum (the moment panel's 370 pixels kept a window from 500 pixels)."""
+    area = QScrollArea()
+    area.setObjectName(f"scroll_{panel.objectName() or type(panel).__name__}")
+    area.setWidgetResizable(True)
+    area.setFrameShape(QFrame.Shape.NoFrame)
+    area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    area.setWidget(panel)
+    area.setMinimumHeight(60)
+    return area
+
+
 # (key, title, area): the order of View > Ctrl+1…8 and of the tabs
 DOCKS = (("selection", "Selection", RIGHT), ("moment", "At this moment", RIGHT), ("findings", "Findings", RIGHT),
          ("allocations", "Allocations", BOTTOM), ("annotations", "Annotations", BOTTOM),
@@ -34,18 +56,22 @@ class Docks(QObject):
     def __init__(self, window: QMainWindow, panels: dict[str, QWidget]):
         super().__init__(window)
         self.win = window
+        self._guard = QTimer(self)                # after any change: the plot's room (keep_plot_room)
+        self._guard.setSingleShot(True)
+        self._guard.setInterval(30)
+        self._guard.timeout.connect(self.keep_plot_room)
         self.docks: dict[str, QDockWidget] = {}
         for key, title, area in DOCKS:
             dock = QDockWidget(title, window)
             dock.setObjectName(f"dock_{key}")
-            dock.setWidget(panels[key])
+            dock.setWidget(scrolled(panels[key]) if key in SCROLLED else panels[key])
             window.addDockWidget(area, dock)
             self.docks[key] = dock
             dock.visibilityChanged.connect(lambda on, k=key: self._on_visible(k, on))
+            dock.visibilityChanged.connect(lambda on: on and self._guard.start())
         d = self.docks
-        # right column: findings above the selection / moment tabs; the table below everything
-        window.splitDockWidget(d["findings"], d["selection"], Qt.Orientation.Vertical)
-        window.tabifyDockWidget(d["selection"], d["moment"])
+        self.narrow = False                     # the right column's panels are tabs under the timeline
+        self._right_column()
         # the notes share the bottom with the table: a wide list, and the right column keeps its height
         for a, b in (("allocations", "annotations"), ("annotations", "allocator"), ("allocator", "whatif"),
                      ("whatif", "compare")):
@@ -66,26 +92,94 @@ class Docks(QObject):
         self._relayout.timeout.connect(self.default_layout)
         window.installEventFilter(self)
 
+    def _right_column(self):
+        """Findings above the selection / moment tabs, in a column beside the timeline."""
+        w, d = self.win, self.docks
+        w.addDockWidget(RIGHT, d["findings"])
+        w.addDockWidget(RIGHT, d["selection"])
+        w.splitDockWidget(d["findings"], d["selection"], Qt.Orientation.Vertical)
+        w.tabifyDockWidget(d["selection"], d["moment"])
+
+    def arrange(self, narrow: bool):
+        """A narrow window (under NARROW pixels) gives the timeline its whole width: the right
+        column's panels (mostly empty until something is selected) become tabs beside the
+        table; a wider one puts them back in their column. The tabs shown stay shown."""
+        if narrow == self.narrow:
+            return
+        self.narrow = narrow
+        w, d = self.win, self.docks
+        front = [k for k in d if self.shown(k)]
+        hidden = {k for k in RIGHT_COLUMN if d[k].isHidden()}
+        for k in RIGHT_COLUMN:
+            w.removeDockWidget(d[k])
+        if narrow:
+            for k in RIGHT_COLUMN:
+                w.addDockWidget(BOTTOM, d[k])
+                w.tabifyDockWidget(d["allocations"], d[k])
+        else:
+            self._right_column()
+        for k in RIGHT_COLUMN:
+            d[k].setVisible(k not in hidden)
+        for k in front:
+            d[k].raise_()
+
     # -- sizes ---------------------------------------------------------------------------------
     def default_layout(self):
         """Dock sizes in proportion to the window: the right column (findings above the
         selection) runs the full height, the table gets about a third of it below the
-        timeline, so at 1024x700 it still shows eight rows and the timeline most of the rest."""
+        timeline, so at 1024x700 it still shows eight rows and the timeline most of the rest;
+        under NARROW pixels the right column's panels are tabs beside the table."""
         w = self.win
         width, height = w.width(), w.height()
+        self.arrange(width < NARROW)
         right = max(280, min(440, int(width * 0.27)))
         bars = w.menuBar().height() + w.statusBar().height() + sum(
             t.height() for t in w.findChildren(QWidget, "toolbar_main"))
         column = max(300, height - bars - 8)
         d = self.docks
-        w.resizeDocks([d["findings"]], [right], Qt.Orientation.Horizontal)
-        w.resizeDocks([d["findings"], d["selection"]], [int(column * 0.40), int(column * 0.60)],
+        if not self.narrow:
+            w.resizeDocks([d["findings"]], [right], Qt.Orientation.Horizontal)
+            w.resizeDocks([d["findings"], d["selection"]], [int(column * 0.40), int(column * 0.60)],
+                          Qt.Orientation.Vertical)
+        w.resizeDocks([d["allocations"]], [max(140, int(height * (0.40 if height >= PLOT_ROOM_FROM else 0.30)))],
                       Qt.Orientation.Vertical)
-        w.resizeDocks([d["allocations"]], [max(180, int(height * 0.40))], Qt.Orientation.Vertical)
+        self.keep_plot_room()
+
+    def plot_room(self) -> int:
+        """The plot height the panels must leave: PLOT_MIN in a window of PLOT_ROOM_FROM pixels
+        or more, else PLOT_FLOOR."""
+        return PLOT_MIN if self.win.height() >= PLOT_ROOM_FROM else PLOT_FLOOR
+
+    def keep_plot_room(self):
+        """Whatever sized the panels (the window following the screen, a layout restored from
+        the last session, a panel brought forward), the plot keeps plot_room(): the panels
+        under the timeline give up the pixels it lacks."""
+        w = self.win
+        if not w.isVisible() or not w.timeline.plot.isVisible():
+            return
+        plot = w.timeline.plot
+        lack = self.plot_room() - plot.height()
+        if lack <= 0:
+            return
+        below = [dock for dock in self.docks.values()
+                 if dock.isVisible() and not dock.isFloating() and w.dockWidgetArea(dock) == BOTTOM]
+        if below:
+            dock = below[0]
+            w.resizeDocks([dock], [max(dock.minimumSizeHint().height(), dock.height() - lack)],
+                          Qt.Orientation.Vertical)
+
+    def restored(self, user: bool):
+        """A layout restored from the last session (QMainWindow.restoreState): the user's own
+        sizes when `user` (they stay, the plot's room apart), else the window's (followed)."""
+        self.narrow = self.win.dockWidgetArea(self.docks["findings"]) == BOTTOM
+        self.auto_layout = not user
+        self.follow_window()
 
     def follow_window(self):
         if self.auto_layout and not self.user_layout:
             self._relayout.start()
+        else:
+            self._guard.start()
 
     def eventFilter(self, obj, ev):
         # a press that reaches the main window itself may be on a dock separator: when the

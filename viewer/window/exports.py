@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Callable
 
 from PySide6.QtWidgets import QFileDialog, QInputDialog
 
-from ...common.units import fmt_bytes
+from ...common.units import fmt_bytes, fmt_seconds
+from ...present.timeaxis import number_ranges
 from ...parsers import Progress
 from ..worker import GuiThread, Worker
 from . import dialogs
@@ -24,6 +25,28 @@ if TYPE_CHECKING:
     from .main import MainWindow
 
 TRIM_WINDOW = 2000        # entries around the peak in a trimmed export (as `vramscope export --around-peak`)
+
+
+def range_words(d, first: int, last: int) -> str:
+    """What a trimmed snapshot of entries first..last holds: 'entries 1,000–3,000 (0.512 s to
+    1.230 s, iterations 2-3)'; the seconds when the trace has times, the iterations it
+    touches when the run has them ('part of iteration 2' when it lies inside one)."""
+    words = f"entries {first:,}–{last:,}"
+    more = []
+    if d.has_time:
+        t0, t1 = float(d.seconds_of(first)), float(d.seconds_of(last))
+        more.append(f"{fmt_seconds(t0, (t1 - t0) / 100 or None, t1)} to {fmt_seconds(t1, (t1 - t0) / 100 or None, t1)}")
+    its = [it for it in d.iterations if it.start_index <= last and it.end_index >= first]
+    if len(its) == 1 and (its[0].start_index < first or its[0].end_index > last):
+        more.append(f"part of iteration {its[0].number}")
+    elif its:
+        whole = [it.number for it in its if it.start_index >= first and it.end_index <= last]
+        part = [it.number for it in its if it.number not in whole]
+        if whole:
+            more.append(f"iteration{'s' if len(whole) > 1 else ''} {number_ranges(whole)}")
+        if part:
+            more.append(f"part of iteration{'s' if len(part) > 1 else ''} {number_ranges(part)}")
+    return words + (f" ({', '.join(more)})" if more else "")
 
 
 class Exports:
@@ -133,12 +156,12 @@ class Exports:
         choices = []
         marked = w.timeline.marked_range()
         if marked is not None and (span := w.entries_in(*marked)) is not None:
-            choices.append((f"The marked range: entries {span[0]:,}–{span[1]:,}", span))
+            choices.append((f"The marked range: {range_words(d, *span)}", span))
         span = w.entries_in(*w.timeline.x_span())
         if span is not None and span[1] - span[0] + 1 < d.n:
-            choices.append((f"The visible range: entries {span[0]:,}–{span[1]:,}", span))
+            choices.append((f"The visible range: {range_words(d, *span)}", span))
         s, e = window_around(d.n, max(d.peak_index, 0), TRIM_WINDOW)
-        choices.append((f"{e - s + 1:,} entries around the peak: entries {s:,}–{e:,}", (s, e)))
+        choices.append((f"{e - s + 1:,} entries around the peak: {range_words(d, s, e)}", (s, e)))
         if len(choices) > 1:
             item, ok = QInputDialog.getItem(w, "Export trimmed snapshot", f"Which entries of cuda:{d.device}:",
                                             [c[0] for c in choices], 0, False)
@@ -147,8 +170,9 @@ class Exports:
             span = next((c[1] for c in choices if c[0] == item), choices[0][1])
         else:
             span = choices[0][1]
-        path = self._save_path("Export trimmed snapshot", f"{self._base_name()}.trimmed.pickle",
-                               "Memory snapshots (*.pickle)", ".pickle")
+        # the save dialog's title says what the file will hold (the only words when there was no choice)
+        path = self._save_path(f"Export trimmed snapshot of cuda:{d.device}: {range_words(d, *span)}",
+                               f"{self._base_name()}.trimmed.pickle", "Memory snapshots (*.pickle)", ".pickle")
         if not path:
             return
         snap, dev, an = w.result.snapshot, d.device, w.result.analysis
@@ -180,4 +204,4 @@ class Exports:
             f"Wrote {info['counter_events']:,} counter events to {path}: open it in ui.perfetto.dev"))
 
 
-__all__ = ["Exports", "TRIM_WINDOW"]
+__all__ = ["Exports", "TRIM_WINDOW", "range_words"]

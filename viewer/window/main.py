@@ -27,9 +27,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...common.units import fmt_bytes, fmt_seconds
+from ...common.units import fmt_bytes
 from ...present.markup import html as _esc
 from ...present.markup import middle
+from ...present.timeaxis import axis_reason
 from ...present.words import leak_rows_text, peak_words
 from ..model import DeviceData, FindingView
 from ..model.load import LoadResult
@@ -47,6 +48,7 @@ from ..theme import Theme
 from ..timeline import TimelineWidget
 from ..ranks_part import RanksPart
 from .compare import Compare
+from .dialogs import FileDialogSizer
 from .docks import DOCKS, Docks
 from .exports import Exports
 from .loading import Loading, error_box
@@ -131,6 +133,10 @@ class MainWindow(QMainWindow):
             "whatif": self.whatif_panel, "compare": self.compare_panel})
         self.docks = self.dock_layout.docks
 
+        # every file dialog wide enough, its sizes and dates whole (dialogs.py)
+        self.file_dialogs = FileDialogSizer(self)
+        self.file_dialogs.install()
+
         # the parts
         self.loading = Loading(self)
         self.exports = Exports(self)
@@ -158,7 +164,8 @@ class MainWindow(QMainWindow):
         # after the event loop turn: the panels shown again after a load pass through
         # "visible" on their way behind the table's tab, and must not build the model then
         self.docks["whatif"].visibilityChanged.connect(lambda on: on and QTimer.singleShot(0, self._whatif_if_shown))
-        self.whatif_panel.changed.connect(self.timeline.set_whatif)
+        self.whatif_panel.changed.connect(self._on_whatif)
+        self.mode_before_whatif: str | None = None        # the view mode the what-if drawing replaced
         self.compare_panel.swapRequested.connect(self.compare.swap)
         self.compare_panel.closeRequested.connect(self.compare.close)
         self.compare_panel.siteChosen.connect(self.compare.on_site)
@@ -168,16 +175,33 @@ class MainWindow(QMainWindow):
         self.apply_theme()
         self.resize(1400, 900)
         self.default_layout()
-        if self.settings is not None:
-            geo = self.settings.value("window/geometry")
-            state = self.settings.value("window/state")
-            if geo is not None:
-                self.restoreGeometry(geo)
-            if state is not None:
-                self.restoreState(state)
-                self.dock_layout.auto_layout = False    # the user's own layout
-                self.docks["compare"].hide()        # nothing to compare yet
+        self._restore_panels()
         self.dock_layout.show_with_data(False)          # the welcome page alone
+        lay = self.layout()
+        if lay is not None:
+            lay.activate()                              # the minimum size without the panels...
+        self._restore_geometry()                        # ...does not hold a restored window wide (1187 pixels)
+
+    def _restore_panels(self):
+        """The last session's panels; their sizes only when the user had sized them by hand
+        (else they follow the window). Either way the plot keeps its room (Docks.keep_plot_room)."""
+        state = self.settings.value("window/state") if self.settings is not None else None
+        if state is not None and self.restoreState(state):
+            user = str(self.settings.value("window/user_layout", "false")).lower() == "true"
+            self.dock_layout.restored(user)
+            self.docks["compare"].hide()        # nothing to compare yet
+
+    def _restore_geometry(self):
+        """The last session's window where it fits the screen (one saved on a larger screen
+        is not restored)."""
+        geo = self.settings.value("window/geometry") if self.settings is not None else None
+        if geo is None or not self.restoreGeometry(geo):
+            return
+        screen, g = self.screen().availableGeometry(), self.frameGeometry()
+        if g.width() > screen.width() or g.height() > screen.height():
+            self.resize(min(1400, screen.width() - (g.width() - self.width())),
+                        min(900, screen.height() - (g.height() - self.height())))
+            self.move(screen.topLeft())
 
     # -- pages ------------------------------------------------------------------------------
     def _timeline_page(self) -> QWidget:
@@ -299,6 +323,7 @@ class MainWindow(QMainWindow):
         if self.settings is not None:
             self.settings.setValue("window/geometry", self.saveGeometry())
             self.settings.setValue("window/state", self.saveState())
+            self.settings.setValue("window/user_layout", not self.dock_layout.auto_layout or self.dock_layout.user_layout)
         super().closeEvent(ev)
         if ev.isAccepted():
             self.timeline.release()
@@ -541,10 +566,7 @@ class MainWindow(QMainWindow):
         d = self.data
         if d is None or not d.has_time or d.time_axis:
             return None
-        span = max(d.time_span, 1e-9)
-        gap = d.idle_gap_us / 1e6
-        return (f"x axis in entries: one idle stretch ({fmt_seconds(gap, gap / 100)}) is {gap / span:.0%} of the run "
-                f"(T: seconds)")
+        return f"x axis in {axis_reason(d.x_axis)} (T: seconds)"
 
     # -- theme -------------------------------------------------------------------------------
     def apply_theme(self):
@@ -570,7 +592,13 @@ class MainWindow(QMainWindow):
         self.device_strip.set_analysis(result.analysis, result.device)
         self.compare.follow(result)
         self.legend.set_data(d)
+        if d is not None:
+            d.set_time_axis(d.x_axis.seconds)       # each run opens on its own rule (after a Swap too)
         self.timeline.set_data(d, self.legend.visible() if d is not None else [])
+        if d is not None and self.mode_before_whatif is not None:       # a what-if does not outlive its file
+            before, self.mode_before_whatif = self.mode_before_whatif, None
+            self.set_mode(before)
+        self.whatif_panel.set_mode_note("")
         self.legend.set_mode(self.timeline.mode)
         self.stack_panel.set_data(d)
         self.moment_panel.set_data(d)
@@ -617,6 +645,26 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage("This snapshot has no allocator segments (profiler-converted): "
                                          "no segment view", 6000)
             self.mode_actions[self.timeline.mode].setChecked(True)
+
+    def _on_whatif(self, result, text: str, gpu):
+        """The what-if overlay: it draws by category, so a Segments or Allocations view turns
+        to Categories while a factor or lever is set, says so (the What-if panel, the status
+        bar), and comes back when the what-if is reset."""
+        tl = self.timeline
+        switched = result is not None and tl.mode != "categories" and self.mode_before_whatif is None
+        if switched:
+            self.mode_before_whatif = tl.mode
+        tl.set_whatif(result, text, gpu)
+        before = self.mode_before_whatif
+        if result is None and before is not None:
+            self.mode_before_whatif = None
+            self.set_mode(before)
+            before = None
+        note = (f"The timeline shows Categories while a what-if is set (it draws by category); Reset brings "
+                f"{self.mode_actions[before].text().replace('&', '')} back." if before is not None else "")
+        self.whatif_panel.set_mode_note(note)
+        if switched:
+            self.statusBar().showMessage(note, 10000)
 
     def _on_mode_changed(self, mode: str):
         self.mode_actions[mode].setChecked(True)

@@ -27,6 +27,8 @@ class StatusBar(QStatusBar):
     def add_label(self, label: QLabel, yields: bool = False):
         """A permanent label; `yields`: it steps aside while a message needs its room."""
         self.addPermanentWidget(label)
+        # its text does not hold the window wide (the bar steps labels aside instead: _fit)
+        label.setMinimumWidth(1)
         self._permanent.append(label)
         if yields:
             self._yielding.append(label)
@@ -43,9 +45,9 @@ class StatusBar(QStatusBar):
             w.show()
         self._stepped_aside = []
         self.setToolTip(message)
-        if not message:
-            return
-        need = self.fontMetrics().horizontalAdvance(message)
+        # a narrow window (800 pixels, a long file name, the notes' label): the labels that
+        # repeat the title and the toolbar step aside until the rest are read whole
+        need = self.fontMetrics().horizontalAdvance(message) if message else 0
         for w in self._yielding:
             if need <= self.room():
                 break
