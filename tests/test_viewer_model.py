@@ -199,7 +199,9 @@ def test_findings_and_state_only(tmp_path):
     d = DeviceData(snap, analyze(snap), 0)
     peak = d.findings[0]
     assert peak.kind == "peak" and peak.subject.bytes == d.peak_bytes
-    assert peak.row == d.row_of_alloc_event(peak.index)
+    # a peak finding opens on its largest live allocation
+    live = np.flatnonzero((d.alloc_index <= peak.index) & ((d.free_index < 0) | (d.free_index > peak.index)))
+    assert peak.row in live and d.allocs.size[peak.row] == d.allocs.size[live].max()
 
 
 def test_fmt():
