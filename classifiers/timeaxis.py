@@ -17,6 +17,10 @@ entries, sit in the right 2.5% of the axis). The rule, in order:
                        (an iteration's room: from its start to the next one's start, the
                        last to its end)
                                                                               -> entries
+  idle                 with two iterations or more: the longest gaps, one per iteration,
+                       take over three quarters of the run (a loop that sleeps, waits for
+                       data or for another rank between short bursts of work): the work
+                       itself, its phases, would get under a quarter of the axis -> entries
   crowded              the densest stretch holding half of the entries takes under a
                        quarter of that share of the run's time (under 12.5%)  -> entries
   even                 none of these                                          -> seconds
@@ -32,7 +36,7 @@ import numpy as np
 
 SQUEEZE = 4.0           # a stretch given under 1/SQUEEZE of the room entries give it is squeezed
 PAUSE_SHARE = 0.5       # one gap longer than this share of the run: entries
-AXIS_REASONS = ("no_times", "one_pause", "iterations_squeezed", "crowded", "even")
+AXIS_REASONS = ("no_times", "one_pause", "iterations_squeezed", "idle", "crowded", "even")
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,8 @@ class XAxis:
     iterations: tuple[int, ...] = ()   # iterations_squeezed: the squeezed iterations (Iteration.number)
     slowest: int = 0                # iterations_squeezed: the slowest iteration's number ...
     slowest_us: int = 0             # ... and its room on a seconds axis (to the next one's start)
+    idle_us: int = 0                # idle: the time in the longest gaps, one per iteration ...
+    idle_gaps: int = 0              # ... and how many gaps that is
 
     @property
     def seconds(self) -> bool:
@@ -96,6 +102,14 @@ def choose_x_axis(time_us, iterations=()) -> XAxis:
             return replace(base, reason="iterations_squeezed", first=rest[0].start_index, last=rest[-1].end_index,
                            entries_share=e_share, seconds_share=s_share, iterations=tuple(it.number for it in rest),
                            slowest=its[slow].number, slowest_us=took[slow])
+
+        # the longest gaps, as many as there are iterations: when they hold most of the run,
+        # the work between them is a sliver of a seconds axis
+        g = min(len(its), len(gaps))
+        idle = int(np.partition(gaps, len(gaps) - g)[len(gaps) - g:].sum())
+        if idle * SQUEEZE > (SQUEEZE - 1) * span:
+            return replace(base, reason="idle", idle_us=idle, idle_gaps=g,
+                           entries_share=1.0, seconds_share=(span - idle) / span)
 
     # the densest stretch of half the entries: the shortest time between entry i and i + w
     w = (n - 1) // 2

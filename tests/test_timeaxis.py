@@ -91,14 +91,28 @@ def test_the_real_snapshots(name, unit, reason):
         assert ax.pause_us > 0.5 * (t.max() - t[0])
 
 
-def test_a_generated_run_of_even_steps_keeps_seconds(tmp_path):
+def test_a_generated_run_that_waits_between_steps_starts_in_entries(tmp_path):
+    """The generator's loop sleeps between steps (0.2-0.4 s against steps of about 20 ms):
+    on a seconds axis its phases would be slivers."""
     sys.path.insert(0, BENCH)
     import gen_snapshot
     p = tmp_path / "gen.pickle"
     gen_snapshot.generate(str(p), 20_000, seed=1)
     da, ax = axis_of(p)
     assert len(da.iterations) >= 5
-    assert (ax.unit, ax.reason) == ("seconds", "even") and ax.squeeze < 2
+    t = raw_times(p)
+    gaps = np.sort(np.diff(t))[::-1][:len(da.iterations)]
+    assert gaps.sum() > 0.75 * (t[-1] - t[0])                    # read from the raw file
+    assert (ax.unit, ax.reason) == ("entries", "idle") and ax.idle_us == int(gaps.sum())
+    assert ax.idle_gaps == len(da.iterations) and ax.seconds_share < 0.25
+    assert axis_reason(ax).startswith(f"entries: {len(da.iterations)} pauses between the steps take")
+
+
+def test_a_leak_run_that_sleeps_between_steps_shows_its_phases_in_entries():
+    """The issue's leak run: on a seconds axis each step's phases were too narrow to shade
+    or label."""
+    da, ax = axis_of(DATA / "leak.pickle")
+    assert (ax.unit, ax.reason) == ("entries", "idle") and ax.seconds_share < 0.05
 
 
 def its(*bounds):
@@ -129,6 +143,12 @@ def test_the_rules_edges():
     ax = choose_x_axis(t, its((0, 299), (300, 599), (600, 999)))
     assert (ax.reason, ax.slowest, ax.iterations) == ("iterations_squeezed", 2, (1, 3))
     assert "iterations 1, 3 (" in axis_reason(ax)
+    # steps of 100 entries 1 us apart: with pauses of 100 us between them still seconds (the
+    # pauses hold half the run), with pauses of 1000 us entries (idle: 90% of the run)
+    five = its(*[(k * 100, k * 100 + 99) for k in range(5)])
+    for pause, want in ((100, "even"), (1000, "idle")):
+        t = np.concatenate([k * (100 + pause) + np.arange(100) for k in range(5)])
+        assert choose_x_axis(t, five).reason == want, pause
     # no iterations, most of the entries in a burst
     burst = np.r_[np.arange(100) * 1000, 100_000 + np.arange(900)]
     ax = choose_x_axis(burst)

@@ -213,3 +213,26 @@ def test_the_peak_label_keeps_clear_of_the_oom_label(qt):
         peak = label_box(tl, tl.peak_label)
         for ln in oom:
             assert not peak.intersects(ln.label.mapRectToScene(ln.label.boundingRect())), size
+
+
+def test_a_run_that_sleeps_between_steps_opens_in_entries_with_its_phases_shaded_and_named(qt):
+    """leak.pickle's loop sleeps 250 ms between 6 ms steps: in seconds its phases were too
+    narrow to shade or name; it opens in entries (classifiers/timeaxis.py: idle) and says why,
+    and T still gives seconds."""
+    w = new_window(qt)
+    w.resize(1600, 1000)
+    d = open_and_wait(qt, w, str(DATA / "leak.pickle"))
+    assert not d.time_axis and d.has_time
+    assert "6 pauses between the steps take" in w._axis_notice()
+    tl = w.timeline
+    qt.waitUntil(lambda: len(tl.spans.placed) > 0, timeout=3000)
+    named = {text for _, text in tl.spans.placed}
+    assert {"inputs", "backward", "optimizer"} <= named
+    # zoomed on one step, forward is named too
+    it = d.da.iterations[1]
+    tl.set_x_range(it.start_index, it.end_index)
+    tl.plot.viewport().repaint()
+    qt.waitUntil(lambda: "forward" in {text for _, text in tl.spans.placed}, timeout=3000)
+    qt.keyClick(w, Qt.Key.Key_T)
+    qt.waitUntil(lambda: w.data.time_axis, timeout=3000)
+    assert w._axis_notice() is None

@@ -33,6 +33,10 @@ def axis_reason(ax: XAxis) -> str:
         return (f"entries: iteration {ax.slowest} took {fmt_duration_us(ax.slowest_us)} of the run's {span}, so "
                 f"iteration{'s' if many else ''} {number_ranges(ax.iterations)} ({ax.entries_share:.0%} of the "
                 f"entries) would get {ax.seconds_share:.1%} of a seconds axis")
+    if ax.reason == "idle":
+        return (f"entries: {ax.idle_gaps} pause{'s' if ax.idle_gaps > 1 else ''} between the steps take "
+                f"{fmt_duration_us(ax.idle_us)} of the run's {span}, so the work itself would get "
+                f"{ax.seconds_share:.1%} of a seconds axis")
     if ax.reason == "crowded":
         return (f"entries: half of the entries ({ax.first:,} to {ax.last:,}) happen in {ax.seconds_share:.1%} of "
                 f"the run's {span}")
