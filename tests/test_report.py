@@ -14,7 +14,7 @@ from vramscope.present.stacks import Stacks
 from vramscope.services.report import MD_LIMIT, PNG_LIMIT, redact
 from vramscope.services.report import write_report as _write_report
 from vramscope.services.report_markdown import fit_markdown as _fit_markdown
-from vramscope.viewer.lod import envelope
+from vramscope.viewer.model.lod import envelope
 from vramscope.viewer.report_png import render_timeline
 
 

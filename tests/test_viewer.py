@@ -104,7 +104,7 @@ def test_hover_shows_the_allocation(qt, window):
 
 def test_switching_mode_under_a_still_pointer_updates_the_hover_box(qt, window):
     d = open_and_wait(qt, window, str(REPO / "tests" / "data" / "oom.pickle"))
-    assert d.segments_known
+    assert d.segments.known
     i = d.peak_index
     comp = d.composition([i])[0]
     vis = window.timeline.visible_categories

@@ -69,7 +69,7 @@ def test_stacked_by_segment_the_legend_is_the_segments_key(qt, window):
     assert legend.segment_key.isVisible()
     text = legend.segment_key.text()
     palette = w.timeline.stacking.palette()
-    keys = d.segment_keys()
+    keys = d.segments.keys()
     assert [words for _, words in keys] == ["small pool", "large pool"]      # one stream, both pools used
     for k, words in keys:
         color = SEGMENT_COLORS[k]
@@ -88,7 +88,7 @@ def test_several_streams_are_the_segments_key(qt, window, tmp_path):
     w = window
     d = open_and_wait(qt, w, two_stream_snapshot(tmp_path / "streams.pickle"))
     w.set_mode("segments")
-    assert [words for _, words in d.segment_keys()] == ["stream 0", "stream 7"]
+    assert [words for _, words in d.segments.keys()] == ["stream 0", "stream 7"]
     text = w.legend.segment_key.text()
     assert "stream 0" in text and "stream 7" in text and "pool" not in text
     assert w.legend.segment_key.isVisible()

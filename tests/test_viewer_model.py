@@ -162,12 +162,12 @@ def test_largest_live_and_allocation_at(synth):
 
 def test_segments_at(synth):
     d = synth
-    segs = d.segments_at(d.n - 1)
+    segs = d.segments.at(d.n - 1)
     assert segs.known and len(segs.size) == 1
     assert int(segs.allocated.sum()) == d.live_at(d.n - 1)
     assert 0 < d.da.reserved_unallocated_at(d.n - 1) == int(segs.size.sum() - segs.allocated.sum())
-    assert len(d.segments_at(-1).size) == 0     # the trace's first entry allocates it
-    assert int(d.segments_at(0).size.sum()) == 1 << 38
+    assert len(d.segments.at(-1).size) == 0     # the trace's first entry allocates it
+    assert int(d.segments.at(0).size.sum()) == 1 << 38
 
 
 def test_rows_sort_and_filter(synth):

@@ -130,7 +130,7 @@ def test_the_viewer_shows_the_analysis_figures(path, qt, monkeypatch, cache_dir,
         # -- the allocator: the analysis' reserved line and live bytes, the OOM's record -------------
         for i in at:
             st = d.allocator.state_at(i)          # the analysis' allocator (classifiers/allocator.py)
-            segs = d.segments_at(i)
+            segs = d.segments.at(i)
             reserved = da.live.reserved_at(i)
             if not st.known:
                 assert not segs.known and da.reserved_unallocated_at(i) is None
@@ -147,7 +147,7 @@ def test_the_viewer_shows_the_analysis_figures(path, qt, monkeypatch, cache_dir,
             assert reserved_unallocated_words(reserved, da.reserved_unallocated_at(i)) in moment.seg_label.text()
         for o in da.ooms:
             if o.reserved is not None and not da.reserved_unknown():
-                segs = d.segments_at(o.index)
+                segs = d.segments.at(o.index)
                 assert (int(segs.size.sum()), int(segs.allocated.sum())) == (o.reserved, o.allocated)
                 assert o.fragmentation_bytes == da.reserved_unallocated_at(o.index)
     whatif.shutdown()

@@ -85,7 +85,7 @@ def test_hidden_categories_drop_out_and_the_rest_moves_down(data):
 
 def test_segments_add_up_to_reserved_memory(data):
     for name, d in data:
-        st = d.segment_stack()
+        st = d.segments.stack()
         if st is None:
             continue
         ms = moments(d)
@@ -96,7 +96,7 @@ def test_segments_add_up_to_reserved_memory(data):
             # each live segment holds exactly the allocations inside its address range
             ranks, _, _ = cols.of(u)
             segs = [st.row_of(int(r)) for r in ranks]
-            inside = sum(d.allocated_in_segment(s, i) for s in segs)
+            inside = sum(d.segments.allocated_in(s, i) for s in segs)
             assert inside == d.live_at(i) or name == "expandable.pickle", (name, i)
 
 

@@ -26,7 +26,7 @@ from ...classifiers.timeaxis import XAxis, x_axis
 from ...common.units import fmt_seconds
 from ...present.stacks import Stacks
 from ...present.words import finding_detail, finding_title
-from ..segments import SegmentsMixin
+from .segments import SegmentBands
 from .alloc_stack import AllocStack
 from .lod import MinMaxPyramid
 
@@ -77,7 +77,7 @@ class FindingView:
 
 
 # -- the device model -----------------------------------------------------------------
-class DeviceData(SegmentsMixin):
+class DeviceData:
     def __init__(self, snap, analysis, device: int, progress=None, stacks: Stacks | None = None):
         self.snap = snap
         self.analysis = analysis
@@ -141,8 +141,8 @@ class DeviceData(SegmentsMixin):
 
         self._rank: np.ndarray | None = None
         self._alloc_stack: AllocStack | None = None
-        self._segment_stack: AllocStack | None = None
-        self._build_segments()
+        self.allocator = analysis.allocator(device)      # the analysis' AllocatorHistory
+        self.segments = SegmentBands(self.allocator, self.n)
         self.stacks = stacks or Stacks(analysis)
         self.iterations: list[Iteration] = list(da.iterations)
         self.findings = self._build_findings()

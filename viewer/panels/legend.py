@@ -134,7 +134,7 @@ class LegendBar(QWidget):
             b.toggled.connect(lambda _=False: self.toggled.emit())
             self.lay.addWidget(b)
             self.buttons[c] = b
-        if data.segments_known:
+        if data.segments.known:
             self.segment_key = self._segment_key(data)
             self.lay.addWidget(self.segment_key)
         fg = self.palette().color(self.foregroundRole()).name()
@@ -157,7 +157,7 @@ class LegendBar(QWidget):
     def _segment_key(self, data: DeviceData) -> QLabel:
         """The segment bands' colours and what each stands for (viewer/timeline_modes.py
         stack_palette), shown instead of the category toggles when stacked by segment."""
-        keys = data.segment_keys()
+        keys = data.segments.keys()
         shown = keys[:self.SEGMENT_KEYS_SHOWN]
         parts = [f"<span style='color:{SEGMENT_COLORS[k % len(SEGMENT_COLORS)]}'>■</span>&nbsp;{words}"
                  for k, words in shown]
@@ -167,7 +167,7 @@ class LegendBar(QWidget):
                      + f"&nbsp;&nbsp;<span style='color:#777'>({SEGMENT_BANDS_WORDS})</span>", self)
         key.setTextFormat(Qt.TextFormat.RichText)
         key.setToolTip("Stacked by segment: the allocator's reserved memory, each segment a band coloured by "
-                       + ("its stream" if len(data.streams) > 1 else
+                       + ("its stream" if len(data.segments.streams) > 1 else
                           "its pool (small pool: 2 MiB segments for requests up to 1 MiB; large pool: the rest)")
                        + ". Categories do not apply here: Stack by Category (C) or Allocation (L) brings "
                          "their toggles back.")

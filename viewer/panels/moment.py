@@ -167,7 +167,7 @@ class MomentPanel(QWidget):
             self.largest.addTopLevelItem(it)
         self.largest.resizeColumnToContents(0)
         self.largest.resizeColumnToContents(1)
-        segs = d.segments_at(i)
+        segs = d.segments.at(i)
         self.strip.set_segments(segs)
         if not segs.known:
             self.seg_label.setText("<i>This snapshot has no allocator segments (profiler-converted).</i>")

@@ -110,7 +110,7 @@ class Pointer:
         u = int(st.col_u[k])
         rank = st.cols.rank_at(u, y)
         if st.mode == "segments":
-            return -1, -1, d.segment_stack().row_of(rank), i
+            return -1, -1, d.segments.stack().row_of(rank), i
         row = d.alloc_stack().row_of(rank)
         return row, (int(d.category[row]) if row >= 0 else -1), -1, i
 
@@ -144,13 +144,13 @@ class Pointer:
     def _segment_html(self, seg: int, i: int) -> str:
         d = self.data
         when = self._when(i)
-        size = int(d.seg_size[seg])
-        inside = d.allocated_in_segment(seg, i)
-        stream = f" · {segment_stream_words(int(d.seg_stream[seg]))}" if len(d.streams) > 1 else ""
-        pool = segment_pool_words(small=bool(d.seg_small[seg]))
+        size = int(d.segments.size[seg])
+        inside = d.segments.allocated_in(seg, i)
+        stream = f" · {segment_stream_words(int(d.segments.stream[seg]))}" if len(d.segments.streams) > 1 else ""
+        pool = segment_pool_words(small=bool(d.segments.small[seg]))
         return (f"<div style='font-size:9pt'><span style='opacity:0.75'>{when} · reserved "
                 f"{fmt_bytes(d.reserved_at(i))}</span><br>"
-                f"<b>segment 0x{int(d.seg_addr[seg]):x}</b> · {fmt_bytes(size)} ({pool}{stream})<br>"
+                f"<b>segment 0x{int(d.segments.addr[seg]):x}</b> · {fmt_bytes(size)} ({pool}{stream})<br>"
                 f"allocated in it {fmt_bytes(inside)} · free {fmt_bytes(size - inside)}<br>"
                 f"<i style='opacity:0.7'>click: its blocks at this moment (Allocator panel)</i></div>")
 

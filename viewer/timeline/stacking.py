@@ -49,7 +49,7 @@ class Stacking:
         self.cols = None
         self.whatif = None
         self.scales = None
-        if self.mode == "segments" and self.data is not None and not self.data.segments_known:
+        if self.mode == "segments" and self.data is not None and not self.data.segments.known:
             self.mode = "categories"
             return True
         return False
@@ -58,7 +58,7 @@ class Stacking:
         """Stack by 'categories', 'allocations' or 'segments' (False: not for this file)."""
         if mode not in MODES:
             raise ValueError(mode)
-        if mode == "segments" and (self.data is None or not self.data.segments_known):
+        if mode == "segments" and (self.data is None or not self.data.segments.known):
             return False
         if mode != self.mode:
             self.mode = mode
@@ -74,7 +74,7 @@ class Stacking:
         d = self.data
         if self.mode == "segments":
             names = SEGMENT_COLORS
-            base = [QColor(names[k % len(names)]) for k in range(max(1, int(d.seg_key.max()) + 1 if len(d.seg_key)
+            base = [QColor(names[k % len(names)]) for k in range(max(1, int(d.segments.key.max()) + 1 if len(d.segments.key)
                                                                        else 1))]
         else:
             base = [self.tl.theme.band_color(name) for name in d.categories]
@@ -89,7 +89,7 @@ class Stacking:
         moment's stack computed once)."""
         d, tl = self.data, self.tl
         if self.mode == "segments":
-            stack, keep = d.segment_stack(), None
+            stack, keep = d.segments.stack(), None
         else:
             stack = d.alloc_stack()
             keep = np.zeros(256, dtype=bool)

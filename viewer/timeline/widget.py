@@ -68,7 +68,7 @@ class TimelineWidget(QWidget):
     hoverLeft = Signal()
     marked = Signal(float, float)              # a Ctrl+drag marked this x range
     modeChanged = Signal(str)
-    segmentClicked = Signal(int, int)          # segment (DeviceData.seg_*), entry
+    segmentClicked = Signal(int, int)          # segment (DeviceData.segments), entry
 
     ITER_PEAK_PX = 16             # at most one iteration-peak marker per this many pixels
 

@@ -504,7 +504,7 @@ class MainWindow(QMainWindow):
     def _set_loaded_actions(self, on: bool):
         for a in self.mode_actions.values():
             a.setEnabled(on)
-        if on and self.data is not None and not self.data.segments_known:
+        if on and self.data is not None and not self.data.segments.known:
             self.mode_actions["segments"].setEnabled(False)
         for a in (self.act_reload, self.act_zoom_in, self.act_zoom_out, self.act_reset, self.act_peak,
                   self.act_next, self.act_prev, self.act_export, self.act_export_report, self.act_export_trimmed,
@@ -698,7 +698,7 @@ class MainWindow(QMainWindow):
         if d is None:
             return
         self.dock_layout.show("allocator")
-        self.allocator_panel.show_index(i, int(d.seg_addr[seg]))
+        self.allocator_panel.show_index(i, int(d.segments.addr[seg]))
 
     def _on_allocator_step(self, i: int):
         """The allocator panel stepped to entry i: the cursor, the moment and the view follow."""
