@@ -651,6 +651,8 @@ class MainWindow(QMainWindow):
             return
         self.dock_layout.show("allocator")
         self.allocator_panel.show_index(i, int(d.seg_addr[seg]))
+        # the keys step the allocator at once (→, Ctrl+→, Page Down), not the timeline
+        self.allocator_panel.setFocus(Qt.FocusReason.MouseFocusReason)
 
     def _on_allocator_step(self, i: int):
         """The allocator panel stepped to entry i: the cursor, the moment and the view follow."""
@@ -701,6 +703,8 @@ class MainWindow(QMainWindow):
         self.timeline.select_row(row)
         if source != "table":
             self.table_panel.select_row(row)
+        if source != "allocator" and self.on_screen("allocator"):
+            self.allocator_panel.show_row(row)
         if row >= 0:
             if source in ("table", "moment"):
                 self.show_row(row)
