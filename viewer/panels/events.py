@@ -49,7 +49,7 @@ class EventModel(QAbstractTableModel):
     def columnCount(self, parent=QModelIndex()):
         return 0 if parent.isValid() else len(COLUMNS)
 
-    def event(self, r: int) -> EventRow:
+    def row_at(self, r: int) -> EventRow:
         """Entry `r` (fetching the window around it when it is not the one held)."""
         if not self._lo <= r < self._lo + len(self._rows):
             d = self.data_
@@ -69,7 +69,7 @@ class EventModel(QAbstractTableModel):
         if role not in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.ToolTipRole, Qt.ItemDataRole.DecorationRole,
                         Qt.ItemDataRole.FontRole, Qt.ItemDataRole.ForegroundRole):
             return None
-        ev = self.event(index.row())
+        ev = self.row_at(index.row())
         guess = ev.evidence == "guess"
         if role == Qt.ItemDataRole.DisplayRole:
             if c == COL_ENTRY:

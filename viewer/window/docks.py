@@ -8,10 +8,10 @@ from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QTabBar, QWidget
 
 RIGHT, BOTTOM = Qt.DockWidgetArea.RightDockWidgetArea, Qt.DockWidgetArea.BottomDockWidgetArea
-# (key, title, area): the order of View > Ctrl+1…8 and of the tabs
+# (key, title, area): the order of View > Ctrl+1…9 and of the tabs
 DOCKS = (("selection", "Selection", RIGHT), ("moment", "At this moment", RIGHT), ("findings", "Findings", RIGHT),
          ("allocations", "Allocations", BOTTOM), ("annotations", "Annotations", BOTTOM),
-         ("allocator", "Allocator", BOTTOM), ("whatif", "What if", BOTTOM), ("compare", "Compare", BOTTOM))
+         ("allocator", "Allocator", BOTTOM), ("memtree", "Memory tree", BOTTOM), ("whatif", "What if", BOTTOM), ("compare", "Compare", BOTTOM))
 
 
 def first_focusable(panel: QWidget) -> QWidget | None:
@@ -47,7 +47,8 @@ class Docks(QObject):
         window.splitDockWidget(d["findings"], d["selection"], Qt.Orientation.Vertical)
         window.tabifyDockWidget(d["selection"], d["moment"])
         # the notes share the bottom with the table: a wide list, and the right column keeps its height
-        for a, b in (("allocations", "annotations"), ("annotations", "allocator"), ("allocator", "whatif"),
+        for a, b in (("allocations", "annotations"), ("annotations", "allocator"), ("allocator", "memtree"),
+                     ("memtree", "whatif"),
                      ("whatif", "compare")):
             window.tabifyDockWidget(d[a], d[b])
         d["compare"].hide()                         # until File > Compare With…

@@ -38,6 +38,7 @@ from ..panels.compare import ComparePanel
 from ..panels.devices import DeviceStrip
 from ..panels.findings import FindingsPanel
 from ..panels.legend import LegendBar
+from ..panels.memtree import MemoryTreePanel
 from ..panels.moment import MomentPanel
 from ..panels.notes import NotesPanel
 from ..panels.selection import StackPanel
@@ -78,7 +79,11 @@ SHORTCUTS = (("Ctrl+O", "open a snapshot"), ("Ctrl+Shift+O", "open a folder of p
              ("C / L / S", "stack by category / allocation / segment"),
              ("T", "seconds or trace entries on the x axis"),
              ("← / → in Allocator", "step one entry (Ctrl: to the previous / next segment event)"),
-             ("Ctrl+Return", "save a note"), ("Ctrl+1…8", "show / hide panels"))
+             ("Page Up / Down in Allocator", "100 entries back / on"),
+             ("↑ / ↓ in the event list", "the previous / next event (the map and the cursor follow)"),
+             ("Memory tree", "click the timeline: what holds the memory there; Return in its search: "
+                             "the next match; double-click: the allocations"),
+             ("Ctrl+Return", "save a note"), ("Ctrl+1…9", "show / hide panels"))
 
 
 class MainWindow(QMainWindow):
@@ -123,12 +128,13 @@ class MainWindow(QMainWindow):
         self.table_panel = AllocationsPanel(self)
         self.notes_panel = NotesPanel(self)
         self.allocator_panel = AllocatorPanel(self)
+        self.memtree_panel = MemoryTreePanel(self)
         self.whatif_panel = WhatIfPanel(self)
         self.compare_panel = ComparePanel(self)
         self.dock_layout = Docks(self, {
             "selection": self.stack_panel, "moment": self.moment_panel, "findings": self.findings_panel,
             "allocations": self.table_panel, "annotations": self.notes_panel, "allocator": self.allocator_panel,
-            "whatif": self.whatif_panel, "compare": self.compare_panel})
+            "memtree": self.memtree_panel, "whatif": self.whatif_panel, "compare": self.compare_panel})
         self.docks = self.dock_layout.docks
 
         # the parts
@@ -155,6 +161,10 @@ class MainWindow(QMainWindow):
         self.allocator_panel.rowClicked.connect(lambda r: self.select_row(r, source="allocator"))
         self.docks["allocator"].visibilityChanged.connect(
             lambda on: on and QTimer.singleShot(0, self._allocator_if_shown))
+        self.memtree_panel.allocationsChosen.connect(self._show_tree_rows)
+        self.memtree_panel.peakRequested.connect(self.jump_to_peak)
+        self.docks["memtree"].visibilityChanged.connect(
+            lambda on: on and QTimer.singleShot(0, self._memtree_if_shown))
         # after the event loop turn: the panels shown again after a load pass through
         # "visible" on their way behind the table's tab, and must not build the model then
         self.docks["whatif"].visibilityChanged.connect(lambda on: on and QTimer.singleShot(0, self._whatif_if_shown))
@@ -266,6 +276,8 @@ class MainWindow(QMainWindow):
         """The moment the panels show when the pointer is not over the timeline."""
         self.pinned_index = i
         self.moment_panel.show_index(i)
+        if self.on_screen("memtree"):
+            self.memtree_panel.show_index(i)
 
     # -- window events -------------------------------------------------------------------------
     def resizeEvent(self, ev):
@@ -577,9 +589,12 @@ class MainWindow(QMainWindow):
         self.findings_panel.set_data(d)
         self.table_panel.set_data(d)
         self.allocator_panel.set_data(d)
+        self.memtree_panel.set_data(d)
         self.whatif_panel.set_data(d)
         if d is not None:
             QTimer.singleShot(0, self._whatif_if_shown)
+            QTimer.singleShot(0, self._allocator_if_shown)      # a panel on screen shows the new file
+            QTimer.singleShot(0, self._memtree_if_shown)
             self.stack.setCurrentIndex(PAGE_TIMELINE)
         else:
             self.empty_msg.setText(
@@ -644,6 +659,19 @@ class MainWindow(QMainWindow):
         d = self.data
         if d is not None and self.on_screen("allocator") and self.allocator_panel.index is None:
             self.allocator_panel.show_index(self.pinned_index if self.pinned_index is not None else d.peak_index)
+
+    def _memtree_if_shown(self):
+        d = self.data
+        if d is not None and self.on_screen("memtree"):
+            self.memtree_panel.show_index(self.pinned_index if self.pinned_index is not None else d.peak_index)
+
+    def _show_tree_rows(self, rows, text: str):
+        """A memory tree node double-clicked: the table shows exactly its live allocations,
+        the largest selected."""
+        self.table_panel.show_only(rows, text)
+        self.timeline.set_row_marks(rows)
+        self.dock_layout.show("allocations")
+        self.select_row(int(rows[0]), source="memtree")
 
     def _on_segment_clicked(self, seg: int, i: int):
         d = self.data
