@@ -193,6 +193,10 @@ def test_the_event_list_moves_the_entry_and_follows_it(qt, window):
     from vramscope.present.events import addr_text, event_rows
     (row,) = event_rows(d.da, d.stacks, j, j + 1)
     m = ev.model()
-    assert [m.index(j, c).data() for c in range(4)] == [
-        f"{j:,}", row.action, m.index(j, 2).data(), addr_text(row.addr) if row.addr else ""]
-    assert m.index(j, 6).data() == row.where
+    from vramscope.common.units import fmt_bytes
+    from vramscope.viewer.panels.events import COLUMNS
+    said = {COLUMNS[c]: m.index(j, c).data() for c in range(len(COLUMNS))}
+    assert said["Entry"] == f"{j:,}" and said["Action"] == row.action and said["Where"] == row.where
+    assert said["Size"] == (fmt_bytes(row.size) if row.size else "")
+    assert said["Address"] == (addr_text(row.addr) if row.addr else "")
+    assert said["Category"].startswith(row.category) and said["Stream"] == str(row.stream)

@@ -22,11 +22,11 @@ from PySide6.QtWidgets import (
 
 from ...classifiers.allocator import AllocatorState
 from ...classifiers.events import next_segment_event
-from ...common.units import fmt_bytes
+from ...common.units import fmt_bytes, fmt_seconds
 from ...present.events import event_header
 from ...present.markup import html as _esc
 from ...present.words import RESERVED_UNALLOCATED_WHY, largest_free_words, reserved_unallocated_words
-from ..model import DeviceData, when_text
+from ..model import DeviceData
 from ..theme import category_color
 from .events import EventList
 
@@ -242,43 +242,50 @@ class AllocatorPanel(QWidget):
             f"<span style='color:{category_color('activations').name()}'>■</span> allocated (by category) "
             "&nbsp;<span style='color:#555'>■</span> rounding &nbsp;"
             f"<span style='color:{PENDING_COLOR}'>▨</span> pending free &nbsp;"
-            "<span style='color:#bbb'>■</span> cached &nbsp;·&nbsp; ← → step, Ctrl+← → segment events", self)
+            "<span style='color:#bbb'>■</span> cached", self)
         legend.setWordWrap(True)           # the panel must fit a 1024-pixel window's bottom area
         legend.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        legend.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        top = QHBoxLayout()
-        top.setContentsMargins(0, 0, 0, 0)
-        top.addWidget(self.prev_btn)
-        top.addWidget(self.next_btn)
-        top.addWidget(self.where)
-        top.addWidget(legend, 1)
-        # the event at the current entry, in words (present/events.py)
+        legend.setToolTip("← / →: one entry · Ctrl+← / →: the previous / next segment event · "
+                          "Page Up / Down: 100 entries")
+        # the event at the current entry, in words (present/events.py), beside the step buttons
         self.event_label = QLabel(self)
         self.event_label.setTextFormat(Qt.TextFormat.PlainText)
         self.event_label.setWordWrap(True)
         self.event_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.event_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        top = QHBoxLayout()
+        top.setContentsMargins(0, 0, 0, 0)
+        top.addWidget(self.prev_btn)
+        top.addWidget(self.next_btn)
+        top.addWidget(self.where)
+        top.addWidget(self.event_label, 1)
         self.map = SegmentMap(self)
         self.map.rowClicked.connect(self.rowClicked)
         self.scroll = QScrollArea(self)
         self.scroll.setWidget(self.map)
         self.scroll.setWidgetResizable(True)
         self.scroll.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        # the map's column: its totals and its key over it
+        right = QWidget(self)
+        rl = QVBoxLayout(right)
+        rl.setContentsMargins(0, 0, 0, 0)
+        rl.addWidget(self.header)
+        rl.addWidget(legend)
+        rl.addWidget(self.scroll, 1)
         # the history of events beside the map, in step with it
         self.events = EventList(self)
         self.events.selectionModel().currentRowChanged.connect(self._on_event_chosen)
         self.events.installEventFilter(self)
         self.split = QSplitter(Qt.Orientation.Horizontal, self)
         self.split.addWidget(self.events)
-        self.split.addWidget(self.scroll)
-        self.split.setStretchFactor(0, 1)
-        self.split.setStretchFactor(1, 1)
+        self.split.addWidget(right)
+        self.split.setStretchFactor(0, 3)
+        self.split.setStretchFactor(1, 2)
         self.split.setChildrenCollapsible(False)
+        self._split_sized = False          # the list gets 55% of the width once, then the user's
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(top)
-        lay.addWidget(self.event_label)
-        lay.addWidget(self.header)
         lay.addWidget(self.split, 1)
         self._syncing = False
 
@@ -307,7 +314,7 @@ class AllocatorPanel(QWidget):
         self.map.set_state(d, st)
         self.scroll_to_segment(segment_address)
         self._select_event(i)
-        self.where.setText(f"<b>{when_text(d, i)}</b>")
+        self.where.setText(f"<b>{fmt_seconds(float(d.seconds_of(i)), 1e-4)}</b> ·" if d.has_time and i >= 0 else "")
         text = event_header(d.da, d.stacks, i)
         self.event_label.setText(text)
         self.event_label.setToolTip(text)
@@ -357,9 +364,12 @@ class AllocatorPanel(QWidget):
                 ev.selectionModel().clearCurrentIndex()
                 return
             idx = ev.model_.index(i, 0)
+            shown = ev.viewport().rect().contains(ev.visualRect(idx).center())
             ev.selectionModel().setCurrentIndex(
                 idx, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows)
-            ev.scrollTo(idx, QAbstractItemView.ScrollHint.EnsureVisible)
+            # a step keeps the rows still; a jump puts the event in the middle, its neighbours around it
+            ev.scrollTo(idx, QAbstractItemView.ScrollHint.EnsureVisible if shown
+                        else QAbstractItemView.ScrollHint.PositionAtCenter)
         finally:
             self._syncing = False
 
@@ -423,6 +433,13 @@ class AllocatorPanel(QWidget):
             super().keyPressEvent(ev)
             return
         ev.accept()
+
+    def resizeEvent(self, ev):
+        super().resizeEvent(ev)
+        w = self.split.width()
+        if not self._split_sized and w > 200:
+            self._split_sized = True
+            self.split.setSizes([int(w * 0.55), w - int(w * 0.55)])
 
     def focusInEvent(self, ev):
         super().focusInEvent(ev)

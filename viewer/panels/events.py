@@ -16,12 +16,14 @@ from ...present.words import EVIDENCE_WORDS
 from ..model import DeviceData
 from ..theme import category_color
 
-COLUMNS = ("Entry", "Action", "Size", "Address", "Stream", "Category", "Where")
-COL_ENTRY, COL_ACTION, COL_SIZE, COL_ADDR, COL_STREAM, COL_CATEGORY, COL_WHERE = range(len(COLUMNS))
+# the user's frame right after what happened, so a narrow window still shows it
+COLUMNS = ("Entry", "Action", "Size", "Where", "Category", "Address", "Stream")
+COL_ENTRY, COL_ACTION, COL_SIZE, COL_WHERE, COL_CATEGORY, COL_ADDR, COL_STREAM = range(len(COLUMNS))
 TIPS = ("The trace entry (the x axis in entries)", "torch's name for what the allocator did",
-        "Bytes requested (segment events: the segment's size)", "The block's (or segment's) address",
-        "The CUDA stream", "The category of the allocation the event belongs to",
-        "The user's code that made it (hover for the event in full)")
+        "Bytes requested (segment events: the segment's size)",
+        "The user's code that made it (hover for the event in full)",
+        "The category of the allocation the event belongs to", "The block's (or segment's) address",
+        "The CUDA stream")
 WINDOW = 512                    # entries fetched at a time, around the one asked for
 NUMERIC = (COL_ENTRY, COL_SIZE, COL_STREAM)
 
@@ -131,10 +133,13 @@ class EventList(QTableView):
         hh.setStretchLastSection(True)
         hh.setHighlightSections(False)
         fm = self.fontMetrics()
-        for col, sample in ((COL_ENTRY, "10,000,000"), (COL_ACTION, "free_completed"), (COL_SIZE, "1023.99 MiB"),
-                            (COL_ADDR, "0x7f3a2c000000"), (COL_STREAM, "Stream"),
-                            (COL_CATEGORY, "optimizer (a guess)")):
-            self.setColumnWidth(col, fm.horizontalAdvance(sample) + 22)
+        for col, sample, pad in ((COL_ENTRY, "999,999", 14), (COL_ACTION, "free_completed", 14),
+                                 (COL_SIZE, "1023.99 MiB", 14), (COL_ADDR, "0x7f3a2c000000", 14),
+                                 (COL_STREAM, "Stream", 14), (COL_CATEGORY, "activations", 36),
+                                 (COL_WHERE, "LogSoftmaxBackward0 (autograd)", 14)):
+            self.setColumnWidth(col, fm.horizontalAdvance(sample) + pad)
 
     def set_data(self, d: DeviceData | None):
         self.model_.set_data(d)
+        # one stream: its column says nothing
+        self.setColumnHidden(COL_STREAM, d is None or len(d.streams) <= 1)

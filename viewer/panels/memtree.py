@@ -31,7 +31,7 @@ from ...present.memtree import guess_words, node_label, node_where, search_tree
 from ..model import DeviceData, when_text
 from ..theme import Theme, category_color
 
-COLUMNS = ("Code path", "Bytes", "Share", "Allocations", "Category")
+COLUMNS = ("Code path", "Bytes", "Share", "Allocs", "Category")
 COL_LABEL, COL_BYTES, COL_SHARE, COL_COUNT, COL_CATEGORY = range(len(COLUMNS))
 TIPS = ("The code that allocated, the user's frames outermost, down to the op that allocated",
         "Live bytes under this frame at this moment", "Of all the live bytes at this moment",
@@ -187,11 +187,12 @@ class MemoryTreePanel(QWidget):
         self.peak_btn.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self.peak_btn.clicked.connect(self.peakRequested)
         self.search = QLineEdit(self)
-        self.search.setPlaceholderText("Find: file, function, file.py:line, op")
+        self.search.setPlaceholderText("Find: file.py:line, function, op")
         self.search.setClearButtonEnabled(True)
         self.search.setToolTip("Finds the frames that match, opens the tree down to them (Return: the next one)")
-        self.search.setMinimumWidth(160)
-        self.search.setMaximumWidth(320)
+        # the whole hint stays readable (a narrow window gives the header's words less room first)
+        self.search.setMinimumWidth(self.search.fontMetrics().horizontalAdvance(self.search.placeholderText()) + 40)
+        self.search.setMaximumWidth(self.search.minimumWidth() + 120)
         self.search.textChanged.connect(lambda: self._search_timer.start())
         self.search.returnPressed.connect(lambda: self.next_match(1))
         self.found = QLabel(self)
@@ -215,10 +216,12 @@ class MemoryTreePanel(QWidget):
         hh.setStretchLastSection(False)
         hh.setSectionResizeMode(COL_LABEL, QHeaderView.ResizeMode.Stretch)
         fm = self.fontMetrics()
-        for col, sample in ((COL_BYTES, "1023.99 MiB"), (COL_SHARE, "100.0%"), (COL_COUNT, "Allocations"),
-                            (COL_CATEGORY, "quantization (40% a guess)")):
+        # the numbers narrow, so a deep code path keeps its words at 1024 pixels
+        self.view.setIndentation(14)
+        for col, sample, pad in ((COL_BYTES, "1023.99 MiB", 14), (COL_SHARE, "100.0%", 14),
+                                 (COL_COUNT, "Allocs", 18), (COL_CATEGORY, "activations (a guess)", 36)):
             hh.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)
-            self.view.setColumnWidth(col, fm.horizontalAdvance(sample) + 28)
+            self.view.setColumnWidth(col, fm.horizontalAdvance(sample) + pad)
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
         top.addWidget(self.header, 1)
