@@ -28,6 +28,17 @@ WINDOW = 512                    # entries fetched at a time, around the one aske
 NUMERIC = (COL_ENTRY, COL_SIZE, COL_STREAM)
 
 
+def column_header(columns, tips, section, orientation, role):
+    """A model's horizontal header: each column's name, and its tooltip."""
+    if orientation != Qt.Orientation.Horizontal:
+        return None
+    if role == Qt.ItemDataRole.DisplayRole:
+        return columns[section]
+    if role == Qt.ItemDataRole.ToolTipRole:
+        return tips[section]
+    return None
+
+
 class EventModel(QAbstractTableModel):
     """Every trace entry of one device as a row, fetched a window at a time."""
 
@@ -102,13 +113,7 @@ class EventModel(QAbstractTableModel):
         return None
 
     def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
-        if orientation != Qt.Orientation.Horizontal:
-            return None
-        if role == Qt.ItemDataRole.DisplayRole:
-            return COLUMNS[section]
-        if role == Qt.ItemDataRole.ToolTipRole:
-            return TIPS[section]
-        return None
+        return column_header(COLUMNS, TIPS, section, orientation, role)
 
 
 class EventList(QTableView):

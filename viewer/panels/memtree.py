@@ -30,6 +30,7 @@ from ...present.markup import html as _esc
 from ...present.memtree import guess_words, node_label, node_where, search_tree
 from ..model import DeviceData, when_text
 from ..theme import Theme, category_color
+from .events import column_header
 
 COLUMNS = ("Code path", "Bytes", "Share", "Allocs", "Category")
 COL_LABEL, COL_BYTES, COL_SHARE, COL_COUNT, COL_CATEGORY = range(len(COLUMNS))
@@ -104,13 +105,7 @@ class TreeModel(QAbstractItemModel):
         return len(COLUMNS)
 
     def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
-        if orientation != Qt.Orientation.Horizontal:
-            return None
-        if role == Qt.ItemDataRole.DisplayRole:
-            return COLUMNS[section]
-        if role == Qt.ItemDataRole.ToolTipRole:
-            return TIPS[section]
-        return None
+        return column_header(COLUMNS, TIPS, section, orientation, role)
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
         t, d = self.tree, self.data_
