@@ -1,7 +1,8 @@
 """The Allocator panel: every segment of the caching allocator at one trace entry, with the
 blocks inside it (allocated, rounding waste, pending free, cached) and the totals, as the
-analysis computes them (classifiers/allocator.py); arrow keys step through the trace an
-entry at a time."""
+analysis computes them (classifiers/allocator.py); the event at that entry in words over it
+(present/events.py) and the history of events beside it (events.py), in step with it; arrow
+keys step through the trace an entry at a time."""
 from __future__ import annotations
 
 import numpy as np

@@ -140,7 +140,7 @@ class EventList(QTableView):
         fm = self.fontMetrics()
         for col, sample, pad in ((COL_ENTRY, "999,999", 14), (COL_ACTION, "free_completed", 14),
                                  (COL_SIZE, "1023.99 MiB", 14), (COL_ADDR, "0x7f3a2c000000", 14),
-                                 (COL_STREAM, "Stream", 14), (COL_CATEGORY, "activations", 36),
+                                 (COL_STREAM, "Stream", 14), (COL_CATEGORY, "quantization", 36),
                                  (COL_WHERE, "LogSoftmaxBackward0 (autograd)", 14)):
             self.setColumnWidth(col, fm.horizontalAdvance(sample) + pad)
 

@@ -690,6 +690,8 @@ class MainWindow(QMainWindow):
         self.pinned_index = i
         self.timeline.set_cursor_index(i)
         self.moment_panel.request_index(i)
+        if self.on_screen("memtree"):           # (a layout that shows both)
+            self.memtree_panel.show_index(i)
         x = float(d.x_of_index(max(i, 0)))
         x0, x1 = self.timeline.x_span()
         if not x0 <= x <= x1:
