@@ -8,7 +8,7 @@ the moment moves. A double-click shows the node's allocations in the table."""
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import QAbstractItemModel, QModelIndex, Qt, QTimer, Signal
+from PySide6.QtCore import QAbstractItemModel, QModelIndex, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -41,6 +41,7 @@ BYTES_ROLE = Qt.ItemDataRole.UserRole          # int: a node's live bytes
 NODE_ROLE = Qt.ItemDataRole.UserRole + 1       # int: the node id
 EXPAND_SHARE = 0.10                            # opened at first: the chains holding at least this share
 EXPAND_DEPTH = 8
+MIN_WIDTH = 120                                # the panel's minimum width (minimumSizeHint)
 
 
 class TreeModel(QAbstractItemModel):
@@ -227,6 +228,13 @@ class MemoryTreePanel(QWidget):
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(top)
         lay.addWidget(self.view, 1)
+
+    def minimumSizeHint(self):
+        # the window's layout adds this panel's minimum width to the window's while it builds
+        # the docks (a 1400-pixel window opened 1549 wide): the search box's whole hint is its
+        # minimum only where the panel has the room
+        hint = super().minimumSizeHint()
+        return QSize(min(hint.width(), MIN_WIDTH), hint.height())
 
     def set_data(self, d: DeviceData | None):
         self.data = d
