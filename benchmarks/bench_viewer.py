@@ -24,12 +24,16 @@ means something:
   random point, answered and drawn) after each;
 - the Allocator panel at random entries and stepping one entry (state + paint);
 - a what-if slider moved (exact scaled peak, words, scaled redraw and paint);
-- the frame search: from the last keystroke to the table showing the result.
+- the frame search: from the last keystroke to the table showing the result;
+- the memory tree at the peak (the panel's tree asked for and painted) and an event selected
+  in the Allocator's event list (to the map, the list and the timeline repainted);
+  `--only-new` times only these two after the opens.
 
 Targets (issue 4): usable <= 3x pickle.load; viewer RSS <= 0.5x pickle.load RSS
 + 150 MB; repaint <= 16 ms median and <= 33 ms p95. Issue 16: allocation / segment
 views and the allocator panel <= 16 ms median, hover <= 30 ms, search settles <= 100 ms;
-issue 14: a slider redraw <= 16 ms median.
+issue 14: a slider redraw <= 16 ms median. Issue 22: the memory tree at the peak <= 100 ms
+median, an event selected <= 30 ms median.
 """
 from __future__ import annotations
 
@@ -75,7 +79,7 @@ def child_pickle(path: str) -> dict:
     return {"seconds": dt, "rss_mb": rss_mb()}
 
 
-def child_viewer(path: str, changes: int, seed: int) -> dict:
+def child_viewer(path: str, changes: int, seed: int, only_new: bool = False) -> dict:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     t_start = time.perf_counter()
     from vramscope.viewer.app import make_app, quiet_platform_noise
@@ -114,7 +118,7 @@ def child_viewer(path: str, changes: int, seed: int) -> dict:
         tl = win.timeline
         x0, x1 = win.data.x_range
         full = x1 - x0
-        for mode in MODES:
+        for mode in MODES if not only_new else ():
             if not win.timeline.set_mode(mode):
                 continue
             rng = np.random.default_rng(seed)                   # the same views for every mode
@@ -153,9 +157,12 @@ def child_viewer(path: str, changes: int, seed: int) -> dict:
                         f"{key}hover_median_ms": q(hover, 50), f"{key}hover_p95_ms": q(hover, 95)})
         tl.set_mode("categories")
         tl.reset_view()
+    if changes and win.data is not None and not only_new:
         out.update(bench_allocator(app, win, changes, seed))
         out.update(bench_whatif(app, win, changes, seed))
         out.update(bench_search(app, win))
+    if (changes or only_new) and win.data is not None:
+        out.update(bench_events_and_tree(app, win, max(changes, 20), seed))
     out["rss_mb"] = rss_mb()
     win.close()
     return out
@@ -194,6 +201,54 @@ def bench_allocator(app, win, changes: int, seed: int) -> dict:
     return {"allocator_median_ms": q(times, 50), "allocator_p95_ms": q(times, 95),
             "allocator_step_median_ms": q(steps, 50), "allocator_step_p95_ms": q(steps, 95),
             "allocator_segments": len(panel.state.segments) if panel.state else 0}
+
+
+def bench_events_and_tree(app, win, changes: int, seed: int) -> dict:
+    """Issue 22. The memory tree at the peak: the panel asked for the peak's tree
+    (memory_tree, the model reset, the heavy chains opened) and painted, its per-device index
+    built once before (timed apart). An event selected in the Allocator's event list at a
+    random entry: from the selection to the map, the list and the timeline repainted."""
+    import numpy as np
+    from vramscope.classifiers.memtree import tree_index
+    d = win.data
+    q = lambda xs, p: float(np.percentile(xs, p))     # noqa: E731
+    a = time.perf_counter()
+    tree_index(d.da)
+    index_ms = (time.perf_counter() - a) * 1e3
+    win.dock_layout.show("memtree")
+    app.processEvents()
+    panel = win.memtree_panel
+    tree = []
+    for _ in range(changes):
+        panel.index = None                          # ask again (a shown moment is not recomputed)
+        a = time.perf_counter()
+        panel.show_index(d.peak_index)
+        panel.grab()
+        tree.append((time.perf_counter() - a) * 1e3)
+    nodes = len(panel.tree) if panel.tree is not None else 0
+    win.dock_layout.show("allocator")
+    app.processEvents()
+    alloc = win.allocator_panel
+    alloc.show_index(d.peak_index)
+    alloc.grab()
+    from PySide6.QtCore import QItemSelectionModel
+    ev = alloc.events
+    sel = ev.selectionModel()
+    flags = QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows
+    rng = np.random.default_rng(seed)
+    pick = []
+    for i in rng.integers(0, d.n, changes).tolist():
+        ev.scrollTo(ev.model().index(int(i), 0))    # the row on screen, as before a click (not timed)
+        app.processEvents()
+        a = time.perf_counter()
+        sel.setCurrentIndex(ev.model().index(int(i), 0), flags)     # what a click on the row does
+        alloc.grab()
+        win.timeline.plot.viewport().grab()
+        pick.append((time.perf_counter() - a) * 1e3)
+        assert alloc.index == int(i) and win.pinned_index == int(i)
+    win.docks["allocations"].raise_()
+    return {"tree_index_ms": index_ms, "tree_peak_median_ms": q(tree, 50), "tree_peak_p95_ms": q(tree, 95),
+            "tree_nodes": nodes, "event_select_median_ms": q(pick, 50), "event_select_p95_ms": q(pick, 95)}
 
 
 def bench_whatif(app, win, changes: int, seed: int) -> dict:
@@ -274,7 +329,7 @@ def run_child(args: list[str], env: dict | None = None) -> dict:
 
 
 # -- driver ------------------------------------------------------------------------------------
-def bench(events: int, changes: int, seed: int) -> dict:
+def bench(events: int, changes: int, seed: int, only_new: bool = False) -> dict:
     path = snapshot_path(events)
     stamp = os.stat(path).st_mtime_ns
     warm_page_cache(path)
@@ -282,7 +337,8 @@ def bench(events: int, changes: int, seed: int) -> dict:
     cache = tempfile.mkdtemp(prefix="vramscope-bench-cache-")
     try:
         env = {"VRAMSCOPE_CACHE_DIR": cache, "QT_QPA_PLATFORM": "offscreen"}
-        cold = run_child(["--child-viewer", path, "--changes", str(changes), "--seed", str(seed)], env)
+        cold = run_child(["--child-viewer", path, "--changes", str(changes), "--seed", str(seed)]
+                         + (["--only-new"] if only_new else []), env)
         warm = run_child(["--child-viewer", path, "--changes", "0"], env)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
@@ -306,6 +362,8 @@ def bench(events: int, changes: int, seed: int) -> dict:
             "hover": max(cold.get(f"{m}hover_median_ms", 0) for m in ("", "allocations_", "segments_")) <= 30,
             "search_settle": cold.get("search_settle_ms", 0) <= 100,
             "slider_median": cold.get("slider_median_ms", 0) <= 16,
+            "tree_peak_median": cold.get("tree_peak_median_ms", 0) <= 100,
+            "event_select_median": cold.get("event_select_median_ms", 0) <= 30,
         },
     }
 
@@ -339,6 +397,12 @@ def report(rows: list[dict]) -> str:
         if "slider_median_ms" in c:
             lines.append(f"| {r['events']:,} | what-if slider (model built in {c['whatif_build_s']:.2f} s) | "
                          f"{c['slider_median_ms']:.1f} / {c['slider_p95_ms']:.1f} ms | |")
+        if "tree_peak_median_ms" in c:
+            lines.append(f"| {r['events']:,} | memory tree at the peak ({c['tree_nodes']} nodes; index "
+                         f"{c['tree_index_ms']:.0f} ms once) | {c['tree_peak_median_ms']:.1f} / "
+                         f"{c['tree_peak_p95_ms']:.1f} ms | |")
+            lines.append(f"| {r['events']:,} | event list: an event selected (map, list, timeline) | "
+                         f"{c['event_select_median_ms']:.1f} / {c['event_select_p95_ms']:.1f} ms | |")
         if "search_settle_ms" in c:
             lines.append(f"| {r['events']:,} | frame search settle (worst of 4 queries) | "
                          f"{c['search_settle_ms']:.1f} ms | |")
@@ -355,6 +419,8 @@ def main(argv=None) -> int:
     p.add_argument("--changes", type=int, default=50, help="random view changes to time")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="also write the results here")
+    p.add_argument("--only-new", action="store_true",
+                   help="after the opens, time only the memory tree and the event list (issue 22)")
     p.add_argument("--child-pickle", help=argparse.SUPPRESS)
     p.add_argument("--child-viewer", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -362,11 +428,11 @@ def main(argv=None) -> int:
         print(json.dumps(child_pickle(a.child_pickle)))
         return 0
     if a.child_viewer:
-        print(json.dumps(child_viewer(a.child_viewer, a.changes, a.seed)))
+        print(json.dumps(child_viewer(a.child_viewer, a.changes, a.seed, a.only_new)))
         return 0
     rows = []
     for n in a.events:
-        r = bench(n, a.changes, a.seed)
+        r = bench(n, a.changes, a.seed, a.only_new)
         rows.append(r)
         print(json.dumps(r), file=sys.stderr)
     print(report(rows))

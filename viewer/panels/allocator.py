@@ -1,17 +1,20 @@
 """The Allocator panel: every segment of the caching allocator at one trace entry, with the
 blocks inside it (allocated, rounding waste, pending free, cached) and the totals, as the
-analysis computes them (classifiers/allocator.py); arrow keys step through the trace an
-entry at a time."""
+analysis computes them (classifiers/allocator.py); the event at that entry in words over it
+(present/events.py) and the history of events beside it (events.py), in step with it; arrow
+keys step through the trace an entry at a time."""
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import QEvent, QPoint, QRectF, QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QItemSelectionModel, QPoint, QRectF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QPainter, QPalette, QPen
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QHBoxLayout,
     QLabel,
     QScrollArea,
     QSizePolicy,
+    QSplitter,
     QToolButton,
     QToolTip,
     QVBoxLayout,
@@ -19,12 +22,14 @@ from PySide6.QtWidgets import (
 )
 
 from ...classifiers.allocator import AllocatorState
-from ...common.units import fmt_bytes
-from ...parsers.tables import A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP
+from ...classifiers.events import next_segment_event
+from ...common.units import fmt_bytes, fmt_seconds
+from ...present.events import event_header
 from ...present.markup import html as _esc
 from ...present.words import RESERVED_UNALLOCATED_WHY, largest_free_words, reserved_unallocated_words
-from ..model import DeviceData, when_text
+from ..model import DeviceData
 from ..theme import category_color
+from .events import EventList
 
 PENDING_COLOR = "#F28E2B"
 ROW_H = 16
@@ -174,9 +179,36 @@ class SegmentMap(QWidget):
     def mousePressEvent(self, ev):
         if ev.button() == Qt.MouseButton.LeftButton:
             k, j = self.hit(ev.position().toPoint())
+            if k >= 0:
+                self.highlight_segment = self.state.segments[k].address
+                self.update()
             if j >= 0:
                 self.rowClicked.emit(int(self.state.block_row[j]))
         super().mousePressEvent(ev)
+
+    def segment_rect(self, address: int) -> QRectF | None:
+        """Where the segment at `address` is drawn (None: not at this moment)."""
+        st = self.state
+        if st is None:
+            return None
+        k = next((k for k, s in enumerate(st.segments) if s.address == address), -1)
+        if k < 0:
+            return None
+        return QRectF(0, 3 + k * (ROW_H + ROW_GAP), self.width(), ROW_H)
+
+    def segment_of_row(self, row: int) -> int:
+        """The address of the segment holding allocation `row`'s block now, -1 none."""
+        st = self.state
+        if st is None or row < 0:
+            return -1
+        hits = np.flatnonzero(st.block_row == row)
+        if not len(hits):
+            return -1
+        j = int(hits[0])
+        for s in st.segments:
+            if s.first_block <= j < s.first_block + s.n_blocks:
+                return s.address
+        return -1
 
 
 class AllocatorPanel(QWidget):
@@ -206,46 +238,67 @@ class AllocatorPanel(QWidget):
         for b in (self.prev_btn, self.next_btn):
             b.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self.where = QLabel(self)
+        self.where.setTextFormat(Qt.TextFormat.RichText)
         legend = QLabel(
             f"<span style='color:{category_color('activations').name()}'>■</span> allocated (by category) "
             "&nbsp;<span style='color:#555'>■</span> rounding &nbsp;"
             f"<span style='color:{PENDING_COLOR}'>▨</span> pending free &nbsp;"
-            "<span style='color:#bbb'>■</span> cached &nbsp;·&nbsp; ← → step, Ctrl+← → segment events", self)
+            "<span style='color:#bbb'>■</span> cached", self)
         legend.setWordWrap(True)           # the panel must fit a 1024-pixel window's bottom area
         legend.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        legend.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        legend.setToolTip("← / →: one entry · Ctrl+← / →: the previous / next segment event · "
+                          "Page Up / Down: 100 entries")
+        # the event at the current entry, in words (present/events.py), beside the step buttons
+        self.event_label = QLabel(self)
+        self.event_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.event_label.setWordWrap(True)
+        self.event_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.event_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
         top.addWidget(self.prev_btn)
         top.addWidget(self.next_btn)
         top.addWidget(self.where)
-        top.addWidget(legend, 1)
+        top.addWidget(self.event_label, 1)
         self.map = SegmentMap(self)
         self.map.rowClicked.connect(self.rowClicked)
         self.scroll = QScrollArea(self)
         self.scroll.setWidget(self.map)
         self.scroll.setWidgetResizable(True)
         self.scroll.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        # the map's column: its totals and its key over it
+        right = QWidget(self)
+        rl = QVBoxLayout(right)
+        rl.setContentsMargins(0, 0, 0, 0)
+        rl.addWidget(self.header)
+        rl.addWidget(legend)
+        rl.addWidget(self.scroll, 1)
+        # the history of events beside the map, in step with it
+        self.events = EventList(self)
+        self.events.selectionModel().currentRowChanged.connect(self._on_event_chosen)
+        self.events.installEventFilter(self)
+        self.split = QSplitter(Qt.Orientation.Horizontal, self)
+        self.split.addWidget(self.events)
+        self.split.addWidget(right)
+        self.split.setStretchFactor(0, 3)
+        self.split.setStretchFactor(1, 2)
+        self.split.setChildrenCollapsible(False)
+        self._split_sized = False          # the list gets 55% of the width once, then the user's
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(top)
-        lay.addWidget(self.header)
-        lay.addWidget(self.scroll, 1)
-        self._segment_events = np.zeros(0, dtype=np.int64)
+        lay.addWidget(self.split, 1)
+        self._syncing = False
 
     def set_data(self, data: DeviceData | None):
         self.data = data
         self.index = None
         self.state = None
-        if data is not None and data.n:
-            act = data.action
-            self._segment_events = np.flatnonzero(np.isin(act, (A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP,
-                                                                 A_SEGMENT_UNMAP)))
-        else:
-            self._segment_events = np.zeros(0, dtype=np.int64)
         self.map.set_state(data, None)
+        self.events.set_data(data)
         self.header.setText("" if data is None else "<i>Click the timeline, or press ← / → here.</i>")
         self.where.setText("")
+        self.event_label.setText("")
 
     def show_index(self, i: int, segment_address: int = -1):
         d = self.data
@@ -255,11 +308,17 @@ class AllocatorPanel(QWidget):
         self.map.highlight_segment = segment_address
         if i == self.index and self.state is not None:
             self.map.update()
+            self.scroll_to_segment(segment_address)
             return
         self.index = i
         st = self.state = d.allocator.state_at(i)
         self.map.set_state(d, st)
-        self.where.setText(f"<b>{when_text(d, i)}</b>")
+        self.scroll_to_segment(segment_address)
+        self._select_event(i)
+        self.where.setText(f"<b>{fmt_seconds(float(d.seconds_of(i)), 1e-4)}</b> ·" if d.has_time and i >= 0 else "")
+        text = event_header(d.da, d.stacks, i)
+        self.event_label.setText(text)
+        self.event_label.setToolTip(text)
         if not st.known:
             self.header.setText("<i>This snapshot has no allocator segments (profiler-converted).</i>")
             return
@@ -274,6 +333,59 @@ class AllocatorPanel(QWidget):
         self.header.setToolTip(RESERVED_UNALLOCATED_WHY + " The largest free block is the biggest request the "
                                "cache can serve without a new segment.")
 
+    def scroll_to_segment(self, address: int):
+        """Bring the segment at `address` into the map's view (after the map's new height is
+        laid out)."""
+        if address < 0:
+            return
+        self.map.highlight_segment = address
+
+        def later():
+            r = self.map.segment_rect(address)
+            if r is not None:
+                self.scroll.ensureVisible(int(r.left() + LABEL_W), int(r.center().y()), 10, ROW_H * 2)
+        later()
+        QTimer.singleShot(0, self, later)
+
+    def show_row(self, row: int):
+        """An allocation selected elsewhere: its segment outlined and brought into view, when
+        it holds a block at this entry."""
+        addr = self.map.segment_of_row(row)
+        if addr >= 0:
+            self.scroll_to_segment(addr)
+            self.map.update()
+
+    def _select_event(self, i: int):
+        """The event list follows the current entry (without stepping back here)."""
+        ev = self.events
+        self._syncing = True
+        try:
+            if i < 0:
+                ev.clearSelection()
+                ev.selectionModel().clearCurrentIndex()
+                return
+            idx = ev.model_.index(i, 0)
+            shown = ev.viewport().rect().contains(ev.visualRect(idx).center())
+            ev.selectionModel().setCurrentIndex(
+                idx, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows)
+            # a step keeps the rows still; a jump puts the event in the middle, its neighbours around it
+            ev.scrollTo(idx, QAbstractItemView.ScrollHint.EnsureVisible if shown
+                        else QAbstractItemView.ScrollHint.PositionAtCenter)
+        finally:
+            self._syncing = False
+
+    def _on_event_chosen(self, cur, _prev):
+        if not self._syncing and cur.isValid() and cur.row() != self.index:
+            self.go(cur.row())
+
+    def eventFilter(self, obj, ev):
+        # in the event list, ← / → (and Ctrl) step as they do on the map; ↑ / ↓ / Page keys move its rows
+        if obj is self.events and ev.type() == QEvent.Type.KeyPress and ev.key() in (Qt.Key.Key_Left,
+                                                                                     Qt.Key.Key_Right):
+            self.keyPressEvent(ev)
+            return True
+        return super().eventFilter(obj, ev)
+
     def step(self, delta: int):
         d = self.data
         if d is None or not d.n:
@@ -282,14 +394,12 @@ class AllocatorPanel(QWidget):
         self.go(min(max(cur + delta, -1), d.n - 1))
 
     def step_segment_event(self, direction: int):
-        ev = self._segment_events
-        if not len(ev):
+        """To the previous / next segment event (the analysis': classifiers/events.py)."""
+        if self.data is None:
             return
-        cur = self.index if self.index is not None else -1
-        k = np.searchsorted(ev, cur, side="right" if direction > 0 else "left")
-        k = k if direction > 0 else k - 1
-        if 0 <= k < len(ev):
-            self.go(int(ev[k]))
+        i = next_segment_event(self.data.da, self.index if self.index is not None else -1, direction)
+        if i >= 0:
+            self.go(i)
 
     def go(self, i: int):
         self.show_index(i)
@@ -324,6 +434,13 @@ class AllocatorPanel(QWidget):
             super().keyPressEvent(ev)
             return
         ev.accept()
+
+    def resizeEvent(self, ev):
+        super().resizeEvent(ev)
+        w = self.split.width()
+        if not self._split_sized and w > 200:
+            self._split_sized = True
+            self.split.setSizes([int(w * 0.55), w - int(w * 0.55)])
 
     def focusInEvent(self, ev):
         super().focusInEvent(ev)

@@ -30,10 +30,10 @@ def scrolled(panel: QWidget) -> QScrollArea:
     return area
 
 
-# (key, title, area): the order of View > Ctrl+1…8 and of the tabs
+# (key, title, area): the order of View > Ctrl+1…9 and of the tabs
 DOCKS = (("selection", "Selection", RIGHT), ("moment", "At this moment", RIGHT), ("findings", "Findings", RIGHT),
          ("allocations", "Allocations", BOTTOM), ("annotations", "Annotations", BOTTOM),
-         ("allocator", "Allocator", BOTTOM), ("whatif", "What if", BOTTOM), ("compare", "Compare", BOTTOM))
+         ("allocator", "Allocator", BOTTOM), ("memtree", "Memory tree", BOTTOM), ("whatif", "What if", BOTTOM), ("compare", "Compare", BOTTOM))
 
 
 def first_focusable(panel: QWidget) -> QWidget | None:
@@ -73,8 +73,8 @@ class Docks(QObject):
         self.narrow = False                     # the right column's panels are tabs under the timeline
         self._right_column()
         # the notes share the bottom with the table: a wide list, and the right column keeps its height
-        for a, b in (("allocations", "annotations"), ("annotations", "allocator"), ("allocator", "whatif"),
-                     ("whatif", "compare")):
+        for a, b in (("allocations", "annotations"), ("annotations", "allocator"), ("allocator", "memtree"),
+                     ("memtree", "whatif"), ("whatif", "compare")):
             window.tabifyDockWidget(d[a], d[b])
         d["compare"].hide()                         # until File > Compare With…
         # the right column runs the full height; the table sits under the timeline only

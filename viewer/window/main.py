@@ -39,6 +39,7 @@ from ..panels.compare import ComparePanel
 from ..panels.devices import DeviceStrip
 from ..panels.findings import FindingsPanel
 from ..panels.legend import LegendBar
+from ..panels.memtree import MemoryTreePanel
 from ..panels.moment import MomentPanel
 from ..panels.notes import NotesPanel
 from ..panels.selection import StackPanel
@@ -80,7 +81,11 @@ SHORTCUTS = (("Ctrl+O", "open a snapshot"), ("Ctrl+Shift+O", "open a folder of p
              ("C / L / S", "stack by category / allocation / segment"),
              ("T", "seconds or trace entries on the x axis"),
              ("← / → in Allocator", "step one entry (Ctrl: to the previous / next segment event)"),
-             ("Ctrl+Return", "save a note"), ("Ctrl+1…8", "show / hide panels"))
+             ("Page Up / Down in Allocator", "100 entries back / on"),
+             ("↑ / ↓ in the event list", "the previous / next event (the map and the cursor follow)"),
+             ("Memory tree", "click the timeline: what holds the memory there; Return in its search: "
+                             "the next match; double-click: the allocations"),
+             ("Ctrl+Return", "save a note"), ("Ctrl+1…9", "show / hide panels"))
 
 
 class MainWindow(QMainWindow):
@@ -125,12 +130,13 @@ class MainWindow(QMainWindow):
         self.table_panel = AllocationsPanel(self)
         self.notes_panel = NotesPanel(self)
         self.allocator_panel = AllocatorPanel(self)
+        self.memtree_panel = MemoryTreePanel(self)
         self.whatif_panel = WhatIfPanel(self)
         self.compare_panel = ComparePanel(self)
         self.dock_layout = Docks(self, {
             "selection": self.stack_panel, "moment": self.moment_panel, "findings": self.findings_panel,
             "allocations": self.table_panel, "annotations": self.notes_panel, "allocator": self.allocator_panel,
-            "whatif": self.whatif_panel, "compare": self.compare_panel})
+            "memtree": self.memtree_panel, "whatif": self.whatif_panel, "compare": self.compare_panel})
         self.docks = self.dock_layout.docks
 
         # every file dialog wide enough, its sizes and dates whole (dialogs.py)
@@ -161,6 +167,10 @@ class MainWindow(QMainWindow):
         self.allocator_panel.rowClicked.connect(lambda r: self.select_row(r, source="allocator"))
         self.docks["allocator"].visibilityChanged.connect(
             lambda on: on and QTimer.singleShot(0, self._allocator_if_shown))
+        self.memtree_panel.allocationsChosen.connect(self._show_tree_rows)
+        self.memtree_panel.peakRequested.connect(self.jump_to_peak)
+        self.docks["memtree"].visibilityChanged.connect(
+            lambda on: on and QTimer.singleShot(0, self._memtree_if_shown))
         # after the event loop turn: the panels shown again after a load pass through
         # "visible" on their way behind the table's tab, and must not build the model then
         self.docks["whatif"].visibilityChanged.connect(lambda on: on and QTimer.singleShot(0, self._whatif_if_shown))
@@ -290,6 +300,8 @@ class MainWindow(QMainWindow):
         """The moment the panels show when the pointer is not over the timeline."""
         self.pinned_index = i
         self.moment_panel.show_index(i)
+        if self.on_screen("memtree"):
+            self.memtree_panel.show_index(i)
 
     # -- window events -------------------------------------------------------------------------
     def resizeEvent(self, ev):
@@ -605,9 +617,12 @@ class MainWindow(QMainWindow):
         self.findings_panel.set_data(d)
         self.table_panel.set_data(d)
         self.allocator_panel.set_data(d)
+        self.memtree_panel.set_data(d)
         self.whatif_panel.set_data(d)
         if d is not None:
             QTimer.singleShot(0, self._whatif_if_shown)
+            QTimer.singleShot(0, self._allocator_if_shown)      # a panel on screen shows the new file
+            QTimer.singleShot(0, self._memtree_if_shown)
             self.stack.setCurrentIndex(PAGE_TIMELINE)
         else:
             self.empty_msg.setText(
@@ -693,12 +708,27 @@ class MainWindow(QMainWindow):
         if d is not None and self.on_screen("allocator") and self.allocator_panel.index is None:
             self.allocator_panel.show_index(self.pinned_index if self.pinned_index is not None else d.peak_index)
 
+    def _memtree_if_shown(self):
+        d = self.data
+        if d is not None and self.on_screen("memtree"):
+            self.memtree_panel.show_index(self.pinned_index if self.pinned_index is not None else d.peak_index)
+
+    def _show_tree_rows(self, rows, text: str):
+        """A memory tree node double-clicked: the table shows exactly its live allocations,
+        the largest selected."""
+        self.table_panel.show_only(rows, text)
+        self.timeline.set_row_marks(rows)
+        self.dock_layout.show("allocations")
+        self.select_row(int(rows[0]), source="memtree")
+
     def _on_segment_clicked(self, seg: int, i: int):
         d = self.data
         if d is None:
             return
         self.dock_layout.show("allocator")
         self.allocator_panel.show_index(i, int(d.segments.addr[seg]))
+        # the keys step the allocator at once (→, Ctrl+→, Page Down), not the timeline
+        self.allocator_panel.setFocus(Qt.FocusReason.MouseFocusReason)
 
     def _on_allocator_step(self, i: int):
         """The allocator panel stepped to entry i: the cursor, the moment and the view follow."""
@@ -708,6 +738,8 @@ class MainWindow(QMainWindow):
         self.pinned_index = i
         self.timeline.set_cursor_index(i)
         self.moment_panel.request_index(i)
+        if self.on_screen("memtree"):           # (a layout that shows both)
+            self.memtree_panel.show_index(i)
         x = float(d.x_of_index(max(i, 0)))
         x0, x1 = self.timeline.x_span()
         if not x0 <= x <= x1:
@@ -749,6 +781,8 @@ class MainWindow(QMainWindow):
         self.timeline.select_row(row)
         if source != "table":
             self.table_panel.select_row(row)
+        if source != "allocator" and self.on_screen("allocator"):
+            self.allocator_panel.show_row(row)
         if row >= 0:
             if source in ("table", "moment"):
                 self.show_row(row)
