@@ -74,7 +74,8 @@ def test_the_tree_holds_the_live_bytes_at_the_peak_and_where_the_timeline_is_cli
     opened = m.node_of(first)
     tl = w.timeline
     x0, x1 = tl.x_span()
-    x = x0 + 0.4 * (x1 - x0)                  # far from the peak's pixel (its marker takes a click)
+    px = float(d.x_of_index(i))               # far from the peak's pixel (its marker takes a click)
+    x = max((x0 + f * (x1 - x0) for f in (0.2, 0.4, 0.8)), key=lambda v: abs(v - px))
     assert abs(float(d.x_of_index(i)) - x) > 0.1 * (x1 - x0)
     pos = tl.plot.mapFromScene(tl.vb.mapViewToScene(QPointF(x, 1.0)))
     qt.mouseClick(tl.plot.viewport(), Qt.MouseButton.LeftButton, pos=pos)
