@@ -130,7 +130,8 @@ class DeviceData:
         self.free_index = np.asarray(al.free_index)
         self.da.alloc_order()
         self._step(progress, "timeline", 0.5)
-        self.da.composition()             # both built here, off the GUI thread, on first use
+        self.da.composition()             # all built here, off the GUI thread, on first use
+        self.da.guessed_composition()     # (the pale bands: the bytes that are a guess)
         self._step(progress, "timeline", 0.7)
 
         idx_t = np.int32 if self.n_rows < (1 << 31) else np.int64

@@ -22,27 +22,42 @@ def _item(text: str) -> QTreeWidgetItem:
     return it
 
 
-def wrap_text(text: str, fm: QFontMetrics, width: int) -> str:
+def wrap_text(text: str, fm: QFontMetrics, width: int, widths: dict[str, int] | None = None) -> str:
     """`text` broken into lines no wider than `width` pixels, at spaces (a word longer
-    than a line stays whole)."""
-    out, line = [], ""
+    than a line is cut). A line's width is its words' plus the spaces between them, each
+    word measured once (`widths`: a cache to share between calls with the same font: the
+    findings of a long run repeat their words hundreds of times)."""
+    if widths is None:
+        widths = {}
+
+    def w(word: str) -> int:
+        v = widths.get(word)
+        if v is None:
+            v = widths[word] = fm.horizontalAdvance(word)
+        return v
+
+    space = w(" ")
+    out: list[str] = []
+    line, line_w = "", 0
     for word in text.split(" "):
-        while fm.horizontalAdvance(word) > width and len(word) > 1:
+        while w(word) > width and len(word) > 1:
             # a word wider than a line (an environment variable, a path): cut it
             k = len(word)
             while k > 1 and fm.horizontalAdvance(word[:k]) > width:
                 k = max(1, k * 3 // 4) if fm.horizontalAdvance(word[:k * 3 // 4]) > width else k - 1
             if line:
                 out.append(line)
-                line = ""
+                line, line_w = "", 0
             out.append(word[:k])
             word = word[k:]
-        cand = f"{line} {word}" if line else word
-        if line and fm.horizontalAdvance(cand) > width:
+        ww = w(word)
+        if line and line_w + space + ww > width:
             out.append(line)
-            line = word
+            line, line_w = word, ww
+        elif line:
+            line, line_w = f"{line} {word}", line_w + space + ww
         else:
-            line = cand
+            line, line_w = word, ww
     out.append(line)
     return "\n".join(out)
 
@@ -108,6 +123,7 @@ class FindingsPanel(QWidget):
         if width <= 40:
             return
         fm = t.fontMetrics()
+        measured: dict[str, dict[str, int]] = {}          # per font: each word's width
         stack = [(t.topLevelItem(k), 0) for k in range(t.topLevelItemCount())]
         while stack:
             it, depth = stack.pop()
@@ -115,7 +131,9 @@ class FindingsPanel(QWidget):
             if full is not None:
                 avail = width - t.indentation() * (depth + 1)
                 font = it.font(0)
-                it.setText(0, wrap_text(full, QFontMetrics(font) if font != t.font() else fm, avail))
+                own = font != t.font()
+                it.setText(0, wrap_text(full, QFontMetrics(font) if own else fm, avail,
+                                        measured.setdefault(font.key() if own else "", {})))
             stack.extend((it.child(k), depth + 1) for k in range(it.childCount()))
 
     @staticmethod
