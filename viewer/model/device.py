@@ -17,7 +17,8 @@ What it adds is the view of them:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -59,9 +60,26 @@ class FindingView:
     title: str
     detail: str
     zoom: tuple[int, int]           # (first_index, last_index) to show
-    row: int = -1                   # allocation row to select, -1: none
+    entry_row: int = -1             # the allocation the finding's entry made, -1: none
     rows: np.ndarray | None = None  # a leak's allocations
     place: str = ""                 # a leak's site, briefly ('train.py:180')
+    # a moment's largest live allocations (DeviceAnalysis.largest_live_rows), asked when
+    # `row` is first read: a long run has hundreds of iteration peaks, most never opened
+    largest: Callable[[int, int], np.ndarray] | None = field(default=None, repr=False)
+    _row: int | None = field(default=None, init=False, repr=False)
+
+    @property
+    def row(self) -> int:
+        """The allocation to select, -1: none. At a peak or an OOM, what makes the moment:
+        its largest live allocation, not whatever the entry allocated (often a few KiB of
+        scratch)."""
+        if self._row is None:
+            self._row = self.entry_row
+            if self.largest is not None:
+                biggest = self.largest(self.index, 1)
+                if len(biggest):
+                    self._row = int(biggest[0])
+        return self._row
 
     @property
     def kind(self) -> str:
@@ -491,11 +509,7 @@ class DeviceData:
             leak_rows = None
             zoom = self.zoom_around(f.index)
             where = place = ""
-            if f.kind in ("peak", "iteration_peak", "oom"):
-                # what makes the moment: its largest live allocation, not whatever the entry
-                # allocated (often a few KiB of scratch)
-                biggest = da.largest_live_rows(f.index, 1)
-                row = int(biggest[0]) if len(biggest) else row
+            largest = da.largest_live_rows if f.kind in ("peak", "iteration_peak", "oom") else None
             if f.kind == "leak":
                 leak_rows = da.leak_rows(f.subject)
                 # the leak's largest allocation (the latest of the largest)
@@ -506,7 +520,8 @@ class DeviceData:
                 place = self.stacks.site_short(f.subject.site, f.subject.stack)
             elif f.kind == "iteration_peak":
                 zoom = self.zoom_around(f.index, f.subject.start_index, f.subject.end_index)
-            out.append(FindingView(f, finding_title(f, where), finding_detail(f, where), zoom, row, leak_rows, place))
+            out.append(FindingView(f, finding_title(f, where), finding_detail(f, where), zoom, row, leak_rows, place,
+                                   largest))
         return out
 
     def stack_label(self, sid: int) -> str:
