@@ -14,7 +14,7 @@ os.environ.setdefault("VRAMSCOPE_CACHE_DIR", "")
 
 from vramscope.classifiers.results import Iteration  # noqa: E402
 from vramscope.classifiers.timeaxis import choose_x_axis, x_axis  # noqa: E402
-from vramscope.present.timeaxis import axis_reason, number_ranges  # noqa: E402
+from vramscope.present.timeaxis import axis_reason, axis_reason_short, number_ranges  # noqa: E402
 
 from helpers import DATA, analysis_of, needs_shared, shared  # noqa: E402
 
@@ -106,6 +106,7 @@ def test_a_generated_run_that_waits_between_steps_starts_in_entries(tmp_path):
     assert (ax.unit, ax.reason) == ("entries", "idle") and ax.idle_us == int(gaps.sum())
     assert ax.idle_gaps == len(da.iterations) and ax.seconds_share < 0.25
     assert axis_reason(ax).startswith(f"entries: {len(da.iterations)} pauses between the steps take")
+    assert axis_reason_short(ax) == f"entries: pauses between the steps take {ax.idle_us / ax.span_us:.0%} of the run"
 
 
 def test_a_leak_run_that_sleeps_between_steps_shows_its_phases_in_entries():

@@ -224,6 +224,8 @@ def test_a_run_that_sleeps_between_steps_opens_in_entries_with_its_phases_shaded
     d = open_and_wait(qt, w, str(DATA / "leak.pickle"))
     assert not d.time_axis and d.has_time
     assert "6 pauses between the steps take" in w._axis_notice()
+    # the status bar says why in the words that fit (whole at 1600 px, a few words narrower)
+    assert "pauses between the steps take" in w.statusBar().currentMessage()
     tl = w.timeline
     qt.waitUntil(lambda: len(tl.spans.placed) > 0, timeout=3000)
     named = {text for _, text in tl.spans.placed}

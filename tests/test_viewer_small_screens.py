@@ -142,14 +142,15 @@ def test_each_run_starts_on_timeaxis_rule_and_after_a_swap_the_other_on_its_own(
     and swapped back the LoRA run is in entries again, whatever T did before."""
     from PySide6.QtWidgets import QFileDialog
     from vramscope.classifiers.timeaxis import x_axis
-    from vramscope.present.timeaxis import axis_reason
+    from vramscope.present.timeaxis import axis_reason, axis_reason_short
     w = new_window(qt)
     d = open_and_wait(qt, w, LORA)
     ax = x_axis(d.da)
     assert ax.reason == "iterations_squeezed" and not d.time_axis and not w.act_time_axis.isChecked()
     assert w.timeline.axis_x.labelText == "trace entry"
     said = w.statusBar().currentMessage()           # the reason whole, or its short form in a narrow bar
-    assert said in (f"x axis in {axis_reason(ax)} (T: seconds)", "x axis in entries (T: seconds)")
+    assert said in (f"x axis in {axis_reason(ax)} (T: seconds)", f"x axis in {axis_reason_short(ax)} (T: seconds)",
+                    "x axis in entries (T: seconds)")
     w.activateWindow()
     w.timeline.plot.setFocus()
     qt.keyClick(w.timeline.plot, Qt.Key.Key_T)                    # seconds, on request

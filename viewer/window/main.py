@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 from ...common.units import fmt_bytes
 from ...present.markup import html as _esc
 from ...present.markup import middle
-from ...present.timeaxis import axis_reason
+from ...present.timeaxis import axis_reason, axis_reason_short
 from ...present.words import leak_rows_text, peak_words
 from ..model import DeviceData, FindingView
 from ..model.load import LoadResult
@@ -642,7 +642,8 @@ class MainWindow(QMainWindow):
             self.act_time_axis.setEnabled(d.has_time)
             self.moment_panel.show_index(max(d.peak_index, -1))
             notice = self._axis_notice()
-            self._hint_sets = [(notice, "x axis in entries (T: seconds)") if notice else MOUSE_HINTS]
+            self._hint_sets = [(notice, f"x axis in {axis_reason_short(d.x_axis)} (T: seconds)",
+                                "x axis in entries (T: seconds)") if notice else MOUSE_HINTS]
             self.statusBar().showMessage(self._fitting(self._hint_sets[0]), 12000)
         else:
             self.statusBar().showMessage("This snapshot records no memory on any device.", 8000)

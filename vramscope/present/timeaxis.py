@@ -43,4 +43,20 @@ def axis_reason(ax: XAxis) -> str:
     return f"seconds: the entries are spread over the run's {span} evenly enough"
 
 
-__all__ = ["axis_reason", "number_ranges"]
+def axis_reason_short(ax: XAxis) -> str:
+    """The same in a few words, for a status bar with little room ('entries: pauses between
+    the steps take 98% of the run')."""
+    if ax.reason == "no_times":
+        return "entries: no time stamps"
+    if ax.reason == "one_pause":
+        return f"entries: one pause takes {ax.pause_us / ax.span_us:.0%} of the run"
+    if ax.reason == "iterations_squeezed":
+        return f"entries: iteration {ax.slowest} takes {ax.slowest_us / ax.span_us:.0%} of the run"
+    if ax.reason == "idle":
+        return f"entries: pauses between the steps take {ax.idle_us / ax.span_us:.0%} of the run"
+    if ax.reason == "crowded":
+        return f"entries: half of the entries in {ax.seconds_share:.0%} of the run"
+    return "seconds"
+
+
+__all__ = ["axis_reason", "axis_reason_short", "number_ranges"]
