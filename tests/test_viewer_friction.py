@@ -228,8 +228,17 @@ def test_a_run_that_sleeps_between_steps_opens_in_entries_with_its_phases_shaded
     assert "pauses between the steps take" in w.statusBar().currentMessage()
     tl = w.timeline
     qt.waitUntil(lambda: len(tl.spans.placed) > 0, timeout=3000)
-    named = {text for _, text in tl.spans.placed}
-    assert {"inputs", "backward", "optimizer"} <= named
+    placed = tl.spans.placed
+    # every phase is named, at each step: a name wider than its span (forward, 23 px)
+    # starts in it and runs on, and the next name takes the second row
+    assert [t for _, t in placed].count("forward") >= 5 and {"inputs", "backward", "optimizer"} <= {t for _, t in placed}
+    for k, (r, _) in enumerate(placed):
+        assert all(not r.intersects(o) for o, _ in placed[k + 1:])          # never over each other
+    tr = tl.spans.deviceTransform(tl.plot.viewportTransform())
+    starts = [tr.map(float(x), 0.0)[0] for x in tl.spans.starts]
+    ends = [tr.map(float(x), 0.0)[0] for x in tl.spans.ends]
+    for r, text in placed:                                                  # each starts in a span of its name
+        assert any(a <= r.left() <= b and tl.spans.labels[k] == text for k, (a, b) in enumerate(zip(starts, ends)))
     # zoomed on one step, forward is named too
     it = d.da.iterations[1]
     tl.set_x_range(it.start_index, it.end_index)

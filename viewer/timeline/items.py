@@ -371,6 +371,8 @@ class SpansItem(_ViewSpanning):
     MANY = 200
     MIN_SPAN_PX = 4           # spans narrower than this (median) are not shaded
     MIN_LINE_GAP_PX = 6       # nor lines closer than this
+    MIN_LABEL_SPAN_PX = 10    # a span narrower than this gets no name
+    LABEL_ROWS = 2
 
     def __init__(self):
         super().__init__()
@@ -463,29 +465,41 @@ class SpansItem(_ViewSpanning):
             # the peak's words are worth more than a phase's name (the shade and the legend tell
             # that): a span label moves right past them, or is left out
             blocked = [label_rect(o, tr).adjusted(-3, -1, 3, 1) for o in self.obstacles if o.isVisible()]
-            taken = -1e300                  # right end of the last label: overlapping spans
-            for k in shown:                 # (micro-batches) must not print over each other
+            # two rows: a name wider than its span (a short forward between a long input
+            # stretch and a long backward) starts in its span and runs on over the next
+            # one, and the next span's name takes the second row; a name never starts
+            # outside its span, and overlapping spans (micro-batches) never print over each other
+            taken = [-1e300] * self.LABEL_ROWS     # right end of the last label in each row
+            right_edge = dev.right() - 2
+            for k in shown:
                 text = self.labels[k]
                 if not text:
                     continue
                 a = max(self.starts[k], x0) * sx + ox
                 b = min(self.ends[k], x1) * sx + ox
+                if b - a < self.MIN_LABEL_SPAN_PX:
+                    continue
                 tw = fm.horizontalAdvance(text)
                 near = self.avoid * sx + ox
                 if len(near) and bool(np.any((near > a - 40) & (near < a + tw + 44))):
                     continue                # a marker's label (OOM, leak) sits there
-                if a + 4 <= taken:
-                    continue
-                box = QRectF(a + 4, top + 3, tw, fm.height())
-                for _ in range(len(blocked)):
-                    hit = [r for r in blocked if box.intersects(r)]
-                    if not hit:
+                for row in range(self.LABEL_ROWS):
+                    if a + 4 <= taken[row]:
+                        continue
+                    y = top + 3 + row * (fm.height() + 1)
+                    box = QRectF(a + 4, y, tw, fm.height())
+                    for _ in range(len(blocked)):
+                        hit = [r for r in blocked if box.intersects(r)]
+                        if not hit:
+                            break
+                        box.moveLeft(max(r.right() for r in hit) + 4)
+                    # whole within its span, or (a narrow span) starting at its left edge
+                    own = box.right() + 4 < b or box.left() == a + 4
+                    if own and box.right() <= right_edge and free_of(box, blocked):
+                        p.drawText(QPointF(box.left(), y + fm.ascent()), text)
+                        self.placed.append((box, text))
+                        taken[row] = box.right() + 6
                         break
-                    box.moveLeft(max(r.right() for r in hit) + 4)
-                if box.right() + 4 < b and free_of(box, blocked):
-                    p.drawText(QPointF(box.left(), top + fm.ascent() + 3), text)
-                    self.placed.append((box, text))
-                    taken = box.right() + 6
         p.restore()
 
 
