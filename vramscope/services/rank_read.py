@@ -340,11 +340,21 @@ def _stop(ex: ProcessPoolExecutor) -> None:
         terminate()                      # shuts the executor down too
         return
     procs = list((getattr(ex, "_processes", None) or {}).values())      # gone after shutdown()
+    manager = getattr(ex, "_executor_manager_thread", None)
     ex.shutdown(wait=False, cancel_futures=True)
     for p in procs:
         p.terminate()
     for p in procs:
         p.join(5)
+    # Python before 3.12 wakes every executor's manager at exit through a pipe the manager
+    # may have closed by then ("Exception ignored ... Bad file descriptor" after Ctrl-C):
+    # the workers are gone, so let the manager finish and take it off that list
+    if manager is not None:
+        manager.join(5)
+        import concurrent.futures.process as cfp
+        wakeups = getattr(cfp, "_threads_wakeups", None)
+        if wakeups is not None and not manager.is_alive():
+            wakeups.pop(manager, None)
 
 
 def _on_dask(paths, rules_path, use_cache, address: str, progress: Progress) -> list[RankRead]:
