@@ -76,6 +76,14 @@ def test_a_segment_clicked_on_the_timeline_scrolls_into_view_and_the_keys_step_a
     key(qt, Qt.Key.Key_PageDown)
     assert panel.index == min(nxt + 100, d.n - 1)
     assert w.timeline.cursor_line.value() == pytest.approx(float(d.x_of_index(panel.index)))
+    # past the last segment event, Ctrl+→ stays and says why
+    last = int(np.max(np.flatnonzero(np.isin(np.asarray(d.da.snapshot.trace(d.device).columns["action"]),
+                                             [d.da.snapshot.action_names.index(a) for a in
+                                              ("segment_alloc", "segment_free", "segment_map", "segment_unmap")
+                                              if a in d.da.snapshot.action_names]))))
+    panel.go(last)
+    key(qt, Qt.Key.Key_Right, Qt.KeyboardModifier.ControlModifier)
+    assert panel.index == last and "No segment event after this entry" in w.statusBar().currentMessage()
 
 
 def test_selecting_an_allocation_scrolls_the_map_to_its_segment(qt, window):

@@ -216,6 +216,7 @@ class AllocatorPanel(QWidget):
     event (a segment allocated, freed, mapped or unmapped); Page Up / Down: 100 entries."""
 
     indexChanged = Signal(int)       # the user stepped to this entry
+    said = Signal(str)               # a line for the status bar (a step that goes nowhere)
     rowClicked = Signal(int)
 
     def __init__(self, parent=None):
@@ -400,6 +401,9 @@ class AllocatorPanel(QWidget):
         i = next_segment_event(self.data.da, self.index if self.index is not None else -1, direction)
         if i >= 0:
             self.go(i)
+        else:
+            self.said.emit(f"No segment event {'after' if direction > 0 else 'before'} this entry "
+                           "(segment_alloc, segment_free, segment_map or segment_unmap)")
 
     def go(self, i: int):
         self.show_index(i)

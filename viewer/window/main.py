@@ -164,6 +164,7 @@ class MainWindow(QMainWindow):
         self.notes_panel.editRequested.connect(self.notes.edit)
         self.notes_panel.tree.currentItemChanged.connect(lambda *_: self.notes.update_actions())
         self.allocator_panel.indexChanged.connect(self._on_allocator_step)
+        self.allocator_panel.said.connect(lambda text: self.statusBar().showMessage(text, 6000))
         self.allocator_panel.rowClicked.connect(lambda r: self.select_row(r, source="allocator"))
         self.docks["allocator"].visibilityChanged.connect(
             lambda on: on and QTimer.singleShot(0, self._allocator_if_shown))
