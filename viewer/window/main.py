@@ -649,7 +649,12 @@ class MainWindow(QMainWindow):
         else:
             self.statusBar().showMessage("This snapshot records no memory on any device.", 8000)
         if self.notes.notice:
-            self.statusBar().showMessage(self.notes.short_notice(), 20000)
+            said: tuple[str, ...] = (self.notes.short_notice(),)
+            if self.notes.elsewhere():
+                said += ("Notes go to your user data folder (this folder is read-only)",
+                         "Notes: user data folder (read-only here)")
+            self._hint_sets.append(said)
+            self.statusBar().showMessage(self._fitting(said), 20000)
         self.loading.add_recent(result.path)
         self.loaded.emit()
 

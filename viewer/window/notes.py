@@ -76,6 +76,10 @@ class Notes:
         if changed and full and w.data is not None:
             w.statusBar().showMessage(self.short_notice(), 20000)
 
+    def elsewhere(self) -> bool:
+        """The notes go to the user data folder, not beside the snapshot (a read-only folder)."""
+        return location_notice(self.store) is not None
+
     def short_notice(self) -> str:
         """The notice for the status bar (its permanent labels leave little room)."""
         return location_notice(self.store, short=True) or (self._problems[0] if self._problems else "")
