@@ -131,6 +131,27 @@ def test_the_rows_of_the_h100_lora_run_say_what_happened_and_where():
     assert len(user) > 100
 
 
+def test_a_free_from_cpp_alone_is_named_by_the_allocation_it_frees():
+    """On the H100 LoRA run (stacks='all') many frees happen in C++ destructors
+    ('std::vector<at::Tensor>::~vector'): the list names them by what they free."""
+    an = analysis_of(DATA / "cuda_lora.pickle")
+    da = an.devices[0]
+    st = Stacks(an)
+    cols = an.snapshot.trace(0).columns
+    user = an.facts.stacks.user_frame
+    rows = event_rows(da, st, 0, da.n_entries)
+    frees = [r for r in rows if r.action in ("free_requested", "free_completed") and r.row >= 0]
+    cpp = [r for r in frees if not user[int(cols["stack"][r.index])] >= 0 and
+           int(da.allocs.stack[r.row]) != int(cols["stack"][r.index])]
+    assert len(cpp) > 100, "the run frees from C++ destructors"
+    for r in cpp:
+        assert r.where == "of " + st.site_short_of(int(da.allocs.stack[r.row]))
+        assert "~" not in r.where and "std::" not in r.where
+    # a free from the user's own code keeps its own line
+    own = [r for r in frees if user[int(cols["stack"][r.index])] >= 0]
+    assert own and all(not r.where.startswith("of ") for r in own)
+
+
 def test_the_block_maps_header_names_the_event():
     an = analysis_of(DATA / "cuda_lora.pickle")
     da = an.devices[0]

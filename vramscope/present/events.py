@@ -46,14 +46,26 @@ def action_name(da, code: int) -> str:
     return str(names[code]) if 0 <= code < len(names) else f"action {code}"
 
 
+FREES = ("free_requested", "free_completed", "free")
+
+
 def window_rows(da, stacks: Stacks, w: EventWindow) -> list[EventRow]:
-    """`w`'s entries as EventRows."""
+    """`w`'s entries as EventRows. A free whose own stack has no code of the user's (a C++
+    destructor dropping the last reference: 'std::vector<at::Tensor>::~vector') is named
+    by the allocation it frees: 'of train.py:88'."""
     out = []
+    user = stacks.facts.user_frame
+    alloc_stack = da.allocs.stack
     for k in range(len(w)):
         c, e, t, sid, row = int(w.category[k]), int(w.evidence[k]), int(w.time_us[k]), int(w.stack[k]), int(w.row[k])
+        action = action_name(da, int(w.action[k]))
         # an entry on an allocation says when it has no frames; others (snapshot) say nothing
         where = stacks.site_short_of(sid, int(w.forward_stack[k])) if sid >= 0 or row >= 0 else ""
-        out.append(EventRow(int(w.index[k]), action_name(da, int(w.action[k])), int(w.addr[k]), int(w.size[k]),
+        if action in FREES and row >= 0 and not (0 <= sid < len(user) and user[sid] >= 0):
+            made = int(alloc_stack[row])
+            if made >= 0 and made != sid:
+                where = f"of {stacks.site_short_of(made)}"
+        out.append(EventRow(int(w.index[k]), action, int(w.addr[k]), int(w.size[k]),
                             int(w.stream[k]), t if t >= 0 else None, where,
                             CATEGORIES[c] if c >= 0 else "", EVIDENCE[e] if e >= 0 else "", row))
     return out
