@@ -28,6 +28,7 @@ class DeviceStrip(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.buttons: dict[int, QToolButton] = {}
+        self._analysis = None                  # the analysis the buttons were made for
         self.host: QLabel | None = None
         self.primary: int | None = None
         self.group = QButtonGroup(self)
@@ -56,7 +57,13 @@ class DeviceStrip(QWidget):
         self.hide()
 
     def set_analysis(self, analysis, current: int | None):
-        """Buttons for `analysis`' devices (none, and the strip hidden, with fewer than two)."""
+        """Buttons for `analysis`' devices (none, and the strip hidden, with fewer than two).
+        Another device of the same analysis only moves the check (the buttons stay: one was
+        just clicked)."""
+        if analysis is not None and analysis is self._analysis:
+            self.set_current(current)
+            return
+        self._analysis = analysis
         for b in self.buttons.values():
             self.group.removeButton(b)
             self.lay.removeWidget(b)
