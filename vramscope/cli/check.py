@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from ..common.jsonio import dumps_pretty
-from .common import add_input, analyze_file
+from .common import add_input, add_json, analyze_file
 from .errors import EXIT_LIMIT_BROKEN, EXIT_OK, UsageError
 
 
@@ -24,7 +24,7 @@ def add_parser(sub) -> None:
     p.add_argument("--baseline", metavar="OTHER", help="a recording of the same run to compare against (A)")
     p.add_argument("--max-growth", metavar="PCT", help="the peak may grow by at most PCT percent over the "
                                                        "baseline's (5, 2.5%%; default 0)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json(p)
     add_input(p)
     p.set_defaults(run=run)
 
@@ -47,7 +47,7 @@ def run(args) -> int:
         result = check(an, max_peak, base, growth, args.device)
     except ValueError as e:          # a device the file has no data on
         raise UsageError(str(e)) from None
-    if args.json:
+    if args.format == "json":
         sys.stdout.buffer.write(dumps_pretty(check_document(result)))
     else:
         print(check_text(result))

@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from ..common.jsonio import dumps_pretty
-from .common import add_input, check_rules
+from .common import add_input, add_json, check_rules
 from .errors import EXIT_BAD_INPUT, EXIT_OK, UsageError
 
 EXIT_WORKER_DIED = 1
@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
                                    "memory. Where a rank has several files, its dump at the failure is read, else "
                                    "its latest step.")
     p.add_argument("folder", metavar="DIR", help="a folder of snapshots, one per rank (searched recursively)")
-    p.add_argument("--json", action="store_true", help="print one JSON object (stable: scripts use it)")
+    add_json(p)
     p.add_argument("--jobs", type=_jobs, metavar="N", help="processes that read the files, this one included "
                    "(default: one per core, at most 8)")
     p.add_argument("--dask", metavar="ADDRESS", help="run the analyses on this Dask scheduler "
@@ -64,7 +64,7 @@ def run(args) -> int:
             f" ({len(res.not_snapshots)} file{'s' if len(res.not_snapshots) != 1 else ''} could not be read)"
             if res.not_snapshots else " (the folder has no files)"), file=sys.stderr)
         return EXIT_BAD_INPUT
-    if args.json:
+    if args.format == "json":
         sys.stdout.buffer.write(dumps_pretty(ranks_document(res)))
     else:
         print(ranks_text(res))
