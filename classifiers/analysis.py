@@ -54,8 +54,9 @@ from .metadata import RowMetadata, group_rows, row_metadata
 from .pools import PoolFootprint, pool_footprints
 from .liveset import AllocOrder, CategorySeries, Composition, by_category_evidence_at, largest_of, live_mask
 from .levers import left_out
-from .ooms import ADVICE_LEVERS, advise, evidence_totals, expandable_segments_on, oom_indices, oom_reports
-from .profile import run_profile
+from .advice import ADVICE_LEVERS, advise
+from .ooms import evidence_totals, expandable_segments_on, oom_indices, oom_reports
+from .runfacts import run_facts
 from .peaks import PEAK_TYPES, peak_type, with_peaks
 from .recording import host_memory, skipped_actions
 from .results import (
@@ -68,7 +69,7 @@ from .results import (
     MetadataGroup,
     Oom,
     Peak,
-    RunProfile,
+    RunFacts,
     StaleGradients,
 )
 from .rules import RuleSet, load_rules
@@ -105,7 +106,7 @@ class DeviceAnalysis:
     leaks: tuple[Leak, ...] = ()
     ooms: tuple[Oom, ...] = ()
     stale_gradients: StaleGradients | None = None
-    profile: RunProfile = field(default_factory=lambda: RunProfile("empty", False, True))
+    run: RunFacts = field(default_factory=RunFacts)
     # set by `analyze` (not cached): what the queries below need from the whole analysis
     facts: SnapshotFacts | None = field(default=None, repr=False)
     rule_names: list[str] = field(default_factory=list, repr=False)
@@ -472,12 +473,12 @@ def _analyze_device(snap, dev, facts, rules, rule_names) -> DeviceAnalysis:
                    type=da.peak_type(p), by_category={c: sum(e.values()) for c, e in by_ev.items()},
                    iteration=it.number if it is not None else None, phase=da.phase_at(p),
                    by_evidence=evidence_totals(by_ev))
-    da.profile = run_profile(da, facts)
+    da.run = run_facts(da, facts)
     expandable = expandable_segments_on(snap.allocator_settings)
     da.peak = replace(da.peak, by_category_evidence=by_ev,
-                      advice=advise(by_ev, int(live.peak_bytes), da.profile, expandable=expandable),
+                      advice=advise(da, by_ev, int(live.peak_bytes), expandable=expandable),
                       advice_left_out={n: why for n in ADVICE_LEVERS
-                                       if (why := left_out(n, da.profile, expandable)) is not None})
+                                       if (why := left_out(n, da.run, expandable)) is not None})
     da.leaks = find_leaks(da, rule_names)
     da.ooms = oom_reports(da, snap)
     da.stale_gradients = stale_gradients(da)

@@ -36,6 +36,8 @@ from .evidence import E_GUESS
 from .timeline import PHASE_NAMES
 
 TOLERANCE = 0.15                 # relative difference above which a row is flagged
+SMALL_TERM = 1 << 20             # parameters under this many bytes (or ...
+SMALL_SHARE = 0.01               # ... this share of the peak) are a handful: no ratio against them
 UNCOUNTED_TOLERANCE = 0.05       # guessed weights left out of the count above this share: no trainable share
 GRAD_RATIOS = (1.0, 2.0, 0.5)    # gradient bytes / weight bytes of one parameter tensor
 QUANT_RATIOS = (8, 16, 32, 64)   # packed 4-bit bytes / constant bytes of one tensor
@@ -269,9 +271,11 @@ def budget(an, device: int, model: CategoryLive | None = None) -> Budget:
         ref = da.iterations[0].end_index
     # parameter counts rest on evidence: weights seen (torch, stack, lifetime), and weights that
     # are a guess (made before recording, no frames) only where a gradient seen matches them
-    counts_allowed = da.profile.recorded == "trace" and da.profile.frames
+    counts_allowed = da.run.recorded.value == "trace" and da.run.frames
     none = np.zeros(0, dtype=np.int64)
     w_all = _live_rows(da, ref, _I["weights"], evidenced_only=False) if counts_allowed else none
+    copy = da.rule_names.index("weights.autocast_copy") if "weights.autocast_copy" in (da.rule_names or []) else -1
+    w_all = w_all[np.asarray(da.rule)[w_all] != copy]          # autocast's copies are not parameters
     w_seen = w_all[da.evidence[w_all] < E_GUESS]
     w_counts = _counts(size[w_all])
     seen_counts = _counts(size[w_seen])
@@ -457,6 +461,7 @@ class _Context:
         self.an, self.da, self.cl = an, da, cl
         self.recorded = recorded
         self.peak_index = peak_index
+        self.peak_bytes = int(cl.peak().bytes)
         self.f = facts
         self.trainable = trainable
         self.trainable_from = trainable_from
@@ -476,7 +481,7 @@ class _Context:
     def _weights(self, m, x):
         f = self.f
         if not f.counts_allowed:
-            return None, ("no parameter counts: " + ("a state-only snapshot" if self.da.profile.recorded != "trace"
+            return None, ("no parameter counts: " + ("a state-only snapshot" if self.da.run.recorded.value != "trace"
                                                      else "no allocation carries frames") +
                           " shows sizes, not which tensors are parameters"), ""
         e = f.weight_bytes
@@ -489,12 +494,33 @@ class _Context:
         if g > 0:
             formula += (f"; {fmt_bytes(g)} of weights are a guess (live before recording began, no frames, no "
                         f"gradient of their size) and are not counted")
-        if e and x > (1 + TOLERANCE) * e:
-            note = (f"weights reach {fmt_bytes(x)}, {x / e:.2f}x the parameters at some moment: "
-                    f"a dtype cast or copy while loading, or a second copy of the model (EMA, reference model)")
-        elif not _close(m, e) and e:
+        if e < max(SMALL_TERM, SMALL_SHARE * max(1, self.peak_bytes)):
+            # a handful of parameters (a latent optimised while the models are frozen): no ratio against them
+            if x > (1 + TOLERANCE) * e:
+                note = f"{fmt_bytes(x)} of weights against {fmt_bytes(e)} of parameters counted: " + self._why_more()
+            return e, formula, note
+        if x > (1 + TOLERANCE) * e:
+            note = f"weights reach {fmt_bytes(x)}, {x / e:.2f}x the parameters counted at some moment: " + self._why_more()
+        elif not _close(m, e):
             note = f"the weights at the peak differ from the model's ({fmt_bytes(m)} vs {fmt_bytes(e)})"
         return e, formula, note
+
+    def _why_more(self) -> str:
+        """Why more weights than parameters are live: what the trace shows first, then what it may be."""
+        run = self.da.run
+        seen = []
+        if run.models_alive.value and run.models_alive.value > 1:
+            seen.append(f"{run.models_alive.value} models are alive ({run.models_alive.why})")
+        if run.model_held_twice.value:
+            seen.append("the model is held twice (" + run.model_held_twice.why + ")")
+        if run.autocast_copy_bytes:
+            seen.append(f"autocast's 16-bit weight copies ({fmt_bytes(run.autocast_copy_bytes)} at the peak)")
+        guessed = (self.f.guessed_bytes or {}).get("weights", 0)
+        if guessed:
+            seen.append(f"{fmt_bytes(guessed)} of weights that are a guess are not in the count")
+        if seen:
+            return "; ".join(seen)
+        return "not explained by what the trace shows (a dtype cast or copy while loading, or a second model)"
 
     def _gradients(self, m, x):
         f = self.f
@@ -509,8 +535,14 @@ class _Context:
             return e, formula, ("gradients but no weight tensor of a matching size: parameters created before "
                                 "the trace under other shapes (flattened FSDP/DeepSpeed buffers), or misclassified")
         if x == 0:
-            return e, formula, ("no gradients on the GPU: the trace holds no backward (inference, or the "
-                                "step not reached), or they live outside the caching allocator")
+            bw = self.da.run.backward.value
+            if bw:
+                return e, formula, ("no gradient allocation although a backward ran: gradients accumulated in place "
+                                    "into tensors made before the trace (read there as another category), or freed "
+                                    "as they were used (an optimizer step in backward)")
+            if bw is False:
+                return e, formula, "no gradients on the GPU: no backward in the trace"
+            return e, formula, "no gradients seen; whether a backward ran cannot be told from this file"
         why = []
         matched = int(e * (f.gradient_ratio or 1.0)) if self.trainable_from == "gradients" else 0
         unmatched = f.gradient_bytes - matched
@@ -553,9 +585,11 @@ class _Context:
             formula = f"{kind}: one state per trainable parameter: {n:,} x {b:g} B"
         elif kind == "Adafactor":
             return None, "Adafactor: factored second moments (rows + columns per matrix): shapes not in the snapshot", ""
+        elif kind == "none seen" and not self.da.run.optimizer_step.value:
+            return None, ("no optimizer seen (no step and no state in the trace): none expected, none assumed"), ""
         else:
             name = kind if kind in ("AdamW", "Adam") else (
-                "AdamW assumed (no optimizer state seen in the trace)" if kind == "none seen" else
+                "AdamW assumed (a step ran, no optimizer state seen)" if kind == "none seen" else
                 "AdamW assumed (" + kind + ")")
             e = 2 * t_bytes
             formula = (f"{name}: exp_avg + exp_avg_sq in the parameters' dtype: 2 x {n:,} x {b:g} B "
@@ -629,6 +663,7 @@ class _Context:
     def total(self, rows, peak_bytes):
         ex = self.exp
         mx = {r.category: r.measured_max for r in rows}
+        left = [c for c in ("weights", "optimizer", "gradients") if c in ex and ex[c] is None and mx.get(c, 0)]
         w = (ex.get("weights") or 0) + (ex.get("quantization") or 0)
         o = ex.get("optimizer") or 0
         g = (ex.get("gradients") or 0) + mx.get("autograd", 0)
@@ -639,11 +674,17 @@ class _Context:
                    "max), activations (measured max)) + inputs (measured max): "
                    f"{fmt_bytes(w)} + {fmt_bytes(o)} + max({fmt_bytes(g)}, {fmt_bytes(act)}) + {fmt_bytes(inp)}; "
                    "the allocator's cache comes on top (see fits)")
+        if left:
+            formula += f"; left out (no estimate from this file): {', '.join(left)}"
         note = ""
-        if not _close(peak_bytes, e) and e:
+        if e and e < SMALL_SHARE * peak_bytes:
+            note = (f"the napkin total covers little of the peak ({fmt_bytes(e)} of {fmt_bytes(peak_bytes)}): most "
+                    f"of what is live has no napkin term in this file" + (f" ({', '.join(left)} left out)" if left
+                                                                        else ""))
+        elif not _close(peak_bytes, e) and e:
             note = (f"the peak ({self._ptype()}) is {peak_bytes / e:.2f}x the napkin total: it is not the sum of each "
                     f"term's maximum, but what is live together at one moment (temporaries, unknown, or "
-                    f"terms that do not overlap)")
+                    f"terms that do not overlap)" + (f"; {', '.join(left)} left out of the total" if left else ""))
         return BudgetRow("total", peak_bytes, peak_bytes, e, formula, note)
 
     def _ptype(self):

@@ -49,7 +49,7 @@ from ..parsers.cache import (
 )
 from .categories import CATEGORIES
 from .evidence import EVIDENCE
-from .results import Iteration, Leak, Oom, Peak, RunProfile, StaleGradients, from_plain, to_plain
+from .results import Iteration, Leak, Oom, Peak, RunFacts, StaleGradients, from_plain, to_plain
 from .rules import user_rules_path
 from .timeline import PHASE_NAMES, Timeline
 
@@ -185,7 +185,7 @@ def save(snap, fp: str, devices: dict, rule_names: list) -> bool:
                                                      "frees_carry_alloc_frames": bool(tl.frees_carry_alloc_frames)},
                 "iterations": to_plain(da.iterations), "peak": to_plain(da.peak), "leaks": to_plain(da.leaks),
                 "ooms": to_plain(da.ooms), "stale_gradients": to_plain(da.stale_gradients),
-                "profile": to_plain(da.profile),
+                "run": to_plain(da.run),
             }
         blob = orjson.dumps(manifest)         # TypeError on anything JSON would not give back
     except (TypeError, ValueError, OSError, orjson.JSONEncodeError):
@@ -308,7 +308,7 @@ def _load(snap, fp, rule_names, man) -> dict:
                             iterations=iterations, peak=peak,
                             leaks=from_plain(tuple[Leak, ...], info["leaks"]), ooms=ooms,
                             stale_gradients=from_plain(StaleGradients | None, info["stale_gradients"]),
-                            profile=from_plain(RunProfile, info["profile"]))
+                            run=from_plain(RunFacts, info["run"]))
         out[dev] = da
     return out
 

@@ -277,6 +277,108 @@ def _optimizer_moments(size: np.ndarray, addr: np.ndarray, category: np.ndarray,
     return out
 
 
+# cuBLAS's workspace, per handle and stream (CUBLAS_WORKSPACE_CONFIG's default :4096:2:16:8 before
+# Hopper, :4096:8 on Hopper): a frameless block of one of these sizes, a few of them at most (one
+# per handle and stream), in a CUDA trace (a profiler-converted CPU run has none)
+CUBLAS_WORKSPACE_SIZES = (8_519_680, 4_325_376, 33_554_432, 33_685_504)
+CUBLAS_WORKSPACES_AT_MOST = 4
+FOURS_SHARE = 0.8           # of a state-only dump's frameless bytes, this share in sizes that come in fours
+
+
+def _autocast_copies(size, stack, category, pre, never, ai, n_pass, todo, ok, autocast_marked,
+                     dropout_marked) -> np.ndarray:
+    """For `size_match = "autocast_copy"`: forward rows that are autocast's 16-bit copy of a
+    weight: half the size of a weight matrix (rows earlier rules called weights, or blocks live
+    before the trace and never freed), and either made under at::autocast's cast (C++ frames),
+    or made right before an allocation of the same stack (the op that reads the copy: the cast
+    happens inside the op's call, before its output), or, for a size, about one per weight of
+    twice its size in every forward pass."""
+    out = np.zeros(len(todo), dtype=bool)
+    weights = (category == CATEGORY_CODE["weights"]) | (pre & never)
+    mats = size[weights & (size >= 64 * 1024)]
+    if len(mats) < 2 or not ok.any():
+        return out
+    halves = np.unique(mats[mats % 2 == 0] // 2)
+    cand = todo[ok]
+    half = np.isin(size[cand], halves)
+    if not half.any():
+        return out
+    by_marker = autocast_marked[np.maximum(stack[cand], 0)] & (stack[cand] > 0)
+    # where a size is also an activation's, the copy is the one made right before an allocation of
+    # the same stack and another size (the op's output follows its casts)
+    order = np.flatnonzero(ai >= 0)
+    order = order[np.argsort(ai[order], kind="stable")]
+    same_op = np.zeros(len(cand), dtype=bool)
+    if len(order):
+        pos = np.searchsorted(ai[order], ai[cand], side="right")
+        nxt = order[np.minimum(pos, len(order) - 1)]
+        same_op = (pos < len(order)) & (stack[nxt] == stack[cand]) & (stack[cand] > 0) & (size[nxt] != size[cand])
+        same_op &= ~dropout_marked[np.maximum(stack[cand], 0)]        # a dropout's mask comes before its output too
+    # per size: about one per weight of twice the size in every forward pass, of all the size's
+    # candidates or of those made right before their op's output
+    n_pass = max(1, n_pass)
+    w_counts = dict(zip(*[x.tolist() for x in np.unique(mats, return_counts=True)]))
+    c_sizes, c_inv = np.unique(size[cand], return_inverse=True)
+    c_all = np.bincount(c_inv, minlength=len(c_sizes))
+    c_same = np.bincount(c_inv, weights=same_op.astype(np.float64), minlength=len(c_sizes))
+
+    def fits(s, c):
+        k = w_counts.get(int(s) * 2, 0)
+        return bool(k) and k * n_pass <= c <= 1.25 * k * n_pass + n_pass
+    counted = np.array([fits(s, c) for s, c in zip(c_sizes.tolist(), c_all.tolist())], dtype=bool)
+    counted_same = np.array([fits(s, c) for s, c in zip(c_sizes.tolist(), c_same.tolist())], dtype=bool) & ~counted
+    # autocast is on only where its casts show in the frames, or most weight matrices have their
+    # copies counted so (an fp32 run's activations of a weight's half size are not copies)
+    hit = sum(w_counts.get(int(s) * 2, 0) for s in c_sizes[counted | counted_same].tolist())
+    if not by_marker.any() and hit < 0.75 * len(mats):
+        return out
+    out[np.flatnonzero(ok)] = half & (by_marker | counted[c_inv] | (counted_same[c_inv] & same_op))
+    return out
+
+
+def _workspace_sized(size, todo, ok, profiler_like: bool) -> np.ndarray:
+    """For `size_match = "cublas_workspace"`: candidates of a cuBLAS workspace's size, where a
+    size has a few of them at most (one per handle and stream), in a CUDA trace."""
+    out = np.zeros(len(todo), dtype=bool)
+    if profiler_like or not ok.any():
+        return out
+    cand = todo[ok]
+    hit = np.isin(size[cand], CUBLAS_WORKSPACE_SIZES)
+    if hit.any():
+        u, inv, cnt = np.unique(size[cand], return_inverse=True, return_counts=True)
+        hit &= cnt[inv] <= CUBLAS_WORKSPACES_AT_MOST
+    out[np.flatnonzero(ok)] = hit
+    return out
+
+
+def _fours(size, addr, frameless_pre, todo, ok, traced: bool, part: str) -> np.ndarray:
+    """For `size_match = "fours_*"`: in a state-only dump (no trace) whose frameless blocks come
+    in fours of a size (a weight, its gradient and Adam's two moments, as a training step leaves
+    them), a quarter of each such size read as weights, a quarter as gradients and half as
+    optimizer state, by address (which is which cannot be seen: a guess)."""
+    out = np.zeros(len(todo), dtype=bool)
+    if traced or not ok.any():
+        return out
+    pool = np.flatnonzero(frameless_pre & (size >= 1 << 20))
+    if not len(pool):
+        return out
+    u, c = np.unique(size[pool], return_counts=True)
+    fours = u[c % 4 == 0]
+    if float((size[pool][np.isin(size[pool], fours)]).sum()) < FOURS_SHARE * float(size[pool].sum()):
+        return out
+    role = np.full(len(size), -1, dtype=np.int8)
+    for s in fours.tolist():
+        rows = pool[size[pool] == s]
+        rows = rows[np.argsort(addr[rows], kind="stable")]
+        q = len(rows) // 4
+        role[rows[:q]] = 0
+        role[rows[q:2 * q]] = 1
+        role[rows[2 * q:]] = 2
+    want = {"fours_weights": 0, "fours_gradients": 1, "fours_moments": 2}[part]
+    out[np.flatnonzero(ok)] = role[todo[ok]] == want
+    return out
+
+
 def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: RuleSet, device: int):
     """-> (Timeline, Classified)."""
     marker_idx = {m: i for i, m in enumerate(sfacts.phase_markers)}
@@ -328,6 +430,7 @@ def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: Rul
     first = tl.first_start
     before_training = pre | (ai < first) if first >= 0 else np.ones(n, dtype=bool)
     frameless_pre = pre & (sfacts.stacks.lengths[st0] == 0)
+    traced = bool(n_ent) and bool((np.asarray(trace.columns["action"]) == A_ALLOC).any())
     qsizes = quantized_sizes(allocs, sfacts, frameless_pre)
     size_q = np.isin(allocs.size[root], list(qsizes)) if qsizes else np.zeros(n, dtype=bool)
 
@@ -394,12 +497,26 @@ def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: Rul
                                      len(tl.iterations), bool((phase_e == PHASE_CODE["optimizer"]).any()))
         elif r.size_match == "gradients":
             ok &= _gradient_sized(allocs.size[root], category, pre, todo, ok, len(tl.iterations))
+        elif r.size_match == "autocast_copy":
+            fwd = (phase_e == PHASE_CODE["forward"]).astype(np.int8)
+            n_pass = int(np.count_nonzero(np.diff(np.r_[0, fwd]) == 1))
+            none_marked = np.zeros(sfacts.stacks.n_stacks + 1, dtype=bool)
+            ok &= _autocast_copies(allocs.size[root], stk, category, pre, fi < 0, ai, n_pass, todo, ok,
+                                   sfacts.has_marker.get("autocast_cast", none_marked),
+                                   sfacts.has_marker.get("dropout_op", none_marked))
+        elif r.size_match == "cublas_workspace":
+            ok &= _workspace_sized(allocs.size[root], todo, ok, sfacts.profiler_like)
+        elif r.size_match in ("fours_weights", "fours_gradients", "fours_moments"):
+            ok &= _fours(allocs.size[root], allocs.addr[root], frameless_pre, todo, ok, traced, r.size_match)
+        if r.trace is not None:
+            ok &= traced == r.trace
         hit = todo[ok]
         category[hit] = CATEGORIES.index(r.category)
         rule[hit] = ri + 1
         todo = todo[~ok]
     levels = np.array([E_NONE] + [EVIDENCE_CODE[r.evidence] for r in rules.rules], dtype=np.uint8)
     evidence = row_evidence(rule, levels, sfacts.stacks.lengths[st0] > 0, pre, fi < 0, phase_from_stack)
+    evidence[category == UNKNOWN] = E_NONE          # what no rule could tell rests on nothing
     category = category[root]
     rule = rule[root]
     evidence = evidence[root]

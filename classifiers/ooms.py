@@ -8,20 +8,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..parsers.tables import A_OOM
-from .evidence import EVIDENCE, EVIDENCED
-from .levers import TRAINING_LEVERS, left_out, lever
+from .advice import ADVICE_LEVERS, advise
+from .evidence import EVIDENCE
 from .liveset import by_category_evidence_at
-from .profile import trains
-from .results import Advice, Oom, RunProfile
+from .results import Oom
 from .timeline import PHASE_NAMES
 
 PHASE_CODE = {name: k for k, name in enumerate(PHASE_NAMES)}
-
-# the levers advice weighs: each with what it would save at one moment (levers.py says how
-# each is estimated); the paged optimizer is said together with the 8-bit one
-ADVICE_LEVERS = ("checkpointing", "half_batch", "adam8bit", "lora", "4bit")
-MIN_SHARE = 0.05            # a lever that saves less than this share of live memory is not worth a line
-MIN_SHARE_FALLBACK = 0.01   # ... unless it is the best there is and saves at least this share
 
 
 def expandable_segments_on(settings) -> bool:
@@ -65,7 +58,7 @@ def oom_reports(da, snap) -> tuple[Oom, ...]:
         out.append(Oom(index=int(i), time_us=int(tus[i]) if tus[i] >= 0 else None, requested=req,
                        device_free=dev_free, allocated=allocated, reserved=reserved, fragmentation_bytes=frag,
                        by_category=byc, phase=phase, expandable_segments=expandable, stack=int(stack[i]),
-                       advice=advise(by_ev, allocated, da.profile, frag, req, expandable),
+                       advice=advise(da, by_ev, allocated, frag, req, expandable),
                        by_evidence=evidence_totals(by_ev)))
     return tuple(out)
 
@@ -79,45 +72,4 @@ def evidence_totals(by_category_evidence: dict) -> dict[str, int]:
     return {e: b for e, b in tot.items() if b}
 
 
-def advise(by_category_evidence: dict, live_bytes: int, profile: RunProfile | None = None,
-           fragmentation: int | None = None, requested: int = 0, expandable: bool = False) -> tuple[Advice, ...]:
-    """The levers worth pulling for memory in this state, most saving first, each with what
-    it would save here and the evidence of the bytes it saves. Expandable segments lead when
-    the allocator holds back more than was asked (an OOM from fragmentation: no other lever
-    is needed); then each lever that can apply to this run (levers.left_out: one rule for
-    every surface) by the bytes its factors take off the categories live now, counting only
-    bytes with evidence (torch, stack, lifetime: never a guess), those that save at least
-    MIN_SHARE of live memory.
-
-    `by_category_evidence`: {category: {evidence: bytes}} live at the moment."""
-    tips: list[Advice] = []
-    if fragmentation is not None and requested and fragmentation >= requested and \
-            left_out("expandable_segments", profile, expandable) is None:
-        tips.append(Advice("expandable_segments", None, int(fragmentation), "lifetime"))
-    known = {c: {e: b for e, b in per.items() if e in EVIDENCED} for c, per in by_category_evidence.items()}
-    by_category = {c: sum(per.values()) for c, per in known.items()}
-    scored = []
-    for name in ADVICE_LEVERS:
-        if left_out(name, profile, expandable) is not None:
-            continue
-        lv = lever(name)
-        saves = sum(by_category.get(c, 0) * (1.0 - f) for c, f in lv.scales.items())
-        main = max(lv.scales, key=lambda c: by_category.get(c, 0) * (1.0 - lv.scales[c]))
-        weakest = max((EVIDENCE.index(e) for e in known.get(main, {})), default=EVIDENCE.index("lifetime"))
-        scored.append((int(saves), name, main, EVIDENCE[weakest]))
-    scored.sort(key=lambda t: -t[0])
-    def target(name):
-        if name == "checkpointing" and profile is not None and profile.blocks:
-            return f"{profile.block_count} {profile.blocks}"
-        return ""
-    for saves, name, main, ev in scored:
-        if saves > 0 and saves >= MIN_SHARE * max(1, live_bytes):
-            tips.append(Advice(name, main, saves, ev, target(name)))
-    if not tips and scored and scored[0][0] >= MIN_SHARE_FALLBACK * max(1, live_bytes):
-        saves, name, main, ev = scored[0]          # nothing worth a line: still the best one, if it is not nothing
-        tips.append(Advice(name, main, saves, ev, target(name)))
-    return tuple(tips)
-
-
-__all__ = ["oom_reports", "oom_indices", "advise", "evidence_totals", "trains", "expandable_segments_on", "ADVICE_LEVERS",
-           "TRAINING_LEVERS"]
+__all__ = ["oom_reports", "oom_indices", "advise", "evidence_totals", "expandable_segments_on", "ADVICE_LEVERS"]

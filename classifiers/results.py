@@ -32,6 +32,9 @@ class Advice:
     saves_bytes: int | None = None  # an estimate at the moment the advice is about
     evidence: str = "stack"         # the weakest evidence of the bytes it saves (never "guess" alone)
     target: str = ""                # what it acts on, where the run names it (checkpointing: the repeated blocks)
+    estimate: bool = False          # a factor's estimate, not a simulation of the recorded run
+    training: bool = True           # the run trains (the batch lever is worded for training, else for inference)
+    lower_bound: bool = False       # simulated on a trace that ends in an OOM: the rest of the step is not in it
 
 
 @dataclass(frozen=True)
@@ -163,24 +166,51 @@ class Finding:
 
 
 @dataclass(frozen=True)
-class RunProfile:
-    """What the trace shows of the run, from evidence only (classifiers/profile.py): the
-    facts advice must fit (classifiers/levers.py `left_out`)."""
-    recorded: str                   # "trace" | "state_only" (blocks, no allocation in a trace) | "empty"
-    frames: bool                    # some allocation carries frames
-    training: bool                  # a backward was seen, or nothing tells (no forward either)
-    backward_seen: bool = False
+class Fact:
+    """One fact of the run with what it rests on (classifiers/runfacts.py). `value` None: the
+    trace cannot tell (unknown), which nothing downstream may treat as true."""
+    value: bool | int | str | None
+    evidence: str = "none"          # torch | stack | lifetime | guess | none
+    why: str = ""                   # what it rests on, in words
+
+    def to_json(self) -> dict:
+        return {"value": self.value, "evidence": self.evidence, "why": self.why}
+
+
+RUN_FACTS = ("recorded", "kind", "backward", "optimizer_step", "optimizer", "oom", "truncated_by_oom",
+             "checkpointing", "autocast", "adapters", "quantized", "models_alive", "model_held_twice",
+             "live_before_recording_bytes")
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the trace shows about the run, each fact with its evidence (classifiers/runfacts.py):
+    the record every answer reads (phases, peak types, advice, budget, levers, fits). The facts
+    of `devices[].run` (RUN_FACTS), then what the levers and the budget read besides."""
+    recorded: Fact = Fact("empty", "torch")     # "trace" | "state_only" | "empty"
+    kind: Fact = Fact(None)         # "training" | "forward_backward" | "inference" | "forward_with_grad" | None
+    backward: Fact = Fact(None)
+    optimizer_step: Fact = Fact(None)
+    optimizer: Fact = Fact(None)    # the optimizer's class name
+    oom: Fact = Fact(None)
+    truncated_by_oom: Fact = Fact(None)
+    checkpointing: Fact = Fact(None)
+    autocast: Fact = Fact(None)
+    adapters: Fact = Fact(None)
+    quantized: Fact = Fact(None)    # "4-bit" | "8-bit" | "quantized" | False
+    models_alive: Fact = Fact(None)
+    model_held_twice: Fact = Fact(None)
+    live_before_recording_bytes: Fact = Fact(0, "torch")
+    frames: bool = False            # some allocation carries frames
     forward_seen: bool = False
+    model_kind: str = ""            # "transformer" | "cnn" | "mlp" | "": what the forward's blocks are made of
     pretrained_load: bool = False   # a pretrained model or checkpoint loaded, by its frames
-    frozen_weights: bool = False    # weights seen (not guessed) that no gradient matches
-    trainable_share: float | None = None   # of the weights seen, the bytes a gradient matches
-    adapters: bool = False          # LoRA/PEFT adapter frames seen
-    quantized: str = ""             # "4-bit" | "8-bit" | "quantized" | "": quantized weights seen
+    frozen_weights: bool = False    # weights seen (not guessed) that no gradient matches, in a run with a backward
+    trainable_share: float | None = None   # of the weights seen, the bytes a gradient matches (None: no gradients made)
+    moments_pattern: bool = False   # a state-only dump's frameless blocks come in fours (weight, gradient, 2 moments)
+    autocast_copy_bytes: int = 0    # autocast's 16-bit weight copies live at the peak
     peak_evidenced_bytes: int = 0   # live at the peak with evidence torch, stack or lifetime
     peak_guessed_bytes: int = 0     # live at the peak that are a guess (or unknown)
-    blocks: str = ""                # the repeated blocks (layers) the stacks show ("" none): classifiers/structure.py
-    block_count: int = 0            # ... per forward pass
-    checkpointed: bool = False      # ... their activations recomputed in backward (torch.utils.checkpoint)
 
     @property
     def guessed_share(self) -> float:
@@ -188,10 +218,19 @@ class RunProfile:
         return self.peak_guessed_bytes / total if total else 0.0
 
     @property
+    def trains(self) -> bool:
+        """A backward and an optimizer step both ran in the trace: training levers can apply."""
+        return bool(self.backward.value) and bool(self.optimizer_step.value)
+
+    @property
     def fine_tuning(self) -> bool:
         """A pretrained model is loaded, frozen weights are seen, or adapters train on a base:
         LoRA and 4-bit weights can apply."""
-        return self.pretrained_load or self.frozen_weights or self.adapters
+        return self.pretrained_load or self.frozen_weights or bool(self.adapters.value)
+
+    def to_json(self) -> dict:
+        """`devices[].run` of `summary --json` (DESIGN.md §6)."""
+        return {name: getattr(self, name).to_json() for name in RUN_FACTS}
 
 
 @dataclass(frozen=True)
@@ -262,6 +301,6 @@ def from_plain(cls: Any, data: Any) -> Any:
     return msgspec.convert(data, type=cls, strict=True)
 
 
-__all__ = ["Peak", "Iteration", "Region", "StaleGradients", "Leak", "Advice", "Oom", "Allocation", "Finding", "DeviceSummary", "RunProfile",
+__all__ = ["Peak", "Iteration", "Region", "StaleGradients", "Leak", "Advice", "Oom", "Allocation", "Finding", "DeviceSummary", "RunFacts", "Fact", "RUN_FACTS",
            "HostMemory", "MetadataGroup",
            "to_plain", "from_plain", "field"]

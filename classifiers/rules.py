@@ -28,7 +28,8 @@ SHIPPED_TOML = HERE / "rules.toml"
 PHASES = ("none", "inputs", "forward", "backward", "optimizer", "pre")
 FREE_PHASES = PHASES[:5] + ("never",)
 FREED = ("same_phase", "later_phase", "later_iteration", "never")
-SIZE_MATCHES = ("quantized", "gradients", "optimizer_moments", "parameters")
+SIZE_MATCHES = ("quantized", "gradients", "optimizer_moments", "parameters", "autocast_copy", "cublas_workspace",
+                "fours_weights", "fours_gradients", "fours_moments")
 RULE_EVIDENCE = ("stack", "lifetime", "guess")     # a rule cannot claim torch's own tag
 
 
@@ -66,6 +67,7 @@ class Rule:
     free_markers: tuple = ()        # the stack of its free has every one of these markers
     free_not_markers: tuple = ()    # the stack of its free has frames and none of these
     profiler_converted: bool | None = None
+    trace: bool | None = None       # the device's trace holds allocations (False: a state-only dump)
     evidence: str = ""              # what the verdict rests on (evidence.py); "" until _check fills it
     source: str = "shipped"
 
@@ -86,7 +88,7 @@ class RuleSet:
 
 _RULE_KEYS = {"id", "category", "why", "markers", "not_markers", "stack_phase", "top", "op", "frames", "phase",
               "free_phase", "freed", "preexisting", "before_training", "size_match", "innermost",
-              "max_allocs_alive", "freed_within", "profiler_converted", "evidence", "free_markers",
+              "max_allocs_alive", "freed_within", "profiler_converted", "trace", "evidence", "free_markers",
               "free_not_markers"}
 _TOP_KEYS = {"version", "phases", "annotation", "markers", "rule", "disable", "replace_markers"}
 
@@ -202,7 +204,7 @@ def _rule(d, where: str, source: str) -> Rule:
         r.free_phase = _names(d["free_phase"], where + ".free_phase", FREE_PHASES)
     if "freed" in d:
         r.freed = _names(d["freed"], where + ".freed", FREED)
-    for key in ("preexisting", "before_training", "profiler_converted"):
+    for key in ("preexisting", "before_training", "profiler_converted", "trace"):
         if key in d:
             if not isinstance(d[key], bool):
                 raise RulesError(f"{where}: {key} must be true or false")

@@ -26,6 +26,9 @@ def stale_gradients(da) -> StaleGradients | None:
     rows = np.flatnonzero(da.category == CATEGORY_CODE["gradients"])
     if not len(rows) or not da.iterations:
         return None
+    models = da.run.models_alive.value
+    if models is not None and models > 1:
+        return None         # the gradients may be another model's (a model trained before): the models finding says so
     ai, fi, size = a.alloc_index[rows], a.free_index[rows], a.size[rows]
     with_fwd = [it for it in da.iterations if "forward" in it.phases]
     if not with_fwd:

@@ -39,7 +39,7 @@ import numpy as np
 
 from .categories import CATEGORIES
 from .stacks import KIND_BUILTIN, KIND_CPP, KIND_MODULE, KIND_PYTHON
-from .timeline import P_BACKWARD, P_FORWARD, P_INPUTS
+from .timeline import P_BACKWARD, P_FORWARD, P_INPUTS, P_UNWIND
 
 # row roles
 R_OTHER, R_SCRATCH, R_SAVED, R_CARRIED, R_OUTPUT, R_OUTSIDE_SAVED, R_RECOMPUTE_SAVED, R_RECOMPUTE_SCRATCH = range(8)
@@ -49,6 +49,7 @@ ROLE_NAMES = ("other", "scratch", "saved", "carried", "output", "outside_saved",
 MIN_SHARE = 0.25        # a block frame's calls cover at least this share of the forward's bytes
 ALIKE = 0.35            # a call allocates within this fraction of the median call's bytes ...
 ALIKE_SHARE = 0.75      # ... for at least this share of the calls
+TINY = 1024             # an allocation this small outside a block's frame does not end its call
 _CAT = {c: i for i, c in enumerate(CATEGORIES)}
 _BATCH_CATEGORIES = np.array([_CAT[c] for c in ("activations", "autograd", "inputs", "temporary")])
 _RECOMPUTE = re.compile(r"(^|/)torch/utils/checkpoint\.py$")
@@ -98,6 +99,7 @@ class Structure:
     hidden_bytes: int | None    # bytes per token of a block's output (output_bytes / tokens)
     notes: tuple = field(default_factory=tuple)    # what the structure rests on, in words
     function: np.ndarray | None = None  # int32 per row: id of the innermost Python function that made it (-1)
+    seq_refusal: str = ""   # why growing the sequence cannot be predicted on this run ('' when it can)
 
     @property
     def checkpointed(self) -> bool:
@@ -113,6 +115,55 @@ def structure(da) -> Structure:
     if st is None:
         st = _CACHE[da] = _build(da)
     return st
+
+
+def growth_structure(da) -> Structure:
+    """What grows with the batch, without the blocks: all the half-batch lever needs. The whole
+    structure when it was already found (one answer per device)."""
+    st = _CACHE.get(da)
+    if st is not None:
+        return st
+    a = da.allocs
+    n = len(a.size)
+    size = np.asarray(a.size, dtype=np.int64)
+    ai = np.asarray(a.alloc_index).astype(np.int64)
+    ph = da.timeline.phase if da.timeline is not None else np.zeros(0, np.uint8)
+    alloc_phase = np.full(n, 255, dtype=np.int64)
+    ok = (ai >= 0) & (ai < len(ph))
+    alloc_phase[ok] = ph[ai[ok]]
+    batch, note = _batch_rows(da, size, ai, alloc_phase)
+    z = np.zeros(0, dtype=np.int64)
+    return Structure(None, (), (), np.zeros(n, dtype=np.uint8), np.full(n, -1, dtype=np.int32), z, z,
+                     tuple(_forward_passes(da)), batch, np.zeros(n, dtype=bool), None, None, None,
+                     tuple(x for x in (note,) if x))
+
+
+WORKSPACE_SHARE = 0.05     # library scratch this share of the peak or more: the batch levers decline
+
+
+def library_scratch(da) -> int:
+    """The largest scratch a library allocates and frees inside one op in a convolutional run:
+    cuDNN's workspace (no Python frames, 8 MiB or more, nothing else allocated while it lives).
+    cuDNN picks its algorithms, and their workspace, by the shapes: it does not follow the
+    batch (a run at twice the batch may pick one needing ten times the workspace), so a run
+    where it is large against the peak cannot be scaled."""
+    run = getattr(da, "run", None)
+    if run is None or run.model_kind != "cnn" or not len(da.allocs.size):
+        return 0
+    a = da.allocs
+    ai, fi, size = a.alloc_index, a.free_index, a.size
+    frameless = a.stack <= 0
+    if da.facts is not None:
+        frameless = frameless | (da.facts.stacks.lengths[np.maximum(a.stack, 0)] == 0)
+    cand = np.flatnonzero(frameless & (size >= 8 << 20) & (ai >= 0) & (fi >= 0))
+    if not len(cand):
+        return 0
+    # nothing else allocated while it lived: no alloc entry between its alloc and its free
+    act = np.asarray(da.trace_action)
+    from ..parsers.tables import A_ALLOC
+    cum = np.cumsum(act == A_ALLOC)
+    alone = cum[fi[cand]] - cum[ai[cand]] == 0
+    return int(size[cand[alone]].max()) if alone.any() else 0
 
 
 def blocks(da) -> Blocks | None:
@@ -222,7 +273,7 @@ def _forward_passes(da) -> list[tuple[int, int]]:
     return [(s, e) for s, e, name in da.phase_ranges() if name == "forward"]
 
 
-def _calls(paths, rows_stack, depth, node_path) -> list:
+def _calls(paths, rows_stack, depth, node_path, tiny=None) -> list:
     """Split the rows (in allocation order; their stacks in `rows_stack`) that run under the
     node at `depth` (prefix `node_path`) into calls: arrays of positions into the rows. A
     call ends where a row outside the node comes between, the call's signature changes or
@@ -233,7 +284,24 @@ def _calls(paths, rows_stack, depth, node_path) -> list:
         return []
     u, inv = np.unique(rows_stack, return_inverse=True)
     under_u, sig_u, site_u, line_u = paths.node_arrays(u, depth, node_path)
-    pos = np.flatnonzero(under_u[inv])
+    under = under_u[inv]
+    if tiny is not None:
+        # a tiny allocation outside the node (BatchNorm's step counter, an RNG state, a scalar) does
+        # not end a call: positions are counted over the rows that matter
+        keep = under | ~tiny
+        idx = np.flatnonzero(keep)
+        pos_k = np.flatnonzero(under[idx])
+        if not len(pos_k):
+            return []
+        sig, site, line = sig_u[inv][idx[pos_k]], site_u[inv][idx[pos_k]], line_u[inv][idx[pos_k]]
+        brk = np.ones(len(pos_k), dtype=bool)
+        brk[1:] = (pos_k[1:] != pos_k[:-1] + 1) | (sig[1:] != sig[:-1]) | (line[1:] < line[:-1])
+        starts = np.flatnonzero(brk)
+        sites = site[starts]
+        main = np.bincount(sites).argmax()
+        pos = idx[pos_k]
+        return [c for c, st in zip(np.split(pos, starts[1:]), sites.tolist()) if st == main]
+    pos = np.flatnonzero(under)
     if not len(pos):
         return []
     sig, site, line = sig_u[inv][pos], site_u[inv][pos], line_u[inv][pos]
@@ -246,13 +314,41 @@ def _calls(paths, rows_stack, depth, node_path) -> list:
 
 
 def _alike(byte_counts) -> bool:
+    """The calls allocate alike: most within ALIKE of the median call, or, stage by stage (a
+    ResNet's stages of different widths), runs of two or more calls alike each, the first call
+    of a stage (its downsampling block) free to differ."""
     b = np.asarray(byte_counts, dtype=np.float64)
     if len(b) < 2:
         return False
     med = float(np.median(b))
     if med <= 0:
         return False
-    return float(np.mean(np.abs(b - med) <= ALIKE * med)) >= ALIKE_SHARE
+    if float(np.mean(np.abs(b - med) <= ALIKE * med)) >= ALIKE_SHARE:
+        return True
+    return _alike_in_stages(b)
+
+
+def _alike_in_stages(b: np.ndarray) -> bool:
+    """Stages: maximal runs of consecutive calls within ALIKE of each other, a lone call before a
+    run taken as that stage's first; every stage two calls or more, at most four stages."""
+    stages, k = 0, 0
+    n = len(b)
+    while k < n:
+        j = k + 1
+        while j < n and abs(b[j] - b[j - 1]) <= ALIKE * max(b[j], b[j - 1]):
+            j += 1
+        run = j - k
+        if run == 1:
+            # a lone call: the first of the next stage, when a run follows
+            j2 = j + 1
+            while j2 < n and abs(b[j2] - b[j2 - 1]) <= ALIKE * max(b[j2], b[j2 - 1]):
+                j2 += 1
+            if j >= n or j2 - j < 2:
+                return False
+            j = j2
+        stages += 1
+        k = j
+    return 1 < stages <= 4 or (stages == 1 and n >= 2)
 
 
 def _find_block_node(da, paths, passes):
@@ -289,7 +385,7 @@ def _find_block_node(da, paths, passes):
         d = len(p) - 1
         counts, ok = [], True
         for rows in sample:
-            cl = _calls(paths, stacks[rows], d, p)
+            cl = _calls(paths, stacks[rows], d, p, size[rows] <= TINY)
             counts.append(len(cl))
             if len(cl) < 2 or np.median([len(c) for c in cl]) < 3 or \
                     not _alike([size[rows[c]].sum() for c in cl]):
@@ -356,6 +452,12 @@ def _build(da) -> Structure:
     free_phase = phase_of(fi)
     alloc_phase = phase_of(ai)
     passes = _forward_passes(da)
+    run = getattr(da, "run", None)
+    if passes and run is not None and run.truncated_by_oom.value:
+        # the trace ends in an OOM inside its last forward: what that forward made and never freed
+        # was held to the end of the failed step (freed by its unwinding, or not recorded at all)
+        s0, e0 = passes[-1]
+        free_phase[(fi < 0) & (ai >= s0) & (ai <= e0)] = P_UNWIND
     found, pass_rows = (None, [])
     paths = None
     if da.facts is not None and passes:
@@ -378,7 +480,7 @@ def _build(da) -> Structure:
         for p, rows in enumerate(pass_rows):
             if not len(rows):
                 continue
-            cl = _calls(paths, stacks[rows], depth, node_path)
+            cl = _calls(paths, stacks[rows], depth, node_path, size[rows] <= TINY)
             counts.append(len(cl))
             for k, c in enumerate(cl):
                 r = rows[c]
@@ -394,17 +496,19 @@ def _build(da) -> Structure:
             r = c.rows
             call_of[r] = j
             inside = (fi[r] >= 0) & (fi[r] <= c.end)
-            saved = ~inside & (free_phase[r] == P_BACKWARD)
+            # (freed in the unwinding of an OOM: held to the end of the failed step, as a backward would)
+            saved = ~inside & np.isin(free_phase[r], (P_BACKWARD, P_UNWIND))
             role[r] = np.where(inside, R_SCRATCH, np.where(saved, R_SAVED, R_CARRIED))
             out = r[~inside]
             if len(out):
                 outputs[j] = out[-1]
                 role[out[-1]] = R_OUTPUT
+        first_input = _FirstInputs(ai, fi, size)
         for j, c in enumerate(calls):
             if c.block > 0 and j > 0 and calls[j - 1].forward_pass == c.forward_pass:
                 inputs[j] = outputs[j - 1]
             elif c.block == 0 and outputs[j] >= 0:
-                inputs[j] = _first_input(a, ai, fi, size, c, int(size[outputs[j]]), passes[c.forward_pass][0])
+                inputs[j] = first_input(c, int(size[outputs[j]]), passes[c.forward_pass][0])
         for w in recomputes:
             r = w.rows
             inside = (fi[r] >= 0) & (fi[r] <= w.end)
@@ -420,7 +524,7 @@ def _build(da) -> Structure:
     ends = np.array([e for _, e in passes] or [-1], dtype=np.int64)
     in_pass = np.searchsorted(starts, ai, side="right") - 1
     in_fwd = (in_pass >= 0) & (ai <= ends[np.maximum(in_pass, 0)])
-    outside = in_fwd & (call_of < 0) & (free_phase == P_BACKWARD) & (role == R_OTHER)
+    outside = in_fwd & (call_of < 0) & np.isin(free_phase, (P_BACKWARD, P_UNWIND)) & (role == R_OTHER)
     role[outside] = R_OUTSIDE_SAVED
 
     o = outputs[outputs >= 0] if len(outputs) else outputs
@@ -431,10 +535,13 @@ def _build(da) -> Structure:
     if wshape_note:
         notes.append(wshape_note)
     seq2, seq_note = _seq2_rows(da, paths, calls, recomputes, size, ai, fi, stacks, batch, alloc_phase)
+    refusal = ""
+    if seq_note.startswith("REFUSE: "):
+        refusal = seq_note = seq_note[len("REFUSE: "):]
     notes.append(seq_note)
     function = _functions(paths, stacks) if paths is not None else None
     return Structure(blk, tuple(calls), tuple(recomputes), role, call_of, inputs, outputs, tuple(passes), batch,
-                     seq2, out_bytes, tokens, hidden, tuple(notes), function)
+                     seq2, out_bytes, tokens, hidden, tuple(notes), function, refusal)
 
 
 def _functions(paths, stacks) -> np.ndarray:
@@ -449,14 +556,30 @@ def _functions(paths, stacks) -> np.ndarray:
     return fid[np.where(stacks >= 0, stacks, paths.sf.n_stacks)]
 
 
-def _first_input(a, ai, fi, size, call, out_size, pass_start) -> int:
+class _FirstInputs:
     """The input of a pass's first block: the last allocation of the pass before it, of the
-    size of the block's output, still live when the block starts."""
-    cand = np.flatnonzero((ai >= pass_start) & (ai < call.first) & (size == out_size)
-                          & ((fi < 0) | (fi > call.first)))
-    if not len(cand):
+    size of the block's output, still live when the block starts. The rows of each size are
+    sorted by allocation once; a call looks back from its first entry (a binary search, then
+    the few rows of that size still being walked back over), never over every row."""
+
+    def __init__(self, ai, fi, size):
+        self.ai, self.fi, self.size = ai, fi, size
+        self._by_size: dict = {}
+
+    def __call__(self, call, out_size: int, pass_start: int) -> int:
+        rows = self._by_size.get(out_size)
+        if rows is None:
+            rows = np.flatnonzero((self.size == out_size) & (self.ai >= 0))
+            rows = self._by_size[out_size] = rows[np.argsort(self.ai[rows], kind="stable")]
+        ai_rows = self.ai[rows]
+        lo = int(np.searchsorted(ai_rows, pass_start, side="left"))
+        k = int(np.searchsorted(ai_rows, call.first, side="left")) - 1
+        while k >= lo:
+            f = int(self.fi[rows[k]])
+            if f < 0 or f > call.first:
+                return int(rows[k])
+            k -= 1
         return -1
-    return int(cand[np.argmax(ai[cand])])
 
 
 def _recompute_windows(da, paths, block_key, ai, stacks, alloc_phase, end_of) -> list:
@@ -528,31 +651,19 @@ def _batch_rows(da, size, ai, alloc_phase) -> tuple[np.ndarray, str]:
     """bool per row: grows with the micro-batch. Activations, backward intermediates, inputs and
     temporaries made in the inputs, forward or backward phases of the trace; not weights,
     gradients, optimizer state, library workspaces (cuBLAS), optimizer scratch, what was live
-    before the trace, nor the 16-bit copies of weights that autocast makes in every forward."""
+    before the trace, nor autocast's 16-bit copies of weights (category weights, rule
+    weights.autocast_copy)."""
     cat = np.asarray(da.category)
     batch = np.isin(cat, _BATCH_CATEGORIES) & (ai >= 0) & np.isin(alloc_phase, (P_INPUTS, P_FORWARD, P_BACKWARD))
     names = da.rule_names
     if names:
-        ws = [i for i, nm in enumerate(names) if nm in ("temporary.library_workspace", "temporary.compile_autotune")]
+        ws = [i for i, nm in enumerate(names) if nm in ("temporary.library_workspace", "temporary.compile_autotune",
+                                                         "temporary.workspace_size")]
         if ws:
             batch &= ~np.isin(np.asarray(da.rule), ws)
     note = ""
-    # autocast: a half-size copy of (most) weight matrices in every forward is weight-shaped:
-    # per weight size, about as many forward tensors of half that size per pass as there are
-    # weights of the size (activations of a size are many more, or none)
-    w = np.flatnonzero(cat == _CAT["weights"])
-    mats = size[w][size[w] >= 64 * 1024]
-    n_pass = max(1, len(_forward_passes(da)))
-    if len(mats) >= 2:
-        fwd_sizes = size[batch & (alloc_phase == P_FORWARD)]
-        u, c = np.unique(mats, return_counts=True)
-        copies = [int(s) // 2 for s, k in zip(u.tolist(), c.tolist())
-                  if s % 2 == 0 and k * n_pass <= np.count_nonzero(fwd_sizes == s // 2) <= 1.25 * k * n_pass + n_pass]
-        hit = int(sum(k for s, k in zip(u.tolist(), c.tolist()) if s // 2 in copies))
-        if hit >= 0.75 * len(mats):
-            batch &= ~(np.isin(size, copies) & np.isin(alloc_phase, (P_FORWARD, P_BACKWARD)))
-            note = ("16-bit copies of the weight matrices made in every forward (autocast) do not grow "
-                    "with the batch")
+    if names and "weights.autocast_copy" in names and np.any(np.asarray(da.rule) == names.index("weights.autocast_copy")):
+        note = "autocast's 16-bit copies of the weight matrices (weights) do not grow with the batch"
     return batch, note
 
 
@@ -576,6 +687,11 @@ def _seq2_rows(da, paths, calls, recomputes, size, ai, fi, stacks, batch, alloc_
         caller = [k for k in keys if not paths.key_text[k].endswith("softmax")]
         if caller:
             sm_fn.add(caller[-1])
+    if not sm_sizes and da.facts is not None and da.facts.profiler_like and getattr(da, "run", None) is not None \
+            and da.run.model_kind == "transformer":
+        return seq2, ("REFUSE: attention in a fused call (scaled_dot_product_attention) on the CPU, whose math path "
+                      "makes the scores inside it where its frames cannot show them: whether they grow with the "
+                      "square of the sequence cannot be told from this trace, so no prediction is made")
     if not sm_sizes:
         return seq2, ("no attention scores (softmax) in the blocks (a fused attention kernel): everything that "
                       "grows with the sequence is taken to grow linearly")

@@ -11,6 +11,10 @@ Evidence, all vectorized over entries:
     forward or backward evidence they are backward evidence.
 Entries without evidence take the phase of the last evidence before them, except that a
 stretch leading into a forward is outside the phases (the next batch being prepared).
+An out-of-memory error ends what was running: the entries after an `oom` entry up to the next
+allocation are the unwinding (P_UNWIND: the exception's frames let go of their tensors; frees
+only, whatever their frames say), never backward. A program that catches the error and goes on
+starts again at its next allocation.
 
 Iterations: with optimizer steps, an iteration is everything from a forward that follows
 an optimizer step (or the first forward) to the end of the next optimizer step; several
@@ -29,7 +33,8 @@ from .results import Iteration, Region
 
 P_NONE, P_INPUTS, P_FORWARD, P_BACKWARD, P_OPTIMIZER, P_PRE = range(6)
 P_NEVER = 6
-PHASE_NAMES = ("none", "inputs", "forward", "backward", "optimizer", "pre", "never")
+P_UNWIND = 7        # after an out-of-memory error: the exception unwinding, tensors freed as frames go
+PHASE_NAMES = ("none", "inputs", "forward", "backward", "optimizer", "pre", "never", "unwind")
 PHASE_CODE = {n: i for i, n in enumerate(PHASE_NAMES)}
 
 
@@ -148,6 +153,28 @@ def periodic_boundaries(live_after: np.ndarray, min_periods: int = 3) -> list:
     return ends
 
 
+def _mark_unwinding(phase: np.ndarray, action: np.ndarray) -> None:
+    """In place: the entries after each `oom` entry up to the next allocation are P_UNWIND."""
+    ooms = np.flatnonzero(action == A_OOM)
+    if not len(ooms):
+        return
+    allocs = np.flatnonzero(action == A_ALLOC)
+    nxt = np.searchsorted(allocs, ooms, side="right")
+    ends = np.where(nxt < len(allocs), allocs[np.minimum(nxt, len(allocs) - 1)], len(action))
+    for o, e in zip(ooms.tolist(), ends.tolist()):
+        phase[o + 1:e] = P_UNWIND
+
+
+def unwinding(phase: np.ndarray) -> tuple[int, int] | None:
+    """(first, last) entry of the unwinding that ends the trace, None when the trace goes on
+    after its last out-of-memory error (or has none)."""
+    n = len(phase)
+    if not n or phase[-1] != P_UNWIND:
+        return None
+    k = np.flatnonzero(phase != P_UNWIND)
+    return (int(k[-1]) + 1 if len(k) else 0, n - 1)
+
+
 def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, blocking_markers,
                    rules, profiler_like: bool, live_after: np.ndarray | None = None) -> Timeline:
     """`stack_timeline`: int8 per stack, the timeline phase of its phase marker (-1 none);
@@ -261,6 +288,7 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
     fill[fill < 0] = P_NONE
     phase = np.where(anchor, ev, fill).astype(np.uint8)
     del fill
+    _mark_unwinding(phase, action)
 
     # runs of equal phase
     change = np.flatnonzero(phase[1:] != phase[:-1]) + 1
@@ -304,7 +332,7 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
         prev_imm = np.r_[-1, seg_phase[:-1]]
         is_start &= (prev_imm == P_NONE) | (prev_ph < 0)
     else:
-        is_start &= (prev_ph == delim) | (prev_ph < 0)
+        is_start &= (prev_ph == delim) | (prev_ph < 0) | (prev_ph == P_UNWIND)
     if start_ph == P_FORWARD and has[P_BACKWARD]:
         # a forward that no backward follows (evaluation, no_grad) does not start an iteration
         last_tr = np.minimum.accumulate(np.where(nn & (seg_phase != P_FORWARD), sidx, nseg)[::-1])[::-1]
@@ -312,7 +340,8 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
         next_ph = np.where(next_tr < nseg, seg_phase[np.minimum(next_tr, nseg - 1)], -1)
         # ... unless the trace ends in it with an OOM (the step that failed)
         ooms = np.flatnonzero(action == A_OOM)
-        oom_tail = (next_ph < 0) & (len(ooms) > 0) & (seg_end >= (ooms[-1] if len(ooms) else n))
+        oom_tail = ((next_ph < 0) & (len(ooms) > 0) & (seg_end >= (ooms[-1] if len(ooms) else n))) \
+            | (next_ph == P_UNWIND)
         train_fwd = (seg_phase == P_FORWARD) & ((next_ph == P_BACKWARD) | oom_tail)
         is_start &= train_fwd
     else:
@@ -357,7 +386,8 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
         tf = train_fwd[g0:g1 + 1]
         phases = {}
         for name, sel in (("inputs", inp), ("forward", (sp == P_FORWARD) & tf), ("backward", sp == P_BACKWARD),
-                          ("optimizer", sp == P_OPTIMIZER), ("eval", (sp == P_FORWARD) & ~tf)):
+                          ("optimizer", sp == P_OPTIMIZER), ("eval", (sp == P_FORWARD) & ~tf),
+                          ("unwind", sp == P_UNWIND)):
             if sel.any():
                 phases[name] = (int(ss[sel].min()), int(se[sel].max()))
         # micro-batches: training forward runs (each one follows a backward or opens the iteration)

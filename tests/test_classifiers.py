@@ -233,7 +233,7 @@ def test_leak_fixture_flags_train_step_and_clean_loop_does_not():
         assert [int(da.live.live_after[it.end_index]) for it in da.iterations] == e["live_bytes_at_iteration_end"]
 
 
-@pytest.mark.parametrize("name, hint", [("oom.pickle", "expandable_segments"), ("expandable.pickle", "of activations")])
+@pytest.mark.parametrize("name, hint", [("oom.pickle", "expandable_segments"), ("expandable.pickle", "simulated on this run")])
 def test_oom_reports(name, hint):
     exp = json.loads((DATA / "expected.json").read_text())["fixtures"][name]
     da = data(name).devices[0]
@@ -395,7 +395,13 @@ def test_real_snapshot_unknown_below_5_percent_at_peak(name):
         total = sum(byc.values())
         if total == 0:
             continue
-        assert byc.get("unknown", 0) / total < 0.05, (dev, byc)
+        # a state-only dump's blocks without frames are unknown (no frames): nothing tells what they are,
+        # unless a size pattern does (weight + gradient + two moments, a cuBLAS workspace)
+        a = da.allocs
+        frameless = (a.alloc_index < 0) & (a.stack <= 0) & (da.run.recorded.value == "state_only")
+        guessable = int(a.size[frameless & (da.category != CATEGORIES.index("unknown"))].sum())
+        told = byc.get("unknown", 0) - int(a.size[frameless].sum()) + guessable
+        assert told / total < 0.05, (dev, byc)
         assert da.peak.type in PEAK_TYPES
 
 
@@ -447,7 +453,11 @@ def test_real_state_only_snapshots_are_classified_from_block_frames():
         an = real(name)
         for da in an.devices.values():
             assert len(da.live.live_after) <= 1 and da.iterations == ()
-            assert (da.category != CATEGORIES.index("unknown")).mean() > 0.9
+            framed = da.allocs.stack > 0
+            assert (da.category[framed] != CATEGORIES.index("unknown")).mean() > 0.9
+            # the blocks without frames: unknown (no frames), never a category guessed from nothing
+            told = (da.category[~framed] != CATEGORIES.index("unknown")) & (da.evidence[~framed] < 3)
+            assert not told.any()          # a size pattern's reading of them is a guess (evidence 3)
     verl = real("volcengine+verl__mem.pickle").devices[0]
     assert verl.peak.by_category["activations"] > 0.8 * verl.peak.bytes     # vLLM KV cache
 

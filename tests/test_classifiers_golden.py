@@ -143,32 +143,32 @@ GOLDEN = r'''
  "bare_list.pickle": {
   "0": {
    "advice": [],
-   "category_bytes": {"weights": 176173056},
-   "evidence_bytes": {"guess": 176173056},
+   "category_bytes": {"unknown": 176173056},
+   "evidence_bytes": {"none": 176173056},
    "iterations": [],
    "leaks": [],
    "ooms": [],
-   "peak": {"by_category": {"weights": 176173056}, "bytes": 176173056, "index": -1, "iteration": null, "phase": "pre", "type": "other"},
-   "peak_by_evidence": {"guess": 176173056},
-   "peak_top3": [[167772160, "weights", "weights.preexisting"], [5242880, "weights", "weights.preexisting"], [3145728, "weights", "weights.preexisting"]],
-   "rules": {"weights.preexisting": 4}
+   "peak": {"by_category": {"unknown": 176173056}, "bytes": 176173056, "index": -1, "iteration": null, "phase": "pre", "type": "other"},
+   "peak_by_evidence": {"none": 176173056},
+   "peak_top3": [[167772160, "unknown", "unknown.no_frames"], [5242880, "unknown", "unknown.no_frames"], [3145728, "unknown", "unknown.no_frames"]],
+   "rules": {"unknown.no_frames": 4}
   },
   "1": {
    "advice": [],
-   "category_bytes": {"weights": 347103232},
-   "evidence_bytes": {"guess": 347103232},
+   "category_bytes": {"unknown": 347103232},
+   "evidence_bytes": {"none": 347103232},
    "iterations": [],
    "leaks": [],
    "ooms": [],
-   "peak": {"by_category": {"weights": 347103232}, "bytes": 347103232, "index": -1, "iteration": null, "phase": "pre", "type": "other"},
-   "peak_by_evidence": {"guess": 347103232},
-   "peak_top3": [[335544320, "weights", "weights.preexisting"], [6291456, "weights", "weights.preexisting"], [5242880, "weights", "weights.preexisting"]],
-   "rules": {"weights.preexisting": 4}
+   "peak": {"by_category": {"unknown": 347103232}, "bytes": 347103232, "index": -1, "iteration": null, "phase": "pre", "type": "other"},
+   "peak_by_evidence": {"none": 347103232},
+   "peak_top3": [[335544320, "unknown", "unknown.no_frames"], [6291456, "unknown", "unknown.no_frames"], [5242880, "unknown", "unknown.no_frames"]],
+   "rules": {"unknown.no_frames": 4}
   }
  },
  "clean_loop.pickle": {
   "0": {
-   "advice": [["adam8bit", "stack"]],
+   "advice": [["half_batch", "lifetime"], ["adam8bit", "stack"]],
    "category_bytes": {"activations": 3693084696, "autograd": 2359296000, "gradients": 1994588160, "inputs": 196608, "optimizer": 664862720, "temporary": 2397093888, "weights": 332431360},
    "evidence_bytes": {"guess": 664862720, "lifetime": 9325346840, "stack": 1451343872},
    "iterations": [[0, 185, {"backward": [41, 118], "forward": [3, 40], "inputs": [0, 2], "optimizer": [119, 185]}, 1, 173, "optimizer_step"], [186, 355, {"backward": [263, 340], "forward": [238, 262], "inputs": [186, 237], "optimizer": [341, 355]}, 1, 264, "backward_start"], [356, 523, {"backward": [432, 508], "forward": [408, 431], "inputs": [356, 407], "optimizer": [509, 523]}, 1, 432, "backward_start"], [524, 691, {"backward": [600, 676], "forward": [576, 599], "inputs": [524, 575], "optimizer": [677, 691]}, 1, 600, "backward_start"], [692, 859, {"backward": [768, 844], "forward": [744, 767], "inputs": [692, 743], "optimizer": [845, 859]}, 1, 768, "backward_start"], [860, 1031, {"backward": [936, 1012], "eval": [1023, 1031], "forward": [912, 935], "inputs": [860, 911], "optimizer": [1013, 1022]}, 1, 1023, "forward"]],
@@ -185,9 +185,9 @@ GOLDEN = r'''
    "advice": [["half_batch", "lifetime"]],
    "category_bytes": {"activations": 47340847112, "autograd": 13186891776, "gradients": 649285632, "inputs": 1835008, "optimizer": 649285632, "temporary": 56678400, "weights": 324642816},
    "evidence_bytes": {"guess": 324642816, "lifetime": 61178859528, "stack": 705964032},
-   "iterations": [[0, 526, {"backward": [137, 356], "forward": [2, 136], "inputs": [0, 1], "optimizer": [357, 526]}, 1, 138, "backward_start"], [527, 992, {"backward": [749, 968], "forward": [679, 748], "inputs": [527, 678], "optimizer": [969, 992]}, 1, 750, "backward_start"], [993, 1377, {"forward": [1149, 1377], "inputs": [993, 1148]}, 1, 1256, "oom"]],
+   "iterations": [[0, 526, {"backward": [137, 356], "forward": [2, 136], "inputs": [0, 1], "optimizer": [357, 526]}, 1, 138, "backward_start"], [527, 992, {"backward": [749, 968], "forward": [679, 748], "inputs": [527, 678], "optimizer": [969, 992]}, 1, 750, "backward_start"], [993, 1377, {"forward": [1149, 1257], "inputs": [993, 1148], "unwind": [1258, 1377]}, 1, 1256, "oom"]],
    "leaks": [],
-   "ooms": [[1257, 754974720, 536614656, 15927296, {"activations": 23172218880, "inputs": 1310720, "optimizer": 649285632, "weights": 324642816}, "half the micro-batch, with twice the gradient accumulation steps: up to 10.79 GiB of activations at this moment"]],
+   "ooms": [[1257, 754974720, 536614656, 15927296, {"activations": 23172218880, "inputs": 1310720, "optimizer": 649285632, "weights": 324642816}, "half the micro-batch, with twice the gradient accumulation steps: the peak 10.79 GiB lower as far as the trace goes (simulated on this run, which ends in the out-of-memory error: what the step needed after it is not counted)"]],
    "peak": {"by_category": {"activations": 23172218880, "inputs": 1310720, "optimizer": 649285632, "weights": 324642816}, "bytes": 24147458048, "index": 1256, "iteration": 3, "phase": "forward", "type": "oom"},
    "peak_by_evidence": {"guess": 324642816, "lifetime": 23173529600, "stack": 649285632},
    "peak_top3": [[1006632960, "activations", "activations.forward"], [1006632960, "activations", "activations.forward"], [1006632960, "activations", "activations.forward"]],
@@ -223,15 +223,15 @@ GOLDEN = r'''
   },
   "1": {
    "advice": [],
-   "category_bytes": {"weights": 8388608},
-   "evidence_bytes": {"guess": 8388608},
+   "category_bytes": {"unknown": 8388608},
+   "evidence_bytes": {"none": 8388608},
    "iterations": [],
    "leaks": [],
    "ooms": [],
-   "peak": {"by_category": {"weights": 8388608}, "bytes": 8388608, "index": -1, "iteration": null, "phase": "pre", "type": "other"},
-   "peak_by_evidence": {"guess": 8388608},
-   "peak_top3": [[8388608, "weights", "weights.preexisting"]],
-   "rules": {"weights.preexisting": 1}
+   "peak": {"by_category": {"unknown": 8388608}, "bytes": 8388608, "index": -1, "iteration": null, "phase": "pre", "type": "other"},
+   "peak_by_evidence": {"none": 8388608},
+   "peak_top3": [[8388608, "unknown", "unknown.no_frames"]],
+   "rules": {"unknown.no_frames": 1}
   },
   "2": {
    "advice": [["half_batch", "lifetime"]],
@@ -276,7 +276,7 @@ GOLDEN = r'''
  },
  "qlora_4bit.pickle": {
   "0": {
-   "advice": [["checkpointing", "lifetime"], ["half_batch", "lifetime"]],
+   "advice": [["half_batch", "lifetime"], ["checkpointing", "lifetime"]],
    "category_bytes": {"activations": 728367108, "autograd": 380108800, "gradients": 2048000, "inputs": 16384, "optimizer": 1040000, "quantization": 1449656832, "temporary": 671744, "weights": 272580608},
    "evidence_bytes": {"guess": 263237632, "lifetime": 1108475908, "stack": 1462775936},
    "iterations": [[347, 1105, {"backward": [582, 1007], "forward": [349, 581], "inputs": [347, 348], "optimizer": [1008, 1105]}, 1, 582, "backward_start"]],

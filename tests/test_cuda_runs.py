@@ -136,8 +136,8 @@ def test_gradients_zeroed_in_place_are_the_previous_steps_gradients():
 def test_generation_is_inference_its_kv_cache_is_named_and_no_training_lever_is_offered():
     _snap, an = load("generate")
     da = an.devices[0]
-    from vramscope.classifiers.ooms import TRAINING_LEVERS, trains
-    assert not trains(da)
+    from vramscope.classifiers.levers import TRAINING_LEVERS, left_out
+    assert not da.run.trains and da.run.kind.value == "inference"
     assert not {a.lever for a in da.peak.advice} & TRAINING_LEVERS
     # the K and V tensors of each decoding step: 2 prompts x 4 heads x 64 dims x fp32 per
     # position, for 32 .. 47 positions (the prompt, then one more each step), 4 layers x K, V
@@ -146,7 +146,8 @@ def test_generation_is_inference_its_kv_cache_is_named_and_no_training_lever_is_
     assert sizes == sorted(2 * 4 * 64 * 4 * n for n in range(32, 48) for _ in range(2 * 4))
     # the training runs keep their training levers
     _s, lora = load("lora")
-    assert trains(lora.devices[0]) and {a.lever for a in lora.devices[0].peak.advice} & TRAINING_LEVERS
+    run = lora.devices[0].run
+    assert run.trains and not any("nothing trains" in (left_out(n, run) or "") for n in TRAINING_LEVERS)
 
 
 def test_a_trace_whose_ring_buffer_wrapped_mid_backward():
@@ -220,5 +221,6 @@ def test_levers_that_cannot_apply_are_left_out_with_the_reason():
     _s, full = load("full")
     out = levers_left_out(full, 0)
     assert set(out) == {"lora", "4bit", "no_checkpointing"}
-    assert all("no pretrained model loaded" in out[n] and "whatif" in out[n] for n in ("lora", "4bit"))
+    assert "no pretrained model loaded" in out["lora"] and "no frozen weights" in out["4bit"]
+    assert all("whatif" in out[n] for n in ("lora", "4bit"))
     assert out["no_checkpointing"] == "the run is not checkpointed"

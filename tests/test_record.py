@@ -206,9 +206,11 @@ def test_files_are_protocol_4_memory_viz_opcodes_with_the_metadata_and_open_in_v
     # the same analysis, but for what the metadata makes exact: the run's profile (its
     # parameter counts: frozen weights seen, the trainable share) and the levers it rules out
     def same(doc):
-        return [{**d, "profile": None, "peak": {**d["peak"], "advice_left_out": None}} for d in doc["devices"]]
+        return [{**d, "run": None, "peak": {**d["peak"], "advice_left_out": None, "advice": None},
+                 "ooms": [{**o, "advice": None, "suggestion": None, "suggestions": None} for o in d["ooms"]]}
+                for d in doc["devices"]]
     assert same(written.summary()) == same(original.summary())
-    assert written.summary()["devices"][0]["profile"]["trainable_share"] == pytest.approx(32_768 / 5_232_768)
+    assert written.analysis.devices[0].run.trainable_share == pytest.approx(32_768 / 5_232_768)
     m = written.metadata
     assert (m.schema, m.writer, m.torch_version, m.cuda_version) == (1, f"vramscope {vramscope.__version__}",
                                                                     "2.13.0+fake", "12.8")

@@ -22,7 +22,7 @@ from helpers import DATA, GROUNDTRUTH
 from test_whatif import _an                         # one analysis per file for both modules
 from vramscope.classifiers import CATEGORIES
 from vramscope.classifiers.category_live import scale_live
-from vramscope.classifiers.levers import ERROR_BANDS, SIMULATED
+from vramscope.classifiers.levers import SIMULATED
 from vramscope.classifiers.structure import blocks, structure
 from vramscope.classifiers.whatif import WhatIfError, growth_peak, levers_left_out, what_if
 from vramscope.common.units import MiB
@@ -124,17 +124,38 @@ def test_the_simulated_run_is_replayed_exactly():
     assert series.max() <= r.scaled.bytes and series.max() >= 0.9 * r.scaled.bytes
 
 
-def test_every_simulated_lever_has_a_measured_error_band():
-    assert set(ERROR_BANDS) == set(SIMULATED)
-    for name, band in ERROR_BANDS.items():
-        assert 0 <= band.mean <= band.worst <= 0.03 and band.cases >= 30, name
+def test_every_simulated_lever_has_bands_measured_per_family_and_none_for_unlike_runs():
+    """Each simulated lever carries what benchmarks/whatif_accuracy.py --write-bands measured, per
+    family of runs; a run gets a band only when it is like one of them (blocks, precision,
+    adapters), else the nearest family in words."""
+    from vramscope.classifiers.levers import LEVERS, Family
+    for name in SIMULATED:
+        lv = LEVERS[name]
+        assert lv.measured, name
+        for m in lv.measured:
+            assert m.worst_under <= 0 <= m.worst_over and m.cases >= 1 and m.kind.count("/") == 2, (name, m)
+        kinds = {m.kind for m in lv.measured}
+        k = sorted(kinds)[0]
+        fam = Family(*k.split("/")[:2], k.endswith("/lora"))
+        band, note = lv.band(fam)
+        like = [m for m in lv.measured if m.kind == k]
+        assert band is not None and band.cases == sum(m.cases for m in like), name
+        assert band.worst_under == pytest.approx(min(m.worst_under for m in like), abs=1e-6)
+        assert "measured on runs like this one" in note
+        band, note = lv.band(Family("rnn", "fp32", False))
+        assert band is None and "not validated for this kind of run" in note and "nearest measured" in note
 
 
-def test_levers_left_out_by_the_structure():
-    assert levers_left_out(_an(DATA / "cuda_ckpt.pickle"), 0)["checkpointing"].endswith("checkpointed already")
+def test_levers_left_out_by_the_run_or_declined_by_the_structure():
+    assert "already on" in levers_left_out(_an(DATA / "cuda_ckpt.pickle"), 0)["checkpointing"]
     assert levers_left_out(_an(DATA / "cuda_lora.pickle"), 0)["no_checkpointing"] == "the run is not checkpointed"
-    out = levers_left_out(_an(GROUNDTRUTH / "mlp_adamw.pickle"), 0)
-    assert "no repeated blocks" in out["checkpointing"] and out["no_checkpointing"] == "the run is not checkpointed"
+    an = _an(GROUNDTRUTH / "mlp_adamw.pickle")
+    assert levers_left_out(an, 0)["no_checkpointing"] == "the run is not checkpointed"
+    # an MLP has no repeated blocks: checkpointing is not applied, says why and makes no prediction
+    r = what_if(an, 0, levers=["checkpointing"])
+    (lv,) = r.levers
+    assert not lv.applied and "no repeated blocks" in lv.why and lv.error_band is None and not r.prediction
+    assert r.scaled == r.baseline and "not a prediction" in r.note
 
 
 # -- how far the batch can grow ---------------------------------------------------------------------
@@ -193,9 +214,11 @@ def test_whatif_json_levers_and_fit(capsys):
     for lv in d["levers"]:
         assert set(lv) >= {"name", "assumption", "error_band", "simulated"}
     ck, a8 = d["levers"]
-    assert ck["simulated"] and ck["scales"] == {} and set(ck["error_band"]) == {"mean", "worst", "cases",
-                                                                                 "measured_on"}
-    assert not a8["simulated"] and a8["error_band"] is None and "optimizer" in a8["scales"]
+    assert ck["simulated"] and ck["applied"] and ck["scales"] == {} and not ck["estimate"]
+    assert ck["error_band"] is None or set(ck["error_band"]) == {"mean", "worst_under", "worst_over", "worst",
+                                                                 "cases", "families"}
+    assert ck["band_note"]
+    assert not a8["simulated"] and a8["estimate"] and a8["error_band"] is None and "optimizer" in a8["scales"]
     assert d["fit"] and all(set(f) >= {"levers", "dimension", "max_factor", "fits_bytes", "headroom_bytes"}
                             for f in d["fit"])
     assert d["fit"][0]["levers"] == ["checkpointing", "adam8bit"] and d["fit_note"]

@@ -16,7 +16,8 @@ from ...classifiers import Analysis
 from ...classifiers.budget import Budget
 from ...classifiers.budget import budget as make_budget
 from ...classifiers.category_live import CategoryLive
-from ...classifiers.whatif import LEVERS, Lever, WhatIf, lever, what_if
+from ...classifiers.levers import LEVERS, Pulled, describe
+from ...classifiers.whatif import WhatIf, run_family, what_if
 from ...parsers import Progress
 from ...services.whatif import levers_left_out
 
@@ -27,7 +28,7 @@ class WhatIfSession:
     device: int
     model: CategoryLive              # per-category live bytes over the run (what_if's model)
     budget: Budget                   # the napkin-math budget beside the measurement
-    levers: dict[str, Lever]         # every named lever, with this run's factors and assumption
+    levers: dict[str, Pulled]        # every named lever: what it does on this run, its band for runs like it
     left_out: dict[str, str]         # {lever: why it cannot apply to this run}
 
     @classmethod
@@ -44,7 +45,8 @@ class WhatIfSession:
         if progress is not None:
             progress.update(2.0)
         facts = bud.facts
-        return cls(analysis, device, model, bud, {name: lever(name, facts) for name in LEVERS},
+        family = run_family(da)
+        return cls(analysis, device, model, bud, {name: describe(name, facts, family) for name in LEVERS},
                    levers_left_out(analysis, device))
 
     @property

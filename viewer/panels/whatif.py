@@ -32,7 +32,6 @@ from PySide6.QtWidgets import (
 )
 
 from ...classifiers import CATEGORIES
-from ...classifiers.levers import ERROR_BANDS, SIMULATED, SIMULATION_WORDS
 from ...classifiers.whatif import COMMON_CARDS, WhatIf, WhatIfError
 from ...common.units import fmt_bytes
 from ...present.markup import html as _esc
@@ -318,12 +317,13 @@ class WhatIfPanel(QWidget):
             self.sliders[name], self.values[name] = sl, val
         self.grid.setColumnStretch(1, 1)
         for r, (name, lv) in enumerate(session.levers.items()):
-            band = ERROR_BANDS.get(name)
-            if name in SIMULATED:          # simulated on the recorded timeline, not a category's factor
-                what = "simulated" + (f" · worst error {100 * band.worst:.1f}%" if band is not None else "")
-                tip = SIMULATION_WORDS[name] + (f" (measured against {band.cases} recorded runs: mean error "
-                                                f"{100 * band.mean:.2f}%, worst {100 * band.worst:.2f}%)"
-                                                if band is not None else "")
+            band = lv.error_band
+            if lv.simulated:          # simulated on the recorded timeline, not a category's factor
+                what = "simulated" + (f" · error {100 * band.worst_under:+.1f}% to {100 * band.worst_over:+.1f}%"
+                                      if band is not None else " · not validated for this kind of run")
+                tip = lv.assumption + (f" ({lv.band_note}: mean error {100 * band.mean:+.2f}%, worst "
+                                       f"{100 * band.worst_under:+.2f}% / {100 * band.worst_over:+.2f}% over "
+                                       f"{band.cases} recorded runs)" if band is not None else f" ({lv.band_note})")
             else:
                 what = ", ".join(f"{c} ×{f:.3g}" for c, f in lv.scales.items()) or "no allocator overhead"
                 tip = lv.assumption
@@ -459,9 +459,12 @@ class WhatIfPanel(QWidget):
             + ("" if not r.scales and not r.simulation else f" · measured {fmt_bytes(base.bytes)} · "
                f"<b>{'+' if change >= 0 else '−'}{fmt_bytes(abs(change))}</b>"))
         self.assumptions.setText(
-            "<br>".join(f"<i>{_esc(lv.title)}</i>: {_esc(lv.assumption)}"
-                        + (f" <i>(error against recorded runs: mean {100 * lv.error_band.mean:.2f}%, worst "
-                           f"{100 * lv.error_band.worst:.2f}%)</i>" if lv.error_band is not None else "")
+            "<br>".join(f"<i>{_esc(lv.title)}</i>: "
+                        + (_esc(lv.assumption) if lv.applied else f"<b>not applied</b>: {_esc(lv.why)}")
+                        + (f" <i>(error against recorded runs like this one: mean {100 * lv.error_band.mean:+.2f}%, "
+                           f"worst {100 * lv.error_band.worst_under:+.2f}% / {100 * lv.error_band.worst_over:+.2f}%)</i>"
+                           if lv.applied and lv.error_band is not None else
+                           (f" <i>({_esc(lv.band_note)})</i>" if lv.applied and lv.band_note else ""))
                         for lv in r.levers))
         self.assumptions.setVisible(bool(r.levers))
         gpu = fits.gpu_bytes

@@ -2,7 +2,7 @@
 [--lora-rank N]`."""
 from __future__ import annotations
 
-from ..classifiers.levers import LEVERS, LeverError
+from ..classifiers.levers import LEVERS, TARGETS_DEFAULT, LeverError, parse_targets
 from ..services.reporters import JsonReporter, Reporter, TextReporter
 from .common import add_input, add_json, analyze_file, check_device, emit
 from .errors import UsageError
@@ -25,6 +25,9 @@ def add_parser(sub) -> None:
                         "lever that applies")
     p.add_argument("--lora-rank", type=int, default=8, metavar="N",
                    help="rank of the adapters the lora lever simulates (default 8)")
+    p.add_argument("--lora-targets", default=TARGETS_DEFAULT, metavar="TARGETS",
+                   help="which matrices the lora lever puts adapters on: all-linear (default, as peft's "
+                        "all-linear), attention, q,v, or module names (q_proj,v_proj,gate_proj,...)")
     add_json(p, help="print one JSON object")
     add_input(p)
     p.set_defaults(run=run)
@@ -45,13 +48,14 @@ def run(args) -> int:
             raise LeverError(f"--fit {args.fit} needs --gpu SIZE (the card to fit on)")
         if args.lora_rank < 1:
             raise LeverError(f"--lora-rank must be at least 1, not {args.lora_rank}")
+        targets = parse_targets(args.lora_targets)
     except LeverError as e:
         raise UsageError(str(e)) from None
     an = analyze_file(args.file, args.no_cache, args.rules)
     check_device(an, args.device)
     try:
         doc = whatif_document(an, scales, args.lever, args.gpu, args.device, fit=args.fit,
-                              lora_rank=args.lora_rank)
+                              lora_rank=args.lora_rank, lora_targets=targets)
     except LeverError as e:
         raise UsageError(str(e)) from None
     return emit(reporters[args.format], doc)

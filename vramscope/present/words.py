@@ -69,12 +69,20 @@ def advice_text(advice: Advice, oom: Oom | None = None, moment: str = "at this m
                     f"{fmt_bytes(oom.requested)} requested)")
         return "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
     text = LEVER_WORDS.get(advice.lever, advice.lever.replace("_", " "))
+    if advice.lever == "half_batch" and not advice.training:
+        text = "run the batch in two halves (or shorter sequences, or smaller tiles)"
     if advice.lever == "checkpointing" and advice.target:
         count, _, name = advice.target.partition(" ")
         text = f"gradient checkpointing (torch.utils.checkpoint on each of the {count} {name} blocks)"
     if advice.saves_bytes:
-        of = f" of {advice.category}" if advice.category else ""
-        text += f": up to {fmt_bytes(advice.saves_bytes)}{of} {moment}"
+        if advice.estimate:
+            of = f" of {advice.category}" if advice.category else ""
+            text += f": about {fmt_bytes(advice.saves_bytes)}{of} {moment} (an estimate)"
+        elif advice.lower_bound:
+            text += (f": the peak {fmt_bytes(advice.saves_bytes)} lower as far as the trace goes (simulated on this "
+                     f"run, which ends in the out-of-memory error: what the step needed after it is not counted)")
+        else:
+            text += f": the peak {fmt_bytes(advice.saves_bytes)} lower (simulated on this run)"
     return text
 
 
@@ -173,11 +181,39 @@ def oom_diagnosis(oom: Oom) -> str:
             f"{top[0]} ({share:.0%}); reserved-but-free memory ({held}) could not have held the request." + limit)
 
 
+def oom_need_text(oom: Oom) -> str:
+    """What the failed step needed at least: what was live plus what it asked for."""
+    return (f"as recorded this does not fit: the step needed at least {fmt_bytes(oom.allocated + oom.requested)} "
+            f"({fmt_bytes(oom.allocated)} live and {fmt_bytes(oom.requested)} more asked for), and the trace ends "
+            f"there, so whatever it would have needed next is not in it")
+
+
+def models_text(run) -> str:
+    """A second model alive, or the model held twice, and the way out ('' when neither)."""
+    n, twice = run.models_alive.value, run.model_held_twice.value
+    if not ((n is not None and n > 1) or twice):
+        return ""
+    what = run.models_alive.why if n is not None and n > 1 else run.model_held_twice.why
+    sure = " (a guess from the shapes)" if "guess" in (run.models_alive.evidence, run.model_held_twice.evidence) \
+        and (run.models_alive.evidence == "guess" if n and n > 1 else run.model_held_twice.evidence == "guess") else ""
+    return (f"{what}{sure}: drop what is no longer needed before the next model runs (del model, optimizer, and "
+            f"any loss or output that keeps a graph; then gc.collect() and torch.cuda.empty_cache(); "
+            f"torch._dynamo.reset() when compiled)")
+
+
+def leaks_none_text(run) -> str:
+    """What 'no leak found' means for this file."""
+    if run.recorded.value != "trace":
+        return "not checkable (no trace: a leak shows as growth from iteration to iteration)"
+    return "none found"
+
+
 def stale_gradients_text(sg: StaleGradients) -> str:
     """What the previous step's gradients cost, and the fix."""
     through = (" and ".join(sg.phases) + (" phases" if len(sg.phases) > 1 else " phase")) if sg.phases \
         else "the next step"
-    until = "until zero_grad frees them" if sg.freed_last >= 0 else "(never freed: zeroed in place)"
+    until = "until zero_grad frees them" if sg.freed_last >= 0 else \
+        "(never freed while the trace ran: zeroed in place by zero_grad(set_to_none=False), or kept; a trace cannot tell which)"
     at_peak = f"; {fmt_bytes(sg.live_at_peak)} of them at the peak" if sg.live_at_peak else ""
     return (f"{fmt_bytes(sg.bytes)} of the previous step's gradients ({sg.count:,} blocks) stay live through the "
             f"{through} {until}{at_peak}: call optimizer.zero_grad(set_to_none=True) right after "

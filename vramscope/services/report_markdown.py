@@ -25,7 +25,10 @@ from ..present.words import (
     device_free_text,
     guess_note,
     host_space_words,
+    leaks_none_text,
+    models_text,
     oom_diagnosis,
+    oom_need_text,
     peak_words,
     skipped_words,
     stale_gradients_text,
@@ -160,7 +163,7 @@ def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: s
           *([f"| Not recorded | {', '.join(s.skipped_actions)} (skip_actions): {skipped_words(s.skipped_actions)} |"]
             if s.skipped_actions else []),
           f"| Iterations | {len(s.iterations)} |",
-          f"| Leaks | {len(s.leaks) or 'none found'} |",
+          f"| Leaks | {len(s.leaks) or leaks_none_text(da.run)} |",
           f"| OOMs | {len(s.ooms) or 'none'} |", ""]
 
     total = sum(pk.by_category.values()) or 1
@@ -172,7 +175,7 @@ def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: s
             else EVIDENCE_WORDS.get(next(iter(per), ""), "")
         L.append(f"| {c} | {fmt_bytes(b)} | {b / total:.1%} | {sure} |")
     L.append("")
-    note = guess_note(pk.by_evidence, da.profile.recorded, da.profile.frames)
+    note = guess_note(pk.by_evidence, str(da.run.recorded.value), da.run.frames)
     if note:
         L += [md_text(note), ""]
     if pk.advice:
@@ -230,9 +233,13 @@ def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: s
             L.append(f"Freed at entries {sg.freed_first:,}-{sg.freed_last:,} from {md_code(stacks.where(sg.free_stack))}.")
         L.append("")
 
+    models = models_text(da.run)
+    if models:
+        L += ["### Models alive", "", models[:1].upper() + models[1:] + ".", ""]
     L += ["### Leaks", ""]
     if not s.leaks:
-        L.append("None found (live memory does not grow from iteration to iteration).")
+        L.append("None found (live memory does not grow from iteration to iteration)." if da.run.recorded.value == "trace"
+                 else leaks_none_text(da.run)[:1].upper() + leaks_none_text(da.run)[1:] + ".")
     for lk in s.leaks[:limits["leaks"]]:
         cats = ", ".join(f"{c} {fmt_bytes(b)}" for c, b in sorted(lk.by_category.items(), key=lambda kv: -kv[1]))
         L.append(f"- **{fmt_bytes(lk.bytes_per_iteration)}/iteration** kept at {md_code(stacks.site(lk.site, lk.stack))}"
@@ -259,6 +266,8 @@ def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: s
             L.append("")
         # our own words (no text from the snapshot): no escaping needed
         L.append(f"- **Diagnosis**: {oom_diagnosis(o)}")
+        if da.run.truncated_by_oom.value:
+            L.append(f"- **Needed**: {oom_need_text(o)}")
         if o.advice:
             L.append(f"- **Next step**: {advice_text(o.advice[0], o)}")
             for a in o.advice[1:]:

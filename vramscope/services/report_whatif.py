@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from ..classifiers import Analysis
 from ..classifiers.category_live import CategoryLive
-from ..classifiers.whatif import COMMON_CARDS, WhatIf, what_if
+from ..classifiers.levers import LEVERS
+from ..classifiers.whatif import COMMON_CARDS, CUDA_CONTEXT, WhatIf, what_if
 from ..common.units import GiB, fmt_bytes
 from ..present.markup import md_text
 from ..present.words import peak_words
@@ -32,7 +33,7 @@ def _card(base: WhatIf) -> int:
     """The card the report sizes the batch for: the smallest common one the run fits on as
     recorded, else the largest."""
     fits = [c.bytes for c in base.fits.cards if c.fits]
-    return fits[0] if fits else COMMON_CARDS[-1][1] * GiB
+    return fits[0] if fits else int(COMMON_CARDS[-1][1] * GiB) - CUDA_CONTEXT
 
 
 def lever_table(an: Analysis, device: int) -> LeverTable:
@@ -40,7 +41,13 @@ def lever_table(an: Analysis, device: int) -> LeverTable:
     base = what_if(an, device, model=model)
     left_out = levers_left_out(an, device)
     fit = what_if(an, device, model=model, budget=base.budget, gpu=f"{_card(base)}B", fit="batch", with_budget=False)
-    return LeverTable(base, left_out, lever_peaks(an, device, left_out, base.budget, model=model), fit)
+    peaks = lever_peaks(an, device, left_out, base.budget, model=model)
+    # a lever the run's structure does not support (its simulation declined) is left out too, saying why
+    for name in LEVERS:
+        if name not in left_out and name not in {n for n, _t, _r in peaks}:
+            r = what_if(an, device, levers=[name], budget=base.budget, model=model, with_budget=False)
+            left_out[name] = r.levers[0].why or "no prediction"
+    return LeverTable(base, left_out, peaks, fit)
 
 
 def whatif_section(t: LeverTable) -> list[str]:
@@ -52,12 +59,13 @@ def whatif_section(t: LeverTable) -> list[str]:
         L.append(f"| {r.category} | {fmt_bytes(r.measured)} | {fmt_bytes(r.measured_max)} | {exp} | {md_text(r.note)} |")
     L += ["", "The peak with each lever alone (`vramscope whatif FILE --lever NAME` says what each assumes; "
               "simulated levers on the recorded timeline, with the error measured against recorded runs):", "",
-          "| Lever | Peak | Change | Moment | Fits on | Error (mean / worst) |", "|---|---:|---:|---|---|---|"]
+          "| Lever | Peak | Change | Moment | Fits on | Error (mean / worst low to high) |", "|---|---:|---:|---|---|---|"]
     for name, title, r in t.levers:
         d = r.scaled.bytes - r.baseline.bytes
         cards = [c.name.split(" (")[0] for c in r.fits.cards if c.fits]
         band = r.levers[0].error_band
-        err = f"{100 * band.mean:.1f}% / {100 * band.worst:.1f}%" if band is not None else "not measured"
+        err = (f"{100 * band.mean:+.1f}% / {100 * band.worst_under:+.1f}% to {100 * band.worst_over:+.1f}%"
+               if band is not None else ("estimate" if r.levers[0].estimate else "not validated for this run"))
         L.append(f"| {title} (`{name}`) | {fmt_bytes(r.scaled.bytes)} | {fmt_bytes(d) if d else 'none'} | "
                  f"{peak_words(r.scaled.type)} | {cards[0] if cards else 'none of the common cards'} | {err} |")
     if t.left_out:

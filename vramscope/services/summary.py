@@ -27,7 +27,10 @@ from ..present.words import (
     device_free_text,
     evidence_text,
     guess_note,
+    leaks_none_text,
+    models_text,
     oom_diagnosis,
+    oom_need_text,
     peak_words,
     skipped_words,
     stale_gradients_text,
@@ -140,6 +143,8 @@ class OomJSON(TypedDict):
     diagnosis: str
     suggestion: str
     suggestions: list[str]
+    needed_at_least_bytes: int          # what was live plus what the failed request asked for
+    need: str                           # that, worded, where the trace ends in the OOM ('' elsewhere)
 
 
 class StaleGradientsJSON(TypedDict):
@@ -169,7 +174,9 @@ class DeviceJSON(TypedDict):
     leaks: list[LeakJSON]
     ooms: list[OomJSON]
     stale_gradients: StaleGradientsJSON | None
-    profile: dict[str, Any]
+    run: dict[str, Any]                 # what the trace shows about the run: {fact: {value, evidence, why}}
+    models: str                         # a second model alive, or the model held twice ('' when neither)
+    leaks_note: str                     # what "no leak" means for this file
     evidence_note: str
     skipped_actions: list[str]          # actions the recording provably left out (skip_actions)
     metadata: MetadataJSON | None       # None: no allocation carries any
@@ -231,7 +238,8 @@ def summary_document(an: Analysis, device: int | None = None, stacks: Stacks | N
             words = [advice_text(a, o) for a in o.advice]
             ooms.append({**to_plain(o), "where": stacks.where(o.stack),  # type: ignore[typeddict-item]
                          "diagnosis": oom_diagnosis(o), "suggestion": words[0] if words else "",
-                         "suggestions": words})
+                         "suggestions": words, "needed_at_least_bytes": o.allocated + o.requested,
+                         "need": oom_need_text(o) if da.run.truncated_by_oom.value else ""})
         devices.append({
             "device": s.device, "entries": s.entries, "allocations": s.allocations,
             "allocations_before_trace": s.allocations_before_trace, "peak": peak_json,
@@ -241,9 +249,10 @@ def summary_document(an: Analysis, device: int | None = None, stacks: Stacks | N
             "stale_gradients": None if s.stale_gradients is None else {  # type: ignore[typeddict-item]
                 **to_plain(s.stale_gradients), "where": stacks.where(s.stale_gradients.free_stack),
                 "advice": stale_gradients_text(s.stale_gradients)},
-            "profile": {**to_plain(da.profile), "guessed_share": da.profile.guessed_share,
-                        "fine_tuning": da.profile.fine_tuning},
-            "evidence_note": guess_note(peak.by_evidence, da.profile.recorded, da.profile.frames),
+            "run": da.run.to_json(),
+            "models": models_text(da.run),
+            "leaks_note": leaks_none_text(da.run),
+            "evidence_note": guess_note(peak.by_evidence, str(da.run.recorded.value), da.run.frames),
             "skipped_actions": list(s.skipped_actions), "metadata": metadata_document(da),
             "private_pools": [to_plain(p) for p in da.pool_footprints()],
         })
@@ -341,14 +350,18 @@ def summary_text(doc: SummaryJSON) -> str:
         sg = d["stale_gradients"]
         if sg is not None:
             out.append(f"  STALE GRADIENTS {sg['advice']}")
+        if d.get("models"):
+            out.append(f"  MODELS         {d['models']}")
         if d["leaks"]:
             for lk in d["leaks"]:
                 out.append(f"  LEAK           {fmt_bytes(lk['bytes_per_iteration'])}/iteration  {lk['where']}")
         else:
-            out.append("  leaks          none found")
+            out.append(f"  leaks          {d.get('leaks_note') or 'none found'}")
         for o in d["ooms"]:
             out.append(f"  OOM            requested {fmt_bytes(o['requested'])}, "
                        f"{device_free_text(o['requested'], o['device_free'])}")
+            if o.get("need"):
+                out.append(f"                 {o['need']}")
             if o["suggestion"]:
                 out.append(f"                 next step: {o['suggestion']}")
         for p in (d.get("private_pools") or [])[:5]:

@@ -12,6 +12,7 @@ from typing import Any
 from ..classifiers import Analysis
 from ..classifiers.budget import budget
 from ..classifiers.category_live import CategoryLive
+from ..classifiers.levers import TARGETS_DEFAULT
 from ..classifiers.whatif import LEVERS, WhatIf, what_if
 from ..classifiers.whatif import levers_left_out as _levers_left_out
 from ..common.units import fmt_bytes
@@ -19,11 +20,12 @@ from ..present.words import peak_words
 
 
 def whatif_document(an: Analysis, scales: dict[str, float], levers: list[str], gpu, device: int | None,
-                    fit: str | None = None, lora_rank: int = 8) -> dict:
+                    fit: str | None = None, lora_rank: int = 8, lora_targets: str = TARGETS_DEFAULT) -> dict:
     """{"file", "devices": [per device what_if(...).to_json()]}, the one to look at first leading."""
     devs = [device] if device is not None else an.device_order()
     return {"file": an.snapshot.path,
-            "devices": [what_if(an, d, scales, levers, gpu, fit=fit, lora_rank=lora_rank).to_json() for d in devs]}
+            "devices": [what_if(an, d, scales, levers, gpu, fit=fit, lora_rank=lora_rank,
+                                lora_targets=lora_targets).to_json() for d in devs]}
 
 
 def levers_left_out(an: Analysis, device: int) -> dict[str, str]:
@@ -40,8 +42,14 @@ def lever_peaks(an: Analysis, device: int, skip: dict[str, str] | None = None,
     bud = bud if bud is not None else budget(an, device)
     skip = skip if skip is not None else levers_left_out(an, device)
     model = model if model is not None else CategoryLive.build(an.devices[device])
-    return [(name, title, what_if(an, device, levers=[name], budget=bud, model=model, with_budget=False))
-            for name, (title, _) in LEVERS.items() if name not in skip]
+    out = []
+    for name, lv in LEVERS.items():
+        if name in skip:
+            continue
+        r = what_if(an, device, levers=[name], budget=bud, model=model, with_budget=False)
+        if r.prediction:
+            out.append((name, lv.title, r))
+    return out
 
 
 def _moment(m: dict) -> str:
@@ -54,16 +62,23 @@ def whatif_text(doc: dict[str, Any]) -> str:
     for d in doc["devices"]:
         out.append(f"device {d['device']}")
         out.append(f"  measured peak  {_moment(d['baseline'])}")
-        if d["scales"]:
-            factors = ", ".join(f"{c} x{f:g}" for c, f in d["scales"].items())
+        if d["scales"] or (d["levers"] and d.get("prediction", True)):
+            factors = ", ".join([f"{c} x{f:g}" for c, f in d["scales"].items()] +
+                                [lv["name"] for lv in d["levers"] if lv["applied"]])
             out.append(f"  scaled         {factors}")
             out.append(f"  scaled peak    {_moment(d['scaled'])} "
                        f"({fmt_bytes(d['scaled']['bytes'] - d['baseline']['bytes'])})")
             for c, b in sorted(d["scaled"]["by_category"].items(), key=lambda kv: -kv[1]):
                 out.append(f"    {c:<13} {fmt_bytes(b):>11}")
         for lv in d["levers"]:
+            if not lv["applied"]:
+                out.append(f"  lever {lv['name']}: not applied: {lv['why']}")
+                continue
             out.append(f"  lever {lv['name']}: {lv['assumption']}")
-            out.append(f"    {_band_words(lv['error_band'])}")
+            out.append(f"    {_band_words(lv['error_band'], lv.get('band_note', ''), lv.get('estimate', False))}")
+        if not d.get("prediction", True):
+            out.append("  no prediction: a lever asked for does not apply to this run (above); the peak is the "
+                       "recorded run's")
         out.append("  budget (napkin math against the measurement)")
         out.append(f"    {'category':<13} {'at peak':>11} {'max':>11} {'expected':>11}  note")
         for r in d["budget"]:
@@ -75,19 +90,27 @@ def whatif_text(doc: dict[str, Any]) -> str:
             verdict = "fits" if f["fits"] else f"short by {fmt_bytes(-f['headroom_bytes'])}"
             room = f", {fmt_bytes(f['headroom_bytes'])} to spare" if f["fits"] else ""
             out.append(f"  on {fmt_bytes(f['gpu_bytes'])}: {verdict}{room}")
-        cards = [c["name"].split(" (")[0] for c in f["cards"] if c["fits"]]
-        out.append(f"  fits on        {', '.join(cards) if cards else 'none of the common cards'}")
+        cards = [c["name"].split(" (")[0] + (" (tight)" if c.get("tight") else "") for c in f["cards"] if c["fits"]]
+        what = "fits on       " if d.get("prediction", True) else "as recorded, fits on"
+        out.append(f"  {what} {', '.join(cards) if cards else 'none of the common cards'}")
         out.append(f"  ({f['note']})")
         out += _fit_lines(d)
         out.append(f"  {d['note']}")
     return "\n".join(out)
 
 
-def _band_words(band) -> str:
+def band_words(band, note: str = "", estimate: bool = False) -> str:
+    """The error band in words: signed (mean; worst too low, worst too high), or why there is none."""
+    if estimate:
+        return "an estimate: " + (note or "not measured against recorded runs")
     if band is None:
-        return "error band: not measured (no recorded run with this lever pulled)"
-    return (f"error band: mean {100 * band['mean']:.2f}%, worst {100 * band['worst']:.2f}% of the peak over "
-            f"{band['cases']} recorded runs ({band['measured_on']})")
+        return "error band: " + (note or "not measured (no recorded run with this lever pulled)")
+    return (f"error band: mean {100 * band['mean']:+.2f}%, worst {100 * band['worst_under']:+.2f}% (too low) / "
+            f"{100 * band['worst_over']:+.2f}% (too high) of the peak over {band['cases']} recorded runs; "
+            + note)
+
+
+_band_words = band_words
 
 
 def fit_factor_words(f) -> str:
@@ -107,10 +130,13 @@ def _fit_lines(d: dict) -> list[str]:
            f"    {'levers':<34} {'largest multiple':>17} {'needs':>11} {'to spare':>11}"]
     for r in d["fit"]:
         name = " + ".join(r["levers"]) or "(as recorded)"
+        if not r.get("applied", True):
+            out.append(f"    {name:<34} not applied: {r['why']}")
+            continue
         out.append(f"    {name:<34} {fit_factor_words(r['max_factor']):>17} {fmt_bytes(r['fits_bytes']):>11} "
                    f"{fmt_bytes(r['headroom_bytes']):>11}")
     out.append(f"    ({d['fit_note']})")
     return out
 
 
-__all__ = ["whatif_document", "whatif_text", "lever_peaks", "levers_left_out", "fit_factor_words"]
+__all__ = ["whatif_document", "whatif_text", "lever_peaks", "levers_left_out", "fit_factor_words", "band_words"]

@@ -1,0 +1,115 @@
+"""The levers worth pulling, with what each saves: one number per lever, the same everywhere.
+
+    items = advise(da, by_category_evidence, live_bytes, expandable=False)     # -> tuple[Advice, ...]
+
+A simulated lever's saving is its simulated peak difference: the recorded run's peak minus the
+peak of the run with the lever pulled (simulate.simulated_peak, the number `whatif --lever`
+gives), for the peak's advice and every OOM's alike. An estimate (8-bit or paged optimizer,
+4-bit weights) saves its factor's share of the evidenced bytes it acts on at that moment and
+says it is an estimate. Only levers that apply to the run (levers.left_out, from its facts) and
+save at least MIN_SHARE of the live bytes are advised; expandable segments lead at an OOM the
+allocator's cache could have served.
+"""
+from __future__ import annotations
+
+import weakref
+
+from .evidence import EVIDENCE, EVIDENCED
+from .levers import LEVERS, left_out, pulled
+from .results import Advice
+
+ADVICE_LEVERS = ("checkpointing", "half_batch", "adam8bit", "lora", "4bit")
+MIN_SHARE = 0.05            # a lever that saves less than this share of live memory is not worth a line
+MIN_SHARE_FALLBACK = 0.01   # ... unless it is the best there is and saves at least this share
+_MAIN = {"checkpointing": "activations", "half_batch": "activations", "lora": "gradients",
+         "adam8bit": "optimizer", "4bit": "weights"}
+
+_SAVINGS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def simulated_savings(da) -> dict[str, tuple[int, bool]]:
+    """{lever: (bytes its simulation takes off the run's peak, applied)} for the simulated levers
+    that apply to this run, computed once per device."""
+    got = _SAVINGS.get(da)
+    if got is not None:
+        return got
+    from .simulate import simulated_peak
+    out: dict[str, tuple[int, bool]] = {}
+    run = getattr(da, "run", None)
+    facts = None
+    for name in ADVICE_LEVERS:
+        lv = LEVERS[name]
+        if not lv.simulated or lv.why_not(run) is not None:
+            continue
+        if name == "lora" and facts is None:
+            facts = _budget_facts(da)
+        peak, _at, applied = simulated_peak(da, [name], facts)
+        ok = all(a.applied for a in applied)
+        out[name] = (max(0, int(da.peak.bytes) - int(peak)) if ok else 0, ok)
+    _SAVINGS[da] = out
+    return out
+
+
+def _budget_facts(da):
+    """The budget's facts of the device (trainable parameters, dtypes) for the LoRA lever."""
+    from types import SimpleNamespace
+
+    from .budget import budget
+    devs = list(getattr(da.snapshot, "devices", None) or [da.device])
+    an = SimpleNamespace(devices={d: (da if d == da.device else None) for d in devs} | {da.device: da},
+                         snapshot=da.snapshot)
+    try:
+        return budget(an, da.device).facts
+    except (AttributeError, ValueError):
+        return None
+
+
+def advise(da, by_category_evidence: dict, live_bytes: int, fragmentation: int | None = None, requested: int = 0,
+           expandable: bool = False) -> tuple[Advice, ...]:
+    """The levers worth pulling for memory in this state, most saving first (see the module
+    docstring). `by_category_evidence`: {category: {evidence: bytes}} live at the moment."""
+    run = getattr(da, "run", None)
+    tips: list[Advice] = []
+    if fragmentation is not None and requested and fragmentation >= requested and \
+            left_out("expandable_segments", run, expandable) is None:
+        tips.append(Advice("expandable_segments", None, int(fragmentation), "lifetime", estimate=True))
+    known = {c: {e: b for e, b in per.items() if e in EVIDENCED} for c, per in by_category_evidence.items()}
+    by_category = {c: sum(per.values()) for c, per in known.items()}
+    sims = simulated_savings(da)
+    trains = bool(run is not None and run.trains)
+    scored = []
+    for name in ADVICE_LEVERS:
+        if left_out(name, run, expandable) is not None:
+            continue
+        main = _MAIN[name]
+        weakest = max((EVIDENCE.index(e) for e in known.get(main, {})), default=EVIDENCE.index("lifetime"))
+        if LEVERS[name].simulated:
+            saves, ok = sims.get(name, (0, False))
+            if not ok:
+                continue
+            scored.append((saves, name, main, EVIDENCE[weakest], False))
+        else:
+            scales = pulled(name).scales
+            saves = int(sum(by_category.get(c, 0) * (1.0 - f) for c, f in scales.items()))
+            scored.append((saves, name, main, EVIDENCE[weakest], True))
+    scored.sort(key=lambda t: -t[0])
+
+    def target(name):
+        if name == "checkpointing":
+            from .structure import blocks
+            b = blocks(da)
+            return f"{b.count} {b.name}" if b is not None else ""
+        return ""
+    lower = bool(run is not None and run.truncated_by_oom.value)
+    for saves, name, main, ev, est in scored:
+        if saves > 0 and saves >= MIN_SHARE * max(1, live_bytes):
+            tips.append(Advice(name, main, saves, ev, target(name), estimate=est, training=trains,
+                               lower_bound=lower and not est))
+    if not tips and scored and scored[0][0] >= MIN_SHARE_FALLBACK * max(1, live_bytes):
+        saves, name, main, ev, est = scored[0]     # nothing worth a line: still the best one, if it is not nothing
+        tips.append(Advice(name, main, saves, ev, target(name), estimate=est, training=trains,
+                           lower_bound=lower and not est))
+    return tuple(tips)
+
+
+__all__ = ["advise", "simulated_savings", "ADVICE_LEVERS", "MIN_SHARE"]
