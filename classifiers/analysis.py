@@ -54,6 +54,7 @@ from .metadata import RowMetadata, group_rows, row_metadata
 from .pools import PoolFootprint, pool_footprints
 from .liveset import AllocOrder, CategorySeries, Composition, by_category_evidence_at, largest_of, live_mask
 from .levers import left_out
+from ..common.clock import StageClock, stage
 from .advice import ADVICE_LEVERS, advise
 from .ooms import evidence_totals, expandable_segments_on, oom_indices, oom_reports
 from .runfacts import run_facts
@@ -393,7 +394,7 @@ class Analysis:
 
 
 def analyze(snap: Snapshot, progress: Progress | None = None, rules_path=None,
-            rules: RuleSet | None = None, use_cache: bool = True) -> Analysis:
+            rules: RuleSet | None = None, use_cache: bool = True, clock: StageClock | None = None) -> Analysis:
     """Classify and analyze every device of `snap` (see the module docstring).
 
     When `snap` came from the column cache (`snap.cache_entry`) and `use_cache` is true,
@@ -404,7 +405,8 @@ def analyze(snap: Snapshot, progress: Progress | None = None, rules_path=None,
     devs = list(snap.devices)
     if progress is not None:
         progress.start("Analyzing", max(1, len(devs)) + 1)
-    facts = stack_pass(snap, rules)
+    with stage(clock, "stacks"):
+        facts = stack_pass(snap, rules)
     rule_names = ["none"] + [r.id for r in rules.rules] + list(TORCH_RULES)
     fp = None
     if use_cache and snap.cache_entry:
@@ -416,7 +418,7 @@ def analyze(snap: Snapshot, progress: Progress | None = None, rules_path=None,
         for k, dev in enumerate(devs):
             if progress is not None:
                 progress.update(k + 1)
-            devices[dev] = _analyze_device(snap, dev, facts, rules, rule_names)
+            devices[dev] = _analyze_device(snap, dev, facts, rules, rule_names, clock)
         if fp:
             cache.save(snap, fp, devices, rule_names)
     else:
@@ -436,11 +438,13 @@ def _attach(da: DeviceAnalysis, snap: Snapshot, facts: SnapshotFacts, rule_names
     da.skipped_actions = skipped_actions(snap, da.device)
 
 
-def _analyze_device(snap, dev, facts, rules, rule_names) -> DeviceAnalysis:
+def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | None = None) -> DeviceAnalysis:
     t = snap.trace(dev)
-    allocs = allocations(snap, dev)
-    live = live_model(snap, dev, rows=allocs)
-    tl, cl = classify_device(snap, t, allocs, live, facts, rules, dev)
+    with stage(clock, "allocations"):
+        allocs = allocations(snap, dev)
+        live = live_model(snap, dev, rows=allocs)
+    with stage(clock, "classify"):
+        tl, cl = classify_device(snap, t, allocs, live, facts, rules, dev)
     torch_category = None
     rules_category = None
     if "category" in t.columns:
@@ -462,26 +466,32 @@ def _analyze_device(snap, dev, facts, rules, rule_names) -> DeviceAnalysis:
                         evidence=cl.evidence, rules_category=rules_category, torch_category=torch_category,
                         torch_component=torch_component)
     _attach(da, snap, facts, rule_names)
-    da.iterations = with_peaks(da, facts, tl.iterations)
-    tl.iterations = list(da.iterations)
-    tus = np.asarray(t.columns["time_us"])
-    p = live.peak_index
-    it = da.iteration_at(p)
-    by_ev = by_category_evidence_at(da.category, da.evidence, da.allocs, p)
-    da.peak = Peak(bytes=int(live.peak_bytes), index=int(p),
-                   time_us=int(tus[p]) if p >= 0 and tus[p] >= 0 else None,
-                   type=da.peak_type(p), by_category={c: sum(e.values()) for c, e in by_ev.items()},
-                   iteration=it.number if it is not None else None, phase=da.phase_at(p),
-                   by_evidence=evidence_totals(by_ev))
-    da.run = run_facts(da, facts)
+    with stage(clock, "peaks"):
+        da.iterations = with_peaks(da, facts, tl.iterations)
+        tl.iterations = list(da.iterations)
+        tus = np.asarray(t.columns["time_us"])
+        p = live.peak_index
+        it = da.iteration_at(p)
+        by_ev = by_category_evidence_at(da.category, da.evidence, da.allocs, p)
+        da.peak = Peak(bytes=int(live.peak_bytes), index=int(p),
+                       time_us=int(tus[p]) if p >= 0 and tus[p] >= 0 else None,
+                       type=da.peak_type(p), by_category={c: sum(e.values()) for c, e in by_ev.items()},
+                       iteration=it.number if it is not None else None, phase=da.phase_at(p),
+                       by_evidence=evidence_totals(by_ev))
+    with stage(clock, "run facts"):
+        da.run = run_facts(da, facts)
     expandable = expandable_segments_on(snap.allocator_settings)
-    da.peak = replace(da.peak, by_category_evidence=by_ev,
-                      advice=advise(da, by_ev, int(live.peak_bytes), expandable=expandable),
-                      advice_left_out={n: why for n in ADVICE_LEVERS
-                                       if (why := left_out(n, da.run, expandable)) is not None})
-    da.leaks = find_leaks(da, rule_names)
-    da.ooms = oom_reports(da, snap)
-    da.stale_gradients = stale_gradients(da)
+    with stage(clock, "advice"):
+        da.peak = replace(da.peak, by_category_evidence=by_ev,
+                          advice=advise(da, by_ev, int(live.peak_bytes), expandable=expandable),
+                          advice_left_out={n: why for n in ADVICE_LEVERS
+                                           if (why := left_out(n, da.run, expandable)) is not None})
+    with stage(clock, "leaks"):
+        da.leaks = find_leaks(da, rule_names)
+    with stage(clock, "ooms"):
+        da.ooms = oom_reports(da, snap)
+    with stage(clock, "stale gradients"):
+        da.stale_gradients = stale_gradients(da)
     return da
 
 

@@ -567,11 +567,12 @@ class _FirstInputs:
         self._by_size: dict = {}
 
     def __call__(self, call, out_size: int, pass_start: int) -> int:
-        rows = self._by_size.get(out_size)
-        if rows is None:
+        got = self._by_size.get(out_size)
+        if got is None:
             rows = np.flatnonzero((self.size == out_size) & (self.ai >= 0))
-            rows = self._by_size[out_size] = rows[np.argsort(self.ai[rows], kind="stable")]
-        ai_rows = self.ai[rows]
+            rows = rows[np.argsort(self.ai[rows], kind="stable")]
+            got = self._by_size[out_size] = (rows, self.ai[rows])
+        rows, ai_rows = got
         lo = int(np.searchsorted(ai_rows, pass_start, side="left"))
         k = int(np.searchsorted(ai_rows, call.first, side="left")) - 1
         while k >= lo:

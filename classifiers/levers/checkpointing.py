@@ -62,6 +62,7 @@ class Checkpointing(Lever):
         # those made after it and freed before its own backward starts
         kept = np.flatnonzero(np.isin(role, (R_SAVED, R_OUTSIDE_SAVED, R_OUTPUT)) & (fi >= 0))
         kept = kept[np.argsort(ai[kept], kind="stable")]
+        ai_kept = ai[kept]                    # once: a call looks up its range in it (no pass over every row)
         done = 0
         for j, c in enumerate(st.calls):
             r = c.rows
@@ -76,7 +77,7 @@ class Checkpointing(Lever):
                 continue
             saved = saved[fi[saved] >= 0]
             first_free = int(fi[saved].min())
-            lo, hi = np.searchsorted(ai[kept], [c.last + 1, st.passes[c.forward_pass][1] + 1])
+            lo, hi = np.searchsorted(ai_kept, [c.last + 1, st.passes[c.forward_pass][1] + 1])
             later = fi[kept[lo:hi]]
             later = later[later < first_free]
             base = int(later.max()) if len(later) else first_free - 1

@@ -76,6 +76,10 @@ def frozen_base(rw, st: Structure, tail: bool = True) -> None:
     stream kept after the last block (the final norm's output, the LM head's input) go when
     the forward ends (a frozen head needs no weight gradient)."""
     role, ai = st.role, rw.ai
+    # what the forward passes kept outside the blocks, in allocation order: each pass takes its range
+    outside = np.flatnonzero(role == R_OUTSIDE_SAVED)
+    outside = outside[np.argsort(ai[outside], kind="stable")]
+    ai_outside = ai[outside]
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     for j, c in enumerate(st.calls):
@@ -91,8 +95,9 @@ def frozen_base(rw, st: Structure, tail: bool = True) -> None:
         if not tail or st.outputs[last[p]] < 0:
             continue
         out_size = rw.size[st.outputs[last[p]]]
-        kept = np.flatnonzero((role == R_OUTSIDE_SAVED) & (ai > cn.end) & (ai <= e)
-                              & np.isin(rw.size, [out_size, out_size // 2]))
+        lo, hi = np.searchsorted(ai_outside, [cn.end + 1, e + 1])
+        kept = outside[lo:hi]
+        kept = kept[np.isin(rw.size[kept], [out_size, out_size // 2])]
         if len(kept):
             rw.fk[kept] = rw.after(e, len(kept))
 

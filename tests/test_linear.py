@@ -1,0 +1,110 @@
+"""No analysis stage grows faster than the trace (issue "Linear again"): every stage of
+services/stages.py (parse, the cold analysis, the summary, the structure, every simulated lever,
+the fit, the budget, the memory tree, compare, the report) on the same training loop recorded
+for N and for 4N iterations. The loop is tiny per iteration (a two-block model, a handful of
+allocations a step) so that a stage that revisits the whole trace once per iteration (what
+made `_first_input` 29 s of a 10^7-event summary) is far above a stage's per-iteration cost:
+linear work grows 4x, such a stage 16x. CPU time of this process (a loaded machine slows the
+wall clock, much less the CPU time), the better of two runs, and a stage must take 30 ms at
+4N to be judged."""
+from __future__ import annotations
+
+import math
+import pickle
+import sys
+
+import pytest
+
+from helpers import DATA
+from vramscope.services.stages import run_stages
+
+sys.path.insert(0, str(DATA))
+from make_fixtures import Snap, module_call  # noqa: E402
+
+SP = "/venv/lib/python3.11/site-packages/"
+TR = "/home/u/train.py"
+MD = "/home/u/model.py"
+MAIN = [(TR, 40, "main"), (TR, 60, "<module>")]
+N = 2000
+MAX_EXPONENT = 1.3          # t(4N) / t(N) <= 4 ** 1.3 = 6.1: linear is 1, revisiting the trace per iteration 2
+FLOOR = 0.03                # seconds at 4N below which a stage is not judged
+
+
+def loop(iterations: int):
+    """A two-block model trained with AdamW for `iterations` steps, recorded from the start."""
+    sn = Snap((2, 6), context="all")
+    d = sn.device(0, base=0x7E00_0000_0000)
+    build = [(SP + "torch/nn/modules/linear.py", 106, "__init__"), (MD, 8, "__init__"), (TR, 20, "main")] + MAIN[1:]
+    weights = [d.alloc(64 * 1024, build, "weights") for _ in range(4)]
+    M = module_call(SP)
+    step = [(TR, 30, "step")] + MAIN
+    bw = [(SP + "torch/autograd/__init__.py", 353, "backward"), (SP + "torch/_tensor.py", 626, "backward"),
+          (TR, 31, "step")] + MAIN
+    opt = [(SP + "torch/optim/adamw.py", 300, "_multi_tensor_adamw"), (SP + "torch/optim/optimizer.py", 487, "wrapper"),
+           (TR, 32, "step")] + MAIN
+    zero = [(SP + "torch/optim/optimizer.py", 990, "zero_grad"), (TR, 29, "step")] + MAIN
+    state = []
+    grads: list = []
+    for it in range(iterations):
+        for g in grads:
+            d.free(g, zero)
+        x = d.alloc(8192, [(TR, 28, "step")] + MAIN, "inputs")
+        saved = []
+        for _blk in range(2):          # `for layer in self.layers: x = layer(x)` at model.py:50
+            for k in range(3):
+                saved.append(d.alloc(256 * 1024, [(MD, 20 + k, "forward")] + M + [(MD, 50, "forward")] + M + step,
+                                     "activations"))
+        loss = d.alloc(4, [(MD, 55, "forward")] + M + step, "activations")
+        grads = []
+        for a in reversed(saved):
+            t = d.alloc(256 * 1024, bw, "autograd")
+            d.free(a, bw)
+            d.free(t, bw)
+        grads = [d.alloc(64 * 1024, bw, "gradients") for _ in weights]
+        d.free(loss, step)
+        if not state:
+            state = [d.alloc(64 * 1024, opt, "optimizer") for _ in range(2 * len(weights))]
+        s = d.alloc(64 * 1024, opt, "temporary")
+        d.free(s, opt)
+        d.free(x, step)
+        sn.tick(1000)
+    return sn.build()
+
+
+@pytest.fixture(scope="module")
+def two_sizes(tmp_path_factory):
+    out = {}
+    for n in (N, 4 * N):
+        p = tmp_path_factory.mktemp("linear") / f"loop_{n}.pickle"
+        p.write_bytes(pickle.dumps(loop(n), protocol=4))
+        out[n] = str(p)
+    return out
+
+
+def _cpu(path) -> dict:
+    a, b = run_stages(path).cpu, run_stages(path).cpu
+    return {k: min(a[k], b[k]) for k in a}
+
+
+def test_every_stage_grows_linearly_with_the_iterations(two_sizes):
+    small, big = _cpu(two_sizes[N]), _cpu(two_sizes[4 * N])
+    judged = {k: big[k] / max(small[k], 1e-4) for k in big if big[k] >= FLOOR}
+    assert {"classify", "advice", "structure", "lever checkpointing", "report"} <= set(judged), big
+    too_fast = {k: f"x{r:.1f} ({small[k]:.3f} s -> {big[k]:.3f} s)" for k, r in judged.items()
+                if math.log(r, 4) > MAX_EXPONENT}
+    assert not too_fast, too_fast
+
+
+def test_the_loop_is_analysed_as_the_run_it_is(two_sizes):
+    """The guard's loop exercises what it guards: blocks found, checkpointing simulated."""
+    from vramscope.classifiers import analyze
+    from vramscope.classifiers.structure import blocks
+    from vramscope.classifiers.whatif import what_if
+    from vramscope.parsers import open_snapshot
+    an = analyze(open_snapshot(two_sizes[N], use_cache=False))
+    da = an.devices[0]
+    b = blocks(da)
+    assert b is not None and b.count == 2 and b.passes == N
+    assert len(da.iterations) == N and da.run.kind.value == "training"
+    r = what_if(an, 0, levers=["checkpointing"])
+    assert r.prediction and r.scaled.bytes < r.baseline.bytes

@@ -1,0 +1,37 @@
+"""Where the time of an analysis goes, stage by stage (benchmarks/bench_stages.py, and the test
+that no stage grows faster than the trace: tests/test_linear.py). A stage is a `with clock(name):`
+block; a clock of None costs nothing."""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+
+class StageClock:
+    """Wall and CPU seconds per named stage (a stage entered twice adds up)."""
+
+    def __init__(self):
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str):
+        w, c = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            self.wall[name] = self.wall.get(name, 0.0) + time.perf_counter() - w
+            self.cpu[name] = self.cpu.get(name, 0.0) + time.process_time() - c
+
+
+@contextmanager
+def _nothing():
+    yield
+
+
+def stage(clock: StageClock | None, name: str):
+    """`with stage(clock, "parse"):` times the block on `clock`, or does nothing without one."""
+    return clock(name) if clock is not None else _nothing()
+
+
+__all__ = ["StageClock", "stage"]
