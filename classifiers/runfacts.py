@@ -81,6 +81,16 @@ class _Ctx:
         self.frames = bool(self.row_frames.any())
         self.trace_frames = bool((self.row_frames & (self.ai >= 0)).any())
         self.evidenced = da.evidence < E_GUESS
+        # the stacks any entry (or any row) uses: a marker anywhere is one look over the stacks
+        n_st = len(sfacts.stacks.lengths) if sfacts is not None else 0
+        self.used_entries = np.zeros(n_st, dtype=bool)
+        self.used = np.zeros(n_st, dtype=bool)
+        if n_st:
+            t = self.tstack[(self.tstack > 0) & (self.tstack < n_st)]
+            r = self.stack[(self.stack > 0) & (self.stack < n_st)]
+            self.used_entries[t] = True
+            self.used[r] = True
+            self.used |= self.used_entries
         self.adapters = bool(self.marked("adapters", self.stack).any()) if sfacts is not None else False
         self.meta = getattr(sfacts.stacks.snap, "metadata", None) if sfacts is not None else None
         if self.meta is not None and self.meta.device not in (None, da.device):
@@ -95,8 +105,12 @@ class _Ctx:
         return (st > 0) & has[np.clip(st, 0, len(has) - 1)]
 
     def any_marked(self, name: str, entries_only: bool = False) -> bool:
-        st = self.tstack if entries_only else np.concatenate([self.tstack, self.stack])
-        return bool(self.marked(name, st).any())
+        has = self.sf.has_marker.get(name) if self.sf is not None else None
+        if has is None:
+            return False
+        used = self.used_entries if entries_only else self.used
+        k = min(len(has), len(used))
+        return bool((has[:k] & used[:k]).any())
 
 
 # -- the facts -------------------------------------------------------------------------------------

@@ -40,20 +40,19 @@ class Rewrite:
 
     def __init__(self, da, st: Structure):
         a = da.allocs
-        ai = np.asarray(a.alloc_index).astype(np.int64)
-        fi = np.asarray(a.free_index).astype(np.int64)
+        ai = np.asarray(a.alloc_index).astype(np.int64, copy=False)
+        fi = np.asarray(a.free_index).astype(np.int64, copy=False)
         self.da, self.st = da, st
         self.ai, self.fi = ai, fi
         self.shift = SHIFT
         self.n_entries = len(da.timeline.phase) if da.timeline is not None else 0
-        self.ak = np.where(ai >= 0, ai << SHIFT, -1)
         self.fk = np.where(fi >= 0, fi << SHIFT, -1)
-        self.size = np.asarray(a.size, dtype=np.int64).copy()
         self._size0 = np.asarray(a.size, dtype=np.int64)
-        self._fk0 = self.fk.copy()
-        self.cat = np.asarray(da.category, dtype=np.uint8).copy()
-        self.batch = st.batch.copy()
-        self.seq2 = st.seq2.copy()
+        self.size = self._size0.copy()
+        # read-only here (a lever changes sizes, frees and rows kept, never these): no copies
+        self.cat = np.asarray(da.category, dtype=np.uint8)
+        self.batch = st.batch
+        self.seq2 = st.seq2
         self.keep = np.ones(len(ai), dtype=bool)
         self._next: dict = {}
         self._extra: list = []
@@ -79,56 +78,78 @@ class Rewrite:
                             np.full(n, _CAT[cat], np.uint8), np.full(n, batch), np.zeros(n, bool),
                             np.full(n, -1, np.int64)))
 
+    @property
+    def ak(self) -> np.ndarray:
+        return np.where(self.ai >= 0, self.ai << SHIFT, -1)
+
     def total_peak(self) -> tuple[int, int]:
         """(highest live bytes of the rewritten run, the recorded entry it happens at or right
-        after; -1: the start) without ordering every event again: the rows no lever touched
-        add up per entry in trace order, and only the events of the rows a lever changed (or
-        added) are sorted and merged in. Equal to `finish().growth()`'s highest total."""
-        n = max(self.n_entries, int(max(self.ai.max(initial=-1), self.fi.max(initial=-1))) + 1)
+        after; -1: the start) without replaying every event: the recorded run's live bytes after
+        each entry (LiveModel.live_after) plus the running difference the rewrite makes, which
+        changes only at the events of the rows a lever touched (their recorded events taken out,
+        their new ones and the added rows' put in). Between two such events the difference is
+        constant, so the highest moment there is the recorded run's highest plus it (a maximum
+        over each stretch, numpy's reduceat); inserted events are looked at one by one. Memory:
+        the touched rows' events, never a column per entry. Equal to `finish()`'s highest total."""
+        live = self.da.live
+        la = np.asarray(live.live_after)
+        n = len(la)
         keep, size, ai, fi = self.keep, self.size, self.ai, self.fi
-        same = keep & (size == self._size0) & (self.fk == self._fk0)
-        d = np.zeros(n, dtype=np.int64)
-        a_ok = same & (ai >= 0)
-        f_ok = same & (fi >= 0)
-        np.add.at(d, ai[a_ok], size[a_ok])
-        np.subtract.at(d, fi[f_ok], size[f_ok])
-        start = int(size[same & (ai < 0)].sum())
-        base = np.cumsum(d)
-        # the changed and added rows' events
-        ch = keep & ~same
-        parts_k = [self.ak[ch], self.fk[ch]]
-        parts_d = [size[ch], -size[ch]]
+        fk0 = np.where(fi >= 0, fi << SHIFT, -1)
+        touched = np.flatnonzero(~keep | (size != self._size0) | (self.fk != fk0))
+        s0 = self._size0[touched]
+        parts_k, parts_d = [], []
+        # the touched rows' recorded events come out ...
+        parts_k += [np.where(ai[touched] >= 0, ai[touched] << SHIFT, -1), fk0[touched]]
+        parts_d += [-s0, s0]
+        # ... and what the rewrite makes of them goes in (dropped rows: nothing)
+        kt = touched[keep[touched]]
+        parts_k += [np.where(ai[kt] >= 0, ai[kt] << SHIFT, -1), self.fk[kt]]
+        parts_d += [size[kt], -size[kt]]
         for ak, fk, sz, *_ in self._extra:
             parts_k += [ak, fk]
             parts_d += [sz, -sz]
-        keys = np.concatenate(parts_k) if parts_k else np.zeros(0, np.int64)
-        deltas = np.concatenate(parts_d) if parts_d else np.zeros(0, np.int64)
+        is_alloc = np.concatenate([np.full(len(k), i % 2 == 0) for i, k in enumerate(parts_k)])
+        keys = np.concatenate(parts_k).astype(np.int64, copy=False)
+        deltas = np.concatenate(parts_d).astype(np.int64, copy=False)
+        # a row live before the trace is in the start state; a free never made never happens
+        start_d = int(deltas[(keys < 0) & is_alloc].sum())
         valid = keys >= 0
-        # allocations before the trace (key -1) are in the start state; frees never made (-1) never happen
-        is_alloc = np.concatenate([np.ones(len(k), bool) if i % 2 == 0 else np.zeros(len(k), bool)
-                                   for i, k in enumerate(parts_k)]) if parts_k else np.zeros(0, bool)
-        start += int(deltas[~valid & is_alloc].sum())
         keys, deltas = keys[valid], deltas[valid]
         order = np.argsort(keys, kind="stable")
-        keys, deltas = keys[order], deltas[order]
-        cum = np.cumsum(deltas)
+        keys, cum = keys[order], np.cumsum(deltas[order]) + start_d
+        start = int(live.start_bytes) + start_d
         best, at = start, -1
-        if n:
-            # after each recorded entry: the untouched rows up to it, the changed events up to its key
-            if len(keys):
-                k = np.searchsorted(keys, np.arange(n, dtype=np.int64) << SHIFT, side="right")
-                v = start + base + np.where(k > 0, cum[np.maximum(k - 1, 0)], 0)
-            else:
-                v = start + base
-            e = int(np.argmax(v))
-            if v[e] > best:
-                best, at = int(v[e]), e
-        if len(keys):
-            ent = keys >> SHIFT
-            v = start + np.where(ent < n, base[np.minimum(ent, max(n - 1, 0))] if n else 0, 0) + cum
+        if not n:
+            return best, at
+        # entries governed by each event: from the first entry at or after its key to the next's
+        first = (keys + (1 << SHIFT) - 1) >> SHIFT
+        seg = np.flatnonzero(np.r_[first[1:] != first[:-1], True]) if len(first) else np.zeros(0, np.int64)
+        starts, d_at = first[seg], cum[seg]
+        inside = starts < n
+        starts, d_at = starts[inside], d_at[inside]
+        if not len(starts) or starts[0] > 0:
+            head = int(starts[0]) if len(starts) else n
+            e = int(np.argmax(la[:head]))
+            if int(la[e]) + start_d > best:
+                best, at = int(la[e]) + start_d, e
+        if len(starts):
+            mx = np.maximum.reduceat(la, starts)
+            v = mx + d_at
             j = int(np.argmax(v))
-            if v[j] > best:
-                best, at = int(v[j]), int(ent[j])
+            if int(v[j]) > best:
+                hi = int(starts[j + 1]) if j + 1 < len(starts) else n
+                best, at = int(v[j]), int(starts[j]) + int(np.argmax(la[starts[j]:hi]))
+        # the inserted events themselves (between two entries): the entry before plus the difference
+        mid = (keys & ((1 << SHIFT) - 1)) != 0
+        if mid.any():
+            ent = keys[mid] >> SHIFT
+            ok = ent < n
+            v = la[ent[ok]] + cum[mid][ok]
+            if len(v):
+                j = int(np.argmax(v))
+                if int(v[j]) > best:
+                    best, at = int(v[j]), int(ent[ok][j])
         return best, at
 
     def finish(self) -> "Timeline":

@@ -7,12 +7,26 @@ import time
 from contextlib import contextmanager
 
 
+def peak_rss() -> int | None:
+    """This process's peak resident memory so far in bytes (Linux: VmHWM), None elsewhere."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 class StageClock:
-    """Wall and CPU seconds per named stage (a stage entered twice adds up)."""
+    """Wall and CPU seconds per named stage (a stage entered twice adds up), and the process's
+    peak resident memory when each stage ends (`rss`: the high-water mark so far)."""
 
     def __init__(self):
         self.wall: dict[str, float] = {}
         self.cpu: dict[str, float] = {}
+        self.rss: dict[str, int | None] = {}
 
     @contextmanager
     def __call__(self, name: str):
@@ -22,6 +36,7 @@ class StageClock:
         finally:
             self.wall[name] = self.wall.get(name, 0.0) + time.perf_counter() - w
             self.cpu[name] = self.cpu.get(name, 0.0) + time.process_time() - c
+            self.rss[name] = peak_rss()
 
 
 @contextmanager
@@ -34,4 +49,4 @@ def stage(clock: StageClock | None, name: str):
     return clock(name) if clock is not None else _nothing()
 
 
-__all__ = ["StageClock", "stage"]
+__all__ = ["StageClock", "stage", "peak_rss"]
