@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QLabel, QLayout, QToolButton, QWidget
 
 from ...classifiers import STACK_ORDER
 from ...common.units import fmt_bytes
-from ...present.words import SEGMENT_BANDS_WORDS
+from ...present.words import SEGMENT_BANDS_WORDS, autocast_copies_text
 from ..model import DeviceData
 from ..theme import PHASE_COLORS, SEGMENT_COLORS, category_color
 
@@ -130,7 +130,9 @@ class LegendBar(QWidget):
             b.setToolTip(f"Show or hide {name} in the stacked timeline "
                          f"({fmt_bytes(at_peak.get(name, 0))} of it live at the peak)"
                          + (f"; {fmt_bytes(guessed_bytes)} of it there is a guess (no frames, live before "
-                            f"recording began), drawn in a paler shade" if guessed_bytes else ""))
+                            f"recording began), drawn in a paler shade" if guessed_bytes else "")
+                         + (f"; {autocast_copies_text(data.da.run.autocast_copy_bytes)}"
+                            if name == "weights" and data.da.run.autocast_copy_bytes else ""))
             b.toggled.connect(lambda _=False: self.toggled.emit())
             self.lay.addWidget(b)
             self.buttons[c] = b

@@ -181,6 +181,12 @@ def oom_diagnosis(oom: Oom) -> str:
             f"{top[0]} ({share:.0%}); reserved-but-free memory ({held}) could not have held the request." + limit)
 
 
+def autocast_copies_text(copy_bytes: int) -> str:
+    """Of the weights at the peak, autocast's 16-bit copies ('' when none): the same kind in every
+    surface's category table (weights: weight data in another dtype, not activations)."""
+    return f"{fmt_bytes(copy_bytes)} of it autocast's 16-bit copies" if copy_bytes else ""
+
+
 def oom_need_text(oom: Oom) -> str:
     """What the failed step needed at least: what was live plus what it asked for."""
     return (f"as recorded this does not fit: the step needed at least {fmt_bytes(oom.allocated + oom.requested)} "

@@ -25,6 +25,7 @@ from ..present.words import (
     device_free_text,
     guess_note,
     host_space_words,
+    autocast_copies_text,
     leaks_none_text,
     models_text,
     oom_diagnosis,
@@ -173,6 +174,8 @@ def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: s
         per = pk.by_category_evidence.get(c, {})
         sure = ", ".join(f"{EVIDENCE_WORDS.get(e, e)} {fmt_bytes(v)}" for e, v in per.items()) if len(per) > 1 \
             else EVIDENCE_WORDS.get(next(iter(per), ""), "")
+        if c == "weights" and da.run.autocast_copy_bytes:
+            sure += f" ({autocast_copies_text(da.run.autocast_copy_bytes)})"
         L.append(f"| {c} | {fmt_bytes(b)} | {b / total:.1%} | {sure} |")
     L.append("")
     note = guess_note(pk.by_evidence, str(da.run.recorded.value), da.run.frames)

@@ -25,6 +25,7 @@ from ..present.words import (
     advice_text,
     category_evidence_note,
     device_free_text,
+    autocast_copies_text,
     evidence_text,
     guess_note,
     leaks_none_text,
@@ -176,6 +177,7 @@ class DeviceJSON(TypedDict):
     stale_gradients: StaleGradientsJSON | None
     run: dict[str, Any]                 # what the trace shows about the run: {fact: {value, evidence, why}}
     models: str                         # a second model alive, or the model held twice ('' when neither)
+    autocast_copy_bytes: int            # of the weights at the peak, autocast's 16-bit copies
     leaks_note: str                     # what "no leak" means for this file
     evidence_note: str
     skipped_actions: list[str]          # actions the recording provably left out (skip_actions)
@@ -251,6 +253,7 @@ def summary_document(an: Analysis, device: int | None = None, stacks: Stacks | N
                 "advice": stale_gradients_text(s.stale_gradients)},
             "run": da.run.to_json(),
             "models": models_text(da.run),
+            "autocast_copy_bytes": da.run.autocast_copy_bytes,
             "leaks_note": leaks_none_text(da.run),
             "evidence_note": guess_note(peak.by_evidence, str(da.run.recorded.value), da.run.frames),
             "skipped_actions": list(s.skipped_actions), "metadata": metadata_document(da),
@@ -321,8 +324,10 @@ def summary_text(doc: SummaryJSON) -> str:
         out.append(f"  peak live      {fmt_bytes(pk['bytes'])} ({pk['bytes']:,} B) {when}, {pk['type_words']}")
         per_ev = pk.get("by_category_evidence", {})
         for cat, b in sorted(pk["by_category"].items(), key=lambda kv: -kv[1]):
-            note = category_evidence_note(per_ev.get(cat, {}))
-            out.append(f"    {cat:<13} {fmt_bytes(b):>11}" + (f"  ({note})" if note else ""))
+            notes = [n for n in (category_evidence_note(per_ev.get(cat, {})),
+                                 autocast_copies_text(d.get("autocast_copy_bytes", 0)) if cat == "weights" else "")
+                     if n]
+            out.append(f"    {cat:<13} {fmt_bytes(b):>11}" + (f"  ({'; '.join(notes)})" if notes else ""))
         if pk.get("by_evidence"):
             out.append(f"  how sure       {evidence_text(pk['by_evidence'])}")
         if d.get("evidence_note"):
