@@ -176,9 +176,10 @@ def _optimizer(c: _Ctx, step: Fact) -> Fact:
     snap = c.sf.stacks.snap if c.sf is not None else None
     for a in (getattr(snap, "annotations", None) or ()):
         name = str(a.get("name", "")) if isinstance(a, dict) else ""
-        if name.startswith("Optimizer.step#") and "." in name[len("Optimizer.step#"):]:
-            return _fact(name[len("Optimizer.step#"):].split(".")[0], "torch",
-                         f"the optimizer step's annotation ({name})")
+        cls = name[len("Optimizer.step#"):].split(".")[0] if name.startswith("Optimizer.step#") else ""
+        if cls.isidentifier() and len(cls) <= 64 and "." in name[len("Optimizer.step#"):]:
+            # an identifier only: the name is the file's (untrusted) text, printed on every surface
+            return _fact(cls, "torch", f"the optimizer step's annotation (Optimizer.step#{cls}.step)")
     if c.sf is not None:
         opt_stacks = np.unique(np.concatenate([c.tstack[c.phase == P_OPTIMIZER], c.stack[c.da.category == _O]]))
         name = _optimizer_from_frames(c, opt_stacks[opt_stacks > 0])

@@ -245,3 +245,29 @@ def test_runs_recorded_for_the_facts(name):
     for fact, want in H100[name].items():
         assert getattr(r, fact).value == want, (fact, getattr(r, fact))
     assert r.recorded.value == "trace" and r.live_before_recording_bytes.value == 0
+
+
+# -- the facts in words: one line every surface prints ------------------------------------------------------
+def test_the_run_line_says_what_is_known_marks_guesses_and_names_unknowns():
+    from vramscope.present.words import run_words
+    r = analyze(open_snapshot(str(DATA / "facts" / "oom_first_forward.run.pickle"), use_cache=False)).devices[0].run
+    assert run_words(r.to_json()) == "forward passes with grad on and no backward; ends in an out-of-memory error"
+    r = analyze(open_snapshot(str(DATA / "facts" / "ema_copy.run.pickle"), use_cache=False)).devices[0].run
+    assert run_words(r.to_json()) == "training, AdamW step; a model held twice"
+    unknown = {"recorded": {"value": "trace"}, "kind": {"value": None, "evidence": "none"},
+               "models_alive": {"value": 2, "evidence": "guess"}}
+    assert run_words(unknown) == "kind unknown (the trace cannot tell); 2 models alive (a guess)"
+    assert run_words({"recorded": {"value": "state_only"}}) == "state only: what kind of run it was is unknown"
+
+
+@pytest.mark.parametrize("name,want", [("Optimizer.step#Lion.step", "Lion"),
+                                       ("Optimizer.step#\x1b[31mEvil<b>.step", None)])
+def test_an_optimizer_annotation_that_is_not_a_class_name_names_no_optimizer(tmp_path, name, want):
+    """The annotation is the file's text: escape codes or markup in it never become the optimizer."""
+    def run(sn, d):
+        w = model(d)
+        fwd(d)
+        [d.alloc(4 * MiB, backward_frames(), "gradients") for _ in w]
+        sn.annotate(name, "START")
+    r = facts(tmp_path, run)
+    assert r.optimizer.value == want

@@ -194,6 +194,51 @@ def oom_need_text(oom: Oom) -> str:
             f"there, so whatever it would have needed next is not in it")
 
 
+_KIND_WORDS = {"training": "training", "forward_backward": "a backward without an optimizer step",
+               "inference": "inference (forward passes, no grad)",
+               "forward_with_grad": "forward passes with grad on and no backward"}
+
+
+def run_words(run: dict) -> str:
+    """`devices[].run` in one line: the kind of run and what is on, a guess marked, unknown said
+    ('' for a file with no trace)."""
+    def val(name):
+        f = run.get(name) or {}
+        return f.get("value"), f.get("evidence")
+
+    def mark(text, ev):
+        return text + (" (a guess)" if ev == "guess" else "")
+    rec, _ = val("recorded")
+    if rec != "trace":
+        return "state only: what kind of run it was is unknown" if rec == "state_only" else ""
+    kind, kev = val("kind")
+    opt, oev = val("optimizer")
+    head = mark(_KIND_WORDS.get(kind, "kind unknown (the trace cannot tell)"), kev)
+    if kind == "training" and opt:
+        head += f", {mark(str(opt), oev)} step"
+    parts = [head]
+    for name, on in (("checkpointing", "checkpointed"), ("autocast", "autocast"), ("adapters", "adapters")):
+        v, ev = val(name)
+        if v:
+            parts.append(mark(on, ev))
+        elif v is None and kind in ("training", "forward_backward") and name == "checkpointing":
+            parts.append("checkpointing unknown")
+    q, qev = val("quantized")
+    if q:
+        parts.append(mark(f"{q} weights" if q != "quantized" else "quantized weights", qev))
+    oom, _ = val("oom")
+    cut, _ = val("truncated_by_oom")
+    if oom:
+        parts.append("ends in an out-of-memory error" if cut else "an out-of-memory error")
+    n, nev = val("models_alive")
+    if n and n > 1:
+        parts.append(mark(f"{n} models alive", nev))
+    twice, tev = val("model_held_twice")
+    if twice:
+        parts.append(mark("a model held twice", tev))
+    return "; ".join(parts)
+
+
 def models_text(run) -> str:
     """A second model alive, or the model held twice, and the way out ('' when neither)."""
     n, twice = run.models_alive.value, run.model_held_twice.value

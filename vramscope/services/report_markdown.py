@@ -28,6 +28,7 @@ from ..present.words import (
     autocast_copies_text,
     leaks_none_text,
     models_text,
+    run_words,
     oom_diagnosis,
     oom_need_text,
     peak_words,
@@ -156,6 +157,7 @@ def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: s
         when += f" (iteration {pk.iteration})"
     before = f" ({s.allocations_before_trace:,} live before the trace began)" if s.allocations_before_trace else ""
     L += ["| | |", "|---|---|",
+          *([f"| Run | {md_text(run_words(da.run.to_json()))} |"] if run_words(da.run.to_json()) else []),
           f"| Trace entries | {s.entries:,} |",
           f"| Allocations | {s.allocations:,}{before} |",
           f"| Peak live | **{fmt_bytes(pk.bytes)}** {when}, {peak_words(pk.type)} ({md_code(pk.type)}) |",

@@ -30,6 +30,7 @@ from ..present.words import (
     guess_note,
     leaks_none_text,
     models_text,
+    run_words,
     oom_diagnosis,
     oom_need_text,
     peak_words,
@@ -321,6 +322,8 @@ def summary_text(doc: SummaryJSON) -> str:
         when = "at the start of the trace" if pk["index"] < 0 else f"at entry {pk['index']:,}"
         if pk["iteration"] is not None:
             when += f" (iteration {pk['iteration']})"
+        if run_words(d.get("run", {})):
+            out.append(f"  run            {run_words(d['run'])}")
         out.append(f"  peak live      {fmt_bytes(pk['bytes'])} ({pk['bytes']:,} B) {when}, {pk['type_words']}")
         per_ev = pk.get("by_category_evidence", {})
         for cat, b in sorted(pk["by_category"].items(), key=lambda kv: -kv[1]):
