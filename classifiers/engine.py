@@ -328,9 +328,14 @@ def _autocast_copies(size, stack, category, pre, never, ai, n_pass, todo, ok, au
     counted = np.array([fits(s, c) for s, c in zip(c_sizes.tolist(), c_all.tolist())], dtype=bool)
     counted_same = np.array([fits(s, c) for s, c in zip(c_sizes.tolist(), c_same.tolist())], dtype=bool) & ~counted
     # autocast is on only where its casts show in the frames, or most weight matrices have their
-    # copies counted so (an fp32 run's activations of a weight's half size are not copies)
+    # copies counted so (an fp32 run's activations of a weight's half size are not copies); a
+    # size with more candidates than copies could be (activations of the same size: a small
+    # model, or a batch that makes them so) and not told apart by their op decides nothing
     hit = sum(w_counts.get(int(s) * 2, 0) for s in c_sizes[counted | counted_same].tolist())
-    if not by_marker.any() and hit < 0.75 * len(mats):
+    crowded = sum(w_counts.get(int(s) * 2, 0) for s, c in zip(c_sizes.tolist(), c_all.tolist())
+                  if c > 1.25 * w_counts.get(int(s) * 2, 0) * n_pass + n_pass) - \
+        sum(w_counts.get(int(s) * 2, 0) for s in c_sizes[counted_same].tolist())
+    if not by_marker.any() and (hit < 0.75 * (len(mats) - crowded) or hit < max(2, 0.25 * len(mats))):
         return out
     out[np.flatnonzero(ok)] = half & (by_marker | counted[c_inv] | (counted_same[c_inv] & same_op))
     return out

@@ -36,6 +36,7 @@ one), unless a user frame of the stack itself lies inside the generated code's c
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,8 +104,26 @@ def _node_ops(node: str) -> list[str]:
     return [key] + _NODE_OPS.get(key, [])
 
 
+# torch's profiler writes a frame's file relative to the sys.path entry it was found under
+# ('transformers/models/bert/modeling_bert.py', 'contextlib.py', the script as 'train.py'): a
+# relative path is a library's when its top-level name is the standard library's or a package
+# of the ecosystem's (a user's own package of the same name would be read as the library)
+_RELATIVE_LIBRARIES = frozenset(sys.stdlib_module_names) | frozenset({
+    "torch", "torchvision", "torchaudio", "torchtext", "functorch", "transformers", "peft", "accelerate", "trl",
+    "datasets", "tokenizers", "safetensors", "huggingface_hub", "diffusers", "timm", "lightning",
+    "pytorch_lightning", "lightning_fabric", "deepspeed", "bitsandbytes", "xformers", "flash_attn", "triton",
+    "apex", "fairscale", "einops", "numpy", "megatron", "vllm", "optimum", "auto_gptq", "awq", "torchao",
+    "unsloth", "sentence_transformers", "open_clip", "torchmetrics", "hydra", "omegaconf", "wandb", "tqdm",
+    "_pytest", "pytest", "pluggy", "IPython", "ipykernel", "tensorboard", "composer", "torchtune", "liger_kernel"})
+
+
 def is_library_file(file: str) -> bool:
-    return file.startswith("torch/") or any(p in file for p in LIBRARY_PATH)
+    if file.startswith("torch/") or any(p in file for p in LIBRARY_PATH):
+        return True
+    if file.startswith("/") or file[1:3] == ":/" or not file:
+        return False
+    top = file.split("/", 1)[0]
+    return (top[:-3] if top.endswith(".py") else top) in _RELATIVE_LIBRARIES
 
 
 def cpp_role(name: str) -> int:

@@ -271,3 +271,21 @@ def test_an_optimizer_annotation_that_is_not_a_class_name_names_no_optimizer(tmp
         sn.annotate(name, "START")
     r = facts(tmp_path, run)
     assert r.optimizer.value == want
+
+
+# autocast in a small model: its weights' half sizes are also activations' sizes at some batches
+@pytest.mark.parametrize("name", sorted(p.name for p in (DATA / "levers" / "dev").glob("*.pickle")))
+def test_autocast_seen_at_every_batch_and_sequence_and_never_in_fp32_runs(name):
+    r = analyze(open_snapshot(str(DATA / "levers" / "dev" / name), use_cache=False)).devices[0].run
+    assert r.autocast.value is name.startswith("gpt2_bf16"), (name, r.autocast)
+
+
+def test_a_profiler_frame_names_a_library_by_its_package_relative_path():
+    """torch's profiler writes files relative to their sys.path entry: 'transformers/...' and
+    'contextlib.py' are libraries, the script ('train.py', 'mypkg/model.py') is the user's."""
+    from vramscope.classifiers.stacks import is_library_file
+    for lib in ("transformers/models/bert/modeling_bert.py", "contextlib.py", "peft/tuners/lora/layer.py",
+                "torch/nn/modules/linear.py", "/usr/lib/python3.11/site-packages/timm/layers.py"):
+        assert is_library_file(lib), lib
+    for user in ("train.py", "mypkg/model.py", "/home/u/transformers_utils.py", "/home/u/transformers/model.py"):
+        assert not is_library_file(user), user

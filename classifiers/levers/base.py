@@ -87,7 +87,19 @@ def band_for(measured: tuple, family: Family | None) -> tuple[Band | None, str]:
     mean = sum(m.mean * m.cases for m in like) / n
     band = Band(round(mean, 6), round(min(m.worst_under for m in like), 6), round(max(m.worst_over for m in like), 6),
                 n, tuple(m.family for m in like))
-    return band, f"measured on runs like this one ({family.words()}): {', '.join(band.families)}"
+    return band, f"measured on runs like this one ({family.words()}): {families_words(band.families)}"
+
+
+def families_words(families) -> str:
+    """'bert_dropout, CPU dev', 'bert_dropout, H100 dev', 'tiny GPT (CPU grid)' ->
+    'bert_dropout (CPU dev, H100 dev), tiny GPT (CPU grid)'."""
+    where: dict[str, list[str]] = {}
+    for f in families:
+        name, _, set_ = str(f).partition(", ")
+        where.setdefault(name, [])
+        if set_:
+            where[name].append(set_)
+    return ", ".join(f"{n} ({', '.join(w)})" if w else n for n, w in where.items())
 
 
 @dataclass(frozen=True)

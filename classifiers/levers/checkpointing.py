@@ -37,6 +37,7 @@ class Checkpointing(Lever):
         Measured("tiny GPT (CPU grid)", "transformer/fp32/full", -8.271e-08, -8.569e-07, 0, 16),
         Measured("tiny GPT (CPU grid)", "transformer/fp32/lora", -1.136e-05, -2.388e-05, 0, 16),
         Measured("transformer_adamw (tests)", "transformer/fp32/full", 0, 0, 0, 1),
+        Measured("vit_sgd, CPU dev", "transformer/fp32/full", 0, 0, 0, 1),
         Measured("vit_sgd, H100 dev", "transformer/fp32/full", -0.01002, -0.01002, 0, 1),
     )
 
