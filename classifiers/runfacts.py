@@ -408,6 +408,14 @@ def _models(c: _Ctx) -> tuple[Fact, Fact]:
     n = len(distinct)
     if not n:
         return _fact(None, "none", "weights too small to tell"), _fact(None, "none", "")
+    flat = names.index("gradients.buffer") if "gradients.buffer" in names else -1
+    flat_bytes = int(c.size[np.asarray(c.da.rule) == flat].sum()) if flat >= 0 else 0
+    if n == 1 and flat_bytes:
+        # Megatron's, DeepSpeed's or FSDP's flat buffers hold parameters of models whose shapes are
+        # not seen tensor by tensor: one family seen says nothing about the others
+        why = (f"one family of weight shapes seen, but {_fmt(flat_bytes)} of flat parameter/gradient buffers "
+               f"(Megatron, DeepSpeed, FSDP) hold models whose weights cannot be told apart by shape")
+        return _fact(None, "none", why), _fact(None, "none", why)
     words = {1: "one family of weight shapes", 2: "two families of weight shapes, built by different calls"}
     if ("grads",) in big_f:
         words[2] = ("two families of weight shapes: one with gradients, one of other shapes without (a model "

@@ -14,11 +14,7 @@ from helpers import needs_shared
 
 CARDS = cards()
 # a card whose fact vramscope has no way to see in the file (said in the closing note)
-KNOWN = {
-    # verl's state-only dump: actor, critic and vLLM's copy of the actor are resident; their weights carry no
-    # frames and come in shapes of one model family, so how many models hold them cannot be told: unknown
-    ("volcengine+verl__mem.pickle", "models_alive"),
-}
+KNOWN: set = set()     # (file, fact) where we are sure the card is wrong: none
 
 
 @needs_shared

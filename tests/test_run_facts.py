@@ -216,6 +216,19 @@ def test_two_models_and_a_model_held_twice(tmp_path):
     assert r.models_alive.value == 1 and r.model_held_twice.value is False
 
 
+def test_flat_parameter_buffers_leave_the_number_of_models_unknown(tmp_path):
+    """verl: vLLM's weights are tensors of one family, the Megatron actor's and critic's live in flat
+    buffers whose shapes say nothing: one family seen is not one model."""
+    flat = [(SP + "megatron/core/distributed/param_and_grad_buffer.py", 300, "__init__"),
+            ("/home/u/train.py", 70, "main")]
+
+    def run(sn, d):
+        model(d, (4 * MiB,) * 6, line=20)
+        d.alloc(64 * MiB, flat, "gradients")
+    r = facts(tmp_path, run)
+    assert r.models_alive.value is None and "flat" in r.models_alive.why
+
+
 # -- what was recorded --------------------------------------------------------------------------------------
 def test_a_state_only_dump_decides_nothing_about_phases(tmp_path):
     def run(sn, d):
