@@ -55,7 +55,7 @@ class PeakMoment:
 class CardFit:
     name: str
     bytes: int              # what the card gives the allocator: torch's total, less the CUDA context
-    fits: bool
+    fits: bool | None       # None: the need is a floor (a trace an OOM cut short) below this card: cannot tell
     headroom_bytes: int     # card minus what is needed (negative: short by that much)
     tight: bool = False     # fits with under 3% to spare
 
@@ -301,7 +301,8 @@ def what_if(an, device: int, scales: dict | None = None, levers=(), gpu=None,
     # a run that ran out of memory needed at least what was live plus what it asked for; as
     # recorded (or with levers that were not applied) that is a floor, not a guess
     need_oom = max((o.allocated + o.requested for o in da.ooms), default=0) if scaled is base or refused else 0
-    fits = fits_on(da, base.bytes, base.index, scaled.bytes, gpu_bytes, removes, at_least=need_oom)
+    fits = fits_on(da, base.bytes, base.index, scaled.bytes, gpu_bytes, removes, at_least=need_oom,
+                   floor=bool(da.run.truncated_by_oom.value))
     note = ("exact for these factors: the peak of the recorded run with each category's live bytes "
             "scaled at every moment (per category, rounded to whole bytes)")
     if refused:
@@ -448,6 +449,13 @@ def _fit_all(an, device, da, names, checked, facts, lora_rank, dimension, gpu_by
     band, band_note = fit_band(dimension, run_family(da))
     from .common_words import library_scratch_words
     scratch = library_scratch_words(da) or (structure(da).seq_refusal if dimension == "seq" else "")
+    if da.run.truncated_by_oom.value:
+        need = max((o.allocated + o.requested for o in da.ooms), default=base.bytes)
+        scratch = (f"the trace ends in an out-of-memory error (the step needed at least {fmt_bytes(need)}), and what "
+                   f"the run needs after it is not in it: how far it can grow cannot be told; record a run that "
+                   f"completes (a smaller batch, or with a lever pulled) and ask again")
+    if scratch:
+        combos = combos[:1]                 # what makes the growth unknown holds with any lever pulled
     for combo in combos:
         if scratch and combo == tuple(names):
             out.append(FitResult(combo, dimension, None, 0, 0, 0, applied=False, why=scratch))
@@ -483,12 +491,14 @@ def _fit_all(an, device, da, names, checked, facts, lora_rank, dimension, gpu_by
 
 
 def fits_on(da, base_bytes: int, base_index: int, scaled_bytes: int, gpu_bytes: int | None = None,
-            remove_overhead: bool = False, at_least: int = 0) -> Fits:
+            remove_overhead: bool = False, at_least: int = 0, floor: bool = False) -> Fits:
     """Whether `scaled_bytes` of allocated memory, plus the allocator's overhead at this
     run's peak (reserved over allocated there, assumed to scale with the peak), fit on
     `gpu_bytes` and on each common card as torch reports it, less the CUDA context (about
     0.5 GiB, not in the snapshot); `at_least`: what the run is known to need whatever the
-    peak (a failed request on top of what was live when it failed)."""
+    peak (a failed request on top of what was live when it failed). `floor`: the trace ends in
+    an out-of-memory error, so what is needed is a lower bound: a card it exceeds is too small,
+    a larger one cannot be said to fit (None)."""
     reserved = da.live.reserved_at(base_index) if da.live is not None else None
     if remove_overhead:
         ratio = 1.0
@@ -502,16 +512,22 @@ def fits_on(da, base_bytes: int, base_index: int, scaled_bytes: int, gpu_bytes: 
                f"{fmt_bytes(base_bytes)} at this run's peak")
     overhead = int(math.ceil(scaled_bytes * (ratio or 1.0))) - scaled_bytes
     needed = max(scaled_bytes + overhead, int(at_least))
+
+    def verdict(room: int) -> bool | None:
+        return False if needed > room else (None if floor else True)
     cards = []
     for name, gib in COMMON_CARDS:
         room = int(gib * GiB) - CUDA_CONTEXT
-        cards.append(CardFit(name, room, needed <= room, room - needed, 0 <= room - needed < TIGHT * room))
-    note = (f"needs {fmt_bytes(needed)}: the peak {fmt_bytes(scaled_bytes)} plus {how}"
+        ok = verdict(room)
+        cards.append(CardFit(name, room, ok, room - needed, bool(ok) and room - needed < TIGHT * room))
+    note = (f"needs {'at least ' if floor else ''}{fmt_bytes(needed)}: the peak {fmt_bytes(scaled_bytes)} plus {how}"
             + (f"; at least {fmt_bytes(at_least)}: what the failed request asked for on top of what was live"
                if at_least and at_least >= scaled_bytes * (ratio or 1.0) else "")
+            + ("; the trace ends in an out-of-memory error, so what the run needs after it is not known: a card "
+               "with more room cannot be said to fit" if floor else "")
             + f"; each card as torch reports it, less {fmt_bytes(CUDA_CONTEXT)} for the CUDA context (not in the "
               f"snapshot); other processes are not counted")
-    fits = None if gpu_bytes is None else needed <= gpu_bytes
+    fits = None if gpu_bytes is None else verdict(gpu_bytes)
     return Fits(scaled_bytes, ratio, overhead, needed, gpu_bytes, fits,
                 None if gpu_bytes is None else gpu_bytes - needed, tuple(cards), note,
                 tight=bool(gpu_bytes is not None and fits and gpu_bytes - needed < TIGHT * gpu_bytes))

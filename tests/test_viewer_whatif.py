@@ -75,10 +75,12 @@ def test_levers_gpu_and_reset(qt, window):
     qt.mouseClick(cb, Qt.MouseButton.LeftButton, pos=cb.rect().center())
     qt.waitUntil(lambda: tl.stacking.scales is not None, timeout=2000)
     # simulated on the recorded timeline (what_if's): what it assumed and its measured error
-    assert cb.isChecked() and "half the micro-batch" in panel.assumptions.text()
-    assert "error against recorded runs" in panel.assumptions.text()
-    assert "grows with the batch is halved" in cb.toolTip()
     ref = what_if(d.analysis, d.device, levers=["half_batch"])
+    lv = ref.levers[0]
+    assert cb.isChecked() and lv.applied and lv.assumption[:60] in panel.assumptions.text()
+    assert ("error against recorded runs" if lv.error_band is not None else lv.band_note[:40]) \
+        in panel.assumptions.text()
+    assert "grows with the batch" in cb.toolTip()
     assert tl.whatif_marker.data["y"][0] == ref.scaled.bytes
     # a GPU size typed in: the line and the verdict
     panel.gpu.setFocus()

@@ -392,3 +392,25 @@ def test_json_has_the_designed_shape():
                                for row in j["budget"])
     assert j["fits"]["gpu_bytes"] == 24 * GiB and isinstance(j["fits"]["fits"], bool)
     assert j["levers"][0]["name"] == "paged_optimizer" and j["levers"][0]["assumption"].startswith("estimate")
+
+
+def test_a_trace_an_oom_cut_short_never_fits_a_card_it_might_not():
+    """The need of a run that ends in its OOM is a floor (what was live plus the failed request):
+    a card it exceeds is too small, a larger one cannot be said to fit, and how far the batch
+    could grow is not answered, with levers or without."""
+    an = _an(DATA / "facts" / "oom_first_forward.run.pickle")
+    need = max(o.allocated + o.requested for o in an.devices[0].ooms)
+    r = what_if(an, 0, gpu=f"{need // 2}B")
+    assert r.fits.fits is False and r.fits.needed_bytes >= need
+    assert all(c.fits is None for c in r.fits.cards)          # every common card is larger than the floor
+    r = what_if(an, 0, levers=["half_batch"], gpu="16")
+    assert r.lower_bound and r.fits.fits is None and all(c.fits is None for c in r.fits.cards)
+    r = what_if(an, 0, gpu="16", fit="batch")
+    assert len(r.fit) == 1 and not r.fit[0].applied and "out-of-memory" in r.fit[0].why
+
+
+def test_a_batch_growth_the_run_cannot_show_is_not_answered_with_levers_either():
+    """cuDNN's workspace does not follow the batch: no multiple, as recorded or with a lever."""
+    an = _an(DATA / "levers" / "dev" / "cnn_bn.base.pickle")
+    r = what_if(an, 0, gpu="16", fit="batch")
+    assert r.fit and all(not row.applied for row in r.fit) and "cuDNN" in r.fit[0].why

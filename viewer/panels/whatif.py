@@ -470,11 +470,13 @@ class WhatIfPanel(QWidget):
         gpu = fits.gpu_bytes
         if gpu is not None:
             verdict = (f"<b style='color:#2CA02C'>fits</b> with {fmt_bytes(fits.headroom_bytes)} to spare" if fits.fits
-                       else f"<b style='color:#D62728'>short by {fmt_bytes(-(fits.headroom_bytes or 0))}</b>")
+                       else f"<b style='color:#D62728'>short by {fmt_bytes(-(fits.headroom_bytes or 0))}</b>"
+                       if fits.fits is False else "<b>cannot tell</b> (the trace ends in the out-of-memory error)")
             head = f"On {fmt_bytes(gpu)}: {verdict} (needs {fmt_bytes(fits.needed_bytes)})"
         else:
             head = f"Needs {fmt_bytes(fits.needed_bytes)}"
-        cards = " ".join(f"{'✓' if c.fits else '✗'}{c.name.split(' (')[0]}" for c in fits.cards)
+        cards = " ".join(f"{'✓' if c.fits else '?' if c.fits is None else '✗'}{c.name.split(' (')[0]}"
+                         for c in fits.cards)
         self.fits_line.setText(f"{head} · {cards}")
         self.fits_line.setToolTip(fits.note)
         simulated = any(lv.simulated for lv in r.levers)
@@ -500,6 +502,10 @@ class WhatIfPanel(QWidget):
         if not r.fit:
             return
         row = r.fit[0]
+        if not row.applied:                  # declined: why, never a number
+            self.fit_line.setText(f"Micro-batch on this GPU: <b>cannot tell</b>: {_esc(row.why)}")
+            self.fit_line.setToolTip(r.fit_note)
+            return
         self.fit_line.setText(f"Micro-batch on this GPU: <b>{_esc(fit_factor_words(row.max_factor))}</b> the "
                               f"recorded one" + (" with the levers ticked" if row.levers else "")
                               + f" (needs {fmt_bytes(row.fits_bytes)})")

@@ -32,7 +32,7 @@ class LeverTable:
 def _card(base: WhatIf) -> int:
     """The card the report sizes the batch for: the smallest common one the run fits on as
     recorded, else the largest."""
-    fits = [c.bytes for c in base.fits.cards if c.fits]
+    fits = [c.bytes for c in base.fits.cards if c.fits is not False]
     return fits[0] if fits else int(COMMON_CARDS[-1][1] * GiB) - CUDA_CONTEXT
 
 
@@ -63,6 +63,8 @@ def whatif_section(t: LeverTable) -> list[str]:
     for name, title, r in t.levers:
         d = r.scaled.bytes - r.baseline.bytes
         cards = [c.name.split(" (")[0] for c in r.fits.cards if c.fits]
+        if any(c.fits is None for c in r.fits.cards):
+            cards = [f"not known (needs at least {fmt_bytes(r.fits.needed_bytes)})"]
         band = r.levers[0].error_band
         err = (f"{100 * band.mean:+.1f}% / {100 * band.worst_under:+.1f}% to {100 * band.worst_over:+.1f}%"
                if band is not None else ("estimate" if r.levers[0].estimate else "not validated for this run"))
@@ -76,8 +78,11 @@ def whatif_section(t: LeverTable) -> list[str]:
                   f"--gpu {fit.fits.gpu_bytes // GiB} --fit batch`):", "",
               "| Levers | Largest micro-batch multiple | Needs | To spare |", "|---|---:|---:|---:|"]
         for row in fit.fit:
-            L.append(f"| {' + '.join(f'`{n}`' for n in row.levers) or 'as recorded'} | "
-                     f"{fit_factor_words(row.max_factor)} | {fmt_bytes(row.fits_bytes)} | "
+            name = ' + '.join(f'`{n}`' for n in row.levers) or 'as recorded'
+            if not row.applied:              # declined: why, never a number
+                L.append(f"| {name} | {'not applied' if row.levers else 'no answer'}: {md_text(row.why)} | - | - |")
+                continue
+            L.append(f"| {name} | {fit_factor_words(row.max_factor)} | {fmt_bytes(row.fits_bytes)} | "
                      f"{fmt_bytes(row.headroom_bytes)} |")
         L += ["", md_text(fit.fit_note[:1].upper() + fit.fit_note[1:]) + "."]
     L.append("")

@@ -87,16 +87,29 @@ def whatif_text(doc: dict[str, Any]) -> str:
                        f"{exp:>11}  {r['note']}")
         f = d["fits"]
         if f["gpu_bytes"] is not None:
-            verdict = "fits" if f["fits"] else f"short by {fmt_bytes(-f['headroom_bytes'])}"
+            verdict = "fits" if f["fits"] else (
+                f"short by {fmt_bytes(-f['headroom_bytes'])}" if f["fits"] is False else
+                f"cannot tell: it needs at least {fmt_bytes(f['needed_bytes'])}, and the trace ends in the "
+                f"out-of-memory error")
             room = f", {fmt_bytes(f['headroom_bytes'])} to spare" if f["fits"] else ""
             out.append(f"  on {fmt_bytes(f['gpu_bytes'])}: {verdict}{room}")
-        cards = [c["name"].split(" (")[0] + (" (tight)" if c.get("tight") else "") for c in f["cards"] if c["fits"]]
-        what = "fits on       " if d.get("prediction", True) else "as recorded, fits on"
-        out.append(f"  {what} {', '.join(cards) if cards else 'none of the common cards'}")
+        out.append("  " + fits_on_words(f["cards"], d.get("prediction", True)))
         out.append(f"  ({f['note']})")
         out += _fit_lines(d)
         out.append(f"  {d['note']}")
     return "\n".join(out)
+
+
+def fits_on_words(cards: list[dict], prediction: bool = True) -> str:
+    """The common cards it fits on ('fits on       16 GB, 24 GB (tight)'); where the need is a
+    floor (a trace an OOM cut short), the cards too small and that the rest cannot be told."""
+    yes = [c["name"].split(" (")[0] + (" (tight)" if c.get("tight") else "") for c in cards if c["fits"]]
+    if any(c["fits"] is None for c in cards):
+        no = [c["name"].split(" (")[0] for c in cards if c["fits"] is False]
+        return ("fits on        not known (the need is a lower bound: the trace ends in the out-of-memory error)"
+                + (f"; too small: {', '.join(no)}" if no else ""))
+    what = "fits on       " if prediction else "as recorded, fits on"
+    return f"{what} {', '.join(yes) if yes else 'none of the common cards'}"
 
 
 def band_words(band, note: str = "", estimate: bool = False) -> str:
@@ -131,7 +144,7 @@ def _fit_lines(d: dict) -> list[str]:
     for r in d["fit"]:
         name = " + ".join(r["levers"]) or "(as recorded)"
         if not r.get("applied", True):
-            out.append(f"    {name:<34} not applied: {r['why']}")
+            out.append(f"    {name:<34} {'not applied' if r['levers'] else 'no answer'}: {r['why']}")
             continue
         out.append(f"    {name:<34} {fit_factor_words(r['max_factor']):>17} {fmt_bytes(r['fits_bytes']):>11} "
                    f"{fmt_bytes(r['headroom_bytes']):>11}")
