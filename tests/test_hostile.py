@@ -33,7 +33,7 @@ def _clean(monkeypatch):
 def test_every_hostile_case_is_refused(tmp_path, name):
     path = hostile.write(name, tmp_path)
     tracemalloc.start()
-    t0 = time.perf_counter()
+    t0 = time.process_time()          # this process's CPU time: other work on the machine does not count
     try:
         with pytest.raises(SnapshotError) as exc:
             open_snapshot(str(path))
@@ -41,7 +41,7 @@ def test_every_hostile_case_is_refused(tmp_path, name):
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         hostile.assert_not_pwned()
-    assert time.perf_counter() - t0 < 5
+    assert time.process_time() - t0 < 5
     assert peak < 64 << 20, f"{peak >> 20} MiB allocated for {name}"
     line = exc.value.one_line()
     assert "\n" not in line and line
