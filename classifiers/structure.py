@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..common.units import fmt_bytes as _fmt_bytes
+
 from .categories import CATEGORIES
 from .stacks import KIND_BUILTIN, KIND_CPP, KIND_MODULE, KIND_PYTHON
 from .timeline import P_BACKWARD, P_FORWARD, P_INPUTS, P_UNWIND
@@ -55,6 +57,7 @@ _BATCH_CATEGORIES = np.array([_CAT[c] for c in ("activations", "autograd", "inpu
 _RECOMPUTE = re.compile(r"(^|/)torch/utils/checkpoint\.py$")
 _RECOMPUTE_FN = re.compile(r"^(unpack_hook|recompute_fn|unpack|backward|_checkpoint_hook|pack_hook)$")
 _SOFTMAX = re.compile(r"(^|_)softmax$")
+_ATTENTION_FN = re.compile(r"(attention|attn|scaled_dot_product|sdpa)", re.I)
 
 
 @dataclass(frozen=True)
@@ -294,9 +297,7 @@ def _calls(paths, rows_stack, depth, node_path, tiny=None) -> list:
         if not len(pos_k):
             return []
         sig, site, line = sig_u[inv][idx[pos_k]], site_u[inv][idx[pos_k]], line_u[inv][idx[pos_k]]
-        brk = np.ones(len(pos_k), dtype=bool)
-        brk[1:] = (pos_k[1:] != pos_k[:-1] + 1) | (sig[1:] != sig[:-1]) | (line[1:] < line[:-1])
-        starts = np.flatnonzero(brk)
+        starts = _call_starts(pos_k, sig, line)
         sites = site[starts]
         main = np.bincount(sites).argmax()
         pos = idx[pos_k]
@@ -305,12 +306,31 @@ def _calls(paths, rows_stack, depth, node_path, tiny=None) -> list:
     if not len(pos):
         return []
     sig, site, line = sig_u[inv][pos], site_u[inv][pos], line_u[inv][pos]
-    brk = np.ones(len(pos), dtype=bool)
-    brk[1:] = (pos[1:] != pos[:-1] + 1) | (sig[1:] != sig[:-1]) | (line[1:] < line[:-1])
-    starts = np.flatnonzero(brk)
+    starts = _call_starts(pos, sig, line)
     sites = site[starts]
     main = np.bincount(sites).argmax()
     return [c for c, st in zip(np.split(pos, starts[1:]), sites.tolist()) if st == main]
+
+
+LINE_SLACK = 2      # a call's line may step back this far inside one call (a multi-line call expression)
+
+
+def _call_starts(pos, sig, line) -> np.ndarray:
+    """Where calls start, over rows in order (`pos` their positions, `sig` their call signature,
+    `line` the node frame's line): a row not right after the last, another signature, or the
+    node's line going back. Back by LINE_SLACK lines or less is one call still (Python reports
+    the line of each part of a call written over several lines: GPT-NeoX's
+    `self.attention(self.input_layernorm(x), ...)` over two lines runs line 261 before 260),
+    unless it is back at the line the call began on (a short block called again)."""
+    n = len(pos)
+    back = np.zeros(n, dtype=np.int64)
+    brk = np.ones(n, dtype=bool)
+    if n > 1:
+        back[1:] = line[:-1] - line[1:]
+        brk[1:] = (pos[1:] != pos[:-1] + 1) | (sig[1:] != sig[:-1]) | (back[1:] > LINE_SLACK)
+    first_line = line[np.flatnonzero(brk)][np.cumsum(brk) - 1]
+    brk |= (back > 0) & (line == first_line)
+    return np.flatnonzero(brk)
 
 
 def _alike(byte_counts) -> bool:
@@ -616,10 +636,8 @@ def _recompute_windows(da, paths, block_key, ai, stacks, alloc_phase, end_of) ->
     pos, sig, line = pos[keep], sig_u[inv][keep], line_u[inv][keep]
     if not len(pos):
         return []
-    brk = np.ones(len(pos), dtype=bool)
-    brk[1:] = (pos[1:] != pos[:-1] + 1) | (sig[1:] != sig[:-1]) | (line[1:] < line[:-1])
     starts = np.array([s for s, _ in _forward_passes(da)], dtype=np.int64)
-    windows = [bw[p] for p in np.split(pos, np.flatnonzero(brk)[1:])]
+    windows = [bw[p] for p in np.split(pos, _call_starts(pos, sig, line)[1:])]
     pass_of = [int(np.searchsorted(starts, ai[w[0]], side="right")) - 1 for w in windows]
     left: dict = {}
     for p in pass_of:
@@ -694,6 +712,22 @@ def _seq2_rows(da, paths, calls, recomputes, size, ai, fi, stacks, batch, alloc_
                       "makes the scores inside it where its frames cannot show them: whether they grow with the "
                       "square of the sequence cannot be told from this trace, so no prediction is made")
     if not sm_sizes:
+        # a fused attention kernel makes no scores, but a mask or bias of their shape (batch x heads x
+        # sequence x sequence: T5's position bias added to the mask) can be made around it: larger
+        # than the blocks' hidden state, in the attention's own frames, and growing with the square
+        sizes = size[rows]
+        vals, counts = np.unique(sizes, return_counts=True)
+        hidden = int(vals[np.argmax(counts)]) if len(vals) else 0
+        att_u = np.array([any(_ATTENTION_FN.search(paths.key_text[k]) for k in paths.path(int(sid))[0][-2:])
+                          for sid in u.tolist()], dtype=bool)
+        big = att_u[inv] & (sizes > 1.5 * hidden) & batch[rows]
+        if hidden and big.any():
+            per_call = float(sizes[big].sum()) / max(1, len(calls) + len(recomputes))
+            return seq2, ("REFUSE: the fused attention call is given a mask or bias of the attention scores' shape "
+                          f"({_fmt_bytes(per_call)} per block, {float(sizes[big].max()) / hidden:.1f}x the "
+                          "hidden state): it grows with the square of the sequence, and which of its dimensions "
+                          "are the sequence cannot be told from the sizes alone, so no prediction is made; record "
+                          "the run at the sequence you want to know")
         return seq2, ("no attention scores (softmax) in the blocks (a fused attention kernel): everything that "
                       "grows with the sequence is taken to grow linearly")
     fam = np.array(sorted(sm_sizes), dtype=np.int64)

@@ -2,8 +2,10 @@
 pair within 5% of the peak of the other (the bar), on pairs of the families recorded on an H100
 (tests/data/levers/dev, benchmarks/record_families.py) and the CPU ground truth. A structural
 rule of a lever taken out makes at least one of these fail (the mutations tried are in the
-closing note of the issue "One lever, one number"); the held-out families
-(tests/data/levers/heldout) are never used here."""
+closing note of the issue "One lever, one number"). The held-out families
+(tests/data/levers/heldout) were reported first, untouched (README); two fixes were made after
+seeing them and said so (GPT-NeoX's blocks, T5's mask of the scores' shape), and only those two
+cases are held here, at the end, as regression tests: they are no longer held out."""
 from __future__ import annotations
 
 import pytest
@@ -101,3 +103,38 @@ def test_lora_on_some_matrices_declines():
     a = an(DEV / "llama_tied.base.pickle")
     r = what_if(a, 0, levers=["lora"], lora_targets="q,v", with_budget=False)
     assert not r.prediction and "q,v" in r.levers[0].why
+
+
+# -- after the held-out report (no longer held out: fixed from what it showed, said in the README) --------
+HELDOUT = DATA / "levers" / "heldout"
+
+
+@pytest.mark.parametrize("src, dst, lever", [
+    (HELDOUT / "neox.base.pickle", HELDOUT / "neox.ckpt.pickle", "checkpointing"),
+    (HELDOUT / "neox.ckpt.pickle", HELDOUT / "neox.base.pickle", "no_checkpointing")])
+def test_a_block_whose_call_spans_lines_is_one_block(src, dst, lever):
+    """GPT-NeoX's layer calls `self.attention(self.input_layernorm(x), ...)` over two lines: the
+    norm runs on line 261, the attention on 260; one call of the block, not two (was +22%, -19%)."""
+    a = an(src)
+    r = what_if(a, 0, levers=[lever], with_budget=False)
+    want = peak(dst)
+    assert r.levers[0].applied and abs(r.scaled.bytes - want) <= 0.02 * want, (r.scaled.bytes - want) / want
+
+
+def test_a_mask_of_the_scores_shape_in_fused_attention_declines_the_sequence():
+    """T5 adds its position bias to the mask, batch x heads x seq x seq, and hands it to the fused
+    kernel: it grows with the square of the sequence (was predicted linear: -12.8%)."""
+    a = an(HELDOUT / "t5.base.pickle")
+    assert growth_peak(a, 0, "seq", 2.0) is None
+    f = what_if(a, 0, gpu="80", fit="seq", with_budget=False).fit[0]
+    assert not f.applied and "mask or bias" in f.why
+
+
+def test_call_starts_allow_a_call_written_over_lines_and_split_a_short_block_called_again():
+    import numpy as np
+    from vramscope.classifiers.structure import _call_starts
+    lines = np.array([261, 260, 260, 272, 274, 261, 260, 272, 274])
+    pos, sig = np.arange(len(lines)), np.zeros(len(lines), dtype=np.int64)
+    assert _call_starts(pos, sig, lines).tolist() == [0, 5]
+    short = np.array([10, 11, 10, 11, 10, 11])
+    assert _call_starts(np.arange(6), np.zeros(6, dtype=np.int64), short).tolist() == [0, 2, 4]
