@@ -7,7 +7,8 @@ from PySide6.QtGui import QFontMetrics, QPalette
 from PySide6.QtWidgets import QHeaderView, QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
 from ...common.units import fmt_bytes
-from ...present.words import oom_diagnosis, oom_suggestions, process_limit
+from ...present.markup import html as html_text
+from ...present.words import leaks_none_text, oom_diagnosis, oom_suggestions, process_limit, run_words
 from ..model import DeviceData, FindingView
 
 
@@ -162,7 +163,7 @@ class FindingsPanel(QWidget):
         for kind, label in self.GROUPS:
             fs = found.get(kind, [])
             if kind in ("leak", "oom") and not fs:
-                none = _item(f"{label}: none found")
+                none = _item(f"{label}: {leaks_none_text(data.da.run) if kind == 'leak' else 'none found'}")
                 none.setDisabled(True)
                 self.tree.addTopLevelItem(none)
                 continue
@@ -186,8 +187,12 @@ class FindingsPanel(QWidget):
                 it.setExpanded(kind in ("peak", "oom", "leak"))
             group.setExpanded(len(fs) <= 20 or kind != "iteration_peak")
         n_it = len(data.iterations)
-        self.summary.setText(f"{n_it} iteration{'s' if n_it != 1 else ''} found" if n_it else
-                             "<i>No iterations found.</i>")
+        run = run_words(data.da.run.to_json())        # what kind of run it was: summary's 'run' line
+        self.summary.setText((f"<b>Run:</b> {html_text(run)}<br>" if run else "")
+                             + (f"{n_it} iteration{'s' if n_it != 1 else ''} found" if n_it else
+                                "<i>No iterations found.</i>"))
+        self.summary.setToolTip("What the trace shows about the run, each fact with its evidence: "
+                                "vramscope summary FILE --json, devices[].run")
         self._wrap_all()
 
     def select(self, k: int):

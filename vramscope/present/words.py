@@ -101,8 +101,9 @@ def evidence_words(evidence: str) -> str:
         "torch": "torch's own tag decided it",
         "stack": "its own stack matched the rule",
         "lifetime": "when it was allocated and freed decided it (its stack said nothing)",
-        "guess": "a guess: no frames and no recorded lifetime (live before recording began, never freed); "
-                 "record with history on before the model is built to know",
+        "guess": "a guess: no frames to decide it (live before recording began, or made by C++ code a "
+                 "Python-only stack does not show); record with history on before the model is built, with "
+                 "stacks='all', to know",
         "none": "no rule recognised it",
     }.get(evidence, evidence)
 
@@ -139,8 +140,9 @@ def guess_note(by_evidence: dict[str, int], recorded: str = "trace", frames: boo
                 "rests on it. To record stacks, " + RECORD_HINT)
     if guessed < GUESS_NOTE_SHARE * max(1, total):
         return ""
-    return (f"{guessed / max(1, total):.0%} of it was allocated before recording began and never freed (no frames): "
-            f"its categories are guesses, and no advice rests on them. To record it, " + RECORD_HINT)
+    return (f"{guessed / max(1, total):.0%} of it has no frames (live before recording began, or made by C++ code a "
+            f"Python-only stack does not show): its categories are guesses, and no advice rests on them. To record "
+            f"it, " + RECORD_HINT)
 
 
 def oom_suggestions(oom: Oom) -> list[str]:
