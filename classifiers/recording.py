@@ -53,9 +53,14 @@ def skipped_actions(snap: Snapshot, device: int) -> tuple[str, ...]:
 
 
 def _allocs_outside_segments(snap: Snapshot, device: int, action: np.ndarray) -> bool:
+    """Whether an allocation of the trace lies outside every segment the snapshot holds on
+    `device` (none holds any when the device has no segments: a state cut from the file, or
+    segments all released, or listed under another device)."""
     addr = np.asarray(snap.trace(device).columns["addr"])[action == A_ALLOC]
     seg = snap.device_segments(device)
     start = seg["address"]
+    if not len(start):
+        return bool(len(addr))
     order = np.argsort(start, kind="stable")
     start, end = start[order], start[order] + seg["total_size"][order]
     k = np.searchsorted(start, addr, side="right") - 1
