@@ -363,7 +363,8 @@ def test_parse_scale_and_gpu_size():
     for bad in ("activations", "activations=-1", "nope=1", "activations=x"):
         with pytest.raises(WhatIfError):
             parse_scale(bad)
-    assert parse_gpu_size("24") == parse_gpu_size("24GiB") == parse_gpu_size("24GB") == 24 * GiB
+    assert parse_gpu_size("24") == parse_gpu_size("24GiB") == parse_gpu_size("24G") == 24 * GiB
+    assert parse_gpu_size("24GB") == 24 * 10 ** 9                  # GB = 10^9 bytes, for every verb
     assert parse_gpu_size("24576MiB") == 24 * GiB and parse_gpu_size(80) == 80 * GiB
     with pytest.raises(WhatIfError):
         lever("more_memory")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import re
 import sys
 
 from . import allocations, check, compare, export, ranks, report, summary, view, whatif
@@ -32,6 +33,12 @@ vramscope: please report it), 130 interrupted. Errors are one line on stderr.
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # a word that starts with '-' and a digit is a value ("--max-peak -5GB": a negative
+        # size, refused by its option with a reason), never an option: none of ours looks so
+        self._negative_number_matcher = re.compile(r"^-\.?[0-9]")
+
     def error(self, message):  # one line naming the verb, exit 2 (argparse would print the usage too)
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
