@@ -100,6 +100,10 @@ def test_oom_dumps_from_the_observer_before_the_error_unwinds(fake, tmp_path):
     meta = open_snapshot(rec.files[0], use_cache=False).metadata
     assert meta.reason == "oom" and meta.step == 2
     assert meta.oom.requested == 3 << 30 and meta.oom.device == 0 and meta.oom.device_free == 12 << 20
+    assert meta.oom.device_total == 80 << 30            # the observer's third argument, named as torch names it
+    with open(rec.files[0], "rb") as fh:
+        assert set(pickle.load(fh)["vramscope_metadata"]["oom"]) == {"device", "requested", "device_total",
+                                                                      "device_free"}   # our own file
 
 
 def test_one_oom_snapshot_per_step_and_the_run_goes_on(fake, tmp_path):

@@ -74,13 +74,16 @@ def _is_oom(torch, exc: BaseException | None) -> bool:
     return isinstance(exc, RuntimeError) and "CUDA out of memory" in str(exc)   # torch < 2.1
 
 
-def _on_oom(device, alloc, device_alloc, device_free) -> None:
-    """torch's OOM observer: called by the caching allocator, before it raises."""
+def _on_oom(device, allocated, device_total, device_free) -> None:
+    """torch's OOM observer: called by the caching allocator, before it raises, with the
+    arguments c10's `OutOfMemoryObserver` names (CUDACachingAllocator.h): the device, the
+    request that failed, the device's total memory (the allowed maximum under a memory
+    fraction) and the bytes CUDA reported free."""
     rec = _active
     if rec is None:
         return
     try:
-        rec._dump_oom({"device": device, "requested": alloc, "device_allocated": device_alloc,
+        rec._dump_oom({"device": device, "requested": allocated, "device_total": device_total,
                        "device_free": device_free})
     except Exception as e:  # noqa: BLE001 - never raise into the allocator
         warnings.warn(f"vramscope.record: the snapshot at the OOM was not written: {type(e).__name__}: {e}",
