@@ -80,7 +80,7 @@ def test_hf_trainer_records_from_before_the_model_every_n_steps(fake, tmp_path):
     hf_trainer(model, tmp_path / "hf", [cb]).train()
     assert fake.names() == ["history", "attach", "mark:model built", "snapshot", "snapshot", "history"]
     assert fake.calls[0][1]["stacks"] == "python"
-    assert files(out) == ["step_2/000000_step_2.pickle", "step_4/000000_step_4.pickle"]
+    assert files(out) == ["step_000000000002/000000_step_2.pickle", "step_000000000004/000000_step_4.pickle"]
     trainable, frozen = expected_counts(model)
     for step, path in zip((2, 4), cb.recorder.files):
         m = open_snapshot(path, use_cache=False).metadata
@@ -102,7 +102,7 @@ def test_hf_trainer_oom_is_dumped_before_it_unwinds(fake, tmp_path):
     try:
         with pytest.raises(torch.OutOfMemoryError):
             hf_trainer(model, tmp_path / "hf", [cb]).train()
-        assert fake.files_at_oom == ["step_2_exit/000000_step_2_exit.pickle"]
+        assert fake.files_at_oom == ["step_000000000002_exit/000000_step_2.pickle"]
         m = open_snapshot(cb.recorder.files[0], use_cache=False).metadata
         assert (m.reason, m.step, m.oom.requested) == ("oom", 2, 1 << 30)
         assert m.trainable_params == expected_counts(model)[0]
@@ -121,7 +121,7 @@ def test_hf_trainer_inside_a_record_block_stops_at_the_oom(fake, tmp_path):
             oom_at(fake, model, call=2)
             hf_trainer(model, tmp_path / "hf", [RecordCallback(rec)]).train()
     assert fake.names() == ["history", "attach", "oom", "snapshot", "raise", "history"]
-    assert files(tmp_path / "snap") == ["step_1_exit/000000_step_1_exit.pickle"]
+    assert files(tmp_path / "snap") == ["step_000000000001_exit/000000_step_1.pickle"]
     assert not rec.recording
     with pytest.raises(TypeError):                       # options belong to vramscope.record then
         RecordCallback(rec, every=2)
@@ -162,7 +162,7 @@ def test_lightning_records_from_before_the_model_every_n_steps(fake, tmp_path):
     cb = RecordCallback(out, every=2, micro_batch=BATCH, seq_len=SEQ)
     module = lightning_run(fake, out, cb)
     assert fake.names() == ["history", "attach", "mark:model built", "snapshot", "snapshot", "history"]
-    assert files(out) == ["step_2/000000_step_2.pickle", "step_4/000000_step_4.pickle"]
+    assert files(out) == ["step_000000000002/000000_step_2.pickle", "step_000000000004/000000_step_4.pickle"]
     trainable, frozen = expected_counts(module)
     m = open_snapshot(cb.recorder.files[-1], use_cache=False).metadata
     assert (m.step, m.reason, m.micro_batch, m.seq_len) == (4, "step", BATCH, SEQ)
@@ -179,7 +179,7 @@ def test_lightning_oom_is_dumped_before_it_unwinds_and_recording_stops(fake, tmp
     cb = RecordCallback(out, every=10)
     with pytest.raises(torch.OutOfMemoryError):
         lightning_run(fake, out, cb, oom_call=3)
-    assert fake.files_at_oom == ["step_2_exit/000000_step_2_exit.pickle"]
+    assert fake.files_at_oom == ["step_000000000002_exit/000000_step_2.pickle"]
     assert fake.names() == ["history", "attach", "mark:model built", "oom", "snapshot", "raise", "history"]
     m = open_snapshot(cb.recorder.files[0], use_cache=False).metadata
     assert (m.reason, m.step) == ("oom", 2)

@@ -19,9 +19,12 @@ What it does, in order, and why:
     OOM dumps the snapshot from inside the allocator, before the OutOfMemoryError unwinds
     the stack and frees what filled the GPU;
   * dumps on request (`rec.dump()`) and every `every` steps (`rec.step()`), one file per
-    rank in a torchtitan-style layout: `OUT/step_{N}/{rank:06d}_step_{N}.pickle`, and
-    `OUT/step_{N}_exit/{rank:06d}_step_{N}_exit.pickle` at an OOM (N: the steps completed);
-    the rank from `torch.distributed` when it is initialised, else $RANK / $LOCAL_RANK;
+    rank in torchtitan's layout exactly (torchtitan/tools/profiler.py `MEMORY_STEP_DIR`,
+    `MEMORY_EXIT_DIR`, `MEMORY_FILE`): `OUT/step_{N:012d}/{rank:06d}_step_{N}.pickle`, and at
+    an OOM the same file name under `OUT/step_{N:012d}_exit/` (N: the steps completed; the
+    zero-padded folders sort in step order), so that `ranks` and torchtitan's own tools read
+    both alike; the rank from `torch.distributed` when it is initialised, else $RANK /
+    $LOCAL_RANK;
   * pickles `torch.cuda.memory._snapshot()` itself with protocol 4, atomically (a reader sees
     the whole file or none): Python 3.14's default protocol 5 shows blank in memory_viz,
     whose JavaScript unpickler reads protocols 2 to 4 only;
@@ -225,10 +228,10 @@ class Recorder(contextlib.ContextDecorator):
             return self._write(path, step, reason, None)
 
     def path_for(self, step: int, exit: bool = False, rank: int | None = None) -> str:
-        """This rank's file for `step` in the layout (see the module docstring)."""
+        """This rank's file for `step` in torchtitan's layout (see the module docstring)."""
         r = self._rank()[0] if rank is None else rank
-        name = f"step_{step}_exit" if exit else f"step_{step}"
-        return os.path.join(self.out_dir, name, f"{r:06d}_{name}.pickle")
+        folder = f"step_{step:012d}" + ("_exit" if exit else "")
+        return os.path.join(self.out_dir, folder, f"{r:06d}_step_{step}.pickle")
 
     def _dump_oom(self, oom: dict) -> None:
         with _lock:
