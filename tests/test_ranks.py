@@ -28,8 +28,8 @@ from vramscope.services import rank_cache, rank_read
 from vramscope.services.rank_files import choose, describe
 from vramscope.services.ranks import OUTLIER_RULE, live_grid, outliers, ranks_document, read_ranks
 
-RANK_KEYS = ["rank", "rank_source", "file", "device", "peak", "reserved_peak_bytes", "ooms", "first_oom_time_us",
-             "leaks"]
+RANK_KEYS = ["rank", "rank_source", "replica", "replica_rank", "file", "device", "peak", "reserved_peak_bytes", "ooms",
+             "first_oom_time_us", "leaks"]
 OVERVIEW_KEYS = ["ranks", "peak_max", "peak_median", "peak_min", "imbalance", "outliers", "first_oom"]
 
 
@@ -61,7 +61,7 @@ def ranks_json(capsys, folder, *more) -> dict:
 # -- the 8-rank folder -----------------------------------------------------------------------
 def test_every_rank_is_its_own_summary(capsys, titan):
     doc = ranks_json(capsys, titan, "--jobs", "1")
-    assert list(doc) == ["folder", "ranks", "overview", "not_snapshots", "skipped"]
+    assert list(doc) == ["folder", "ranks", "overview", "not_snapshots", "skipped", "internal_errors"]
     assert [r["rank"] for r in doc["ranks"]] == list(range(8))
     for r in doc["ranks"]:
         assert list(r) == RANK_KEYS
@@ -147,8 +147,9 @@ def test_a_second_run_opens_no_snapshot(titan, monkeypatch, tmp_path):
         m.setattr(rank_read, "open_snapshot", lambda p, **k: boom() if p.endswith(".pickle") else real(p, **k))
         again = read_ranks(str(titan), jobs=1)
         assert ranks_document(again) == ranks_document(first)
-        with pytest.raises(AssertionError, match="read again"):
-            read_ranks(str(titan), jobs=1, use_cache=False)
+        res = read_ranks(str(titan), jobs=1, use_cache=False)        # every file read again (our bug: per rank)
+        assert len(res.internal_errors) == 8 and not res.ranks
+        assert all("internal error: AssertionError: read again" in n.error for n in res.internal_errors)
     records = sorted((tmp_path / "cache" / "ranks-v1").iterdir())
     assert len(records) == 8                             # the ranks read (not the skipped files)
     # a damaged record is a miss: the file is read again, the same
@@ -191,12 +192,11 @@ def test_the_live_grid_keeps_every_peak(titan):
     ("step_4/000003_step_4.pickle", 3, 4, False),
     ("step_4_exit/000003_step_4_exit.pickle", 3, 4, True),
     ("step_10/000012_step_10_exit.pickle", 12, 10, True),
-    ("memory_snapshot/iteration_10/rank3_memory_snapshot.pickle", 3, 10, False),     # torchtitan today
+    ("memory_snapshot/iteration_10/rank3_memory_snapshot.pickle", 3, 10, False),     # torchtitan before
     ("memory_snapshot/iteration_9_exit/rank3_memory_snapshot.pickle", 3, 9, True),
     ("memory.snapshot_rank-7.pickle", 7, None, False),                                # Megatron-LM
     ("memory.snapshot_oom_rank-1.pickle", 1, None, True),
-    ("snapshot_0.pickle", 0, None, False),                                           # NeMo / Megatron-Bridge
-    ("snapshot_oom_rank-12.pickle", 12, None, True),
+    ("snapshot_oom_rank-12.pickle", 12, None, True),                                 # Megatron-Bridge
     ("mem_rank_2_step_6.pkl", 2, 6, False),
     ("snapshot.pickle", None, None, False),
     ("crankshaft5.pickle", None, None, False),
@@ -222,12 +222,17 @@ def test_one_file_per_named_rank():
         (0, "iteration_10"), (0, "iteration_20"), (1, "iteration_10")]
 
 
+def dist(rank, world=None) -> dict:
+    """The recorder's metadata document, its `distributed` section (vramscope/recorder.py)."""
+    return {"schema": 1, "distributed": {"rank": rank, **({"world_size": world} if world is not None else {})}}
+
+
 def test_ranks_from_metadata_then_names_then_order(capsys, tmp_path):
     d = tmp_path / "job"
-    rd.write(d / "a.pickle", rd.rank_object(0, metadata={"rank": 1, "world_size": 4}))
-    rd.write(d / "b.pickle", rd.rank_object(1, metadata={"rank": 0, "world_size": 4}))
-    rd.write(d / "snapshot_rank-9.pickle", rd.rank_object(2, metadata={"rank": 2, "world_size": 4}))  # metadata wins
-    for k, bad in enumerate(({"rank": "3"}, {"rank": -1}, {"rank": True}, {"rank": 1 << 40}, [3])):
+    rd.write(d / "a.pickle", rd.rank_object(0, metadata=dist(1, 4)))
+    rd.write(d / "b.pickle", rd.rank_object(1, metadata=dist(0, 4)))
+    rd.write(d / "snapshot_rank-9.pickle", rd.rank_object(2, metadata=dist(2, 4)))  # metadata wins
+    for k, bad in enumerate((dist("3"), dist(-1), dist(True), dist(1 << 40), [3])):
         rd.write(d / f"z{k}.pickle", rd.rank_object(3, metadata=bad))      # untrusted: ignored, numbered in order
     doc = ranks_json(capsys, d)
     got = {Path(r["file"]).name: (r["rank"], r["rank_source"]) for r in doc["ranks"]}
@@ -242,8 +247,8 @@ def test_ranks_from_metadata_then_names_then_order(capsys, tmp_path):
 
 def test_metadata_naming_one_rank_twice_keeps_the_preferred_file(capsys, tmp_path):
     d = tmp_path / "job"
-    rd.write(d / "step_1" / "x.pickle", rd.rank_object(0, metadata={"rank": 0}))
-    rd.write(d / "step_2" / "y.pickle", rd.rank_object(0, metadata={"rank": 0}))
+    rd.write(d / "step_1" / "x.pickle", rd.rank_object(0, metadata=dist(0)))
+    rd.write(d / "step_2" / "y.pickle", rd.rank_object(0, metadata=dist(0)))
     doc = ranks_json(capsys, d)
     assert [Path(r["file"]).parent.name for r in doc["ranks"]] == ["step_2"]
     assert [(Path(s["file"]).parent.name, s["rank"]) for s in doc["skipped"]] == [("step_1", 0)]
@@ -345,6 +350,65 @@ def test_cancel_stops_the_work(titan, jobs):
         read_ranks(str(titan), jobs=jobs, progress=later)
     assert max(seen) < 9
     assert not multiprocessing.active_children()
+
+
+# Loaded into every process of a `ranks` run through PYTHONPATH: in a worker process (spawned
+# with --multiprocessing-fork), reading a file whose name holds "poison" kills the worker as
+# the kernel's OOM killer would (SIGKILL, no answer); with ONCE set, only the first time. In
+# the parent, every read is slowed so that the workers, not the parent, take the first files.
+KILLER = """
+import os, signal, sys, time
+worker = "--multiprocessing-fork" in sys.argv          # spawn replaces sys.argv with the parent's later
+if worker or os.environ.get("VRAMSCOPE_TEST_PARENT_SLOW"):
+    from vramscope.services import rank_read
+    real = rank_read.open_snapshot
+    def open_snapshot(path, **kw):
+        if not worker:
+            time.sleep(0.5)
+        elif "poison" in path:
+            once = os.environ.get("VRAMSCOPE_TEST_ONCE")
+            if not once or not os.path.exists(once):
+                if once:
+                    open(once, "w").close()
+                os.kill(os.getpid(), signal.SIGKILL)
+        return real(path, **kw)
+    rank_read.open_snapshot = open_snapshot
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a worker killed by SIGKILL")
+@pytest.mark.parametrize("once", [False, True])
+def test_a_worker_killed_is_an_internal_error_of_its_rank_alone(tmp_path, once):
+    """A worker killed while reading (the OOM killer) breaks its pool: the files in flight are
+    read again, each by a worker of its own. A file that kills that one too is an internal
+    error of its rank (listed, exit 4), and every other rank is read and counted; a file
+    whose worker died once (another file's fault, or a passing kill) is read the second time."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(KILLER)
+    job = tmp_path / "job"
+    rd.write(job / "a_poison.pickle", rd.rank_object(0, iterations=1))
+    for r in range(1, 6):
+        rd.write(job / f"rank{r}.pickle", rd.rank_object(r, iterations=1))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]),
+               VRAMSCOPE_TEST_PARENT_SLOW="1", VRAMSCOPE_CACHE_DIR=str(tmp_path / "cache"))
+    if once:
+        env["VRAMSCOPE_TEST_ONCE"] = str(tmp_path / "killed-once")
+    p = subprocess.run([sys.executable, "-m", "vramscope", "ranks", str(job), "--json", "--jobs", "3"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    doc = orjson.loads(p.stdout)
+    poison = str(job / "a_poison.pickle")
+    read = sorted(Path(r["file"]).name for r in doc["ranks"])
+    if once:
+        assert (tmp_path / "killed-once").exists(), "no worker read the poisoned file"
+        assert (p.returncode, p.stderr, doc["internal_errors"]) == (0, "", [])
+        assert read == ["a_poison.pickle"] + [f"rank{r}.pickle" for r in range(1, 6)]
+        return
+    assert p.returncode == 4, p.stderr
+    assert doc["internal_errors"] == [{"file": poison, "error": rank_read.WORKER_DIED}]
+    assert p.stderr == f"vramscope ranks: {poison}: {rank_read.WORKER_DIED}\n"
+    assert read == [f"rank{r}.pickle" for r in range(1, 6)] and doc["overview"]["ranks"] == 5
+    assert "please report it" in rank_read.WORKER_DIED
 
 
 def _session_processes(sid: int) -> list[int]:

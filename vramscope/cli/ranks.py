@@ -6,9 +6,7 @@ import sys
 
 from ..common.jsonio import dumps_pretty
 from .common import add_input, add_json, check_rules
-from .errors import EXIT_BAD_INPUT, EXIT_OK, UsageError
-
-EXIT_WORKER_DIED = 1
+from .errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, UsageError
 
 
 def _jobs(text: str) -> int:
@@ -41,8 +39,11 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    """Exit 0 when the ranks were read, 3 when no file was a snapshot, 4 when a rank could not
+    be read by our fault (a bug, a worker process that died: listed per rank, the other ranks
+    printed and counted), 2 for a wrong command line or a Dask scheduler that cannot be used."""
     from ..parsers import TerminalProgress
-    from ..services.rank_read import RanksError, WorkerDied
+    from ..services.rank_read import RanksError
     from ..services.ranks import ranks_document, ranks_text, read_ranks
     check_rules(args.rules)
     progress = TerminalProgress()
@@ -50,22 +51,20 @@ def run(args) -> int:
         res = read_ranks(args.folder, args.rules, not args.no_cache, args.jobs, args.dask, progress)
     except RanksError as e:
         raise UsageError(str(e)) from None
-    except WorkerDied as e:
-        res, died = None, e
     finally:
         progress.close()
-    if res is None:
-        print(f"vramscope ranks: {died}", file=sys.stderr)
-        return EXIT_WORKER_DIED
     if not res.ranks:
-        for n in res.not_snapshots:
+        for n in res.not_snapshots + res.internal_errors:
             print(f"vramscope ranks: {n.file}: {n.error}", file=sys.stderr)
+        unread = len(res.not_snapshots) + len(res.internal_errors)
         print(f"vramscope ranks: {args.folder}: no snapshot found" + (
-            f" ({len(res.not_snapshots)} file{'s' if len(res.not_snapshots) != 1 else ''} could not be read)"
-            if res.not_snapshots else " (the folder has no files)"), file=sys.stderr)
-        return EXIT_BAD_INPUT
+            f" ({unread} file{'s' if unread != 1 else ''} could not be read)"
+            if unread else " (the folder has no files)"), file=sys.stderr)
+        return EXIT_INTERNAL if res.internal_errors else EXIT_BAD_INPUT
     if args.format == "json":
         sys.stdout.buffer.write(dumps_pretty(ranks_document(res)))
     else:
         print(ranks_text(res))
-    return EXIT_OK
+    for n in res.internal_errors:           # on stderr too: a script that reads only stdout's JSON sees exit 4
+        print(f"vramscope ranks: {n.file}: {n.error}", file=sys.stderr)
+    return EXIT_INTERNAL if res.internal_errors else EXIT_OK
