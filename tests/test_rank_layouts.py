@@ -13,7 +13,8 @@ the source that writes it:
   `{base}_oom_rank-{R}{ext}` for any `memory_snapshot_path` `{base}{ext}`;
 * Megatron-LM, pretrain_gpt.py's OOM observer: `oom_rank-{R}_{memory_snapshot_path}` (the
   regular `{memory_snapshot_path}` is the last rank's alone and names none); newer
-  megatron/training/utils/utils.py: `{stem}_rank-{R}{suffix}`, `{stem}_oom_rank-{R}{suffix}`.
+  megatron/training/utils/utils.py: `{stem}_rank-{R}{suffix}`, `{stem}_oom_rank-{R}{suffix}`
+  (`{stem}_oom_rank_{R}{suffix}` in one version).
 
 Every snapshot here is a rank of tests/ranks_data.py (cuda:rank, its own peak), so a rank
 read from the wrong file shows in its device.
@@ -164,6 +165,10 @@ LAYOUTS = {
          "memory.snapshot_oom_rank-5.pickle": 5},
         {"memory.snapshot_rank-0.pickle": (0, "file name", None, None),
          "memory.snapshot_oom_rank-5.pickle": (5, "file name", None, None)}),
+    "megatron_lm_oom_rank_underscore": (
+        {"snapshot_oom_rank_2.pickle": 2, "snapshot_rank-1.pickle": 1},
+        {"snapshot_rank-1.pickle": (1, "file name", None, None),
+         "snapshot_oom_rank_2.pickle": (2, "file name", None, None)}),
     "names_that_are_no_ranks": (
         {"llama_70.pickle": 1, "run_1700000000.pickle": 2},
         {"llama_70.pickle": (0, "order", None, None), "run_1700000000.pickle": (1, "order", None, None)}),
@@ -211,6 +216,7 @@ def test_replica_groups_in_the_text_and_their_world(capsys, tmp_path):
     ("oom_rank-3_snapshot.pickle", 3, None, True, None),
     ("oom_rank-3_runs/mem.pickle", 3, None, True, None),
     ("mem_oom_rank-4.pickle", 4, None, True, None),
+    ("mem_oom_rank_4.pickle", 4, None, True, None),
     ("rank3/snapshot.pickle", 3, None, False, None),
     ("mem_4.pickle", None, None, False, None),              # alone, a {base}_{N} says nothing (find_files decides)
     ("snapshot_step_10.pickle", None, 10, False, None),
@@ -223,12 +229,13 @@ def test_names(relative, rank, step, exit_dump, replica):
 
 def test_a_base_is_megatron_bridges_where_the_folder_shows_it(tmp_path):
     for name in ("mem_0.pickle", "mem_1.pickle", "lone_7.pickle", "x_oom_rank-2.pkl", "x_3.pkl", "snapshot_5.pickle",
-                 "sub/mem_4.pickle", "step_12.pickle"):
+                 "sub/mem_4.pickle", "step_12.pickle", "y_oom_rank_1.p", "y_9.p"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(b"")
     got = {f.relative: f.rank for f in find_files(str(tmp_path))[0]}
     assert got == {"mem_0.pickle": 0, "mem_1.pickle": 1, "lone_7.pickle": None, "x_oom_rank-2.pkl": 2, "x_3.pkl": 3,
-                   "snapshot_5.pickle": 5, "sub/mem_4.pickle": None, "step_12.pickle": None}
+                   "snapshot_5.pickle": 5, "sub/mem_4.pickle": None, "step_12.pickle": None, "y_oom_rank_1.p": 1,
+                   "y_9.p": 9}
 
 
 def test_read_ranks_numbers_replica_groups_by_the_metadatas_world_size(tmp_path):

@@ -18,7 +18,8 @@ layouts of the frameworks that write them (README "Many ranks" lists each with i
   `memory_snapshot_path` = `{base}{ext}` (default `snapshot.pickle`);
 * Megatron-LM: `oom_rank-{R}_{path}` from the OOM observer (pretrain_gpt.py; the regular
   `{path}` is written by the last rank alone and names none), and in newer versions
-  (megatron/training/utils/utils.py) `{stem}_rank-{R}{suffix}`, `{stem}_oom_rank-{R}{suffix}`;
+  (megatron/training/utils/utils.py) `{stem}_rank-{R}{suffix}`, `{stem}_oom_rank-{R}{suffix}`
+  (`{stem}_oom_rank_{R}{suffix}` in some);
 * anything else that names the rank as `rank{R}`, `rank_{R}` or `rank-{R}`, in the file's
   name or else in a folder's.
 
@@ -50,7 +51,7 @@ MAX_FILES = 100_000            # a folder of more files than that is not a folde
 _TITAN = re.compile(r"^(?P<rank>\d+)_step_(?P<step>\d+)(?P<exit>_exit)?$", re.IGNORECASE)
 _RANK = re.compile(r"(?:^|[^a-z])rank[_-]?(?P<rank>\d+)(?![0-9])", re.IGNORECASE)
 _BRIDGE = re.compile(r"^(?P<base>.+?)_(?P<rank>\d+)$")                     # {base}_{R}
-_BRIDGE_OOM = re.compile(r"^(?P<base>.+?)_oom_rank-(?P<rank>\d+)$", re.IGNORECASE)   # {base}_oom_rank-{R}
+_BRIDGE_OOM = re.compile(r"^(?P<base>.+?)_oom_rank[-_]?(?P<rank>\d+)$", re.IGNORECASE)   # {base}_oom_rank-{R}
 _BRIDGE_DEFAULT = "snapshot"                                                 # its default memory_snapshot_path
 _REPLICA = re.compile(r"^replica_(?P<replica>\d+)$", re.IGNORECASE)
 _STEP = re.compile(r"(?:^|[^a-z])(?:step|iteration|iter)[_-]?(?P<step>\d+)", re.IGNORECASE)
