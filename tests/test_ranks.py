@@ -10,7 +10,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
-import shutil
 import signal
 import subprocess
 import sys
@@ -425,20 +424,88 @@ def _session_processes(sid: int) -> list[int]:
     return left
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_ctrl_c_stops_the_workers(tmp_path):
-    """Ctrl-C in a terminal (SIGINT to the whole process group) while two workers parse:
-    one line, exit 130, and no process left behind."""
+@pytest.fixture(scope="module")
+def big(tmp_path_factory) -> Path:
+    """24 ranks of 10^5 events (one file, linked 24 times): about 0.5 s each to parse here."""
     sys.path.insert(0, str(rd.DATA.parent.parent / "benchmarks"))
     try:
         import gen_snapshot
     finally:
         sys.path.pop(0)
-    big = tmp_path / "big"
+    big = tmp_path_factory.mktemp("ctrl-c") / "big"
     big.mkdir()
     gen_snapshot.generate(str(big / "rank0.pickle"), 100_000, seed=1)
-    for r in range(1, 24):                      # about 0.5 s each to parse here: 6 s with two workers
-        shutil.copy(big / "rank0.pickle", big / f"rank{r}.pickle")
+    for r in range(1, 24):
+        os.link(big / "rank0.pickle", big / f"rank{r}.pickle")
+    return big
+
+
+def _ctrl_c(folder: Path, moment) -> tuple[int, bytes, str, list[int]]:
+    """`ranks FOLDER --jobs 2` in a session of its own, Ctrl-C (SIGINT to the whole process
+    group, as a terminal sends it) once `moment(pid)` says so; (exit code, stdout, stderr,
+    the session's processes still alive 10 s later)."""
+    p = subprocess.Popen([sys.executable, "-m", "vramscope", "ranks", str(folder), "--no-cache", "--jobs", "2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not moment(p.pid) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert p.poll() is None, "the run ended before the moment came"
+    os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    deadline = time.monotonic() + 10
+    while _session_processes(p.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return p.returncode, out, err.decode(), _session_processes(p.pid)
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _workers(pid: int) -> list[int]:
+    """The spawned worker processes of the session (not the resource tracker)."""
+    return [q for q in _session_processes(pid) if q != pid and "--multiprocessing-fork" in _read(f"/proc/{q}/cmdline")]
+
+
+def _sigint(q: int, field: str) -> bool:
+    """Whether /proc/Q/status's mask `field` (SigIgn, SigCgt, SigBlk) holds SIGINT."""
+    mask = next((ln.split()[1] for ln in _read(f"/proc/{q}/status").splitlines() if ln.startswith(field + ":")), "0")
+    return bool(int(mask, 16) & (1 << (signal.SIGINT - 1)))
+
+
+def _ignores_ctrl_c(q: int) -> bool:
+    return _sigint(q, "SigIgn")
+
+
+MOMENTS = {
+    # importing: numpy's extension is being loaded (vramscope.cli imports it before main runs)
+    "importing": lambda pid: "_multiarray_umath" in _read(f"/proc/{pid}/maps"),
+    # spawning: a worker's interpreter is up (it installed Python's Ctrl-C handler, so a Ctrl-C
+    # it received would be a KeyboardInterrupt and a traceback) and it is still importing
+    # (its initializer, which ignores Ctrl-C, has not run)
+    "spawning": lambda pid: any(_sigint(q, "SigCgt") and not _ignores_ctrl_c(q) for q in _workers(pid)),
+    # reading: the worker started (its initializer ran) and has been given files
+    "reading": lambda pid: any(_ignores_ctrl_c(q) for q in _workers(pid)) and (time.sleep(1.0) or True),
+}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("moment", list(MOMENTS))
+def test_ctrl_c_at_any_moment_of_a_two_process_run(big, moment):
+    """Ctrl-C while the command line imports, while a worker is being spawned (before its
+    interpreter has imported anything of ours) and while the workers read: `interrupted`,
+    exit 130, nothing else on stderr (no worker's traceback), no process left behind."""
+    code, out, err, left = _ctrl_c(big, MOMENTS[moment])
+    assert (code, out, err, left) == (130, b"", "vramscope ranks: interrupted\n", [])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_stops_the_workers(big):
+    """Ctrl-C in a terminal (SIGINT to the whole process group) while two workers parse:
+    one line, exit 130, and no process left behind."""
     p = subprocess.Popen([sys.executable, "-m", "vramscope", "ranks", str(big), "--no-cache", "--jobs", "2"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     time.sleep(2.0)

@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     from ..parsers import Cancelled, SnapshotError
     from ..present.words import error_text as _one_line
     from ..present.words import internal_error_text
-    verb = "vramscope"
+    verb = f"vramscope {argv[0]}" if argv and argv[0] in VERBS else "vramscope"     # what any error names
     try:
         argv = _route(argv)
         parser = build_parser()
