@@ -325,11 +325,141 @@ def test_dask_missing_is_one_line(capsys, titan, monkeypatch):
     assert err.strip() == "vramscope ranks: error: --dask needs dask.distributed: pip install 'vramscope[dask]'"
 
 
-def test_an_unreachable_scheduler_is_one_line(capsys, titan):
+@pytest.fixture
+def bad_addresses(tmp_path):
+    """Addresses that are no Dask scheduler, each with the words its one line must hold: an
+    HTTP server's port (the dashboard's, a common mistake), a server that answers HTTP at
+    once (a proxy), tls:// without Dask's TLS settings, a nonsense address, a closed port,
+    another scheme, a name nobody knows."""
+    import http.server
+    import socket
+    import threading
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    proxy = socket.socket()
+    proxy.bind(("127.0.0.1", 0))
+    proxy.listen(8)
+
+    def answer_http():
+        while True:
+            try:
+                c, _ = proxy.accept()
+            except OSError:
+                return
+            c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            c.close()
+    threading.Thread(target=answer_http, daemon=True).start()
+    mute = socket.socket()                  # Dask's handshake, then nothing (a peer that is no scheduler)
+    mute.bind(("127.0.0.1", 0))
+    mute.listen(8)
+
+    def handshake_then_nothing():
+        import struct
+
+        import msgpack
+        hello = msgpack.dumps({"compression": None, "python": [3, 11, 7], "pickle-protocol": 5})
+        message = struct.pack("=QQ", 1, len(hello)) + hello
+        held = []
+        while True:
+            try:
+                c, _ = mute.accept()
+            except OSError:
+                return
+            c.sendall(struct.pack("=Q", len(message)) + message)
+            held.append(c)
+    threading.Thread(target=handshake_then_nothing, daemon=True).start()
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    closed_port = closed.getsockname()[1]
+    closed.close()
+    http_port, proxy_port = web.server_address[1], proxy.getsockname()[1]
+    yield [(f"tcp://127.0.0.1:{http_port}", "sent no Dask handshake within 5 s (an HTTP port"),
+           (f"127.0.0.1:{http_port}", "sent no Dask handshake"),
+           (f"tcp://127.0.0.1:{proxy_port}", "it sent b'HTTP/1.1', not a Dask message"),
+           ("tls://127.0.0.1:8786", "tls:// needs Dask's TLS settings"),
+           ("nonsense", "expected a scheduler address such as tcp://HOST:8786"),
+           (f"tcp://127.0.0.1:{closed_port}", "cannot connect: Connection refused"),
+           (f"http://127.0.0.1:{http_port}", "the scheme http:// is not one vramscope connects with"),
+           ("tcp://no-such-host.invalid:8786", "is not known"),
+           (f"tcp://127.0.0.1:{mute.getsockname()[1]}", "sent Dask's handshake, then no answer to `identity`")]
+    web.shutdown()
+    proxy.close()
+    mute.close()
+
+
+def test_a_bad_dask_address_is_one_line_and_exit_2_within_15_s(titan, tmp_path, bad_addresses):
+    """Before any work, every bad address: one line, exit 2, no traceback and no
+    "Exception ignored" (the command line as a user runs it, stderr whole)."""
     pytest.importorskip("distributed")
-    code, _, err = run(capsys, "ranks", titan, "--dask", "tcp://127.0.0.1:9")
-    assert code == 2 and len(err.strip().splitlines()) == 1
-    assert err.startswith("vramscope ranks: error: cannot reach the Dask scheduler at tcp://127.0.0.1:9")
+    env = dict(os.environ, VRAMSCOPE_CACHE_DIR=str(tmp_path / "cache"))
+    for address, words in bad_addresses:
+        t0 = time.monotonic()
+        p = subprocess.run([sys.executable, "-m", "vramscope", "ranks", str(titan), "--dask", address], env=env,
+                           capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - t0
+        assert p.returncode == 2 and p.stdout == "" and len(p.stderr.splitlines()) == 1, (address, p.stderr)
+        assert p.stderr.startswith("vramscope ranks: error: ") and words in p.stderr, (address, p.stderr)
+        assert took < 15, (address, took)
+    assert not (tmp_path / "cache").exists()          # no file was read: the address came first
+
+
+def test_dask_from_another_working_directory_with_a_relative_folder(tmp_path, monkeypatch):
+    """The workers of a real cluster run elsewhere: a LocalCluster started from one folder
+    (its workers' working directory), `ranks runs/mb --dask` run from another, where the
+    relative folder is. The workers get absolute, resolved paths and read every rank; the
+    result is the one `--jobs 1` gives, file names as given."""
+    distributed = pytest.importorskip("distributed")
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for r in range(3):
+        rd.write(work / "runs" / "mb" / f"rank{r}.pickle", rd.rank_object(r, iterations=1))
+    env = dict(os.environ, VRAMSCOPE_CACHE_DIR=str(tmp_path / "cache"))
+    monkeypatch.chdir(elsewhere)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  host="127.0.0.1") as cl, distributed.Client(cl) as client:
+        assert set(client.run(os.getcwd).values()) == {str(elsewhere)}
+        monkeypatch.chdir(work)
+        worker = subprocess.run([sys.executable, "-m", "vramscope", "ranks", "runs/mb", "--dask",
+                                 next(iter(client.scheduler_info()["workers"]))], env=env, capture_output=True,
+                                text=True, timeout=60)
+        assert worker.returncode == 2 and worker.stderr.endswith("it is a Dask worker's address, not the "
+                                                                 "scheduler's\n"), worker.stderr
+        one = subprocess.run([sys.executable, "-m", "vramscope", "ranks", "runs/mb", "--json", "--jobs", "1",
+                              "--no-cache"], env=env, capture_output=True, text=True, timeout=120)
+        dask = subprocess.run([sys.executable, "-m", "vramscope", "ranks", "runs/mb", "--json", "--no-cache",
+                               "--dask", cl.scheduler_address], env=env, capture_output=True, text=True, timeout=120)
+    assert (one.returncode, one.stderr) == (0, "")
+    assert (dask.returncode, dask.stderr) == (0, ""), dask.stderr
+    doc = orjson.loads(dask.stdout)
+    assert doc == orjson.loads(one.stdout)
+    assert [r["file"] for r in doc["ranks"]] == [f"runs/mb/rank{r}.pickle" for r in range(3)]
+    assert doc["not_snapshots"] == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_on_dask(big, tmp_path):
+    """Ctrl-C while a Dask cluster reads the ranks: `interrupted`, exit 130, nothing else on
+    stderr (no log line of Dask's), the tasks cancelled."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  host="127.0.0.1") as cl, distributed.Client(cl) as client:
+        p = subprocess.Popen([sys.executable, "-m", "vramscope", "ranks", str(big), "--no-cache", "--dask",
+                              cl.scheduler_address], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             start_new_session=True, env=dict(os.environ, VRAMSCOPE_CACHE_DIR=str(tmp_path / "c")))
+
+        def tasks():
+            return client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks))
+        deadline = time.monotonic() + 60
+        while tasks() == 0 and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        assert (p.returncode, out, err.decode()) == (130, b"", "vramscope ranks: interrupted\n")
+        deadline = time.monotonic() + 10
+        while tasks() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert tasks() == 0                                  # cancelled, not left running
 
 
 @pytest.mark.parametrize("jobs", [1, 2])

@@ -21,7 +21,6 @@ import multiprocessing
 import os
 import signal
 import threading
-import time
 import zlib
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -235,7 +234,8 @@ def default_jobs(n_files: int) -> int:
 
 
 def read_files(paths: list[str], rules_path: str | None = None, use_cache: bool = True, jobs: int = 1,
-               dask_address: str | None = None, progress: Progress | None = None) -> list[RankRead]:
+               dask_address: str | None = None, progress: Progress | None = None,
+               dask_checked: bool = False) -> list[RankRead]:
     """`read_rank` of every path, in order. Raises `Cancelled` (progress.cancel(), in any
     thread) or KeyboardInterrupt with the workers stopped, RanksError for Dask problems,
     WorkerDied when a worker process ended without an answer."""
@@ -244,7 +244,8 @@ def read_files(paths: list[str], rules_path: str | None = None, use_cache: bool 
     if not paths:
         return []
     if dask_address is not None:
-        out = _on_dask(paths, rules_path, use_cache, dask_address, progress)
+        from .rank_dask import on_dask
+        out = on_dask(paths, rules_path, use_cache, dask_address, progress, checked=dask_checked)
     elif jobs <= 1 or len(paths) == 1:
         out = [_inline(k, p, len(paths), rules_path, use_cache, progress) for k, p in enumerate(paths)]
     else:
@@ -441,35 +442,6 @@ def _stop(ex: ProcessPoolExecutor) -> None:
         wakeups = getattr(cfp, "_threads_wakeups", None)
         if wakeups is not None and not manager.is_alive():
             wakeups.pop(manager, None)
-
-
-def _on_dask(paths, rules_path, use_cache, address: str, progress: Progress) -> list[RankRead]:
-    try:
-        from distributed import Client
-    except ImportError:
-        raise RanksError("--dask needs dask.distributed: pip install 'vramscope[dask]'") from None
-    try:
-        client = Client(address, timeout=10, set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as e:
-        raise RanksError(f"cannot reach the Dask scheduler at {address}: {' '.join(str(e).split())}") from None
-    futures: list = []
-    try:
-        # each file is a task of its own (pure=False: read it again if asked again)
-        futures = client.map(read_rank, paths, rules_path=rules_path, use_cache=use_cache, pure=False)
-        pending = set(range(len(futures)))
-        while pending:
-            done = {k for k in pending if futures[k].done()}
-            pending -= done
-            progress.update((len(paths) - len(pending)) * progress.total / len(paths))
-            if pending and not done:
-                time.sleep(0.05)
-        return client.gather(futures)
-    except BaseException:
-        if futures:
-            client.cancel(futures)
-        raise
-    finally:
-        client.close()
 
 
 __all__ = ["RankLive", "RankRead", "RanksError", "WorkerDied", "read_rank", "read_files", "live_envelope",

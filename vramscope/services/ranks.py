@@ -129,10 +129,14 @@ def read_ranks(folder: str, rules_path: str | None = None, use_cache: bool = Tru
     if not os.path.isdir(folder):
         raise RanksError(f"{folder}: " + ("is a file, not a folder (for one snapshot: vramscope summary FILE)"
                                           if os.path.exists(folder) else "no such folder"))
+    if dask_address is not None:             # a bad address fails before any work (rank_dask.py)
+        from .rank_dask import usable
+        dask_address = usable(dask_address)
     files, problems = find_files(folder)
     kept, skipped = choose(files)
     jobs = default_jobs(len(kept)) if jobs is None else jobs
-    reads = read_files([f.path for f in kept], rules_path, use_cache, jobs, dask_address, progress)
+    reads = read_files([f.path for f in kept], rules_path, use_cache, jobs, dask_address, progress,
+                       dask_checked=dask_address is not None)
     return assemble(folder, kept, reads, skipped, [NotRead(p, e) for p, e in problems])
 
 
