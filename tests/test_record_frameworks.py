@@ -128,7 +128,7 @@ def test_hf_trainer_inside_a_record_block_stops_at_the_oom(fake, tmp_path):
 
 
 # -- Lightning --------------------------------------------------------------------------------------
-def lightning_run(fake, out, callback, oom_call=None):
+def lightning_run(fake, out, callback, oom_call=None, accumulate=1):
     L = pytest.importorskip("lightning.pytorch")
 
     class TinyLM(L.LightningModule):
@@ -146,11 +146,11 @@ def lightning_run(fake, out, callback, oom_call=None):
 
     fake.mark("model built")
     module = TinyLM()
-    ids = torch.randint(0, 128, (BATCH * STEPS, SEQ), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(0, 128, (BATCH * STEPS * accumulate, SEQ), generator=torch.Generator().manual_seed(1))
     loader = torch.utils.data.DataLoader(ids, batch_size=BATCH)
     trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=STEPS, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, callbacks=[callback],
-                        default_root_dir=str(out.parent))
+                        default_root_dir=str(out.parent), accumulate_grad_batches=accumulate)
     trainer.fit(module, loader)
     return module
 
@@ -184,3 +184,17 @@ def test_lightning_oom_is_dumped_before_it_unwinds_and_recording_stops(fake, tmp
     m = open_snapshot(cb.recorder.files[0], use_cache=False).metadata
     assert (m.reason, m.step) == ("oom", 2)
     assert not cb.recorder.recording
+
+
+def test_lightning_counts_optimizer_steps_under_gradient_accumulation(fake, tmp_path):
+    """accumulate_grad_batches=4: Lightning calls on_train_batch_end after every micro-batch,
+    and `global_step` moves once per optimizer step. A dump every 1 step is one per optimizer
+    step (1 to 4), never one at step 0 while the first step accumulates."""
+    pytest.importorskip("lightning.pytorch")
+    from vramscope.integrations.lightning import RecordCallback
+    out = tmp_path / "memory_snapshot"
+    cb = RecordCallback(out, every=1, dump_on_exit=False)
+    lightning_run(fake, out, cb, accumulate=4)
+    assert files(out) == [f"step_{n:012d}/000000_step_{n}.pickle" for n in range(1, STEPS + 1)]
+    assert [open_snapshot(f, use_cache=False).metadata.step for f in cb.recorder.files] == [1, 2, 3, 4]
+    assert fake.names().count("snapshot") == STEPS
