@@ -184,6 +184,39 @@ def test_without_cuda_nothing_is_recorded_and_the_run_goes_on(fake, tmp_path, mo
     assert fake.calls == [] and not relfiles(tmp_path)
 
 
+def test_the_warning_points_at_the_users_line(fake, tmp_path, monkeypatch):
+    """`with`, the decorator and start(): the no-CUDA warning names this file and the line
+    that started recording (warnings.warn's stacklevel past vramscope and contextlib)."""
+    monkeypatch.setattr(sys.modules["torch"].cuda, "is_available", lambda: False)
+    here = sys._getframe().f_code.co_filename
+
+    def warned(run) -> tuple[str, int]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            line = run()
+        [w] = [w for w in caught if "CUDA is not available" in str(w.message)]
+        return (w.filename, w.lineno), (here, line)
+
+    def with_block():
+        with vramscope.record(tmp_path):
+            return sys._getframe().f_lineno - 1
+
+    @vramscope.record(tmp_path)
+    def decorated():
+        pass
+
+    def decorator():
+        decorated()
+        return sys._getframe().f_lineno - 1
+
+    def start():
+        vramscope.Recorder(tmp_path).start()
+        return sys._getframe().f_lineno - 1
+    for run in (with_block, decorator, start):
+        got, want = warned(run)
+        assert got == want, run.__name__
+
+
 def test_bounded_defaults_and_bad_options():
     rec = vramscope.record()
     assert (rec.stacks, rec.max_entries, rec.out_dir) == ("python", 100_000, "memory_snapshot")

@@ -8,6 +8,7 @@ accelerate) or Lightning is not installed (`pip install -e ".[test,transformers,
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -198,3 +199,16 @@ def test_lightning_counts_optimizer_steps_under_gradient_accumulation(fake, tmp_
     assert files(out) == [f"step_{n:012d}/000000_step_{n}.pickle" for n in range(1, STEPS + 1)]
     assert [open_snapshot(f, use_cache=False).metadata.step for f in cb.recorder.files] == [1, 2, 3, 4]
     assert fake.names().count("snapshot") == STEPS
+
+
+@pytest.mark.parametrize("framework", ["huggingface", "lightning"])
+def test_the_callbacks_no_cuda_warning_points_at_the_users_line(fake, tmp_path, monkeypatch, framework):
+    pytest.importorskip("lightning.pytorch" if framework == "lightning" else "transformers")
+    import importlib
+    RecordCallback = importlib.import_module(f"vramscope.integrations.{framework}").RecordCallback
+    from vramscope import recorder
+    monkeypatch.setattr(recorder, "_cuda_available", lambda torch: False)
+    with pytest.warns(RuntimeWarning, match="CUDA is not available") as caught:
+        RecordCallback(tmp_path / "snap")
+    line = sys._getframe().f_lineno - 1
+    assert [(w.filename, w.lineno) for w in caught] == [(__file__, line)]

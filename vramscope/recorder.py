@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import sys
 import threading
 import time
 import warnings
@@ -60,6 +61,20 @@ PICKLE_PROTOCOL = 4                 # memory_viz reads 2 to 4 (protocol 5: a bla
 _lock = threading.RLock()           # one dump at a time (an OOM may come from autograd's thread)
 _active: Recorder | None = None     # the recorder torch's history belongs to (one per process)
 _observer_attached = False          # torch cannot detach an OOM observer: attach one, once
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep      # vramscope/, integrations/ included
+
+
+def _warn(message: str) -> None:
+    """A RuntimeWarning pointed at the user's line: the first caller outside vramscope (the
+    Trainer callbacks included) and contextlib (through which `with` and the decorator call)."""
+    level, frame = 2, sys._getframe(1)
+    while frame is not None and (frame.f_code.co_filename.startswith(_PACKAGE)
+                                 or frame.f_code.co_filename == contextlib.__file__):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, RuntimeWarning, stacklevel=level)
 
 
 def _cuda_available(torch) -> bool:
@@ -89,8 +104,7 @@ def _on_oom(device, allocated, device_total, device_free) -> None:
         rec._dump_oom({"device": device, "requested": allocated, "device_total": device_total,
                        "device_free": device_free})
     except Exception as e:  # noqa: BLE001 - never raise into the allocator
-        warnings.warn(f"vramscope.record: the snapshot at the OOM was not written: {type(e).__name__}: {e}",
-                      RuntimeWarning, stacklevel=2)
+        _warn(f"vramscope.record: the snapshot at the OOM was not written: {type(e).__name__}: {e}")
 
 
 class Recorder(contextlib.ContextDecorator):
@@ -152,15 +166,14 @@ class Recorder(contextlib.ContextDecorator):
             raise ImportError("vramscope.record needs PyTorch: pip install torch (or \"vramscope[torch]\")") from None
         with _lock:
             if _active is not None and _active is not self:
-                warnings.warn("vramscope.record: another recorder was still recording; it is stopped and "
-                              "this one takes over", RuntimeWarning, stacklevel=2)
+                _warn("vramscope.record: another recorder was still recording; it is stopped and "
+                              "this one takes over")
                 _active.stop()
             self._torch = torch
             self._dumped_steps.clear()
             self.step_count = self.start_step     # a decorated function's every call is a run
             if not _cuda_available(torch):
-                warnings.warn("vramscope.record: CUDA is not available, nothing is recorded",
-                              RuntimeWarning, stacklevel=2)
+                _warn("vramscope.record: CUDA is not available, nothing is recorded")
                 return self
             torch.cuda.memory._record_memory_history(enabled="all", context=self.context, stacks=self.stacks,
                                                      max_entries=self.max_entries)
@@ -170,9 +183,8 @@ class Recorder(contextlib.ContextDecorator):
             if self.dump_on_oom and not _observer_attached:
                 attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
                 if attach is None:
-                    warnings.warn("vramscope.record: this torch has no OOM observer; at an OOM the snapshot "
-                                  "is dumped when the OutOfMemoryError leaves the `with` block instead",
-                                  RuntimeWarning, stacklevel=2)
+                    _warn("vramscope.record: this torch has no OOM observer; at an OOM the snapshot "
+                                  "is dumped when the OutOfMemoryError leaves the `with` block instead")
                 else:
                     attach(_on_oom)
                     _observer_attached = True
@@ -198,8 +210,7 @@ class Recorder(contextlib.ContextDecorator):
                 try:
                     self._torch.cuda.memory._record_memory_history(enabled=None)
                 except Exception as e:  # noqa: BLE001 - never hide the run's own exception
-                    warnings.warn(f"vramscope.record: stopping the history failed: {type(e).__name__}: {e}",
-                                  RuntimeWarning, stacklevel=3)
+                    _warn(f"vramscope.record: stopping the history failed: {type(e).__name__}: {e}")
 
     def __enter__(self) -> Recorder:
         return self.start()
@@ -243,8 +254,7 @@ class Recorder(contextlib.ContextDecorator):
         try:
             self._write(None, self.step_count, reason, None)
         except Exception as e:  # noqa: BLE001 - leaving the block must not fail because a dump did
-            warnings.warn(f"vramscope.record: the {reason} snapshot was not written: {type(e).__name__}: {e}",
-                          RuntimeWarning, stacklevel=3)
+            _warn(f"vramscope.record: the {reason} snapshot was not written: {type(e).__name__}: {e}")
 
     def _write(self, path, step: int, reason: str, oom: dict | None) -> str:
         torch = self._torch
