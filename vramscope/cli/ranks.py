@@ -22,8 +22,9 @@ def _jobs(text: str) -> int:
 def add_parser(sub) -> None:
     p = sub.add_parser("ranks", help="a folder of per-rank snapshots: each rank's peak, the outliers, the first OOM",
                        description="Read every snapshot under DIR as one rank of a multi-GPU job (rank from the "
-                                   "metadata vramscope.record writes, else from the file name in torchtitan's or "
-                                   "Megatron's layout, else the sorted order) and compare them: each rank's peak as "
+                                   "metadata vramscope.record writes, else from the file name in torchtitan's, "
+                                   "torchft's, Megatron-LM's or Megatron-Bridge's layout, else the sorted order) and "
+                                   "compare them: each rank's peak as "
                                    "`summary` gives it, the ranks whose peak stands out, the first to run out of "
                                    "memory. Where a rank has several files, its dump at the failure is read, else "
                                    "its latest step.")
@@ -32,8 +33,9 @@ def add_parser(sub) -> None:
     p.add_argument("--jobs", type=_jobs, metavar="N", help="processes that read the files, this one included "
                    "(default: one per core, at most 8)")
     p.add_argument("--dask", metavar="ADDRESS", help="run the analyses on this Dask scheduler "
-                   "(e.g. tcp://host:8786; needs `pip install 'vramscope[dask]'`, and the files at the same path "
-                   "on the workers); --jobs is then the cluster's business")
+                   "(tcp://host:8786, or tls:// with Dask's TLS settings; needs `pip install 'vramscope[dask]'`; "
+                   "the workers get each file's absolute path, so the files must be at that path on them); --jobs "
+                   "is then the cluster's business")
     add_input(p, device=False)          # each rank's device is the one its file leads with
     p.set_defaults(run=run)
 
