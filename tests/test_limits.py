@@ -121,6 +121,7 @@ def test_every_reproducer_as_a_rank(repro_dir, tmp_path):
     assert {n for n in read if hostile.OUTCOME[n] == "3"} == set()
     assert {n for n in refused if hostile.OUTCOME[n] == "0"} == set(), refused
     assert all("\n" not in e and "internal error" not in e for e in refused.values())
+    assert doc["internal_errors"] == []
 
 
 def test_segments_that_do_not_hold_the_allocations_say_segment_events_were_skipped(tmp_path, no_cache):
