@@ -48,6 +48,7 @@ import sys
 import threading
 import time
 import warnings
+from types import FrameType
 from typing import Any, Callable, Literal
 
 from . import __version__
@@ -69,7 +70,8 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep      # vramscope/
 def _warn(message: str) -> None:
     """A RuntimeWarning pointed at the user's line: the first caller outside vramscope (the
     Trainer callbacks included) and contextlib (through which `with` and the decorator call)."""
-    level, frame = 2, sys._getframe(1)
+    level = 2
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and (frame.f_code.co_filename.startswith(_PACKAGE)
                                  or frame.f_code.co_filename == contextlib.__file__):
         frame = frame.f_back
