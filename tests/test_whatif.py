@@ -342,7 +342,8 @@ def test_fullstep_fits_on_an_80_gib_card_not_on_48():
     ({"scales": {"activations": "half"}}, "not a number"),
     ({"levers": ["bigger_gpu"]}, "unknown lever 'bigger_gpu'"),
     ({"gpu": "lots"}, "GPU size"),
-    ({"gpu": -3}, "positive"),
+    ({"gpu": -3}, "must be more than 0"),
+    ({"gpu": "0GB"}, "must be more than 0"),
 ])
 def test_bad_input_raises_a_one_line_value_error(kwargs, words):
     an = _an(GROUNDTRUTH / "mlp_adamw.pickle")
