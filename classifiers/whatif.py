@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..common.units import GiB, fmt_bytes, parse_size
+from ..common.units import GiB, fmt_bytes, parse_byte_size
 from .budget import Budget
 from .budget import budget as make_budget
 from .categories import CATEGORIES
@@ -184,24 +184,12 @@ TIGHT = 0.03                    # headroom under this share of the card: "tight"
 
 
 def parse_gpu_size(text) -> int:
-    """'24' (GiB), '24GiB', '24G', '80GB' (GPU memory is sold in binary units), '24576MiB' -> bytes."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        value = float(text)
-        if not math.isfinite(value) or value <= 0:
-            raise WhatIfError(f"GPU size must be positive, not {text!r}")
-        return int(value * GiB)
-    s = str(text).strip()
+    """'24' (GiB), '24GiB', '24G', '24576MiB', '80GB' (10^9 bytes: GB = 10^9 for every verb)
+    -> bytes (common/units.py parse_byte_size); WhatIfError for anything else."""
     try:
-        value = float(s)
-    except ValueError:
-        b = parse_size(s)
-    else:
-        if not math.isfinite(value) or value <= 0:
-            raise WhatIfError(f"GPU size must be positive, not {text!r}")
-        return int(value * GiB)
-    if not b or b <= 0:
-        raise WhatIfError(f"GPU size {text!r}: expected e.g. 24, 24GiB or 80GB")
-    return int(b)
+        return parse_byte_size(text, "GPU size")
+    except ValueError as e:
+        raise WhatIfError(str(e)) from None
 
 
 # -- the computation ----------------------------------------------------------------------------

@@ -15,7 +15,13 @@ included, ignores it). Its value holds plain JSON values only:
      "batch": {"micro_batch": 8, "seq_len": 2048},
      "dump": {"step": 10, "reason": "step", "time_us": 1767225600000000},
      "recording": {"stacks": "python", "context": "all", "max_entries": 100000},
-     "oom": {"device": 0, "requested": 2147483648, "device_allocated": ..., "device_free": ...}}
+     "oom": {"device": 0, "requested": 2147483648, "device_total": 85520809984, "device_free": 1048576}}
+
+`oom` holds what torch's OOM observer is called with (c10 CUDACachingAllocator.h
+`OutOfMemoryObserver(device, allocated, device_total, device_free)`: the failed request,
+the device's total memory, or the allowed maximum under `set_per_process_memory_fraction`,
+and what CUDA reported free). Files of vramscope 0.1.0 before issue 30 stored the third as
+`device_allocated`; it is read as `device_total`, which it always was.
 
 Every part is optional. The file is untrusted input like the rest of the snapshot (the
 reader has already bounded it, values.py): `read_metadata` checks every field on its own
@@ -54,7 +60,7 @@ class OomInfo:
     """What torch's OOM observer was told (`torch._C._cuda_attach_out_of_memory_observer`)."""
     device: int | None
     requested: int | None           # bytes the failed allocation asked for
-    device_allocated: int | None    # bytes the caching allocator had allocated on the device
+    device_total: int | None        # the device's total memory (or the allowed maximum under a memory fraction)
     device_free: int | None         # bytes CUDA reported free
 
 
@@ -196,7 +202,8 @@ def read_metadata(doc) -> RunMetadata | None:
     if oom_doc:
         oom = OomInfo(device=c.int(oom_doc, "device", "oom.device", 0, 1 << 16),
                       requested=c.int(oom_doc, "requested", "oom.requested"),
-                      device_allocated=c.int(oom_doc, "device_allocated", "oom.device_allocated"),
+                      device_total=c.int(oom_doc, "device_total", "oom.device_total") if "device_total" in oom_doc
+                      else c.int(oom_doc, "device_allocated", "oom.device_allocated"),   # its old, wrong name
                       device_free=c.int(oom_doc, "device_free", "oom.device_free"))
     writer = c.text(doc, "writer", "writer")
     return RunMetadata(

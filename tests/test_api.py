@@ -7,7 +7,9 @@ peak), `.summary()` is that document, and `.allocations()` holds the rows of
 from __future__ import annotations
 
 import csv
+import inspect
 import io
+import re
 import subprocess
 import sys
 
@@ -16,6 +18,7 @@ import orjson
 import pytest
 
 import vramscope
+from vramscope.classifiers.categories import CATEGORIES
 from vramscope.classifiers.compare import Comparison
 from vramscope.cli import main
 
@@ -84,6 +87,44 @@ def test_to_pandas():
     assert df["size"].sum() == table["size"].sum()
     by_cat = df.groupby("category", observed=True)["size"].sum()
     assert by_cat.idxmax() in ("activations", "weights", "autograd", "temporary")
+
+
+def test_a_column_is_a_numpy_array_and_its_max_a_number():
+    table = vramscope.open(GROUNDTRUTH / "ft_base.pickle").allocations()
+    size = table["size"]
+    assert type(size) is np.ndarray and size.dtype.names is None
+    biggest = size.max()
+    assert isinstance(biggest, np.integer) and str(biggest) == str(int(biggest)) == "1048576"
+    assert type(table["category"]) is np.ndarray and set(table["category"].tolist()) <= set(CATEGORIES)
+    assert isinstance(table[:3], vramscope.AllocationTable) and len(table[:3]) == 3    # rows stay a table
+    assert isinstance(table[["size", "device"]], vramscope.AllocationTable)
+
+
+def _readme_python_section() -> str:
+    from helpers import REPO
+    return (REPO / "README.md").read_text().split("## Python\n", 1)[1].split("\n## ", 1)[0]
+
+
+def _shown(sig: inspect.Signature) -> str:
+    """A signature as README writes it: names and defaults, no annotations, no self."""
+    return ", ".join(p.name if p.default is p.empty else f"{p.name}={p.default!r}"
+                     for p in sig.parameters.values() if p.name != "self")
+
+
+def test_the_readmes_api_section_matches_the_signatures():
+    """Every call README's Python section writes as a signature (`vramscope.open(...)`,
+    `.whatif(...)`: a code span that is one call) has the real parameters and defaults."""
+    text = _readme_python_section().split("```python", 1)[0] + _readme_python_section().split("```", 2)[-1]
+    spans = re.findall(r"`((?:vramscope)?\.?[A-Za-z_]\w*)\(((?:[^`()]|\(\))*)\)`", text)
+    where = {"vramscope.open": vramscope.open, ".to_pandas": vramscope.AllocationTable.to_pandas}
+    for name in ("summary", "allocations", "whatif", "compare"):
+        where[f".{name}"] = getattr(vramscope.SnapshotAnalysis, name)
+    seen = set()
+    for name, params in spans:
+        assert name in where, f"README's Python section shows `{name}(...)`, which is not in the public API"
+        assert params == _shown(inspect.signature(where[name])), name
+        seen.add(name)
+    assert seen == set(where)          # each public call is shown with its signature
 
 
 def test_whatif_and_compare_are_the_verbs(capsys):

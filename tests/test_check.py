@@ -10,7 +10,9 @@ import orjson
 import pytest
 
 from vramscope.cli import main
+from vramscope.common.units import fmt_bytes
 
+import ranks_data as rd
 from helpers import DATA, GROUNDTRUTH
 
 BASE = str(GROUNDTRUTH / "ft_base.pickle")
@@ -102,11 +104,64 @@ def test_json(capsys):
     assert growth["grew"]["by_category"][0]["what"] == "activations" and growth["line"].startswith("FAIL")
 
 
+def test_sizes_gb_is_ten_to_the_nine_gib_two_to_the_thirty(capsys):
+    """GB = 10^9 and GiB = 2^30, as every verb reads them (--gpu too); a bare number is GiB."""
+    p = peak(capsys, BASE)                                          # 13,920,824 B
+    kib = -(-p // 1024)                                             # the fewest KiB that hold it
+    assert kib * 1000 < p <= kib * 1024
+    assert run(capsys, BASE, "--max-peak", f"{kib}KiB")[0] == 0
+    assert run(capsys, BASE, "--max-peak", f"{kib}kB")[0] == 1
+    gb = round(p / 1e9, 4) - 0.0001                                 # 0.0138 GB < p < 0.0138 GiB
+    assert gb * 1e9 < p <= gb * 2 ** 30
+    code, out, _ = run(capsys, BASE, "--max-peak", f"{gb}GB")
+    assert code == 1 and f"--max-peak {fmt_bytes(int(gb * 1e9))}" in out
+    assert run(capsys, BASE, "--max-peak", f"{gb}GiB")[0] == run(capsys, BASE, "--max-peak", f"{gb}")[0] == 0
+    from vramscope.classifiers.whatif import parse_gpu_size
+    assert parse_gpu_size("80GB") == 80 * 10 ** 9 and parse_gpu_size("80GiB") == parse_gpu_size("80") == 80 << 30
+
+
+def test_a_device_missing_from_the_baseline_fails_growth_with_the_reason(capsys, tmp_path):
+    """multi_device.pickle has data on devices 0, 1 and 2; ft_base.pickle on device 0 only:
+    the growth of 1 and 2 cannot be checked, so --max-growth fails there (exit 1, never a
+    silent note), and --max-peak is still checked on every device."""
+    path = str(DATA / "multi_device.pickle")
+    code, out, err = run(capsys, path, "--baseline", BASE, "--max-growth", "1000000", "--max-peak", "1TiB")
+    assert (code, err) == (1, "")
+    lines = out.splitlines()
+    assert [ln.split(":")[0] for ln in lines] == ["ok   --max-peak 1.00 TiB", "ok   --max-growth 1e+06%"] + [
+        "ok   --max-peak 1.00 TiB", "FAIL --max-growth 1e+06%"] * 2
+    for d, line in zip((1, 2), fails(out)):
+        assert f"device {d} peak" in line and "has no data in the baseline to grow from" in line
+        assert "largest at the peak:" in line
+    code, out, _ = run(capsys, path, "--baseline", BASE, "--device", "1", "--json")
+    doc = orjson.loads(out)
+    [limit] = doc["limits"]
+    assert code == 1 and (limit["device"], limit["ok"], limit["measured"], limit["baseline_bytes"]) == (1, False,
+                                                                                                       None, None)
+    # no device in common at all (the job moved to another GPU): it fails too, with the reason
+    moved = tmp_path / "cuda3.pickle"
+    rd.write(moved, rd.rank_object(3))
+    code, out, err = run(capsys, str(moved), "--baseline", BASE, "--max-growth", "50")
+    assert (code, err) == (1, "") and len(fails(out)) == 1 and "device 3 peak" in fails(out)[0]
+    assert "note: device 0 has data in the baseline only" in out
+
+
 @pytest.mark.parametrize("argv, words", [
     ([BASE], "no limit to check"),
     ([BASE, "--max-growth", "5"], "--max-growth needs --baseline"),
     ([BASE, "--max-peak", "lots"], "--max-peak 'lots'"),
-    ([BASE, "--max-peak", "-1"], "must be positive"),
+    ([BASE, "--max-peak", "-1"], "--max-peak '-1': must be more than 0"),
+    ([BASE, "--max-peak", "-5GB"], "--max-peak '-5GB': must be more than 0"),
+    ([BASE, "--max-peak=-5GB"], "--max-peak '-5GB': must be more than 0"),
+    ([BASE, "--max-peak", "0"], "--max-peak '0': must be more than 0"),
+    ([BASE, "--max-peak=0GB"], "--max-peak '0GB': must be more than 0"),
+    ([BASE, "--max-peak", "5e-12"], "--max-peak '5e-12': less than one byte"),
+    ([BASE, "--max-peak", "nan"], "--max-peak 'nan': expected a size"),
+    ([BASE, "--max-peak", "inf"], "--max-peak 'inf': expected a size"),
+    ([BASE, "--max-peak", "1e30"], "more bytes than any memory holds"),
+    ([BASE, "--max-peak", "16 XB"], "--max-peak '16 XB': expected a size"),
+    ([BASE, "--max-peak", ""], "--max-peak '': expected a size"),
+    ([BASE, "--baseline", BASE, "--max-growth", "-2%"], "0 or more"),
     ([BASE, "--baseline", BASE, "--max-growth", "five"], "expected a percentage"),
     ([BASE, "--baseline", BASE, "--max-growth", "-2"], "0 or more"),
     ([BASE, "--max-peak", "1G", "--device", "3"], "no device 3"),

@@ -101,6 +101,23 @@ def test_a_missing_file_is_a_usage_error(capsys, tmp_path):
     assert code == 3 and "no such file" in one_line(err) and err.startswith("vramscope summary:")
 
 
+def test_an_internal_error_is_exit_4_with_one_line_asking_for_a_report(capsys, monkeypatch):
+    """Never exit 1 (a broken limit of `check`): a CI job must tell a crash from a regression."""
+    from vramscope.services import summary as summary_service
+
+    def bug(*a, **k):
+        raise KeyError("peak")
+    monkeypatch.setattr(summary_service, "summary_document", bug)
+    code, out, err = run(capsys, "summary", EXAMPLE, "--json")
+    assert code == 4 and out == ""
+    assert one_line(err) == ("vramscope summary: internal error: KeyError: 'peak' (a bug in vramscope: please "
+                             "report it, with the traceback VRAMSCOPE_DEBUG=1 prints)")
+    monkeypatch.setenv("VRAMSCOPE_DEBUG", "1")
+    with pytest.raises(KeyError):
+        main(["summary", EXAMPLE])
+    assert "4 internal error" in main.__globals__["EPILOG"] and "nothing else exits 1" in main.__globals__["EPILOG"]
+
+
 def test_every_option_has_help():
     from vramscope.cli import build_parser
     parser = build_parser()

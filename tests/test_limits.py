@@ -1,4 +1,4 @@
-"""Every reproducer of issues 11 and 12 (tests/data/hostile.py: REPRO) through every verb:
+"""Every reproducer of issues 11, 12 and 30 (tests/data/hostile.py: REPRO) through every verb:
 exit 0 or exit 3 with one line, under a 2 GB address space and within 10 s each; special
 files and I/O errors as one line and exit 3; the bounds themselves, one by one."""
 from __future__ import annotations
@@ -25,7 +25,8 @@ import hostile  # noqa: E402
 
 AS_LIMIT = 2 << 30
 CASE_SECONDS = 10
-VERBS = ("summary", "allocations", "report", "view")
+# every verb that reads a snapshot (`ranks` reads the whole folder of reproducers at once, below)
+VERBS = ("summary", "allocations", "report", "view", "whatif", "export", "check", "compare")
 
 # Failures that are not the reader's: output written by code outside parsers/ that does not
 # yet take lone surrogates (vramscope/common/jsonio.py has the helpers). Listed here so that
@@ -44,7 +45,11 @@ DRIVER = textwrap.dedent(r"""
         path = os.path.join(case_dir, name)
         argv = {"summary": ["summary", path, "--json"], "allocations": ["allocations", path, "--csv"],
                 "report": ["report", path, "-o", os.path.join(out_dir, name + ".report")],
-                "view": ["view", path, "--screenshot", os.path.join(out_dir, name + ".png")]}[verb]
+                "view": ["view", path, "--screenshot", os.path.join(out_dir, name + ".png")],
+                "whatif": ["whatif", path, "--json", "--gpu", "80GiB"],
+                "export": ["export", path, "--around-peak", "-o", os.path.join(out_dir, name + ".small.pickle")],
+                "check": ["check", path, "--baseline", path],
+                "compare": ["compare", path, path, "--json"]}[verb]
         print(json.dumps({"begin": name}), flush=True)
         out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="surrogateescape")
         err = io.StringIO()
@@ -99,6 +104,39 @@ def test_every_reproducer_through_every_verb(verb, repro_dir, tmp_path):
         elif r["secs"] >= CASE_SECONDS:
             problems.append(f"{name}: {r['secs']:.1f} s")
     assert not problems, "\n".join(problems)
+
+
+def test_every_reproducer_as_a_rank(repro_dir, tmp_path):
+    """The folder of reproducers read by `ranks`: every valid one is a rank, every refused
+    one a line of its own, no internal error."""
+    env = dict(os.environ, VRAMSCOPE_CACHE_DIR=str(tmp_path / "cache"))
+    p = subprocess.run([sys.executable, "-m", "vramscope", "ranks", str(repro_dir), "--json", "--jobs", "1"],
+                       capture_output=True, text=True, env=env, timeout=CASE_SECONDS * len(hostile.REPRO) + 60,
+                       preexec_fn=_limit_address_space)
+    assert p.returncode == 0 and p.stderr == "", p.stderr[-500:]
+    doc = json.loads(p.stdout)
+    read = {os.path.basename(r["file"]).removesuffix(".pickle") for r in doc["ranks"]}
+    refused = {os.path.basename(n["file"]).removesuffix(".pickle"): n["error"] for n in doc["not_snapshots"]}
+    assert read | set(refused) == set(hostile.repro_names()) and not read & set(refused)
+    assert {n for n in read if hostile.OUTCOME[n] == "3"} == set()
+    assert {n for n in refused if hostile.OUTCOME[n] == "0"} == set(), refused
+    assert all("\n" not in e and "internal error" not in e for e in refused.values())
+    assert doc["internal_errors"] == []
+
+
+def test_segments_that_do_not_hold_the_allocations_say_segment_events_were_skipped(tmp_path, no_cache):
+    """The `skip_actions` inference on every shape (classifiers/recording.py): no segments,
+    segments on another device, allocations outside every segment; none of them inside."""
+    from vramscope.classifiers.recording import skipped_actions
+    for name in ("trace_without_segments", "keys_per_entry_40k_without_segments",
+                 "entry_listed_twice_without_segments", "segments_on_another_device",
+                 "allocs_outside_every_segment"):
+        assert skipped_actions(_open(name, tmp_path), 0) == ("segment_alloc", "segment_free"), name
+    inside = hostile._trace(30, start_addr=140000000000000)            # within the mini snapshot's segment
+    path = tmp_path / "inside.pickle"
+    import pickle
+    path.write_bytes(pickle.dumps(hostile._snapshot_with(inside), protocol=4))
+    assert skipped_actions(open_snapshot(str(path)), 0) == ()
 
 
 @pytest.mark.parametrize("name", hostile.repro_names(outcome="0"))

@@ -52,6 +52,17 @@ def test_a_good_document_reads_whole():
     assert read_metadata(None) is None and read_metadata([GOOD]) is None and read_metadata({}).dropped == ()
 
 
+def test_the_oom_observers_arguments_by_torchs_names_and_the_old_key():
+    """c10's OutOfMemoryObserver(device, allocated, device_total, device_free): files written
+    before the rename stored the third as `device_allocated`, read as `device_total`."""
+    oom = {"device": 0, "requested": 3 << 30, "device_total": 80 << 30, "device_free": 12 << 20}
+    m = read_metadata({**GOOD, "oom": oom})
+    assert (m.oom.device, m.oom.requested, m.oom.device_total, m.oom.device_free) == (0, 3 << 30, 80 << 30, 12 << 20)
+    old = {k if k != "device_total" else "device_allocated": v for k, v in oom.items()}
+    assert read_metadata({**GOOD, "oom": old}).oom == m.oom
+    assert read_metadata({**GOOD, "oom": {**oom, "device_total": -1}}).dropped == ("oom.device_total",)
+
+
 @pytest.mark.parametrize("patch, dropped", [
     ({"schema": True}, ["schema"]),                                       # a bool is not a number
     ({"device": {"index": -1, "name": "x\x1b[31m", "total_memory": 0}},

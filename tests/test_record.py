@@ -68,8 +68,8 @@ def test_history_before_the_model_observer_after_recording_dumps_every_n_and_sto
     assert start == {"enabled": "all", "context": "all", "stacks": "python", "max_entries": 100_000}
     assert stop["enabled"] is None
     # steps 2 and 4, then the last step (5) at exit
-    assert relfiles(out) == ["step_2/000000_step_2.pickle", "step_4/000000_step_4.pickle",
-                             "step_5/000000_step_5.pickle"]
+    assert relfiles(out) == ["step_000000000002/000000_step_2.pickle", "step_000000000004/000000_step_4.pickle",
+                             "step_000000000005/000000_step_5.pickle"]
     assert [os.path.relpath(f, out) for f in rec.files] == relfiles(out)
     assert [open_snapshot(f, use_cache=False).metadata.reason for f in rec.files] == ["step", "step", "exit"]
 
@@ -78,7 +78,7 @@ def test_no_exit_dump_when_the_last_step_was_dumped_or_when_turned_off(fake, tmp
     with vramscope.record(tmp_path / "a", every=2) as rec:
         rec.step()
         rec.step()
-    assert relfiles(tmp_path / "a") == ["step_2/000000_step_2.pickle"]
+    assert relfiles(tmp_path / "a") == ["step_000000000002/000000_step_2.pickle"]
     with vramscope.record(tmp_path / "b", dump_on_exit=False) as rec:
         rec.step()
     assert not (tmp_path / "b").exists() and rec.files == []
@@ -95,11 +95,15 @@ def test_oom_dumps_from_the_observer_before_the_error_unwinds(fake, tmp_path):
             rec.step()
             fake.oom(requested=3 << 30)
     # the file was complete when the allocator raised; the exit did not dump it again
-    assert fake.files_at_oom == ["step_2_exit/000000_step_2_exit.pickle"]
+    assert fake.files_at_oom == ["step_000000000002_exit/000000_step_2.pickle"]
     assert fake.names() == ["history", "attach", "oom", "snapshot", "raise", "history"]
     meta = open_snapshot(rec.files[0], use_cache=False).metadata
     assert meta.reason == "oom" and meta.step == 2
     assert meta.oom.requested == 3 << 30 and meta.oom.device == 0 and meta.oom.device_free == 12 << 20
+    assert meta.oom.device_total == 80 << 30            # the observer's third argument, named as torch names it
+    with open(rec.files[0], "rb") as fh:
+        assert set(pickle.load(fh)["vramscope_metadata"]["oom"]) == {"device", "requested", "device_total",
+                                                                      "device_free"}   # our own file
 
 
 def test_one_oom_snapshot_per_step_and_the_run_goes_on(fake, tmp_path):
@@ -112,7 +116,7 @@ def test_one_oom_snapshot_per_step_and_the_run_goes_on(fake, tmp_path):
         rec.step()
         with pytest.raises(FakeOutOfMemoryError):
             fake.oom()
-    assert relfiles(tmp_path) == ["step_0_exit/000000_step_0_exit.pickle", "step_1_exit/000000_step_1_exit.pickle"]
+    assert relfiles(tmp_path) == ["step_000000000000_exit/000000_step_0.pickle", "step_000000000001_exit/000000_step_1.pickle"]
 
 
 def test_without_an_oom_observer_the_exit_dumps_the_oom(fake, tmp_path, monkeypatch):
@@ -123,7 +127,7 @@ def test_without_an_oom_observer_the_exit_dumps_the_oom(fake, tmp_path, monkeypa
                 rec.step()
                 fake.oom()
     assert fake.names() == ["history", "oom", "raise", "snapshot", "history"]
-    assert relfiles(tmp_path) == ["step_1_exit/000000_step_1_exit.pickle"]
+    assert relfiles(tmp_path) == ["step_000000000001_exit/000000_step_1.pickle"]
     assert open_snapshot(rec.files[0], use_cache=False).metadata.reason == "oom"
 
 
@@ -160,7 +164,7 @@ def test_decorator_with_and_without_arguments(fake, tmp_path, monkeypatch):
     bare()
     assert fake.names() == ["history", "attach", "mark:body", "history", "history", "mark:bare", "snapshot",
                             "history"]
-    assert relfiles(tmp_path / "memory_snapshot") == ["step_0/000000_step_0.pickle"]
+    assert relfiles(tmp_path / "memory_snapshot") == ["step_000000000000/000000_step_0.pickle"]
 
 
 def test_a_second_recorder_takes_over_with_a_warning(fake, tmp_path):
@@ -178,6 +182,39 @@ def test_without_cuda_nothing_is_recorded_and_the_run_goes_on(fake, tmp_path, mo
         with vramscope.record(tmp_path, every=1) as rec:
             assert rec.step() is None and rec.dump() is None
     assert fake.calls == [] and not relfiles(tmp_path)
+
+
+def test_the_warning_points_at_the_users_line(fake, tmp_path, monkeypatch):
+    """`with`, the decorator and start(): the no-CUDA warning names this file and the line
+    that started recording (warnings.warn's stacklevel past vramscope and contextlib)."""
+    monkeypatch.setattr(sys.modules["torch"].cuda, "is_available", lambda: False)
+    here = sys._getframe().f_code.co_filename
+
+    def warned(run) -> tuple[str, int]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            line = run()
+        [w] = [w for w in caught if "CUDA is not available" in str(w.message)]
+        return (w.filename, w.lineno), (here, line)
+
+    def with_block():
+        with vramscope.record(tmp_path):
+            return sys._getframe().f_lineno - 1
+
+    @vramscope.record(tmp_path)
+    def decorated():
+        pass
+
+    def decorator():
+        decorated()
+        return sys._getframe().f_lineno - 1
+
+    def start():
+        vramscope.Recorder(tmp_path).start()
+        return sys._getframe().f_lineno - 1
+    for run in (with_block, decorator, start):
+        got, want = warned(run)
+        assert got == want, run.__name__
 
 
 def test_bounded_defaults_and_bad_options():
@@ -247,12 +284,33 @@ def test_file_names_per_rank(fake, tmp_path, monkeypatch):
         fake.dist = (5, 16)                       # torch.distributed initialised after recording began
         rec.step()
         rec.dump()
-    assert relfiles(tmp_path) == ["step_0/000003_step_0.pickle", "step_1/000005_step_1.pickle"]
+    assert relfiles(tmp_path) == ["step_000000000000/000003_step_0.pickle", "step_000000000001/000005_step_1.pickle"]
     env, dist = (open_snapshot(f, use_cache=False).metadata for f in rec.files)
     assert (env.rank, env.world_size, env.local_rank, env.rank_source) == (3, 8, 3, "env RANK")
     assert (dist.rank, dist.world_size, dist.rank_source) == (5, 16, "torch.distributed")
-    assert rec.path_for(7, exit=True, rank=12) == os.path.join(str(tmp_path), "step_7_exit",
-                                                               "000012_step_7_exit.pickle")
+    assert rec.path_for(7, exit=True, rank=12) == os.path.join(str(tmp_path), "step_000000000007_exit",
+                                                               "000012_step_7.pickle")
+
+
+def test_the_layout_is_torchtitans_exactly(fake, tmp_path):
+    """torchtitan/tools/profiler.py: MEMORY_STEP_DIR = "step_{step:012d}", MEMORY_EXIT_DIR =
+    "step_{step:012d}_exit", MEMORY_FILE = "{rank:06d}_step_{step}.pickle" (the OOM dump keeps
+    the file name); the padded folders sort in step order (step_10 after step_9)."""
+    with vramscope.record(tmp_path, every=1, dump_on_exit=False) as rec:
+        for _ in range(10):
+            rec.step()
+        with pytest.raises(FakeOutOfMemoryError):
+            fake.oom()
+    folders = sorted(os.listdir(tmp_path))
+    assert folders == [f"step_{n:012d}" for n in range(1, 11)] + ["step_000000000010_exit"]
+    assert [os.path.relpath(f, tmp_path) for f in rec.files[-2:]] == [
+        "step_000000000010/000000_step_10.pickle", "step_000000000010_exit/000000_step_10.pickle"]
+    titan = {"MEMORY_STEP_DIR": "step_{step:012d}", "MEMORY_EXIT_DIR": "step_{step:012d}_exit",
+             "MEMORY_FILE": "{rank:06d}_step_{step}.pickle"}
+    for step, exit_dump in ((3, False), (10, True)):
+        folder = titan["MEMORY_EXIT_DIR" if exit_dump else "MEMORY_STEP_DIR"].format(step=step)
+        assert rec.path_for(step, exit=exit_dump, rank=2) == os.path.join(
+            str(tmp_path), folder, titan["MEMORY_FILE"].format(rank=2, step=step))
 
 
 def test_an_explicit_path_and_the_allocator_settings(fake, tmp_path, monkeypatch):

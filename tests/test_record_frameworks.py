@@ -8,6 +8,7 @@ accelerate) or Lightning is not installed (`pip install -e ".[test,transformers,
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -80,7 +81,7 @@ def test_hf_trainer_records_from_before_the_model_every_n_steps(fake, tmp_path):
     hf_trainer(model, tmp_path / "hf", [cb]).train()
     assert fake.names() == ["history", "attach", "mark:model built", "snapshot", "snapshot", "history"]
     assert fake.calls[0][1]["stacks"] == "python"
-    assert files(out) == ["step_2/000000_step_2.pickle", "step_4/000000_step_4.pickle"]
+    assert files(out) == ["step_000000000002/000000_step_2.pickle", "step_000000000004/000000_step_4.pickle"]
     trainable, frozen = expected_counts(model)
     for step, path in zip((2, 4), cb.recorder.files):
         m = open_snapshot(path, use_cache=False).metadata
@@ -102,7 +103,7 @@ def test_hf_trainer_oom_is_dumped_before_it_unwinds(fake, tmp_path):
     try:
         with pytest.raises(torch.OutOfMemoryError):
             hf_trainer(model, tmp_path / "hf", [cb]).train()
-        assert fake.files_at_oom == ["step_2_exit/000000_step_2_exit.pickle"]
+        assert fake.files_at_oom == ["step_000000000002_exit/000000_step_2.pickle"]
         m = open_snapshot(cb.recorder.files[0], use_cache=False).metadata
         assert (m.reason, m.step, m.oom.requested) == ("oom", 2, 1 << 30)
         assert m.trainable_params == expected_counts(model)[0]
@@ -121,14 +122,14 @@ def test_hf_trainer_inside_a_record_block_stops_at_the_oom(fake, tmp_path):
             oom_at(fake, model, call=2)
             hf_trainer(model, tmp_path / "hf", [RecordCallback(rec)]).train()
     assert fake.names() == ["history", "attach", "oom", "snapshot", "raise", "history"]
-    assert files(tmp_path / "snap") == ["step_1_exit/000000_step_1_exit.pickle"]
+    assert files(tmp_path / "snap") == ["step_000000000001_exit/000000_step_1.pickle"]
     assert not rec.recording
     with pytest.raises(TypeError):                       # options belong to vramscope.record then
         RecordCallback(rec, every=2)
 
 
 # -- Lightning --------------------------------------------------------------------------------------
-def lightning_run(fake, out, callback, oom_call=None):
+def lightning_run(fake, out, callback, oom_call=None, accumulate=1):
     L = pytest.importorskip("lightning.pytorch")
 
     class TinyLM(L.LightningModule):
@@ -146,11 +147,11 @@ def lightning_run(fake, out, callback, oom_call=None):
 
     fake.mark("model built")
     module = TinyLM()
-    ids = torch.randint(0, 128, (BATCH * STEPS, SEQ), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(0, 128, (BATCH * STEPS * accumulate, SEQ), generator=torch.Generator().manual_seed(1))
     loader = torch.utils.data.DataLoader(ids, batch_size=BATCH)
     trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=STEPS, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, callbacks=[callback],
-                        default_root_dir=str(out.parent))
+                        default_root_dir=str(out.parent), accumulate_grad_batches=accumulate)
     trainer.fit(module, loader)
     return module
 
@@ -162,7 +163,7 @@ def test_lightning_records_from_before_the_model_every_n_steps(fake, tmp_path):
     cb = RecordCallback(out, every=2, micro_batch=BATCH, seq_len=SEQ)
     module = lightning_run(fake, out, cb)
     assert fake.names() == ["history", "attach", "mark:model built", "snapshot", "snapshot", "history"]
-    assert files(out) == ["step_2/000000_step_2.pickle", "step_4/000000_step_4.pickle"]
+    assert files(out) == ["step_000000000002/000000_step_2.pickle", "step_000000000004/000000_step_4.pickle"]
     trainable, frozen = expected_counts(module)
     m = open_snapshot(cb.recorder.files[-1], use_cache=False).metadata
     assert (m.step, m.reason, m.micro_batch, m.seq_len) == (4, "step", BATCH, SEQ)
@@ -179,8 +180,35 @@ def test_lightning_oom_is_dumped_before_it_unwinds_and_recording_stops(fake, tmp
     cb = RecordCallback(out, every=10)
     with pytest.raises(torch.OutOfMemoryError):
         lightning_run(fake, out, cb, oom_call=3)
-    assert fake.files_at_oom == ["step_2_exit/000000_step_2_exit.pickle"]
+    assert fake.files_at_oom == ["step_000000000002_exit/000000_step_2.pickle"]
     assert fake.names() == ["history", "attach", "mark:model built", "oom", "snapshot", "raise", "history"]
     m = open_snapshot(cb.recorder.files[0], use_cache=False).metadata
     assert (m.reason, m.step) == ("oom", 2)
     assert not cb.recorder.recording
+
+
+def test_lightning_counts_optimizer_steps_under_gradient_accumulation(fake, tmp_path):
+    """accumulate_grad_batches=4: Lightning calls on_train_batch_end after every micro-batch,
+    and `global_step` moves once per optimizer step. A dump every 1 step is one per optimizer
+    step (1 to 4), never one at step 0 while the first step accumulates."""
+    pytest.importorskip("lightning.pytorch")
+    from vramscope.integrations.lightning import RecordCallback
+    out = tmp_path / "memory_snapshot"
+    cb = RecordCallback(out, every=1, dump_on_exit=False)
+    lightning_run(fake, out, cb, accumulate=4)
+    assert files(out) == [f"step_{n:012d}/000000_step_{n}.pickle" for n in range(1, STEPS + 1)]
+    assert [open_snapshot(f, use_cache=False).metadata.step for f in cb.recorder.files] == [1, 2, 3, 4]
+    assert fake.names().count("snapshot") == STEPS
+
+
+@pytest.mark.parametrize("framework", ["huggingface", "lightning"])
+def test_the_callbacks_no_cuda_warning_points_at_the_users_line(fake, tmp_path, monkeypatch, framework):
+    pytest.importorskip("lightning.pytorch" if framework == "lightning" else "transformers")
+    import importlib
+    RecordCallback = importlib.import_module(f"vramscope.integrations.{framework}").RecordCallback
+    from vramscope import recorder
+    monkeypatch.setattr(recorder, "_cuda_available", lambda torch: False)
+    with pytest.warns(RuntimeWarning, match="CUDA is not available") as caught:
+        RecordCallback(tmp_path / "snap")
+    line = sys._getframe().f_lineno - 1
+    assert [(w.filename, w.lineno) for w in caught] == [(__file__, line)]

@@ -352,7 +352,8 @@ def test_fullstep_fits_on_an_80_gib_card_not_on_48():
     ({"scales": {"activations": "half"}}, "not a number"),
     ({"levers": ["bigger_gpu"]}, "unknown lever 'bigger_gpu'"),
     ({"gpu": "lots"}, "GPU size"),
-    ({"gpu": -3}, "positive"),
+    ({"gpu": -3}, "must be more than 0"),
+    ({"gpu": "0GB"}, "must be more than 0"),
 ])
 def test_bad_input_raises_a_one_line_value_error(kwargs, words):
     an = _an(GROUNDTRUTH / "mlp_adamw.pickle")
@@ -373,7 +374,8 @@ def test_parse_scale_and_gpu_size():
     for bad in ("activations", "activations=-1", "nope=1", "activations=x"):
         with pytest.raises(WhatIfError):
             parse_scale(bad)
-    assert parse_gpu_size("24") == parse_gpu_size("24GiB") == parse_gpu_size("24GB") == 24 * GiB
+    assert parse_gpu_size("24") == parse_gpu_size("24GiB") == parse_gpu_size("24G") == 24 * GiB
+    assert parse_gpu_size("24GB") == 24 * 10 ** 9                  # GB = 10^9 bytes, for every verb
     assert parse_gpu_size("24576MiB") == 24 * GiB and parse_gpu_size(80) == 80 * GiB
     with pytest.raises(WhatIfError):
         lever("more_memory")

@@ -42,9 +42,10 @@ def load_folder(path: str, use_cache: bool = True, progress: Progress | None = N
     is none, RanksError when the folder is not one, Cancelled."""
     res = read_ranks(path, use_cache=use_cache, progress=progress)
     if not res.ranks:
-        why = f"; {res.not_snapshots[0].file}: {res.not_snapshots[0].error}" if res.not_snapshots else ""
-        raise NoRanks(f"no snapshot found in this folder ({len(res.not_snapshots)} files could not be read{why})"
-                      if res.not_snapshots else "no snapshot found in this folder (it has no files)", path)
+        unread = res.internal_errors + res.not_snapshots
+        why = f"; {unread[0].file}: {unread[0].error}" if unread else ""
+        raise NoRanks(f"no snapshot found in this folder ({len(unread)} files could not be read{why})"
+                      if unread else "no snapshot found in this folder (it has no files)", path)
     return RanksLoad(res, live_grid(res, GRID_COLUMNS))
 
 

@@ -370,8 +370,9 @@ class RanksView(QWidget):
                 f"rank {k} ({_esc(versus_median(res.rank(k).peak_bytes, ov.peak_median))})"  # type: ignore[union-attr]
                 for k in ov.outliers))
         extra = []
-        if res.not_snapshots:
-            extra.append(f"{len(res.not_snapshots)} file{'s' if len(res.not_snapshots) != 1 else ''} not read")
+        unread = res.not_snapshots + res.internal_errors
+        if unread:
+            extra.append(f"{len(unread)} file{'s' if len(unread) != 1 else ''} not read")
         if res.skipped:
             extra.append(f"{len(res.skipped)} older file{'s' if len(res.skipped) != 1 else ''} skipped")
         if ov.missing:
@@ -379,7 +380,7 @@ class RanksView(QWidget):
         if extra:
             parts.append(_esc(", ".join(extra)))
         tip = [res.folder, f"An outlier has {OUTLIER_RULE}."]
-        tip += [f"Not read: {n.file}: {n.error}" for n in res.not_snapshots[:20]]
+        tip += [f"Not read: {n.file}: {n.error}" for n in unread[:20]]
         tip += [f"Skipped: {s.path}: {s.reason}" for s in res.skipped[:20]]
         self.header.setToolTip("\n".join(tip))
         return " · ".join(parts)

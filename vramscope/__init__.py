@@ -13,8 +13,9 @@ even under TYPE_CHECKING, would make the layers look circular to import-linter.)
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+TYPE_CHECKING = False
+if TYPE_CHECKING:            # `typing` costs milliseconds on every start, when Ctrl-C has no handler of ours yet
+    from typing import Any
 
 __version__ = "0.1.0"
 
@@ -30,6 +31,7 @@ def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
     value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value

@@ -1,5 +1,53 @@
+"""`python -m vramscope` and the `vramscope` command (pyproject.toml's script entry point).
+
+Ctrl-C at any moment is one line, `vramscope VERB: interrupted`, and exit 130 (DESIGN.md §6):
+the command line's own handler (cli/__init__.py) covers the verbs; this covers the imports
+before it (a fifth of a second, more on a busy machine) and the interpreter's shutdown after
+it, where a KeyboardInterrupt would print a traceback and end the process by the signal.
+"""
+import os
+import re
+import signal
 import sys
 
-from .cli import main
+EXIT_INTERRUPTED = 130
 
-sys.exit(main())
+
+def _verb(argv: list[str]) -> str:
+    """`vramscope VERB` as the command line names itself, without importing it."""
+    word = argv[1] if len(argv) > 1 else ""
+    return f"vramscope {word}" if re.fullmatch(r"[a-z]+", word) and not os.path.exists(word) else "vramscope"
+
+
+def run() -> int:
+    interrupted: list[int] = []
+
+    def on_ctrl_c(signum, frame):            # Python's own handler, and a note that it ran
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_ctrl_c)
+    try:
+        from .cli import main
+        return main()                        # from here its own handler says "interrupted"
+    except BaseException as e:
+        # Ctrl-C while importing: a KeyboardInterrupt, or what a C extension's import made of
+        # it (numpy's: an ImportError, "PyCapsule_Import could not import module 'datetime'")
+        if not interrupted or isinstance(e, SystemExit):
+            raise
+        sys.stderr.write(f"{_verb(sys.argv)}: interrupted\n")
+        return EXIT_INTERRUPTED
+    finally:
+        # from here the process only exits: a Ctrl-C now would interrupt the interpreter's
+        # shutdown (its atexit handlers join threads) with a traceback
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # CPython takes a KeyboardInterrupt that left an exec() of a string for one nobody
+        # caught (pythonrun.c run_eval_code_obj sets _Py_UnhandledKeyboardInterrupt), and then
+        # ends the process by SIGINT instead of our exit code: Ctrl-C during an import that
+        # builds a dataclass (dataclasses exec()s its __init__) did so. The next such exec
+        # clears that record, so this one does.
+        exec("pass")
+
+
+if __name__ == "__main__":
+    sys.exit(run())

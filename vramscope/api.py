@@ -39,7 +39,15 @@ if TYPE_CHECKING:
 
 class AllocationTable(np.ndarray):
     """The rows of `vramscope allocations --csv` as a numpy structured array (columns
-    `device, index, addr, size, alloc_us, free_us, category, rule, evidence`; services/allocations.py)."""
+    `device, index, addr, size, alloc_us, free_us, category, rule, evidence`; services/allocations.py).
+    A column (`table["size"]`) is a plain numpy array, its reductions plain numbers; rows and
+    slices stay a table."""
+
+    def __getitem__(self, key):
+        out = super().__getitem__(key)
+        if isinstance(out, np.ndarray) and out.dtype.names is None:
+            return out.view(np.ndarray)          # a column: not a table (it has no columns)
+        return out
 
     def to_pandas(self):
         """The rows as a pandas DataFrame, `category`, `rule` and `evidence` as pandas categoricals."""

@@ -19,9 +19,12 @@ What it does, in order, and why:
     OOM dumps the snapshot from inside the allocator, before the OutOfMemoryError unwinds
     the stack and frees what filled the GPU;
   * dumps on request (`rec.dump()`) and every `every` steps (`rec.step()`), one file per
-    rank in a torchtitan-style layout: `OUT/step_{N}/{rank:06d}_step_{N}.pickle`, and
-    `OUT/step_{N}_exit/{rank:06d}_step_{N}_exit.pickle` at an OOM (N: the steps completed);
-    the rank from `torch.distributed` when it is initialised, else $RANK / $LOCAL_RANK;
+    rank in torchtitan's layout exactly (torchtitan/tools/profiler.py `MEMORY_STEP_DIR`,
+    `MEMORY_EXIT_DIR`, `MEMORY_FILE`): `OUT/step_{N:012d}/{rank:06d}_step_{N}.pickle`, and at
+    an OOM the same file name under `OUT/step_{N:012d}_exit/` (N: the steps completed; the
+    zero-padded folders sort in step order), so that `ranks` and torchtitan's own tools read
+    both alike; the rank from `torch.distributed` when it is initialised, else $RANK /
+    $LOCAL_RANK;
   * pickles `torch.cuda.memory._snapshot()` itself with protocol 4, atomically (a reader sees
     the whole file or none): Python 3.14's default protocol 5 shows blank in memory_viz,
     whose JavaScript unpickler reads protocols 2 to 4 only;
@@ -41,9 +44,11 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import sys
 import threading
 import time
 import warnings
+from types import FrameType
 from typing import Any, Callable, Literal
 
 from . import __version__
@@ -57,6 +62,21 @@ PICKLE_PROTOCOL = 4                 # memory_viz reads 2 to 4 (protocol 5: a bla
 _lock = threading.RLock()           # one dump at a time (an OOM may come from autograd's thread)
 _active: Recorder | None = None     # the recorder torch's history belongs to (one per process)
 _observer_attached = False          # torch cannot detach an OOM observer: attach one, once
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep      # vramscope/, integrations/ included
+
+
+def _warn(message: str) -> None:
+    """A RuntimeWarning pointed at the user's line: the first caller outside vramscope (the
+    Trainer callbacks included) and contextlib (through which `with` and the decorator call)."""
+    level = 2
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and (frame.f_code.co_filename.startswith(_PACKAGE)
+                                 or frame.f_code.co_filename == contextlib.__file__):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, RuntimeWarning, stacklevel=level)
 
 
 def _cuda_available(torch) -> bool:
@@ -74,17 +94,19 @@ def _is_oom(torch, exc: BaseException | None) -> bool:
     return isinstance(exc, RuntimeError) and "CUDA out of memory" in str(exc)   # torch < 2.1
 
 
-def _on_oom(device, alloc, device_alloc, device_free) -> None:
-    """torch's OOM observer: called by the caching allocator, before it raises."""
+def _on_oom(device, allocated, device_total, device_free) -> None:
+    """torch's OOM observer: called by the caching allocator, before it raises, with the
+    arguments c10's `OutOfMemoryObserver` names (CUDACachingAllocator.h): the device, the
+    request that failed, the device's total memory (the allowed maximum under a memory
+    fraction) and the bytes CUDA reported free."""
     rec = _active
     if rec is None:
         return
     try:
-        rec._dump_oom({"device": device, "requested": alloc, "device_allocated": device_alloc,
+        rec._dump_oom({"device": device, "requested": allocated, "device_total": device_total,
                        "device_free": device_free})
     except Exception as e:  # noqa: BLE001 - never raise into the allocator
-        warnings.warn(f"vramscope.record: the snapshot at the OOM was not written: {type(e).__name__}: {e}",
-                      RuntimeWarning, stacklevel=2)
+        _warn(f"vramscope.record: the snapshot at the OOM was not written: {type(e).__name__}: {e}")
 
 
 class Recorder(contextlib.ContextDecorator):
@@ -146,15 +168,14 @@ class Recorder(contextlib.ContextDecorator):
             raise ImportError("vramscope.record needs PyTorch: pip install torch (or \"vramscope[torch]\")") from None
         with _lock:
             if _active is not None and _active is not self:
-                warnings.warn("vramscope.record: another recorder was still recording; it is stopped and "
-                              "this one takes over", RuntimeWarning, stacklevel=2)
+                _warn("vramscope.record: another recorder was still recording; it is stopped and "
+                              "this one takes over")
                 _active.stop()
             self._torch = torch
             self._dumped_steps.clear()
             self.step_count = self.start_step     # a decorated function's every call is a run
             if not _cuda_available(torch):
-                warnings.warn("vramscope.record: CUDA is not available, nothing is recorded",
-                              RuntimeWarning, stacklevel=2)
+                _warn("vramscope.record: CUDA is not available, nothing is recorded")
                 return self
             torch.cuda.memory._record_memory_history(enabled="all", context=self.context, stacks=self.stacks,
                                                      max_entries=self.max_entries)
@@ -164,9 +185,8 @@ class Recorder(contextlib.ContextDecorator):
             if self.dump_on_oom and not _observer_attached:
                 attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
                 if attach is None:
-                    warnings.warn("vramscope.record: this torch has no OOM observer; at an OOM the snapshot "
-                                  "is dumped when the OutOfMemoryError leaves the `with` block instead",
-                                  RuntimeWarning, stacklevel=2)
+                    _warn("vramscope.record: this torch has no OOM observer; at an OOM the snapshot "
+                                  "is dumped when the OutOfMemoryError leaves the `with` block instead")
                 else:
                     attach(_on_oom)
                     _observer_attached = True
@@ -192,8 +212,7 @@ class Recorder(contextlib.ContextDecorator):
                 try:
                     self._torch.cuda.memory._record_memory_history(enabled=None)
                 except Exception as e:  # noqa: BLE001 - never hide the run's own exception
-                    warnings.warn(f"vramscope.record: stopping the history failed: {type(e).__name__}: {e}",
-                                  RuntimeWarning, stacklevel=3)
+                    _warn(f"vramscope.record: stopping the history failed: {type(e).__name__}: {e}")
 
     def __enter__(self) -> Recorder:
         return self.start()
@@ -222,10 +241,10 @@ class Recorder(contextlib.ContextDecorator):
             return self._write(path, step, reason, None)
 
     def path_for(self, step: int, exit: bool = False, rank: int | None = None) -> str:
-        """This rank's file for `step` in the layout (see the module docstring)."""
+        """This rank's file for `step` in torchtitan's layout (see the module docstring)."""
         r = self._rank()[0] if rank is None else rank
-        name = f"step_{step}_exit" if exit else f"step_{step}"
-        return os.path.join(self.out_dir, name, f"{r:06d}_{name}.pickle")
+        folder = f"step_{step:012d}" + ("_exit" if exit else "")
+        return os.path.join(self.out_dir, folder, f"{r:06d}_step_{step}.pickle")
 
     def _dump_oom(self, oom: dict) -> None:
         with _lock:
@@ -237,8 +256,7 @@ class Recorder(contextlib.ContextDecorator):
         try:
             self._write(None, self.step_count, reason, None)
         except Exception as e:  # noqa: BLE001 - leaving the block must not fail because a dump did
-            warnings.warn(f"vramscope.record: the {reason} snapshot was not written: {type(e).__name__}: {e}",
-                          RuntimeWarning, stacklevel=3)
+            _warn(f"vramscope.record: the {reason} snapshot was not written: {type(e).__name__}: {e}")
 
     def _write(self, path, step: int, reason: str, oom: dict | None) -> str:
         torch = self._torch

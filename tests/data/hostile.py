@@ -482,7 +482,7 @@ def zip_with_snapshot_inside():
 
 
 # =============================================================================================
-# Reproducers of issues 11 and 12: inputs that once crashed, hung, blew up memory or time, or
+# Reproducers of issues 11, 12 and 30: inputs that once crashed, hung, blew up memory or time, or
 # were refused although valid.  Unlike CASES (which must all be refused), each of these may end
 # in success or a clean refusal, as `outcome` says: "0" (a valid snapshot: must be read),
 # "3" (must be refused) or "0|3" (either, but quickly, in little memory, with one line).
@@ -945,6 +945,46 @@ def odd_pool_and_device_free():
     entries.append({"action": "oom", "size": 1 << 80, "stream": 0, "time_us": 1700000000000999, "device_free": U64_MAX})
     entries.append({"action": "oom", "size": 512, "stream": 0, "time_us": 1700000001000000, "device_free": 1 << 90})
     return pickle.dumps(_snapshot_with(entries), protocol=4)
+
+# ---------------------------------------------------------------------------------------------
+# allocations and segments that do not meet (issue 30): the `skip_actions` inference reads
+# which segment holds each allocation (classifiers/recording.py)
+# ---------------------------------------------------------------------------------------------
+@repro("no_segments", "0", "a trace with allocations and an empty segments list (a state cut from the file)")
+def trace_without_segments():
+    return pickle.dumps(_snapshot_with(_trace(30), segments=[]), protocol=4)
+
+
+@repro("no_segments", "0", "40,000 trace entries with their own key strings and an empty segments list")
+def keys_per_entry_40k_without_segments():
+    snap = pickle.loads(keys_per_entry_40k())          # our own bytes: trusted
+    snap["segments"] = []
+    return pickle.dumps(snap, protocol=4)
+
+
+@repro("no_segments", "0", "one entry dict listed several times (memo references) and an empty segments list")
+def entry_listed_twice_without_segments():
+    snap = pickle.loads(entry_listed_twice())          # our own bytes: trusted
+    snap["segments"] = []
+    return pickle.dumps(snap, protocol=4)
+
+
+@repro("no_segments", "0", "the trace on device 0, every segment on device 1")
+def segments_on_another_device():
+    snap = _snapshot_with(_trace(30))
+    snap["segments"][0]["device"] = 1
+    snap["device_traces"].append([])
+    return pickle.dumps(snap, protocol=4)
+
+
+@repro("no_segments", "0", "allocations below, between and above the segments (two segments, no segment event)")
+def allocs_outside_every_segment():
+    snap = _snapshot_with(_trace(30, start_addr=0x1000))
+    seg = snap["segments"][0]
+    snap["segments"].append(dict(seg, address=seg["address"] + (1 << 30), blocks=[]))
+    snap["device_traces"][0] += _trace(9, start_addr=seg["address"] + (1 << 29)) + _trace(9, start_addr=1 << 60)
+    return pickle.dumps(snap, protocol=4)
+
 
 if __name__ == "__main__":
     for n, c in CASES.items():

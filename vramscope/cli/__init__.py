@@ -5,33 +5,40 @@ its arguments, calls the services and prints. This module only dispatches and tu
 every expected failure into one line on stderr and an exit code: 0 success, 2 usage
 (a wrong command line, a path that cannot be written, no display for the viewer),
 3 bad input (not a snapshot, unsafe, truncated, corrupt), 130 interrupted; `check` exits 1
-when a memory limit is broken. An internal error is one line too (exit 1); VRAMSCOPE_DEBUG=1
-shows its traceback.
+when a memory limit is broken, and nothing else exits 1. An internal error (a bug of ours)
+is one line asking for a bug report, exit 4; VRAMSCOPE_DEBUG=1 shows its traceback.
 """
 from __future__ import annotations
 
 import argparse
 import difflib
 import os
+import re
 import sys
 
 from . import allocations, check, compare, export, ranks, report, summary, view, whatif
-from .errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
+from .errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
 
 VERBS = {m.__name__.rsplit(".", 1)[1]: m for m in (summary, allocations, compare, report, export, whatif, check,
                                                    ranks, view)}
-EXIT_INTERNAL = 1
 
 EPILOG = """\
 also:
   vramscope FILE            open FILE in the desktop viewer (as `vramscope view FILE`)
 
-exit codes: 0 success, 1 a limit broken (check), 2 usage error, 3 bad input (not a
-snapshot, unsafe, truncated, corrupt), 130 interrupted. Errors are one line on stderr.
+exit codes: 0 success, 1 a limit broken (check; nothing else exits 1), 2 usage error,
+3 bad input (not a snapshot, unsafe, truncated, corrupt), 4 internal error (a bug of
+vramscope: please report it), 130 interrupted. Errors are one line on stderr.
 """
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # a word that starts with '-' and a digit is a value ("--max-peak -5GB": a negative
+        # size, refused by its option with a reason), never an option: none of ours looks so
+        self._negative_number_matcher = re.compile(r"^-\.?[0-9]")
+
     def error(self, message):  # one line naming the verb, exit 2 (argparse would print the usage too)
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
@@ -76,7 +83,8 @@ def main(argv=None) -> int:
     from ..classifiers.rules import RulesError
     from ..parsers import Cancelled, SnapshotError
     from ..present.words import error_text as _one_line
-    verb = "vramscope"
+    from ..present.words import internal_error_text
+    verb = f"vramscope {argv[0]}" if argv and argv[0] in VERBS else "vramscope"     # what any error names
     try:
         argv = _route(argv)
         parser = build_parser()
@@ -112,8 +120,7 @@ def main(argv=None) -> int:
     except Exception as e:          # a bug of ours: one line, and the traceback on request
         if os.environ.get("VRAMSCOPE_DEBUG"):
             raise
-        print(f"{verb}: internal error: {type(e).__name__}: {_one_line(e)} "
-              f"(VRAMSCOPE_DEBUG=1 shows where; please report it)", file=sys.stderr)
+        print(f"{verb}: {internal_error_text(e)}", file=sys.stderr)
         return EXIT_INTERNAL
 
 

@@ -1,6 +1,6 @@
 """`vramscope check FILE [--max-peak SIZE] [--baseline OTHER [--max-growth PCT]] [--device N] [--json]`:
 memory limits for CI. Exit 0 when every limit holds, 1 when one is broken (one FAIL line
-each, with what grew), 2 usage, 3 bad input."""
+each, with what grew; nothing else exits 1), 2 usage, 3 bad input, 4 internal error."""
 from __future__ import annotations
 
 import sys
@@ -16,11 +16,14 @@ def add_parser(sub) -> None:
                                    "reports it) at most --max-peak, and against a baseline recording of the same run "
                                    "(as `compare BASELINE FILE` reports it) a peak grown by at most --max-growth "
                                    "percent (default 0: no growth at all). Prints one line per limit; a broken one "
-                                   "starts with FAIL and names what grew, by category and code site. Exit 0: every "
-                                   "limit holds; 1: a limit is broken; 2: usage; 3: bad input.")
+                                   "starts with FAIL and names what grew, by category and code site; a device with "
+                                   "no data in the baseline fails --max-growth (its growth cannot be checked). Exit "
+                                   "0: every limit holds; 1: a limit is broken (nothing else exits 1); 2: usage; 3: "
+                                   "bad input; 4: internal error.")
     p.add_argument("file", help="the snapshot to check (written by torch.cuda.memory._dump_snapshot or "
                                 "vramscope.record)")
-    p.add_argument("--max-peak", metavar="SIZE", help="the highest peak allowed: 24 (GiB), 24GiB, 500MiB, 80GB")
+    p.add_argument("--max-peak", metavar="SIZE", help="the highest peak allowed: 24 (GiB), 24GiB, 500MiB, "
+                                                      "80GB (GB = 10^9 bytes, GiB = 2^30)")
     p.add_argument("--baseline", metavar="OTHER", help="a recording of the same run to compare against (A)")
     p.add_argument("--max-growth", metavar="PCT", help="the peak may grow by at most PCT percent over the "
                                                        "baseline's (5, 2.5%%; default 0)")
@@ -30,17 +33,17 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..classifiers.whatif import WhatIfError, parse_gpu_size
+    from ..common.units import parse_byte_size
     from ..services.check import check, check_document, check_text, parse_growth
     if args.max_growth is not None and args.baseline is None:
         raise UsageError("--max-growth needs --baseline OTHER (the recording to grow from)")
     if args.max_peak is None and args.baseline is None:
         raise UsageError("no limit to check: give --max-peak SIZE and/or --baseline OTHER")
     try:
-        max_peak = parse_gpu_size(args.max_peak) if args.max_peak is not None else None
+        max_peak = parse_byte_size(args.max_peak, "--max-peak") if args.max_peak is not None else None
         growth = parse_growth(args.max_growth) if args.max_growth is not None else None
-    except (WhatIfError, ValueError) as e:
-        raise UsageError(str(e).replace("GPU size", "--max-peak")) from None
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     an = analyze_file(args.file, args.no_cache, args.rules)
     base = analyze_file(args.baseline, args.no_cache, args.rules) if args.baseline is not None else None
     try:

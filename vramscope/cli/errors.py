@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 EXIT_OK, EXIT_USAGE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 2, 3, 130
-EXIT_LIMIT_BROKEN = 1        # `vramscope check`: a memory limit is broken
+EXIT_LIMIT_BROKEN = 1        # `vramscope check`: a memory limit is broken (and nothing else exits 1)
+EXIT_INTERNAL = 4            # a bug of ours: a CI job must never take it for a broken limit
 
 
 class UsageError(Exception):

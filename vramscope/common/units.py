@@ -83,3 +83,37 @@ def parse_size(text: str) -> int | None:
     value = float(m.group(1))
     scale = {"": 1, "k": KiB, "m": MiB, "g": GiB, "t": TiB}[m.group(2).lower()]
     return int(value * scale)
+
+
+# GPU and memory-limit sizes typed by a user (`--gpu`, `--max-peak`, the viewer's GPU box): one
+# convention for every verb (DESIGN.md §6): GB = 10^9 bytes, GiB = 2^30; a bare K/M/G/T and a
+# bare number are binary (torch, nvidia-smi and the allocator count in GiB)
+_LIMIT_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*(?:([kmgt])(i?b?)|(b))?\s*$", re.IGNORECASE)
+_BINARY = {"k": KiB, "m": MiB, "g": GiB, "t": TiB}
+_DECIMAL = {"k": 10 ** 3, "m": 10 ** 6, "g": 10 ** 9, "t": 10 ** 12}
+
+
+def parse_byte_size(text, what: str = "size", bare: int = GiB) -> int:
+    """'24' (x `bare`: GiB), '24GiB', '24G', '500MiB' (binary), '80GB', '512MB' (decimal:
+    GB = 10^9), '4096B' -> bytes. ValueError with one line naming `what` for anything else:
+    not a size, zero, negative, under one byte, not finite."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        text = repr(text)
+    s = str(text)
+    m = _LIMIT_RE.match(s)
+    if not m:
+        sign = s.strip().startswith("-") and _LIMIT_RE.match(s.strip()[1:]) is not None
+        raise ValueError(f"{what} {s!r}: " + ("must be more than 0" if sign else
+                                              "expected a size such as 24 (GiB), 24GiB, 500MiB or 80GB (10^9 bytes)"))
+    value = float(m.group(1))
+    letter, suffix = (m.group(2) or "").lower(), (m.group(3) or "").lower()
+    if not letter:
+        scale = 1 if m.group(4) else bare
+    else:
+        scale = _DECIMAL[letter] if suffix == "b" else _BINARY[letter]
+    size = value * scale
+    if not math.isfinite(size) or size <= 0:
+        raise ValueError(f"{what} {s!r}: must be more than 0")
+    if size < 1 or size >= 2 ** 63:
+        raise ValueError(f"{what} {s!r}: " + ("less than one byte" if size < 1 else "more bytes than any memory holds"))
+    return int(size)

@@ -31,7 +31,11 @@ class RecordCallback(Callback):
         self.recorder.step_count = trainer.global_step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.recorder.step(trainer.global_step)     # once per step under gradient accumulation
+        # Lightning calls this after every batch, and under gradient accumulation most batches
+        # end no optimizer step: `global_step` (optimizer steps) has not moved, so nothing is
+        # done (counting them made a dump at step 0 while the first step accumulated)
+        if trainer.global_step != self.recorder.step_count:
+            self.recorder.step(trainer.global_step)
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         if self.owned:

@@ -377,6 +377,15 @@ def error_text(e: BaseException) -> str:
     return " ".join(str(e).split()) or type(e).__name__
 
 
+BUG_REPORT = "a bug in vramscope: please report it, with the traceback VRAMSCOPE_DEBUG=1 prints"
+
+
+def internal_error_text(e: BaseException) -> str:
+    """An internal error (a bug of ours, never the input's fault) as one line that asks for a
+    bug report: the command line's exit 4, a rank `ranks` could not read."""
+    return f"internal error: {type(e).__name__}: {error_text(e)} ({BUG_REPORT})"
+
+
 # -- comparisons ----------------------------------------------------------------------------
 def signed_bytes(n: int) -> str:
     """A change in bytes: '+1.50 MiB', '-512 B', '0 B'."""
@@ -479,7 +488,8 @@ def finding_detail(f: Finding, where: str = "") -> str:
 __all__ = ["RECORD_HINT", "EVIDENCE_WORDS", "evidence_words", "evidence_text", "category_evidence_note", "guess_note",
            "PEAK_TYPE_WORDS", "LEVER_WORDS", "COMPARE_X_TITLES", "peak_words", "advice_text", "oom_suggestions", "oom_diagnosis",
            "process_limit", "device_free_text",
-           "freed_note", "stale_gradients_text", "leak_text", "LEAK_CAUSE_WORDS", "error_text", "signed_bytes",
+           "freed_note", "stale_gradients_text", "leak_text", "LEAK_CAUSE_WORDS", "error_text", "internal_error_text",
+           "BUG_REPORT", "signed_bytes",
            "comparison_headline", "moment_text", "device_first_reason", "device_card_text", "leak_rows_text",
            "site_rows_text", "iteration_text", "finding_title", "finding_detail", "SEGMENT_BANDS_WORDS",
            "segment_pool_words", "segment_stream_words", "skipped_words", "torch_tag_words", "host_space_words", "host_card_text",

@@ -8,7 +8,10 @@ Two kinds of limit, each checked per device (every device with data, or `device`
   * `max_peak`: the peak (exactly `summary`'s) must not exceed the size;
   * `max_growth`: against a baseline recording of the same run, the peak must not grow by
     more than the percentage (the comparison is classifiers/compare.py's, as `vramscope
-    compare BASELINE FILE` reports it: A the baseline, B the file).
+    compare BASELINE FILE` reports it: A the baseline, B the file). A device with data in
+    the file and none in the baseline fails it, with that reason: its growth cannot be
+    checked, and a limit that cannot be checked never passes (`max_peak`, when given, is
+    still checked on it as on every device).
 A broken limit says what its number is made of: with a baseline, what grew, by category
 and by code site (the compare analysis' deltas, largest growth first); without one, what
 was largest at the peak (categories, and the code sites live there).
@@ -131,9 +134,13 @@ def check(an: Analysis, max_peak: int | None = None, baseline: Analysis | None =
     notes: list[str] = []
     growth: dict[int, DeviceComparison] = {}
     if baseline is not None:
-        cmp = compare_analyses(baseline, an, device)
-        growth = {dc.device: dc for dc in cmp.devices}
-        notes += [f"device {d} has no data in the baseline: its growth is not checked" for d in cmp.only_b]
+        if not baseline.devices:
+            raise SnapshotError("no allocations recorded (an empty snapshot): no baseline to grow from",
+                                baseline.snapshot.path)
+        if any(d in baseline.devices for d in devices):
+            growth = {dc.device: dc for dc in compare_analyses(baseline, an, device).devices}
+        notes += [f"device {d} has data in the baseline only: nothing of it to check"
+                  for d in sorted(baseline.devices) if d not in an.devices and device is None]
     stacks = Stacks(an)
     for dev in devices:
         peak = an.devices[dev].peak.bytes
@@ -147,7 +154,15 @@ def check(an: Analysis, max_peak: int | None = None, baseline: Analysis | None =
                 line += f", {fmt_bytes(peak - max_peak)} over" + _what(cats, sites, dc is not None)
             limits.append(LimitResult("max_peak", dev, float(max_peak), float(peak), ok, peak,
                                       dc.a.peak.bytes if dc is not None else None, cats, sites, dc is not None, line))
-        if dc is not None:
+        if baseline is not None and dc is None:
+            limit = 0.0 if max_growth is None else max_growth
+            cats, sites = _at_peak(an, dev, stacks)
+            line = (f"FAIL --max-growth {limit:g}%: device {dev} peak {fmt_bytes(peak)} has no data in the baseline "
+                    f"to grow from: its growth cannot be checked (record the baseline on this device too)"
+                    + _what(cats, sites, False))
+            limits.append(LimitResult("max_growth", dev, limit, float("inf"), False, peak, None, cats, sites, False,
+                                      line))
+        elif dc is not None:
             limit = 0.0 if max_growth is None else max_growth
             base = dc.a.peak.bytes
             pct = 100.0 * dc.peak_delta / base if base else (0.0 if dc.peak_delta <= 0 else float("inf"))

@@ -3,8 +3,10 @@ Dask cluster, with the same result whichever runs it.
 
 `read_rank(path)` is the whole job for one file: open it (through its column cache), take
 its `summary` document (cached beside the columns: services/summary.py) and the device
-that document leads with (an OOM, else the highest peak), the metadata document
-`vramscope.record` writes (rank and world size, when present) and a compact envelope of
+that document leads with (an OOM, else the highest peak), the rank and world size from the
+metadata document `vramscope.record` writes (`vramscope_metadata.distributed.rank` and
+`.world_size`, read and checked by parsers/metadata.py as `vramscope.open(...).metadata`
+reads them) and a compact envelope of
 live memory over time (the highest live bytes in each of `ENVELOPE_BUCKETS` stretches of
 the run) for the overview's picture; all of it is kept between runs, a small record per
 file (rank_cache.py). It returns a small picklable `RankRead`, so it can run anywhere: `read_files` maps it over the files inline
@@ -13,11 +15,12 @@ Dask cluster (`dask_address`); progress and cancellation go through one `Progres
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
 import os
 import signal
-import time
+import threading
 import zlib
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -28,15 +31,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..parsers import Progress, SnapshotError, live_model, open_snapshot
+from ..parsers import Cancelled, Progress, RunMetadata, SnapshotError, live_model, open_snapshot
 from ..parsers.cache import cache_root
+from ..present.words import BUG_REPORT, internal_error_text
 from . import rank_cache
 from .summary import DeviceJSON, cached_summary_document
 
 ENVELOPE_BUCKETS = 1024
-METADATA_KEY = "vramscope_metadata"       # the document vramscope.record adds to a snapshot
 _AXES = ("us", "entries")
-_MAX_RANK = 1 << 31
 
 
 class RanksError(Exception):
@@ -68,13 +70,27 @@ class RankRead:
     devices: tuple[int, ...] = ()              # every device with data in the file
     summary: DeviceJSON | None = None          # `summary --json`'s document for `device`
     live: RankLive | None = None
+    internal: bool = False                     # `error` is an internal error (a bug, a worker that died), not the file's
 
 
 # -- one file --------------------------------------------------------------------------------
 def read_rank(path: str, rules_path: str | None = None, use_cache: bool = True,
               progress: Progress | None = None) -> RankRead:
-    """Read one file (any process). Bad input is returned as `error`, never raised. With
-    the cache, a file read before with the same code is not opened again (rank_cache.py)."""
+    """Read one file (any process). Bad input is returned as `error`, never raised; so is an
+    internal error (a bug of ours reading this file: `internal`, its one line asking for a
+    bug report), so that the other ranks still count (VRAMSCOPE_DEBUG=1 raises it instead).
+    With the cache, a file read before with the same code is not opened again (rank_cache.py)."""
+    try:
+        return _read_rank(path, rules_path, use_cache, progress)
+    except Cancelled:
+        raise
+    except Exception as e:  # noqa: BLE001 - one rank's bug is that rank's error
+        if os.environ.get("VRAMSCOPE_DEBUG"):
+            raise
+        return RankRead(path, error=internal_error_text(e), internal=True)
+
+
+def _read_rank(path: str, rules_path: str | None, use_cache: bool, progress: Progress | None) -> RankRead:
     key = _code_key(rules_path) if use_cache and cache_root() else None
     if key is not None:
         known = from_record(path, rank_cache.lookup(path, key))
@@ -90,7 +106,7 @@ def read_rank(path: str, rules_path: str | None = None, use_cache: bool = True,
         doc = cached_summary_document(snap, rules_path)
     except SnapshotError as e:
         return RankRead(path, error=_without_path(e))
-    rank, world = metadata_rank(snap.extra.get(METADATA_KEY))
+    rank, world = metadata_rank(snap.metadata)
     if not doc["devices"]:
         return RankRead(path, error="records no memory on any device (no trace entries, no allocator segments)",
                         meta_rank=rank, world_size=world)
@@ -148,17 +164,13 @@ def _without_path(e: SnapshotError) -> str:
     return msg[len(prefix):] if prefix and msg.startswith(prefix) else msg
 
 
-def metadata_rank(doc: Any) -> tuple[int | None, int | None]:
-    """(rank, world size) from a snapshot's metadata document, each None unless it is a
-    plain integer in range (the document is untrusted input)."""
-    if not isinstance(doc, dict):
+def metadata_rank(meta: RunMetadata | None) -> tuple[int | None, int | None]:
+    """(rank, world size) from a snapshot's checked metadata (parsers/metadata.py: the
+    recorder's `distributed` section, each a plain integer in range, the rank below the
+    world size), each None when absent or unusable."""
+    if meta is None:
         return None, None
-    rank, world = doc.get("rank"), doc.get("world_size")
-    rank = rank if type(rank) is int and 0 <= rank < _MAX_RANK else None
-    world = world if type(world) is int and 0 < world <= _MAX_RANK else None
-    if rank is not None and world is not None and rank >= world:
-        world = None                           # one of the two is wrong; the rank names the file
-    return rank, world
+    return meta.rank, meta.world_size
 
 
 def live_envelope(snap, device: int, buckets: int = ENVELOPE_BUCKETS) -> RankLive:
@@ -222,7 +234,8 @@ def default_jobs(n_files: int) -> int:
 
 
 def read_files(paths: list[str], rules_path: str | None = None, use_cache: bool = True, jobs: int = 1,
-               dask_address: str | None = None, progress: Progress | None = None) -> list[RankRead]:
+               dask_address: str | None = None, progress: Progress | None = None,
+               dask_checked: bool = False) -> list[RankRead]:
     """`read_rank` of every path, in order. Raises `Cancelled` (progress.cancel(), in any
     thread) or KeyboardInterrupt with the workers stopped, RanksError for Dask problems,
     WorkerDied when a worker process ended without an answer."""
@@ -231,7 +244,8 @@ def read_files(paths: list[str], rules_path: str | None = None, use_cache: bool 
     if not paths:
         return []
     if dask_address is not None:
-        out = _on_dask(paths, rules_path, use_cache, dask_address, progress)
+        from .rank_dask import on_dask
+        out = on_dask(paths, rules_path, use_cache, dask_address, progress, checked=dask_checked)
     elif jobs <= 1 or len(paths) == 1:
         out = [_inline(k, p, len(paths), rules_path, use_cache, progress) for k, p in enumerate(paths)]
     else:
@@ -270,9 +284,38 @@ def _inline(k: int, path: str, n: int, rules_path, use_cache, progress: Progress
     return read
 
 
+# -- worker processes --------------------------------------------------------------------------
+WORKER_DIED = ("internal error: the worker process reading it ended without an answer, twice (killed, or out of "
+               f"memory: try fewer --jobs) ({BUG_REPORT})")
+
+
 def _quiet_worker() -> None:
-    """In a worker process: Ctrl-C is the parent's to handle (it stops the workers)."""
+    """A worker's initializer: Ctrl-C is the parent's to handle (it stops the workers). The
+    worker was spawned with SIGINT blocked (`_spawning`), so it ignored Ctrl-C from its first
+    instruction on; now it ignores it for good (a Ctrl-C pending meanwhile is dropped)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@contextlib.contextmanager
+def _spawning():
+    """Around a call that may start a worker process (`submit`). SIGINT is blocked in this
+    thread, and a process inherits the mask across fork and exec: the worker starts deaf to
+    Ctrl-C (before its interpreter has even imported anything, no traceback of its own). A
+    Ctrl-C that reaches this process meanwhile is held (in the main thread; elsewhere Ctrl-C
+    is not this code's) and raised once the call returns, so no process is left half started."""
+    main = threading.current_thread() is threading.main_thread()
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum)) if main else None
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)     # a Ctrl-C still pending arrives now
+    if held:
+        raise KeyboardInterrupt
 
 
 def _ready() -> bool:
@@ -280,46 +323,90 @@ def _ready() -> bool:
     return True
 
 
+class _PoolBroke(Exception):
+    """A worker process ended without an answer: the files in flight then (each may be the
+    cause, or a victim: the pool fails them all)."""
+
+    def __init__(self, in_flight: list[int]):
+        super().__init__(in_flight)
+        self.in_flight = in_flight
+
+
 def _on_processes(paths, rules_path, use_cache, jobs: int, progress: Progress) -> list[RankRead]:
     """`jobs` processes read the files: `jobs - 1` workers from the start of the list and
-    this process from its end. A worker is given files only once it has started (an
-    interpreter and our imports: about a second on a busy machine), two at a time, so a
-    folder this process finishes alone (a cached one, where a file takes milliseconds)
-    never waits for a worker."""
+    this process from its end. When a worker dies (killed, out of memory), the files it
+    and its pool had in flight are read again at the end, each by a worker of its own: a
+    file that kills that one too is an internal error of its rank alone, and every other
+    rank still counts."""
     n = len(paths)
-    workers = min(jobs - 1, n - 1)
+    out: list[Any] = [None] * n
+    todo = deque(range(n))
+    again: list[int] = []
+    count = [0]
+    while todo:
+        try:
+            _pool_reads(paths, rules_path, use_cache, min(jobs - 1, len(todo) - 1) or 1, todo, out, count,
+                        progress, this_process=True)
+        except _PoolBroke as e:
+            again += e.in_flight
+    for k in again:                          # one at a time, in a fresh worker each
+        try:
+            _pool_reads(paths, rules_path, use_cache, 1, deque([k]), out, count, progress, this_process=False)
+        except _PoolBroke:
+            out[k] = RankRead(paths[k], error=WORKER_DIED, internal=True)
+            count[0] += 1
+    return out
+
+
+def _pool_reads(paths, rules_path, use_cache, workers: int, todo: deque, out: list, count: list,
+                progress: Progress, this_process: bool) -> None:
+    """Read the files `todo` names (indices; taken off as they start) with a fresh pool of
+    `workers` processes and, with `this_process`, this one from the end of the list. A
+    worker is given files only once it has started (an interpreter and our imports: about a
+    second on a busy machine), two at a time, so a folder this process finishes alone (a
+    cached one, where a file takes milliseconds) never waits for a worker. Raises _PoolBroke
+    with the files in flight when a worker dies, WorkerDied when one dies while starting."""
+    n = len(paths)
     # spawn: a fresh interpreter per worker, safe from a threaded parent (the viewer)
     ex = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                              initializer=_quiet_worker)
-    out: list[Any] = [None] * n
-    todo = deque(range(n))
-    finished = ready = 0
     running: dict[Future, int] = {}
+    ready = 0
     try:
-        starting = [ex.submit(_ready) for _ in range(workers)]
-        while finished < n:
+        with _spawning():
+            starting = [ex.submit(_ready) for _ in range(workers)]
+        while todo or running:
             for f in [f for f in starting if f.done()]:
                 starting.remove(f)
+                if f.exception() is not None and running:
+                    raise _PoolBroke(sorted(running.values()))      # a reading worker died: the pool with it
                 _result(f, "starting")
                 ready += 1
             while todo and len(running) < 2 * ready:
                 k = todo.popleft()
-                running[ex.submit(read_rank, paths[k], rules_path, use_cache)] = k
-            if todo:
+                with _spawning():
+                    running[ex.submit(read_rank, paths[k], rules_path, use_cache)] = k
+            if todo and this_process:
                 k = todo.pop()
                 progress.check()
-                out[k] = read_rank(paths[k], rules_path, use_cache, _Within(progress, finished, n))
-                finished += 1
-            else:
+                out[k] = read_rank(paths[k], rules_path, use_cache, _Within(progress, count[0], n))
+                count[0] += 1
+            elif running or starting:
                 wait(list(running) + starting, timeout=0.1, return_when=FIRST_COMPLETED)
+            broke = False
             for f in [f for f in running if f.done()]:
-                k = running.pop(f)
-                out[k] = _result(f, f"reading {paths[k]}")
-                finished += 1
-            progress.update(finished * progress.total / n)
+                try:
+                    out[running[f]] = f.result()
+                except BrokenProcessPool:
+                    broke = True                 # the answers that came before it are kept
+                    continue
+                del running[f]
+                count[0] += 1
+            if broke:
+                raise _PoolBroke(sorted(running.values()))
+            progress.update(count[0] * progress.total / n)
     finally:
         _stop(ex)          # done: the workers hold nothing (one may still be starting: no need to wait)
-    return out
 
 
 def _result(f: Future, doing: str) -> Any:
@@ -357,34 +444,5 @@ def _stop(ex: ProcessPoolExecutor) -> None:
             wakeups.pop(manager, None)
 
 
-def _on_dask(paths, rules_path, use_cache, address: str, progress: Progress) -> list[RankRead]:
-    try:
-        from distributed import Client
-    except ImportError:
-        raise RanksError("--dask needs dask.distributed: pip install 'vramscope[dask]'") from None
-    try:
-        client = Client(address, timeout=10, set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as e:
-        raise RanksError(f"cannot reach the Dask scheduler at {address}: {' '.join(str(e).split())}") from None
-    futures: list = []
-    try:
-        # each file is a task of its own (pure=False: read it again if asked again)
-        futures = client.map(read_rank, paths, rules_path=rules_path, use_cache=use_cache, pure=False)
-        pending = set(range(len(futures)))
-        while pending:
-            done = {k for k in pending if futures[k].done()}
-            pending -= done
-            progress.update((len(paths) - len(pending)) * progress.total / len(paths))
-            if pending and not done:
-                time.sleep(0.05)
-        return client.gather(futures)
-    except BaseException:
-        if futures:
-            client.cancel(futures)
-        raise
-    finally:
-        client.close()
-
-
 __all__ = ["RankLive", "RankRead", "RanksError", "WorkerDied", "read_rank", "read_files", "live_envelope",
-           "metadata_rank", "default_jobs", "ENVELOPE_BUCKETS", "METADATA_KEY"]
+           "metadata_rank", "default_jobs", "ENVELOPE_BUCKETS"]

@@ -9,6 +9,11 @@ sorted order of the files, which is a guess and said so) and compares them: the 
 spread, the outliers, the first rank to run out of memory. Each rank's figures are its
 own `summary` document's, never derived again.
 
+torchft's replica groups (`replica_{i}/` folders) each number their ranks from 0: a rank
+there is (replica group i, rank r within it), numbered in the job as i x G + r, G the
+group's size (the metadata's world size where the files agree, else the most ranks any
+group names), so that every rank has one number; `replica` and `replica_rank` keep the two.
+
 Outliers are ranks whose peak is further from the median peak than both `OUTLIER_MADS`
 median absolute deviations (a robust 3.5 sigma: Iglewicz and Hoaglin's modified z-score
 above 3.5) and `OUTLIER_SHARE` of the median (so that ranks that agree to the byte do
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import os
 import statistics
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -52,6 +58,8 @@ class Rank:
     devices: tuple[int, ...]             # every device with data in the file
     summary: DeviceJSON
     live: RankLive
+    replica: int | None = None           # torchft's replica group (`replica_{i}/`), or None
+    replica_rank: int | None = None      # the rank within that group (what its process calls its rank)
 
     @property
     def peak_bytes(self) -> int:
@@ -97,6 +105,7 @@ class RanksResult:
     not_snapshots: tuple[NotRead, ...]
     skipped: tuple[Skipped, ...]
     overview: Overview
+    internal_errors: tuple[NotRead, ...] = ()   # files whose reading failed by our fault (a bug, a worker killed)
 
     def rank(self, number: int) -> Rank | None:
         return next((r for r in self.ranks if r.rank == number), None)
@@ -120,44 +129,67 @@ def read_ranks(folder: str, rules_path: str | None = None, use_cache: bool = Tru
     if not os.path.isdir(folder):
         raise RanksError(f"{folder}: " + ("is a file, not a folder (for one snapshot: vramscope summary FILE)"
                                           if os.path.exists(folder) else "no such folder"))
+    if dask_address is not None:             # a bad address fails before any work (rank_dask.py)
+        from .rank_dask import usable
+        dask_address = usable(dask_address)
     files, problems = find_files(folder)
     kept, skipped = choose(files)
     jobs = default_jobs(len(kept)) if jobs is None else jobs
-    reads = read_files([f.path for f in kept], rules_path, use_cache, jobs, dask_address, progress)
+    reads = read_files([f.path for f in kept], rules_path, use_cache, jobs, dask_address, progress,
+                       dask_checked=dask_address is not None)
     return assemble(folder, kept, reads, skipped, [NotRead(p, e) for p, e in problems])
 
 
 def assemble(folder: str, files: list[RankFile], reads: list[RankRead], skipped: list[Skipped],
              not_read: list[NotRead]) -> RanksResult:
     """The ranks from what each file gave (in `files`' order, one read per file)."""
-    bad = list(not_read) + [NotRead(rd.path, rd.error) for rd in reads if rd.error is not None]
+    bad = list(not_read) + [NotRead(rd.path, rd.error) for rd in reads if rd.error is not None and not rd.internal]
+    internal = tuple(NotRead(rd.path, rd.error) for rd in reads if rd.error is not None and rd.internal)
     good = [(f, rd) for f, rd in zip(files, reads) if rd.error is None and rd.summary is not None and rd.live]
-    # a rank named twice (the metadata may disagree with a name): the preferred file stands for it
+    worlds = {rd.world_size for _, rd in good if rd.world_size is not None}
+    world = worlds.pop() if len(worlds) == 1 else None
+    # each file's number within its replica group (the metadata's, else its name's) and the
+    # group's size, so that (group, rank) is one rank of the job
+    named_in_group = [(f, rd, *((rd.meta_rank, "metadata") if rd.meta_rank is not None else (f.rank, "file name")))
+                      for f, rd in good]
+    replicas = sorted({f.replica for f, _ in good if f.replica is not None})
+    per_group = Counter(f.replica for f, _ in good)
+    size = max([world or 0, max((n + 1 for *_, n, _ in named_in_group if n is not None), default=0),
+                *per_group.values()])
+
+    def offset(replica: int | None) -> int:
+        if not replicas:
+            return 0
+        return size * (replica if replica is not None else replicas[-1] + 1)
+
     named: dict[int, tuple[RankFile, RankRead, str]] = {}
     unnamed: list[tuple[RankFile, RankRead]] = []
     skipped = list(skipped)
-    for f, rd in good:
-        number, source = (rd.meta_rank, "metadata") if rd.meta_rank is not None else (f.rank, "file name")
-        if number is None:
+    for f, rd, group_rank, source in named_in_group:
+        if group_rank is None:
             unnamed.append((f, rd))
             continue
+        number = offset(f.replica) + group_rank
         old = named.get(number)
+        # a rank named twice (the metadata may disagree with a name): the preferred file stands for it
         if old is not None and preference(old[0]) >= preference(f):
             skipped.append(Skipped(f.path, number, why_not(f, old[0])))
             continue
         if old is not None:
             skipped.append(Skipped(old[0].path, number, why_not(old[0], f)))
         named[number] = (f, rd, source)
-    free = (k for k in range(len(good) + len(named) + 1) if k not in named)
-    for (f, rd), number in zip(unnamed, free):
+    for f, rd in unnamed:                # the first free number of its group, in path order
+        number = offset(f.replica)
+        while number in named:
+            number += 1
         named[number] = (f, rd, "order")
     ranks = tuple(Rank(number, source, f.path, f.relative, f.step, f.exit_dump, rd.device or 0, rd.devices,
-                       rd.summary, rd.live)              # type: ignore[arg-type]
+                       rd.summary, rd.live,                      # type: ignore[arg-type]
+                       f.replica if replicas else None, number - offset(f.replica) if replicas else None)
                   for number, (f, rd, source) in sorted(named.items()))
-    worlds = {rd.world_size for _, rd in good if rd.world_size is not None}
-    world = worlds.pop() if len(worlds) == 1 else None
+    job_world = None if world is None else world * (len(replicas) if replicas else 1)
     return RanksResult(folder, ranks, tuple(bad), tuple(sorted(skipped, key=lambda s: s.path)),
-                       overview(ranks, world))
+                       overview(ranks, job_world), internal)
 
 
 def outliers(peaks: dict[int, int]) -> tuple[int, ...]:
@@ -197,6 +229,8 @@ class PeakBriefJSON(TypedDict):
 class RankJSON(TypedDict):
     rank: int
     rank_source: str
+    replica: int | None
+    replica_rank: int | None
     file: str
     device: int
     peak: PeakBriefJSON
@@ -222,6 +256,7 @@ class RanksJSON(TypedDict):
     overview: OverviewJSON
     not_snapshots: list[dict[str, str]]
     skipped: list[dict[str, Any]]
+    internal_errors: list[dict[str, str]]
 
 
 def ranks_document(res: RanksResult) -> RanksJSON:
@@ -231,7 +266,8 @@ def ranks_document(res: RanksResult) -> RanksJSON:
     ranks: list[RankJSON] = []
     for r in res.ranks:
         s = r.summary
-        ranks.append({"rank": r.rank, "rank_source": r.rank_source, "file": r.file, "device": r.device,
+        ranks.append({"rank": r.rank, "rank_source": r.rank_source, "replica": r.replica,
+                      "replica_rank": r.replica_rank, "file": r.file, "device": r.device,
                       "peak": {"bytes": s["peak"]["bytes"], "type": s["peak"]["type"],
                                "by_category": s["peak"]["by_category"]},
                       "reserved_peak_bytes": s["reserved_peak_bytes"], "ooms": s["ooms"],
@@ -243,7 +279,8 @@ def ranks_document(res: RanksResult) -> RanksJSON:
                          "first_oom": None if fo is None else {"rank": fo.rank, "file": fo.file,
                                                                "time_us": fo.time_us}},
             "not_snapshots": [{"file": n.file, "error": n.error} for n in res.not_snapshots],
-            "skipped": [{"file": s.path, "rank": s.rank, "reason": s.reason} for s in res.skipped]}
+            "skipped": [{"file": s.path, "rank": s.rank, "reason": s.reason} for s in res.skipped],
+            "internal_errors": [{"file": n.file, "error": n.error} for n in res.internal_errors]}
 
 
 # -- the text ----------------------------------------------------------------------------------
@@ -273,6 +310,8 @@ def rank_notes(res: RanksResult, r: Rank) -> list[str]:
     if r.rank in ov.outliers:
         d = (r.peak_bytes - ov.peak_median) / ov.peak_median if ov.peak_median > 0 else 0.0
         notes.append(f"outlier ({d:+.1%})")
+    if r.replica is not None:
+        notes.append(f"replica {r.replica} rank {r.replica_rank}")
     if r.rank_source == "order":
         notes.append("rank guessed")
     if r.exit_dump:
@@ -320,8 +359,11 @@ def run_start_us(res: RanksResult) -> int | None:
 def ranks_text(res: RanksResult) -> str:
     """The command line's text: one row per rank, then the overview."""
     ov = res.overview
+    groups = sorted({r.replica for r in res.ranks if r.replica is not None})
     out = [f"{res.folder}: {ov.ranks} rank{'s' if ov.ranks != 1 else ''}" + (
-        f" of {ov.world_size}" if ov.world_size is not None else "")]
+        f" of {ov.world_size}" if ov.world_size is not None else "") + (
+        f" in {len(groups)} replica group{'s' if len(groups) != 1 else ''} ({', '.join(map(str, groups))})"
+        if groups else "")]
     rows = [("rank", "peak", "peak type", "top at the peak", "reserved", "OOMs", "leaks", "")]
     for r in res.ranks:
         s = r.summary
@@ -362,6 +404,9 @@ def ranks_text(res: RanksResult) -> str:
                    "failure is read, else its latest step (`--json` lists them)")
     for n in res.not_snapshots:
         out.append(f"not read: {n.file}: {n.error}")
+    if res.internal_errors:          # each on stderr (the command line's error lines)
+        out.append(f"{len(res.internal_errors)} file{'s' if len(res.internal_errors) != 1 else ''} not read by an "
+                   "internal error (on stderr; `--json`: internal_errors)")
     return "\n".join(out)
 
 
