@@ -276,7 +276,7 @@ def _forward_passes(da) -> list[tuple[int, int]]:
     return [(s, e) for s, e, name in da.phase_ranges() if name == "forward"]
 
 
-def _calls(paths, rows_stack, depth, node_path, tiny=None) -> list:
+def _calls(paths, rows_stack, depth, node_path, tiny=None, group=None) -> list:
     """Split the rows (in allocation order; their stacks in `rows_stack`) that run under the
     node at `depth` (prefix `node_path`) into calls: arrays of positions into the rows. A
     call ends where a row outside the node comes between, the call's signature changes or
@@ -297,6 +297,8 @@ def _calls(paths, rows_stack, depth, node_path, tiny=None) -> list:
         if not len(pos_k):
             return []
         sig, site, line = sig_u[inv][idx[pos_k]], site_u[inv][idx[pos_k]], line_u[inv][idx[pos_k]]
+        if group is not None:           # another forward pass is another call
+            sig = sig * (int(group.max()) + 1) + group[idx[pos_k]]
         starts = _call_starts(pos_k, sig, line)
         sites = site[starts]
         main = np.bincount(sites).argmax()
@@ -306,6 +308,8 @@ def _calls(paths, rows_stack, depth, node_path, tiny=None) -> list:
     if not len(pos):
         return []
     sig, site, line = sig_u[inv][pos], site_u[inv][pos], line_u[inv][pos]
+    if group is not None:
+        sig = sig * (int(group.max()) + 1) + group[pos]
     starts = _call_starts(pos, sig, line)
     sites = site[starts]
     main = np.bincount(sites).argmax()
@@ -496,15 +500,18 @@ def _build(da) -> Structure:
 
     if found is not None:
         depth, node_path = found
-        counts = []
-        for p, rows in enumerate(pass_rows):
-            if not len(rows):
-                continue
-            cl = _calls(paths, stacks[rows], depth, node_path, size[rows] <= TINY)
-            counts.append(len(cl))
-            for k, c in enumerate(cl):
-                r = rows[c]
-                calls.append(BlockCall(k, p, int(ai[r[0]]), int(ai[r[-1]]), end_of(int(ai[r[-1]])), r))
+        # every pass at once (the stacks' paths looked up once, not once per pass), a pass's calls apart
+        lens = np.array([len(r) for r in pass_rows], dtype=np.int64)
+        all_rows = np.concatenate(pass_rows) if len(pass_rows) else np.zeros(0, dtype=np.int64)
+        group = np.repeat(np.arange(len(pass_rows), dtype=np.int64), lens)
+        per_pass = np.zeros(len(pass_rows), dtype=np.int64)
+        for c in (_calls(paths, stacks[all_rows], depth, node_path, size[all_rows] <= TINY, group)
+                  if len(all_rows) else []):
+            p = int(group[c[0]])
+            r = all_rows[c]
+            calls.append(BlockCall(int(per_pass[p]), p, int(ai[r[0]]), int(ai[r[-1]]), end_of(int(ai[r[-1]])), r))
+            per_pass[p] += 1
+        counts = per_pass[lens > 0].tolist()
         name, frame = _block_name(paths, node_path)
         count = int(np.bincount(counts).argmax()) if counts else 0
         recomputes = _recompute_windows(da, paths, _block_function(paths, stacks, calls, node_path), ai, stacks,
