@@ -213,7 +213,12 @@ def _grab(pw, app):
     the same PNG on a HiDPI display as offscreen."""
     pw.setAttribute(QtCore.Qt.WidgetAttribute.WA_DontShowOnScreen, True)
     pw.show()
-    app.processEvents()
+    # lay the plot out (its pending layout requests, nothing else): never the whole event
+    # loop, which Export Report runs this from (a slot on the GUI thread) and where a
+    # progress report or a deferred delete must not run in the middle of it (issue 33)
+    for _ in range(4):
+        QtCore.QCoreApplication.sendPostedEvents(None, QtCore.QEvent.Type.LayoutRequest)
+        pw.ci.layout.activate()
     img = QtGui.QImage(pw.size(), QtGui.QImage.Format.Format_RGB32)
     img.setDevicePixelRatio(1.0)
     img.fill(QtGui.QColor("white"))

@@ -227,7 +227,7 @@ class CompareTotals(QWidget):
     def _schedule(self, *args):
         if not self._pending:
             self._pending = True
-            QTimer.singleShot(0, self.refresh)
+            QTimer.singleShot(0, self, self.refresh)
 
     def refresh(self):
         """Both envelopes for the view, one column per device pixel."""

@@ -616,7 +616,7 @@ class TimelineWidget(QWidget):
     def _schedule_refresh(self, *args):
         if not self._refresh_pending:
             self._refresh_pending = True
-            QTimer.singleShot(0, self.refresh_now)
+            QTimer.singleShot(0, self, self.refresh_now)
 
     def buckets(self) -> int:
         """One bucket per device pixel of the plot area (the bands tile it exactly)."""

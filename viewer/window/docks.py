@@ -220,7 +220,7 @@ class Docks(QObject):
             # Qt leaves the tab bar of a group of tabbed docks on screen when they all hide
             # (and shows it again when it lays the window out after the hide)
             self._hide_tabs()
-            QTimer.singleShot(0, self._hide_tabs)
+            QTimer.singleShot(0, self, self._hide_tabs)
         elif on and self._hidden_with_data is not None:
             for k in self._hidden_with_data:
                 self.docks[k].show()

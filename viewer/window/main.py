@@ -167,14 +167,14 @@ class MainWindow(QMainWindow):
         self.allocator_panel.said.connect(lambda text: self.statusBar().showMessage(text, 6000))
         self.allocator_panel.rowClicked.connect(lambda r: self.select_row(r, source="allocator"))
         self.docks["allocator"].visibilityChanged.connect(
-            lambda on: on and QTimer.singleShot(0, self._allocator_if_shown))
+            lambda on: on and QTimer.singleShot(0, self, self._allocator_if_shown))
         self.memtree_panel.allocationsChosen.connect(self._show_tree_rows)
         self.memtree_panel.peakRequested.connect(self.jump_to_peak)
         self.docks["memtree"].visibilityChanged.connect(
-            lambda on: on and QTimer.singleShot(0, self._memtree_if_shown))
+            lambda on: on and QTimer.singleShot(0, self, self._memtree_if_shown))
         # after the event loop turn: the panels shown again after a load pass through
         # "visible" on their way behind the table's tab, and must not build the model then
-        self.docks["whatif"].visibilityChanged.connect(lambda on: on and QTimer.singleShot(0, self._whatif_if_shown))
+        self.docks["whatif"].visibilityChanged.connect(lambda on: on and QTimer.singleShot(0, self, self._whatif_if_shown))
         self.whatif_panel.changed.connect(self._on_whatif)
         self.mode_before_whatif: str | None = None        # the view mode the what-if drawing replaced
         self.compare_panel.swapRequested.connect(self.compare.swap)
@@ -315,7 +315,7 @@ class MainWindow(QMainWindow):
 
     def changeEvent(self, ev):
         if ev.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
-            QTimer.singleShot(0, self.apply_theme)
+            QTimer.singleShot(0, self, self.apply_theme)
         super().changeEvent(ev)
 
     def dragEnterEvent(self, ev):
@@ -621,9 +621,9 @@ class MainWindow(QMainWindow):
         self.memtree_panel.set_data(d)
         self.whatif_panel.set_data(d)
         if d is not None:
-            QTimer.singleShot(0, self._whatif_if_shown)
-            QTimer.singleShot(0, self._allocator_if_shown)      # a panel on screen shows the new file
-            QTimer.singleShot(0, self._memtree_if_shown)
+            QTimer.singleShot(0, self, self._whatif_if_shown)
+            QTimer.singleShot(0, self, self._allocator_if_shown)      # a panel on screen shows the new file
+            QTimer.singleShot(0, self, self._memtree_if_shown)
             self.stack.setCurrentIndex(PAGE_TIMELINE)
         else:
             self.empty_msg.setText(
