@@ -111,3 +111,26 @@ def window(qt):
     (viewer_helpers.new_window); a test file may define its own."""
     from viewer_helpers import new_window
     return new_window(qt)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """VRAMSCOPE_TEST_SHUFFLE=SEED runs the tests in a shuffled order (the modules in a
+    random order, and the tests within each module): a test that passes only after another
+    one, or fails after one, shows. Modules stay whole, as pytest-randomly keeps them, so
+    a module's fixtures are set up once."""
+    seed = os.environ.get("VRAMSCOPE_TEST_SHUFFLE")
+    if not seed:
+        return
+    import random
+    rng = random.Random(seed)
+    modules: dict[str, list] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+    order = list(modules)
+    rng.shuffle(order)
+    items[:] = [it for name in order for it in rng.sample(modules[name], len(modules[name]))]
+
+
+def pytest_report_header(config):
+    seed = os.environ.get("VRAMSCOPE_TEST_SHUFFLE")
+    return f"vramscope: tests shuffled with seed {seed!r}" if seed else None
