@@ -59,8 +59,9 @@ def test_shrinking_to_1024x700_keeps_the_plot_and_the_table_gets_the_rest(qt, mo
 @pytest.mark.parametrize("size", [(1024, 700), (790, 700)], ids=["wider-than-the-screen", "fits-the-screen"])
 def test_a_layout_that_starves_the_plot_is_never_restored(qt, tmp_path, monkeypatch, size):
     """Settings written by a window whose panels left the plot 10-odd pixels (the table
-    dragged up to the toolbar): the next window's plot has 200 pixels at 700 high, and a
-    geometry that does not fit the screen (offscreen: 800x800) is not restored."""
+    dragged up to the toolbar): the next window's plot has 200 pixels at 700 high. (A
+    geometry that does not fit the screen is not restored: test_viewer_screen_fit.py, on
+    screens of 1024x700 and 800x500.)"""
     from vramscope.viewer.app import make_app
     from vramscope.viewer.window import MainWindow
     from vramscope.viewer.window.docks import Docks

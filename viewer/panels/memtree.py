@@ -198,6 +198,7 @@ class MemoryTreePanel(QWidget):
         self._search_timer.timeout.connect(self.run_search)
         self.model = TreeModel(self)
         self.view = QTreeView(self)
+        self.view.setMinimumHeight(3 * (self.fontMetrics().height() + 6))     # gives way in a short window
         self.view.setModel(self.model)
         self.view.setUniformRowHeights(True)
         self.view.setAlternatingRowColors(True)

@@ -279,6 +279,8 @@ class AllocationsPanel(QWidget):
         self.chip.hide()
 
         self.table = QTableView(self)
+        # a short window keeps the plot's room: the table gives way down to a few rows
+        self.table.setMinimumHeight(3 * (self.fontMetrics().height() + 6))
         self.table.setModel(self.model)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)

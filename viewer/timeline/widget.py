@@ -71,6 +71,8 @@ class TimelineWidget(QWidget):
     segmentClicked = Signal(int, int)          # segment (DeviceData.segments), entry
 
     ITER_PEAK_PX = 16             # at most one iteration-peak marker per this many pixels
+    OVERVIEW_HEIGHT = 52          # the overview strip's height; COMPACT_OVERVIEW in a short window
+    COMPACT_OVERVIEW = 26
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -182,7 +184,7 @@ class TimelineWidget(QWidget):
 
         # the overview strip: the whole run, with the main view as a draggable region
         self.overview = pg.PlotWidget()
-        self.overview.setFixedHeight(52)
+        self.overview.setFixedHeight(self.OVERVIEW_HEIGHT)
         opi = self.overview.getPlotItem()
         opi.hideButtons()
         opi.setMenuEnabled(False)
@@ -225,6 +227,13 @@ class TimelineWidget(QWidget):
         self.plot.scene().sigMouseMoved.connect(self.pointer.on_mouse_moved)
         self._syncing_region = False
         self.apply_theme(self.theme)
+
+    def set_compact(self, compact: bool):
+        """A short window (800x500) gives the plot the pixels: the overview strip thinner,
+        never taller than the plot."""
+        h = self.COMPACT_OVERVIEW if compact else self.OVERVIEW_HEIGHT
+        if self.overview.height() != h or self.overview.minimumHeight() != h:
+            self.overview.setFixedHeight(h)
 
     # -- theme ---------------------------------------------------------------------------
     def apply_theme(self, theme: Theme):

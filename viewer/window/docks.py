@@ -11,21 +11,29 @@ from PySide6.QtWidgets import QApplication, QDockWidget, QFrame, QMainWindow, QS
 RIGHT, BOTTOM = Qt.DockWidgetArea.RightDockWidgetArea, Qt.DockWidgetArea.BottomDockWidgetArea
 NARROW = 960        # below this width the right column's panels join the tabs under the timeline
 PLOT_MIN = 200      # the plot's height the panels leave it, whenever the window is this tall...
-PLOT_ROOM_FROM = 640    # ...(from here; a smaller window gives it PLOT_FLOOR at least)
+PLOT_ROOM_FROM = 460    # ...(from here: an 800x500 screen's window too; a smaller one gives it PLOT_FLOOR)
 PLOT_FLOOR = 120
+COMPACT_BELOW = 640     # a window shorter than this draws the overview strip thinner (timeline.set_compact)
 RIGHT_COLUMN = ("findings", "selection", "moment")
-SCROLLED = ("moment",)   # tall panels that scroll rather than hold a small window tall
+# Panels that scroll rather than hold a small window tall: a tab group is as tall as its
+# tallest minimum, so one panel's 161 pixels (the Allocator's) left the plot 159 at 800x500.
+# The table and the memory tree scroll by themselves.
+SCROLLED = ("moment", "selection", "findings", "annotations", "allocator", "whatif", "compare")
+NARROWS = ("moment", "selection", "findings")   # these also wrap to any width (no sideways scrolling)
 
 
-def scrolled(panel: QWidget) -> QScrollArea:
+def scrolled(panel: QWidget, sideways: bool = False) -> QScrollArea:
     """The panel in a frameless scroll area: the dock's height no longer has the panel's
-    minimum (the moment panel's 370 pixels kept a window from 500 pixels)."""
+    minimum (the moment panel's 370 pixels kept a window from 500 pixels); `sideways`: it
+    scrolls sideways too when the dock is narrower than the panel can be."""
     area = QScrollArea()
     area.setObjectName(f"scroll_{panel.objectName() or type(panel).__name__}")
     area.setWidgetResizable(True)
     area.setFrameShape(QFrame.Shape.NoFrame)
-    area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded if sideways
+                                      else Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
     area.setWidget(panel)
+    area.setFocusPolicy(Qt.FocusPolicy.NoFocus)      # the panel takes the keyboard, not its frame
     area.setMinimumHeight(60)
     return area
 
@@ -40,6 +48,9 @@ def first_focusable(panel: QWidget) -> QWidget | None:
     """The widget of a panel that takes the keyboard: the panel itself when it does (the
     Allocator), else its first shown child that accepts focus by Tab, skipping buttons (the
     table over its filter buttons, the notes' list over their toolbar)."""
+    if isinstance(panel, QScrollArea) and panel.widget() is not None:
+        panel = panel.widget()                 # a panel scrolled in its dock (`scrolled`)
+
     def takes_tab(w: QWidget) -> bool:
         return bool(w.focusPolicy() & Qt.FocusPolicy.TabFocus) and w.isVisibleTo(panel) and w.isEnabled()
     if takes_tab(panel):
@@ -64,7 +75,7 @@ class Docks(QObject):
         for key, title, area in DOCKS:
             dock = QDockWidget(title, window)
             dock.setObjectName(f"dock_{key}")
-            dock.setWidget(scrolled(panels[key]) if key in SCROLLED else panels[key])
+            dock.setWidget(scrolled(panels[key], key not in NARROWS) if key in SCROLLED else panels[key])
             window.addDockWidget(area, dock)
             self.docks[key] = dock
             dock.visibilityChanged.connect(lambda on, k=key: self._on_visible(k, on))
@@ -161,10 +172,10 @@ class Docks(QObject):
         lack = self.plot_room() - plot.height()
         if lack <= 0:
             return
-        below = [dock for dock in self.docks.values()
-                 if dock.isVisible() and not dock.isFloating() and w.dockWidgetArea(dock) == BOTTOM]
+        below = [dock for k, dock in self.docks.items()
+                 if self.shown(k) and not dock.isFloating() and w.dockWidgetArea(dock) == BOTTOM]
         if below:
-            dock = below[0]
+            dock = below[0]             # (the tab in front: resizing a tab behind it may do nothing)
             w.resizeDocks([dock], [max(dock.minimumSizeHint().height(), dock.height() - lack)],
                           Qt.Orientation.Vertical)
 
@@ -209,6 +220,35 @@ class Docks(QObject):
         """Bring a panel forward (its dock shown, its tab raised)."""
         self.docks[key].show()
         self.docks[key].raise_()
+
+    def toggle(self, key: str) -> bool:
+        """A panel's shortcut (Ctrl+1…9): a panel closed or tabbed behind another comes to
+        the front with the keyboard; one in front is closed. True: it is shown now. (Qt's
+        toggleViewAction hid a panel tabbed behind Allocator, and a second press put it
+        back behind.)"""
+        dock = self.docks[key]
+        if self.shown(key) and not dock.isHidden():
+            dock.hide()
+            return False
+        self.show(key)
+        self.focus(key)
+        return True
+
+    def focus(self, key: str):
+        """Give a panel the keyboard (after its tab is raised: on the next turn of the loop)."""
+        QTimer.singleShot(0, self, lambda: self._give_focus(key))
+
+    def _give_focus(self, key: str):
+        dock = self.docks.get(key)
+        if dock is None or not dock.isVisible():
+            return
+        target = first_focusable(dock.widget())
+        if target is not None:
+            target.setFocus(Qt.FocusReason.ShortcutFocusReason)
+
+    def in_front(self) -> list[str]:
+        """The panels on screen (a tab in front, or alone), in the View menu's order."""
+        return [k for k in self.docks if self.shown(k)]
 
     def show_with_data(self, on: bool):
         """The panels only with something to show (the welcome and empty pages stand alone);

@@ -16,8 +16,10 @@ import os
 from PySide6.QtCore import QEvent, QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
+    QApplication,
     QComboBox,
     QLabel,
+    QLineEdit,
     QMainWindow,
     QMessageBox,
     QPushButton,
@@ -49,11 +51,13 @@ from ..theme import Theme
 from ..timeline import TimelineWidget
 from ..ranks_part import RanksPart
 from .compare import Compare
-from .dialogs import FileDialogSizer
-from .docks import DOCKS, Docks
+from .dialogs import TextDialog
+from .docks import COMPACT_BELOW, DOCKS, Docks, first_focusable
+from .keys import PanelRing, help_rows, scope_keys
 from .exports import Exports
 from .loading import Loading, error_box
 from .notes import Notes
+from .screen_fit import DialogFitter, ScreenFit, fit, fits
 from .status_bar import StatusBar
 
 PAGE_WELCOME, PAGE_TIMELINE, PAGE_EMPTY = range(3)
@@ -65,27 +69,18 @@ MOUSE_HINTS = (
     "Wheel: zoom · Shift+drag: pan · F1: keys",
     "F1: keys",
 )
-SHORTCUTS = (("Ctrl+O", "open a snapshot"), ("Ctrl+Shift+O", "open a folder of per-rank snapshots"), ("F5", "reload"), ("Ctrl+E", "save the window as PNG"),
-             ("Ctrl+Shift+E", "export a report (Markdown, PNG, JSON)"),
-             ("+ / -", "zoom in / out"), ("Home, Ctrl+0", "show the whole run"),
-             ("← / →", "pan (timeline focused)"), ("wheel", "zoom time around the cursor"),
-             ("drag", "zoom into a box"), ("Shift+drag, middle-drag", "pan"),
-             ("Ctrl+drag", "mark a time range"),
-             ("click", "select the allocation under the cursor"), ("P", "jump to the peak"),
-             ("N / Shift+N", "next / previous finding"), ("Esc", "clear the selection and the marked range"),
-             ("A", "annotate the marked (else the visible) range"), ("Shift+P", "annotate the peak"),
-             ("Shift+A", "annotate the selected allocation"),
-             ("F2 / Del", "edit / delete the note chosen in Annotations"),
-             ("Ctrl+Z / Ctrl+Shift+Z", "undo / redo a change to the notes"),
-             ("Ctrl+F", "search the stacks (file, function, file.py:line)"),
-             ("C / L / S", "stack by category / allocation / segment"),
-             ("T", "seconds or trace entries on the x axis"),
-             ("← / → in Allocator", "step one entry (Ctrl: to the previous / next segment event)"),
-             ("Page Up / Down in Allocator", "100 entries back / on"),
-             ("↑ / ↓ in the event list", "the previous / next event (the map and the cursor follow)"),
-             ("Memory tree", "click the timeline: what holds the memory there; Return in its search: "
-                             "the next match; double-click: the allocations"),
-             ("Ctrl+Return", "save a note"), ("Ctrl+1…9", "show / hide panels"))
+# F1 lists every action's keys (keys.help_rows), then these: the mouse, and the keys that
+# belong to one panel (each a real binding: tests/test_viewer_keyboard.py presses them)
+EXTRA_KEYS = (("Left / Right", "pan (timeline focused)"), ("Tab / Shift+Tab", "the next / previous panel"),
+              ("wheel", "zoom time around the cursor"), ("drag", "zoom into a box"),
+              ("Shift+drag, middle-drag", "pan"), ("Ctrl+drag", "mark a time range"),
+              ("click", "select the allocation under the cursor"),
+              ("← / → in Allocator", "step one entry (Ctrl: to the previous / next segment event)"),
+              ("Page Up / Down in Allocator", "100 entries back / on"),
+              ("↑ / ↓ in the event list", "the previous / next event (the map and the cursor follow)"),
+              ("Memory tree", "click the timeline: what holds the memory there; Return in its search: "
+                              "the next match; double-click: the allocations"),
+              ("Ctrl+Return in a note", "save the note"))
 
 
 class MainWindow(QMainWindow):
@@ -139,9 +134,11 @@ class MainWindow(QMainWindow):
             "memtree": self.memtree_panel, "whatif": self.whatif_panel, "compare": self.compare_panel})
         self.docks = self.dock_layout.docks
 
-        # every file dialog wide enough, its sizes and dates whole (dialogs.py)
-        self.file_dialogs = FileDialogSizer(self)
-        self.file_dialogs.install()
+        # the window and every dialog inside the screen; file dialogs wide enough, their sizes
+        # and dates whole (screen_fit.py)
+        self.screen_fit = ScreenFit(self)
+        self.dialog_fit = DialogFitter(self)
+        self.dialog_fit.install()
 
         # the parts
         self.loading = Loading(self)
@@ -184,13 +181,16 @@ class MainWindow(QMainWindow):
         self._build_actions()
         self._build_status()
         self.apply_theme()
-        self.resize(1400, 900)
+        lay = self.layout()
+        if lay is not None:
+            lay.activate()            # the minimum size now (the docks' first arrangement left 1531 pixels)
+        self.resize(self.screen_fit.first_size())      # 1400x900, or the screen's available area
         self.default_layout()
         self._restore_panels()
         self.dock_layout.show_with_data(False)          # the welcome page alone
-        lay = self.layout()
         if lay is not None:
             lay.activate()                              # the minimum size without the panels...
+        self.resize(self.screen_fit.first_size())
         self._restore_geometry()                        # ...does not hold a restored window wide (1187 pixels)
 
     def _restore_panels(self):
@@ -208,11 +208,9 @@ class MainWindow(QMainWindow):
         geo = self.settings.value("window/geometry") if self.settings is not None else None
         if geo is None or not self.restoreGeometry(geo):
             return
-        screen, g = self.screen().availableGeometry(), self.frameGeometry()
-        if g.width() > screen.width() or g.height() > screen.height():
-            self.resize(min(1400, screen.width() - (g.width() - self.width())),
-                        min(900, screen.height() - (g.height() - self.height())))
-            self.move(screen.topLeft())
+        self.screen_fit.restored()
+        if not fits(self):
+            fit(self, self.screen_fit.first_size())
 
     # -- pages ------------------------------------------------------------------------------
     def _timeline_page(self) -> QWidget:
@@ -307,6 +305,7 @@ class MainWindow(QMainWindow):
     # -- window events -------------------------------------------------------------------------
     def resizeEvent(self, ev):
         super().resizeEvent(ev)
+        self.timeline.set_compact(self.height() < COMPACT_BELOW)
         # a hint on show stays whole: its shorter wording when the window narrows
         shown = self.statusBar().currentMessage()
         for variants in self._hint_sets:
@@ -421,6 +420,7 @@ class MainWindow(QMainWindow):
         for a in (self.act_note_edit, self.act_note_delete):
             self.removeAction(a)
             a.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            a.setProperty("scope_words", "in the Annotations list")
             self.notes_panel.tree.addAction(a)
         for a, text in ((self.act_note_range, "Range…"), (self.act_note_peak, "Peak…"),
                         (self.act_note_alloc, "Allocation…"), (self.act_note_edit, "Edit…"),
@@ -466,21 +466,61 @@ class MainWindow(QMainWindow):
             "Seconds on the x axis (checked) or trace entries; entries are chosen when one idle stretch "
             "takes most of the run's time", checkable=True)
         vm.addSeparator()
-        for n, (key, _title, _area) in enumerate(DOCKS, 1):
-            a = self.docks[key].toggleViewAction()
-            a.setShortcut(QKeySequence(f"Ctrl+{n}"))
-            a.setToolTip(f"Show or hide the {self.docks[key].windowTitle()} panel (Ctrl+{n})")
-            vm.addAction(a)
+        self.panel_actions: dict[str, QAction] = {}
+        for n, (key, title, _area) in enumerate(DOCKS, 1):
+            a = self._act(vm, title, lambda _=False, k=key: self.dock_layout.toggle(k), [f"Ctrl+{n}"],
+                          f"Bring the {title} panel to the front with the keyboard; close it when it is in front",
+                          checkable=True)
+            dock = self.docks[key]
+            a.setChecked(not dock.isHidden())
+            dock.visibilityChanged.connect(lambda _on, a=a, dock=dock: a.setChecked(not dock.isHidden()))
+            self.panel_actions[key] = a
         # panning with the arrow keys belongs to the timeline (the table keeps its own)
         for key, frac in (("Left", -0.25), ("Right", 0.25)):
             sc = QShortcut(QKeySequence(key), self.timeline, lambda f=frac: self.timeline.pan(f))
             sc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
 
         hm = mb.addMenu("&Help")
-        self._act(hm, "&Keyboard Shortcuts", self.show_shortcuts, ["F1"])
+        self.act_help = self._act(hm, "&Keyboard Shortcuts", self.show_shortcuts, ["F1"])
         self._act(hm, "&About vramscope", self.show_about)
+        # single keys act in the timeline only; their Ctrl combinations anywhere (keys.py)
+        self.key_shortcuts = [sc for a in self.menu_actions() for sc in scope_keys(a, self, self.timeline)]
+        self.panel_ring = PanelRing(self, self._panel_ring, self._focus_panel)
         self._build_toolbar()
         self._set_loaded_actions(False)
+
+    def menu_actions(self) -> list[QAction]:
+        """Every action of the menus, in their order (F1 lists their keys)."""
+        out: list[QAction] = []
+
+        def walk(menu):
+            for a in menu.actions():
+                if a.menu() is not None:
+                    walk(a.menu())
+                elif not a.isSeparator() and a not in out:
+                    out.append(a)
+        for top in self.menuBar().actions():
+            if top.menu() is not None:
+                walk(top.menu())
+        return out
+
+    def _panel_ring(self) -> list[tuple[str, QWidget]]:
+        """The panels Tab steps through: the timeline, then each panel on screen."""
+        ring: list[tuple[str, QWidget]] = [("timeline", self.timeline)] if self.data is not None else []
+        ring += [(k, self.docks[k]) for k in self.dock_layout.in_front()]
+        if self.ranks.dock.isVisible() and not self.ranks.dock.visibleRegion().isEmpty():
+            ring.append(("ranks", self.ranks.dock))
+        return ring
+
+    def _focus_panel(self, key: str):
+        if key == "timeline":
+            self.timeline.plot.setFocus(Qt.FocusReason.TabFocusReason)
+        elif key == "ranks":
+            target = first_focusable(self.ranks.dock)
+            if target is not None:
+                target.setFocus(Qt.FocusReason.TabFocusReason)
+        else:
+            self.dock_layout._give_focus(key)
 
     def _build_toolbar(self):
         tb = QToolBar("Main", self)
@@ -656,6 +696,9 @@ class MainWindow(QMainWindow):
             self._hint_sets.append(said)
             self.statusBar().showMessage(self._fitting(said), 20000)
         self.loading.add_recent(result.path)
+        focused = QApplication.focusWidget()
+        if d is not None and self.isActiveWindow() and not isinstance(focused, QLineEdit):
+            self.timeline.plot.setFocus(Qt.FocusReason.OtherFocusReason)      # P, N, + and - work at once
         self.loaded.emit()
 
     # -- views -----------------------------------------------------------------------------------
@@ -873,12 +916,18 @@ class MainWindow(QMainWindow):
         self.table_panel.text.selectAll()
 
     # -- help ------------------------------------------------------------------------------------------
+    def shortcut_rows(self) -> list[tuple[str, str]]:
+        """F1's list: each menu action's keys, then the mouse and the panels' own keys."""
+        return help_rows(self.menu_actions(), EXTRA_KEYS)
+
     def show_shortcuts(self):
-        html = "<table>" + "".join(f"<tr><td><b>{k}</b>&nbsp;&nbsp;</td><td>{v}</td></tr>" for k, v in SHORTCUTS) \
-            + "</table>"
-        box = QMessageBox(QMessageBox.Icon.NoIcon, "Keyboard shortcuts", html, QMessageBox.StandardButton.Ok, self)
+        html = "<table>" + "".join(f"<tr><td><b>{_esc(k)}</b>&nbsp;&nbsp;</td><td>{_esc(v)}</td></tr>"
+                                   for k, v in self.shortcut_rows()) + "</table>"
+        box = TextDialog(self, "Keyboard shortcuts", html)
+        box.setObjectName("shortcuts")
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         box.open()
+        self.help_box = box
 
     def show_about(self):
         from ... import __version__
