@@ -97,6 +97,7 @@ class Docks(QObject):
         self.auto_layout = True                   # the docks follow the window...
         self.user_layout = False                  # ...until the user drags a separator
         self._sizes_at_press: tuple | None = None
+        self._dragged = False
         self._relayout = QTimer(self)
         self._relayout.setSingleShot(True)
         self._relayout.setInterval(30)
@@ -196,11 +197,18 @@ class Docks(QObject):
         # a press that reaches the main window itself may be on a dock separator: when the
         # panels' sizes differ at the release, the user sized them by hand (they then stay);
         # a stray click on the window's background changes nothing
+        # (a press a child ignored reaches the window too, as does a click that loads a file
+        # and so resizes the panels: only a drag that starts on the window itself, on a
+        # separator, counts; a saved layout was marked hand-sized without any drag)
         if obj is self.win:
             if ev.type() == QEvent.Type.MouseButtonPress:
-                self._sizes_at_press = self._sizes()
+                on_window = self.win.childAt(ev.position().toPoint()) is None
+                self._sizes_at_press = self._sizes() if on_window else None
+                self._dragged = False
+            elif ev.type() == QEvent.Type.MouseMove and self._sizes_at_press is not None and ev.buttons():
+                self._dragged = True
             elif ev.type() == QEvent.Type.MouseButtonRelease and self._sizes_at_press is not None:
-                if self._sizes() != self._sizes_at_press:
+                if self._dragged and self._sizes() != self._sizes_at_press:
                     self.user_layout = True
                 self._sizes_at_press = None
             elif ev.type() in (QEvent.Type.Resize, QEvent.Type.Show):
