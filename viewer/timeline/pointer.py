@@ -32,6 +32,7 @@ class Pointer:
         self.selected_row = -1
         self._marked_rows: np.ndarray | None = None
         self._hover_pos = None
+        self._scene_pos = None          # where the pointer is over the plot (scene), None: not over it
         self._note_tip = ""
         self._hover_timer = QTimer(timeline)
         self._hover_timer.setSingleShot(True)
@@ -48,6 +49,7 @@ class Pointer:
 
     def on_mouse_moved(self, pos):
         tl = self.tl
+        self._scene_pos = pos
         if self.data is None or not tl.vb.sceneBoundingRect().contains(pos):
             self.hide_hover()
             return
@@ -73,6 +75,26 @@ class Pointer:
         """The box under a still pointer tells what the timeline draws now (another mode)."""
         if self.tl.hover_label.isVisible():
             self._do_hover()
+
+    def rehit(self):
+        """After the view changed under a still pointer (a wheel zoom, a pan, Home, a box
+        zoom): the box tells what is under the pointer now, placed again inside the view
+        (it stayed on the old point, clipped, or described a point no longer there)."""
+        tl = self.tl
+        if not tl.hover_label.isVisible() and not self._hover_timer.isActive():
+            return
+        pos = self._scene_pos
+        if pos is None or self.data is None or not tl.vb.sceneBoundingRect().contains(pos):
+            self.hide_hover()
+            return
+        self._hover_pos = tl.vb.mapSceneToView(pos)
+        self._hover_timer.stop()
+        self._do_hover()
+
+    def left(self):
+        """The pointer left the plot (into a panel, a tab, the event list): no box."""
+        self._scene_pos = None
+        self.hide_hover()
 
     def note_hover_at(self, x: float, y: float, tip: str):
         head, _, body = tip.partition("\n")
@@ -307,7 +329,7 @@ class Pointer:
         tl = self.tl
         self._hover_timer.stop()
         self._hover_pos = None
-        if tl.hover_label.isVisible():
+        if tl.hover_label.isVisible() or tl.hover_line.isVisible():
             tl.hover_label.hide()
             tl.hover_line.hide()
             tl.hoverLeft.emit()

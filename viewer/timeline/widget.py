@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QPen
 from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
@@ -225,8 +225,20 @@ class TimelineWidget(QWidget):
         self.pointer = Pointer(self)
         self.vb.sigClicked.connect(self.pointer.on_click)
         self.plot.scene().sigMouseMoved.connect(self.pointer.on_mouse_moved)
+        # the pointer leaving the plot (into a panel, a tab): the hover box goes
+        self.plot.viewport().installEventFilter(self)
+        self.plot.installEventFilter(self)
         self._syncing_region = False
         self.apply_theme(self.theme)
+
+    def eventFilter(self, obj, ev):
+        if ev.type() == QEvent.Type.Leave and obj in (self.plot, self.plot.viewport()):
+            self.pointer.left()
+        return super().eventFilter(obj, ev)
+
+    def hide_hover(self):
+        """No hover box (before the window is saved as an image: never in an export)."""
+        self.pointer.left()
 
     def set_compact(self, compact: bool):
         """A short window (800x500) gives the plot the pixels: the overview strip thinner,
@@ -717,6 +729,7 @@ class TimelineWidget(QWidget):
             it.update()                  # their labels keep clear of the peaks' words, wherever they went
         self.pointer.update_selection_bar()
         self._thin_iteration_peaks(x0, x1)
+        self.pointer.rehit()                # the box tells what is under the pointer in this view
         self.viewChanged.emit(x0, x1)
 
     def label_text(self, label, text: str):
