@@ -129,7 +129,7 @@ def test_filter_table(qt, window):
     for r in rows[:30]:
         names = " ".join(f"{f[0]} {f[2]}".lower() for f in d.snap.stack_frames_list(int(d.allocs.stack[r])))
         assert "adam.py" in names
-    assert panel.count.text().startswith(f"{len(rows):,} of")
+    assert panel.count.text().startswith(f"<b>filtered:</b> {len(rows):,} of")
     panel.text.clear()
     panel.min_size.setText("1 MiB")
     panel.apply_filter()

@@ -251,6 +251,15 @@ class AllocationsPanel(QWidget):
         self.text.setMinimumWidth(self.text.fontMetrics().horizontalAdvance("Search frames: file, fun") + 40)
         self.count = QLabel(self)
         self.count.setToolTip("Allocations shown / all allocations on this device")
+        # a filter on says so, with one click to clear it (a search left from another file
+        # read "0 of 1,211" and nothing else)
+        self.clear_filters = QToolButton(self)
+        self.clear_filters.setText("✕ Clear filter")
+        self.clear_filters.setToolTip("Show every allocation again: the search, the minimum size and the "
+                                      "categories cleared")
+        self.clear_filters.setAutoRaise(True)
+        self.clear_filters.clicked.connect(self.clear_filter)
+        self.clear_filters.hide()
 
         bar = QHBoxLayout()
         bar.setContentsMargins(0, 0, 0, 0)
@@ -258,6 +267,7 @@ class AllocationsPanel(QWidget):
         bar.addWidget(self.min_size)
         bar.addWidget(self.text, 1)
         bar.addWidget(self.count)
+        bar.addWidget(self.clear_filters)
 
         # the chosen set (a leak's allocations): what the table shows, and a way back to all
         self.only_text = ""
@@ -348,6 +358,13 @@ class AllocationsPanel(QWidget):
         self.data = data
         self.only_text = ""
         self.chip.hide()
+        # another file (or device) starts unfiltered: a search typed for the last one would
+        # hide rows of this one without a word
+        self._timer.stop()
+        for box in (self.text, self.min_size):
+            with QSignalBlocker(box):
+                box.clear()
+        self.min_size.setStyleSheet("")
         self.model.set_data(data)
         self._fit_columns(data)
         self.cat_menu.clear()
@@ -449,11 +466,31 @@ class AllocationsPanel(QWidget):
         if current >= 0:
             self.select_row(current, emit=False)
 
+    def filtered(self) -> bool:
+        """Whether a filter of the bar is on (the search, a minimum size, some categories)."""
+        return bool(self.text.text().strip() or self.min_size.text().strip()) or \
+            self.checked_categories() is not None
+
+    def clear_filter(self):
+        """Every filter of the bar off (the chosen set of a leak stays: its chip clears it)."""
+        self._timer.stop()
+        for box in (self.text, self.min_size):
+            with QSignalBlocker(box):
+                box.clear()
+        for a in self.cat_actions:
+            with QSignalBlocker(a):
+                a.setChecked(True)
+        self.apply_filter()
+
     def _update_count(self):
         if self.model.view is None:
             self.count.setText("")
+            self.clear_filters.hide()
             return
-        self.count.setText(f"{len(self.model.view.rows):,} of {self.model.view.n:,}")
+        on = self.filtered()
+        shown = f"{len(self.model.view.rows):,} of {self.model.view.n:,}"
+        self.count.setText(f"<b>filtered:</b> {shown}" if on else shown)
+        self.clear_filters.setVisible(on)
 
     def current_row(self) -> int:
         idx = self.table.currentIndex()
