@@ -10,7 +10,7 @@ panel: the rest of the window stays usable).
 """
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -36,7 +36,7 @@ from ...classifiers.levers import ERROR_BANDS, SIMULATED, SIMULATION_WORDS
 from ...classifiers.whatif import COMMON_CARDS, WhatIf, WhatIfError
 from ...common.units import fmt_bytes
 from ...present.markup import html as _esc
-from ...present.words import peak_words
+from ...present.words import peak_words, scaled_peak_words, trainable_params_words
 from ...services.whatif import fit_factor_words
 from ..model import DeviceData
 from ..model.whatif import WhatIfSession
@@ -86,6 +86,7 @@ class WhatIfPanel(QWidget):
         self.values: dict[str, QLabel] = {}
         self.levers: dict[str, QCheckBox] = {}
         self.last: WhatIf | None = None       # the answer shown
+        self._gpu_choice: dict = {}          # (file, device) -> the GPU size typed or picked there
         self.worker = Worker(self)
         self._request: tuple[int, int] | None = None     # (analysis, device) the worker builds for
         self.worker.finished.connect(self._on_built)
@@ -221,7 +222,23 @@ class WhatIfPanel(QWidget):
         self._fit_timer.timeout.connect(self.update_fit)
 
     # -- data ----------------------------------------------------------------------------------
+    @staticmethod
+    def _gpu_key(data: DeviceData | None):
+        return None if data is None else (getattr(data.snap, "path", None) or id(data.analysis), data.device)
+
     def set_data(self, data: DeviceData | None):
+        # the GPU line belongs to the file and device it was set on (a 48 GiB line carried
+        # over squeezed a 7.88 GiB device into the bottom 15% of the plot)
+        old = self._gpu_key(self.data)
+        if old is not None:
+            self._gpu_choice[old] = self.gpu.currentText()
+        text = self._gpu_choice.get(self._gpu_key(data), NO_GPU)
+        with QSignalBlocker(self.gpu):
+            k = self.gpu.findText(text)
+            if k >= 0:
+                self.gpu.setCurrentIndex(k)
+            else:
+                self.gpu.setEditText(text)
         self.data = data
         self.worker.cancel()                  # a model of the device shown before: not wanted now
         self._request = None
@@ -377,9 +394,11 @@ class WhatIfPanel(QWidget):
         self.fit_text_columns()
         f = budget.facts if budget is not None else None
         if f is not None:
+            counted = bool(getattr(f, "counts_allowed", True))
             self.facts_line.setText(
-                f"<b>Budget</b> · optimizer: {_esc(f.optimizer)} · trainable parameters {f.trainable_params:,}"
-                + (f" ({f.trainable_fraction:.2%} of all)" if f.trainable_fraction else "")
+                f"<b>Budget</b> · optimizer: {_esc(f.optimizer)} · "
+                f"{_esc(trainable_params_words(int(f.trainable_params), counted))}"
+                + (f" ({f.trainable_fraction:.2%} of all)" if f.trainable_fraction and f.trainable_params else "")
                 + (f" · 4-bit weights: {_esc(f.quant_scheme)}" if f.quant_scheme else "")
                 + f" · dtypes: {_esc(f.dtype_evidence)}")
 
@@ -452,7 +471,9 @@ class WhatIfPanel(QWidget):
             val.setText(f"×{slider:.2f}" + (f" → ×{f:.2f}" if abs(f - slider) > 1e-9 else ""))
         base, pk, fits = r.baseline, r.scaled, r.fits
         change = pk.bytes - base.bytes
-        words = peak_words(pk.type)
+        # a scaled peak describes itself: at the moment the recorded run ran out of memory,
+        # not "right before an out-of-memory error" (a peak scaled under the card did not)
+        words = scaled_peak_words(pk.type) if (r.scales or r.levers) else peak_words(pk.type)
         where = f"entry {pk.index:,}" if pk.index >= 0 else "the start of the trace"
         self.peak_line.setText(
             f"<b>Peak {fmt_bytes(pk.bytes)}</b> {_esc(words)} ({where})"
@@ -497,7 +518,9 @@ class WhatIfPanel(QWidget):
         if not r.fit:
             return
         row = r.fit[0]
+        # one "needs" in the panel (the line above's): this line says what is left at that size
         self.fit_line.setText(f"Micro-batch on this GPU: <b>{_esc(fit_factor_words(row.max_factor))}</b> the "
                               f"recorded one" + (" with the levers ticked" if row.levers else "")
-                              + f" (needs {fmt_bytes(row.fits_bytes)})")
+                              + (f" ({fmt_bytes(row.headroom_bytes)} to spare at that size)"
+                                 if row.max_factor and row.max_factor > 0 else ""))
         self.fit_line.setToolTip(r.fit_note)

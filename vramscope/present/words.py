@@ -59,6 +59,25 @@ def peak_words(peak_type: str) -> str:
     return PEAK_TYPE_WORDS.get(peak_type, peak_type.replace("_", " "))
 
 
+def scaled_peak_words(peak_type: str) -> str:
+    """Where a what-if's peak falls, in words: the moment of the recorded run, which a scaled
+    run need not share its fate with (a peak scaled down below the card did not run out of
+    memory: 'right before an out-of-memory error' was the measured run's, not this one's)."""
+    if peak_type == "oom":
+        return "where the recorded run ran out of memory"
+    return peak_words(peak_type)
+
+
+def trainable_params_words(count: int, counted: bool = True) -> str:
+    """The budget's trainable parameters: a count, or why there is none ('0' beside an AdamW
+    optimizer read as a contradiction)."""
+    if not counted:
+        return "trainable parameters not counted (no frames, or a state dump)"
+    if count <= 0:
+        return "trainable parameters not counted (no weight with a gradient was seen)"
+    return f"trainable parameters {count:,}"
+
+
 def advice_text(advice: Advice, oom: Oom | None = None, moment: str = "at this moment") -> str:
     """One lever as a sentence, with what it would save: 'gradient checkpointing: up to
     1.60 GiB of activations at this moment'."""
@@ -388,7 +407,8 @@ def finding_detail(f: Finding, where: str = "") -> str:
 
 
 __all__ = ["RECORD_HINT", "EVIDENCE_WORDS", "evidence_words", "evidence_text", "category_evidence_note", "guess_note",
-           "PEAK_TYPE_WORDS", "LEVER_WORDS", "COMPARE_X_TITLES", "peak_words", "advice_text", "oom_suggestions", "oom_diagnosis",
+           "PEAK_TYPE_WORDS", "LEVER_WORDS", "COMPARE_X_TITLES", "peak_words", "scaled_peak_words",
+           "trainable_params_words", "advice_text", "oom_suggestions", "oom_diagnosis",
            "process_limit", "device_free_text",
            "freed_note", "stale_gradients_text", "leak_text", "LEAK_CAUSE_WORDS", "error_text", "signed_bytes",
            "comparison_headline", "moment_text", "device_first_reason", "device_card_text", "leak_rows_text",
