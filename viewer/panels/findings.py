@@ -137,11 +137,17 @@ class FindingsPanel(QWidget):
             stack.extend((it.child(k), depth + 1) for k in range(it.childCount()))
 
     @staticmethod
-    def detail_lines(f) -> list[str]:
-        """What a finding says under its title, one line each."""
+    def detail_lines(f, data: DeviceData | None = None) -> list[str]:
+        """What a finding says under its title, one line each (an OOM's largest category
+        marked where its bytes are a guess: the analysis' guessed bytes at that moment)."""
         s = f.subject
         if f.kind == "oom":
-            lines = [oom_diagnosis(s)]
+            guessed = None
+            if data is not None:
+                g = data.da.guessed_by_category([f.index])
+                if g is not None:
+                    guessed = {c: int(v) for c, v in zip(data.categories, g[0]) if v}
+            lines = [oom_diagnosis(s, guessed)]
             if not process_limit(s.requested, s.device_free):      # (else the diagnosis says it)
                 lines += [f"device free {fmt_bytes(s.device_free)}"]     # (the title says what was requested)
             lines += [f"Try: {t}" for t in oom_suggestions(s)]
@@ -176,7 +182,7 @@ class FindingsPanel(QWidget):
             for k, f in fs:
                 it = _item(f.title)
                 it.setData(0, Qt.ItemDataRole.UserRole, k)
-                for line in self.detail_lines(f):
+                for line in self.detail_lines(f, data):
                     sub = _item(line)
                     sub.setData(0, Qt.ItemDataRole.UserRole, k)
                     sub.setForeground(0, muted)

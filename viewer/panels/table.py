@@ -45,7 +45,8 @@ from ..model.rows import (
     COLUMNS,
     RowView,
 )
-from ..theme import category_color
+from ...present.words import EVIDENCE_WORDS
+from ..theme import Theme, category_color
 
 FILTER_DELAY_MS = 40
 WHERE_AT = 2            # the Where column's place on screen (after Category and Size)
@@ -68,9 +69,11 @@ class AllocationsModel(QAbstractTableModel):
         super().__init__(parent)
         self.view: RowView | None = None
         self.data_: DeviceData | None = None
+        self.theme = Theme.from_palette()
 
     def set_data(self, data: DeviceData | None):
         self.beginResetModel()
+        self.theme = Theme.from_palette()          # (the guessed rows' paler swatch)
         self.data_ = data
         self.view = RowView(data) if data is not None else None
         self.endResetModel()
@@ -102,7 +105,11 @@ class AllocationsModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.DisplayRole:
             return self._text(d, row, col)
         if role == Qt.ItemDataRole.DecorationRole and col == COL_CATEGORY:
-            return category_color(d.category_name(int(d.category[row])))
+            color = category_color(d.category_name(int(d.category[row])))
+            return self.theme.guess_color(color) if d.guessed(row) else color
+        if role == Qt.ItemDataRole.ToolTipRole and col == COL_CATEGORY and d.guessed(row):
+            return ("A guess: no frames and no recorded lifetime say what this is (live before recording began, "
+                    "never freed); it is drawn in the paler shade")
         if role == Qt.ItemDataRole.TextAlignmentRole and col in (COL_SIZE, COL_ALLOC, COL_FREE, COL_LIFETIME):
             return _RIGHT
         if role == Qt.ItemDataRole.ToolTipRole and col == COL_RULE:
@@ -124,7 +131,8 @@ class AllocationsModel(QAbstractTableModel):
     def _text(self, d: DeviceData, row: int, col: int):
         a = d.allocs
         if col == COL_CATEGORY:
-            return d.category_name(int(d.category[row]))
+            name = d.category_name(int(d.category[row]))
+            return f"{name} ({EVIDENCE_WORDS['guess']})" if d.guessed(row) else name
         if col == COL_SIZE:
             return fmt_bytes(int(a.size[row]))
         if col == COL_ALLOC:
@@ -334,7 +342,7 @@ class AllocationsPanel(QWidget):
         fm = self.table.fontMetrics()
         hh = self.table.horizontalHeader()
         pad = 18
-        samples = {COL_CATEGORY: ["autograd", "quantization", "optimizer"], COL_SIZE: ["1023.99 MiB"],
+        samples = {COL_CATEGORY: ["autograd", "quantization", "optimizer (a guess)"], COL_SIZE: ["1023.99 MiB"],
                    COL_ALLOC: ["before trace", "999.999999 s"], COL_FREE: ["999.999999 s"],
                    COL_LIFETIME: ["≥ 999 ms", "at the snapshot" if data is not None and data.n == 0 else "1.23 ms"],
                    COL_ADDR: ["0x7f0000000000"], COL_RULE: ["activations.forward"], COL_WHERE: ["train.py:88 forward"]}

@@ -33,7 +33,7 @@ from ...common.units import fmt_bytes
 from ...present.markup import html as _esc
 from ...present.markup import middle
 from ...present.timeaxis import axis_reason, axis_reason_short
-from ...present.words import leak_rows_text, peak_words
+from ...present.words import guessed_text, leak_rows_text, peak_words
 from ..model import DeviceData, FindingView
 from ..model.load import LoadResult
 from ..panels.allocator import AllocatorPanel
@@ -575,17 +575,22 @@ class MainWindow(QMainWindow):
         self.status_device = QLabel(self)
         self.status_entries = QLabel(self)
         self.status_peak = QLabel(self)
+        self.status_guess = QLabel(self)
         self.status_notes = QLabel(self)
         for w, tip in ((self.status_notes, ""), (self.status_file, "The open file"),
                        (self.status_device, "The device shown"),
                        (self.status_entries, "Trace entries and allocations on this device"),
-                       (self.status_peak, "Highest live allocated memory and its type")):
+                       (self.status_peak, "Highest live allocated memory and its type"),
+                       (self.status_guess, "The part of the peak whose category is a guess (no frames, live before "
+                                           "recording began): drawn in the paler shade")):
             w.setToolTip(tip)
             # a gap between a temporary message and the labels (Qt draws the message right up
             # to the first permanent widget), and between the labels themselves
-            w.setContentsMargins(14, 0, 2, 0)
-            sb.add_label(w, yields=w in (self.status_file, self.status_device, self.status_entries))
+            w.setContentsMargins(14 if w is not self.status_guess else 2, 0, 2, 0)
+            sb.add_label(w, yields=w in (self.status_file, self.status_device, self.status_entries,
+                                         self.status_guess))
         self.status_notes.hide()
+        self.status_guess.hide()
 
     def _fitting(self, variants: tuple[str, ...]) -> str:
         """The longest of `variants` (longest first) that fits beside the status bar's labels."""
@@ -598,8 +603,9 @@ class MainWindow(QMainWindow):
     def _update_status(self):
         d = self.data
         if self.path is None:
-            for w in (self.status_file, self.status_device, self.status_entries, self.status_peak):
+            for w in (self.status_file, self.status_device, self.status_entries, self.status_peak, self.status_guess):
                 w.setText("")
+            self.status_guess.hide()
             return
         # a long name would hold the window wider than a small screen: cut in the middle
         self.status_file.setText(middle(os.path.basename(self.path), STATUS_NAME_LIMIT))
@@ -608,11 +614,17 @@ class MainWindow(QMainWindow):
             self.status_device.setText("no device with data")
             self.status_entries.setText("")
             self.status_peak.setText("")
+            self.status_guess.setText("")
+            self.status_guess.hide()
             return
         self.status_device.setText(f"cuda:{d.device}")
         self.status_entries.setText(f"{d.n:,} entries · {d.n_rows:,} allocations")
         pk = d.da.peak
         self.status_peak.setText(f"peak {fmt_bytes(pk.bytes)}, {peak_words(pk.type)}" if pk is not None else "")
+        # the peak's bytes that are a guess, said beside it (steps aside for a long message)
+        guess = guessed_text(pk.by_evidence) if pk is not None else ""
+        self.status_guess.setText(f"({guess})" if guess else "")
+        self.status_guess.setVisible(bool(guess))
 
     def _axis_notice(self) -> str | None:
         """Why the x axis is entries although the trace has times (None: it is time)."""
