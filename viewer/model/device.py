@@ -464,6 +464,15 @@ class DeviceData:
         """Whether one allocation's category is a guess (the analysis' evidence)."""
         return int(self.da.evidence[row]) >= E_GUESS
 
+    def stack_keep(self, categories) -> np.ndarray:
+        """The keys to keep (AllocStack.columns' `keep`) when these categories are shown: each
+        category's own rows and its guessed ones (stack_keys)."""
+        keep = np.zeros(256, dtype=bool)
+        cats = np.asarray(list(categories), dtype=np.int64)
+        keep[cats] = True
+        keep[cats + self.n_categories] = True
+        return keep
+
     def stack_keys(self) -> np.ndarray:
         """Each row's colour key when stacked by allocation: its category, or the category
         plus n_categories where the category is a guess (drawn in the paler shade)."""

@@ -28,7 +28,7 @@ from ...present.events import event_header
 from ...present.markup import html as _esc
 from ...present.words import RESERVED_UNALLOCATED_WHY, largest_free_words, reserved_unallocated_words
 from ..model import DeviceData
-from ..theme import category_color
+from ..theme import category_color, muted_text
 from .events import EventList
 
 PENDING_COLOR = "#F28E2B"
@@ -85,7 +85,7 @@ class SegmentMap(QWidget):
         free_c = QColor(pal.color(QPalette.ColorRole.Text))
         free_c.setAlpha(28)
         text_c = pal.color(QPalette.ColorRole.Text)
-        muted = pal.color(QPalette.ColorRole.PlaceholderText)
+        muted = muted_text(pal)
         edge = QPen(pal.color(QPalette.ColorRole.Mid))
         pending = QBrush(QColor(PENDING_COLOR), Qt.BrushStyle.BDiagPattern)
         cats = d.category

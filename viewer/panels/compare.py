@@ -44,7 +44,7 @@ from ..model.compare import (
     can_align_iterations,
     shared_seconds,
 )
-from ..theme import Theme, category_color
+from ..theme import Theme, category_color, muted_text
 from ..timeline.items import BytesAxis, TimeAxis, cosmetic_pen
 from .compare_header import CompareHeader
 
@@ -505,7 +505,7 @@ class ComparePanel(QWidget):
 
     def _fill_sites(self):
         self.sites.setSortingEnabled(False)
-        muted = self.palette().color(QPalette.ColorRole.PlaceholderText)
+        muted = muted_text(self.sites.palette())
         dc = self.dc
         assert dc is not None
         for k, s in enumerate(dc.sites):

@@ -10,11 +10,12 @@ device alone needs no overview: the status bar names it). The window's own devic
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QButtonGroup, QLabel, QSizePolicy, QToolButton, QWidget
 
 from ...present.words import device_card_text, device_first_reason, host_card_text, host_space_words
 from .legend import FlowLayout
-from ..theme import OOM_COLOR
+from ..theme import OOM_COLOR, muted_text, readable
 
 FIRST_MARK = "★"
 
@@ -42,8 +43,8 @@ class DeviceStrip(QWidget):
                               "reserved peak and its out-of-memory errors. Click one to show it. Pinned host "
                               "memory, when recorded, is its own card (never part of a GPU's peak).")
         self.lay.addWidget(self.title)
-        self.note = QLabel(self)
-        self.note.setEnabled(False)          # muted, in the palette's disabled text colour
+        self.note = QLabel(self)             # (muted, yet 4.5:1: it says which device to look at first)
+        self.note.setStyleSheet(f"color: {muted_text(self.palette(), QPalette.ColorRole.Window).name()};")
         self.lay.addWidget(self.note)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
         # the device shown must stand out from the others at a glance (a style's own "checked"
@@ -96,7 +97,7 @@ class DeviceStrip(QWidget):
             b.setToolTip(tip + "\nClick to show this device")
             if da.ooms:
                 # the OOM device in the OOM marker's colour, readable on either palette
-                b.setStyleSheet(f"color: {OOM_COLOR};")
+                b.setStyleSheet(f"color: {readable(OOM_COLOR, b.palette().color(QPalette.ColorRole.Button)).name()};")
             if first:
                 f = b.font()
                 f.setBold(True)

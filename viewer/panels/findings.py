@@ -9,6 +9,7 @@ from PySide6.QtWidgets import QHeaderView, QLabel, QTreeWidget, QTreeWidgetItem,
 from ...common.units import fmt_bytes
 from ...present.words import oom_diagnosis, oom_suggestions, process_limit
 from ..model import DeviceData, FindingView
+from ..theme import muted_text
 
 
 # -- findings ------------------------------------------------------------------------------
@@ -164,12 +165,13 @@ class FindingsPanel(QWidget):
         found: dict[str, list[tuple[int, FindingView]]] = {k: [] for k, _ in self.GROUPS}
         for k, f in enumerate(data.findings):
             found.setdefault(f.kind, []).append((k, f))
-        muted = self.palette().color(QPalette.ColorRole.PlaceholderText)
+        muted = muted_text(self.tree.palette())      # a diagnosis and next steps: 4.5:1 at least
         for kind, label in self.GROUPS:
             fs = found.get(kind, [])
             if kind in ("leak", "oom") and not fs:
-                none = _item(f"{label}: none found")
-                none.setDisabled(True)
+                none = _item(f"{label}: none found")         # a finding too: readable, not disabled grey
+                none.setFlags(Qt.ItemFlag.ItemIsEnabled)
+                none.setForeground(0, muted)
                 self.tree.addTopLevelItem(none)
                 continue
             if not fs:

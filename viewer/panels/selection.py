@@ -11,7 +11,7 @@ from ...present.stacks import short_path
 from ...classifiers.evidence import EVIDENCE
 from ...present.words import evidence_words, freed_note, torch_tag_words
 from ..model import DeviceData, when_text
-from ..theme import category_color
+from ..theme import category_color, muted_text
 
 
 # -- the selected allocation ----------------------------------------------------------------
@@ -63,7 +63,7 @@ class StackPanel(QWidget):
         col = category_color(name).name()
         ai, fi = int(d.alloc_index[row]), int(d.free_index[row])
         life = ""
-        muted = self.palette().color(QPalette.ColorRole.PlaceholderText).name()
+        muted = muted_text(self.palette(), QPalette.ColorRole.Window).name()
         if d.has_time and ai >= 0 and fi >= 0:
             life = f" · lived {fmt_duration_us(int(d.tkey[fi]) - int(d.tkey[ai]))}"
         self.header.setText(

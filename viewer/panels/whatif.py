@@ -40,7 +40,7 @@ from ...present.words import peak_words, scaled_peak_words, trainable_params_wor
 from ...services.whatif import fit_factor_words
 from ..model import DeviceData
 from ..model.whatif import WhatIfSession
-from ..theme import category_color
+from ..theme import FITS_COLOR, SHORT_COLOR, category_color, muted_text, readable
 from ..worker import Worker
 
 class _ClickLabel(QLabel):
@@ -353,7 +353,7 @@ class WhatIfPanel(QWidget):
             cb.toggled.connect(lambda _on: self._schedule())
             # the factors beside the lever's name, wrapped in a narrow panel (a check box
             # never wraps: its whole text was cut off at 1024 pixels); a click on them ticks it
-            factors = _ClickLabel(f"<span style='color:{self.palette().color(QPalette.ColorRole.PlaceholderText).name()}'>"
+            factors = _ClickLabel(f"<span style='color:{muted_text(self.palette(), QPalette.ColorRole.Window).name()}'>"
                                   f"{_esc(what)}</span>", self)
             factors.setWordWrap(True)
             factors.setToolTip(tip)
@@ -487,8 +487,11 @@ class WhatIfPanel(QWidget):
         self.assumptions.setVisible(bool(r.levers))
         gpu = fits.gpu_bytes
         if gpu is not None:
-            verdict = (f"<b style='color:#2CA02C'>fits</b> with {fmt_bytes(fits.headroom_bytes)} to spare" if fits.fits
-                       else f"<b style='color:#D62728'>short by {fmt_bytes(-(fits.headroom_bytes or 0))}</b>")
+            bg = self.palette().color(QPalette.ColorRole.Window)
+            verdict = (f"<b style='color:{readable(FITS_COLOR, bg).name()}'>fits</b> with "
+                       f"{fmt_bytes(fits.headroom_bytes)} to spare" if fits.fits
+                       else f"<b style='color:{readable(SHORT_COLOR, bg).name()}'>short by "
+                            f"{fmt_bytes(-(fits.headroom_bytes or 0))}</b>")
             head = f"On {fmt_bytes(gpu)}: {verdict} (needs {fmt_bytes(fits.needed_bytes)})"
         else:
             head = f"Needs {fmt_bytes(fits.needed_bytes)}"

@@ -96,9 +96,7 @@ class Stacking:
             stack, keep = d.segments.stack(), None
         else:
             stack = d.alloc_stack()
-            keep = np.zeros(256, dtype=bool)
-            keep[tl.visible_categories] = True
-            keep[[c + d.n_categories for c in tl.visible_categories]] = True      # their guessed rows
+            keep = d.stack_keep(tl.visible_categories)          # (their guessed rows too)
         moments, col_u = np.unique(env.col_index, return_inverse=True)
         cols = stack.columns(moments, keep)
         self.cols, self.col_u = cols, col_u.astype(np.int64)

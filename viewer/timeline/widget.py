@@ -50,6 +50,7 @@ from ..theme import (
     PHASE_COLORS,
     WHATIF_COLOR,
     Theme,
+    readable,
 )
 
 
@@ -272,7 +273,7 @@ class TimelineWidget(QWidget):
         self.sel_bar.setPen(pg.mkPen(theme.accent, width=2))
         self.peak_marker.setBrush(QBrush(QColor(PEAK_COLOR)))
         self.peak_marker.setPen(pg.mkPen(theme.background, width=1))
-        self.peak_label.setColor(QColor(PEAK_COLOR))
+        self.peak_label.setColor(readable(PEAK_COLOR, theme.background))      # a finding: 4.5:1
         # over a line (reserved memory sits right above a state-only snapshot's peak) the
         # label stays readable on its own patch of background
         label_bg = QColor(theme.background)
@@ -280,7 +281,7 @@ class TimelineWidget(QWidget):
         self.peak_label.fill = pg.mkBrush(label_bg)
         self.whatif_marker.setBrush(QBrush(QColor(WHATIF_COLOR)))
         self.whatif_marker.setPen(pg.mkPen(theme.background, width=1))
-        self.whatif_label.setColor(QColor(WHATIF_COLOR))
+        self.whatif_label.setColor(readable(WHATIF_COLOR, theme.background))
         self.whatif_label.fill = pg.mkBrush(label_bg)
         self.gpu_line.setPen(pg.mkPen(GPU_COLOR, width=1.5, style=Qt.PenStyle.DashDotLine))
         self.gpu_line.label.setColor(QColor(GPU_COLOR))
@@ -552,7 +553,8 @@ class TimelineWidget(QWidget):
         assert d is not None
         x = float(d.x_of_index(max(index, 0)))
         ln = pg.InfiniteLine(pos=x, angle=90, movable=False, pen=pg.mkPen(color, width=1.5, style=style),
-                             label=text, labelOpts={"position": 0.96, "color": color, "movable": False})
+                             label=text, labelOpts={"position": 0.96, "color": readable(color, self.theme.background),
+                                                    "movable": False})
         ln.setZValue(9)
         self.vb.addItem(ln, ignoreBounds=True)
         self.marker_lines.append(ln)
