@@ -131,3 +131,134 @@ def test_text_that_carries_a_finding_or_advice_reads_at_4_5_to_1(qt, window):
             assert contrast(muted_text(p, role), bg) >= TEXT_CONTRAST
             for c in (PEAK_COLOR, OOM_COLOR, LEAK_COLOR, WHATIF_COLOR, FITS_COLOR, SHORT_COLOR):
                 assert contrast(readable(c, bg), bg) >= TEXT_CONTRAST, (c, bg.name())
+
+
+def at_1024x700(qt, w):
+    w.resize(1024, 700)
+    qt.wait(200)
+
+
+def test_the_finding_navigated_to_is_scrolled_into_view_at_1024x700(qt, window):
+    """A selected leak stayed scrolled out of view (scrollToItem did nothing on tall wrapped
+    rows). N in the timeline steps through every finding: each one's title is in view."""
+    w = window
+    at_1024x700(qt, w)
+    d = open_and_wait(qt, w, LEAK)
+    tree = w.findings_panel.tree
+    assert any(f.kind == "leak" for f in d.findings)
+    w.timeline.plot.setFocus()
+    for _ in range(len(d.findings)):
+        qt.keyClick(w.timeline.plot, Qt.Key.Key_N)
+        qt.wait(60)
+        cur = tree.currentItem()
+        assert cur is not None and cur.data(0, Qt.ItemDataRole.UserRole) == w.finding_pos
+        rect = tree.visualItemRect(cur)
+        view = tree.viewport().rect()
+        assert view.contains(rect.topLeft()) and rect.top() >= 0, (w.finding_pos, rect, view)
+        # the rows wrap again (the column narrower, every row taller): it stays in view
+        w.resizeDocks([w.docks["findings"]], [w.docks["findings"].width() - 40], Qt.Orientation.Horizontal)
+        qt.wait(120)
+        rect = tree.visualItemRect(cur)
+        assert tree.viewport().rect().contains(rect.topLeft()), ("after the re-wrap", w.finding_pos, rect)
+        w.resizeDocks([w.docks["findings"]], [w.docks["findings"].width() + 40], Qt.Orientation.Horizontal)
+        qt.wait(120)
+    assert tree.verticalScrollMode() == tree.ScrollMode.ScrollPerPixel
+
+
+def test_the_selection_pane_shows_how_sure_whole_and_five_frames_at_1024x700(qt, window):
+    import numpy as np
+    w = window
+    at_1024x700(qt, w)
+    d = open_and_wait(qt, w, str(DATA / "qlora_4bit.pickle"))
+    # the Findings above it grown (a finding opened, a long OOM diagnosis): the pane squeezed
+    col = w.docks["findings"].height() + w.docks["selection"].height()
+    w.resizeDocks([w.docks["findings"], w.docks["selection"]], [col - 120, 120], Qt.Orientation.Vertical)
+    qt.wait(100)
+    assert w.docks["selection"].height() < 200
+    # the largest activation, chosen with a real click on its row in the table
+    acts = np.flatnonzero(d.category == d.categories.index("activations"))
+    row = int(acts[np.argmax(d.allocs.size[acts])])
+    panel = w.table_panel
+    idx = panel.model.index(panel.model.view.position_of(row), 0)
+    panel.table.scrollTo(idx)
+    qt.mouseClick(panel.table.viewport(), Qt.MouseButton.LeftButton, pos=panel.table.visualRect(idx).center())
+    qt.wait(150)
+    assert w.selected_row == row and w.on_screen("selection")
+    pane = w.stack_panel
+    header = pane.header
+    assert "how sure:" in header.text()
+    # the header whole: as tall as its wrapped text needs, nothing cut
+    assert header.height() >= header.heightForWidth(header.width()) - 1
+    scroll = w.docks["selection"].widget()
+    assert scroll.verticalScrollBar().value() == 0 and header.geometry().bottom() <= scroll.viewport().height()
+    # five frames (two lines each) in the frames' view, the rest scrolls
+    frames = pane.frames
+    lines = frames.viewport().height() // frames.fontMetrics().lineSpacing()
+    assert lines >= 10, lines
+    assert frames.toPlainText().count("\n") >= 10
+
+
+def test_cut_text_ends_with_an_ellipsis_and_reads_whole_in_its_tooltip(qt, window, monkeypatch):
+    from vramscope.viewer.panels.elide import KeepWhereDelegate, elide_keeping_where
+    from PySide6.QtWidgets import QStyleOptionViewItem
+    w = window
+    w.resize(800, 500)
+    d = open_and_wait(qt, w, str(DATA / "qlora_4bit.pickle"))
+    # the status bar: a message too long for it ends with "…", the tooltip has it whole
+    sb = w.statusBar()
+    long = "Try: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True and gradient checkpointing " * 3
+    sb.showMessage(long)
+    qt.wait(20)
+    shown = sb.shown_text()
+    assert shown.endswith("…") and long.startswith(shown[:-1]) and sb.toolTip() == long
+    assert sb.fontMetrics().horizontalAdvance(shown) <= sb.message_rect().width()
+    sb.grab()                                                     # (drawn through our paintEvent)
+    sb.clearMessage()
+    # a deep code path keeps its file and line: "for…25)" no more
+    fm = w.fontMetrics()
+    text = "forward_with_a_rather_long_function_name  (modeling_llama.py:125)"
+    cut = elide_keeping_where(text, fm, fm.horizontalAdvance(text) // 2 + 10)
+    assert cut.endswith("(modeling_llama.py:125)") and "…" in cut
+    w.dock_layout.show("memtree")
+    qt.waitUntil(lambda: w.memtree_panel.tree is not None, timeout=10000)
+    view = w.memtree_panel.view
+    model = view.model()
+    view.expandAll()
+    qt.wait(50)
+    delegate = view.itemDelegateForColumn(0)
+    assert isinstance(delegate, KeepWhereDelegate)
+    checked = 0
+    stack = [model.index(r, 0) for r in range(model.rowCount())]
+    while stack and checked < 200:
+        ix = stack.pop()
+        stack.extend(model.index(r, 0, ix) for r in range(model.rowCount(ix)))
+        full = model.data(ix)
+        if "  (" not in full:
+            continue
+        opt = QStyleOptionViewItem()
+        opt.initFrom(view)
+        opt.rect = view.visualRect(ix)
+        opt.widget = view
+        delegate.initStyleOption(opt, ix)
+        tail = full.rpartition("  (")[2]
+        if opt.text != full and opt.rect.width() > fm.horizontalAdvance("(" + tail) * 1.5:
+            assert opt.text.endswith("(" + tail) and "…" in opt.text, (full, opt.text)
+        checked += 1
+    assert checked
+
+
+def test_a_note_uses_the_width_it_has(qt, window, tmp_path):
+    """A note's first line was cut at 60 characters with 400 pixels free."""
+    import shutil
+    from vramscope.services.annotations import Annotation
+    w = window
+    path = tmp_path / "run.pickle"                 # (the notes go beside it: not into tests/data)
+    shutil.copy(DATA / "cuda_lora.pickle", path)
+    d = open_and_wait(qt, w, str(path))
+    text = "the loss spikes here after the learning rate warm-up ends, before the optimizer step of step 3"
+    w.notes.store.add(Annotation(kind="peak", device=d.device, index=d.peak_index, note=text))
+    w.notes.refresh() if hasattr(w.notes, "refresh") else None
+    w.dock_layout.show("annotations")
+    qt.waitUntil(lambda: w.notes_panel.count() >= 1, timeout=5000)
+    it = w.notes_panel.item(w.notes_panel.count() - 1)
+    assert it.text(2) == text and text in it.toolTip(2)

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QFontMetrics, QPalette
-from PySide6.QtWidgets import QHeaderView, QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHeaderView,
+    QLabel,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
 from ...common.units import fmt_bytes
 from ...present.words import oom_diagnosis, oom_suggestions, process_limit
@@ -14,6 +22,7 @@ from ..theme import muted_text
 
 # -- findings ------------------------------------------------------------------------------
 _FULL_TEXT = Qt.ItemDataRole.UserRole + 1
+BREAK_AFTER = "=:,/"          # where a word wider than a line may break
 
 
 def _item(text: str) -> QTreeWidgetItem:
@@ -42,10 +51,15 @@ def wrap_text(text: str, fm: QFontMetrics, width: int, widths: dict[str, int] | 
     line, line_w = "", 0
     for word in text.split(" "):
         while w(word) > width and len(word) > 1:
-            # a word wider than a line (an environment variable, a path): cut it
+            # a word wider than a line (an environment variable, a path): broken after its
+            # last '=', ':', ',' or '/' that fits ("PYTORCH_CUDA_ALLOC_CONF=" then
+            # "expandable_segments:True"), never inside one of its parts when a break point fits
             k = len(word)
             while k > 1 and fm.horizontalAdvance(word[:k]) > width:
                 k = max(1, k * 3 // 4) if fm.horizontalAdvance(word[:k * 3 // 4]) > width else k - 1
+            at = max(word.rfind(c, 0, k) for c in BREAK_AFTER)
+            if at > 0:
+                k = at + 1
             if line:
                 out.append(line)
                 line, line_w = "", 0
@@ -83,6 +97,8 @@ class FindingsPanel(QWidget):
         self.tree.setUniformRowHeights(False)
         self.tree.setTextElideMode(Qt.TextElideMode.ElideNone)
         self.tree.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        # a finding wrapped over many lines is one tall row: the wheel moves pixels, not rows
+        self.tree.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
         self.tree.header().setStretchLastSection(True)
         self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.tree.setToolTip("Click a finding to go there (N / Shift+N: next / previous)")
@@ -95,6 +111,7 @@ class FindingsPanel(QWidget):
         lay.addWidget(self.summary)
         lay.addWidget(self.tree, 1)
         self.items: list[QTreeWidgetItem] = []
+        self._chosen: QTreeWidgetItem | None = None
         self._wrap_timer = QTimer(self)
         self._wrap_timer.setSingleShot(True)
         self._wrap_timer.setInterval(30)
@@ -136,6 +153,9 @@ class FindingsPanel(QWidget):
                 it.setText(0, wrap_text(full, QFontMetrics(font) if own else fm, avail,
                                         measured.setdefault(font.key() if own else "", {})))
             stack.extend((it.child(k), depth + 1) for k in range(it.childCount()))
+        # the rows' heights changed: the finding chosen last stays in view
+        if self._chosen is not None:
+            self.tree.scrollToItem(self._chosen)
 
     @staticmethod
     def detail_lines(f, data: DeviceData | None = None) -> list[str]:
@@ -157,6 +177,7 @@ class FindingsPanel(QWidget):
 
     def set_data(self, data: DeviceData | None):
         self.data = data
+        self._chosen = None
         self.tree.clear()
         self.items = []
         if data is None:
@@ -199,14 +220,26 @@ class FindingsPanel(QWidget):
         self._wrap_all()
 
     def select(self, k: int):
+        """Make finding k the current one and scroll it into view, whole where it fits (its
+        title and its lines: a selected leak stayed scrolled out of view at 1024x700)."""
         for it in self.items:
             if it.data(0, Qt.ItemDataRole.UserRole) == k:
                 parent = it.parent()
                 if parent is not None:
                     parent.setExpanded(True)
+                self._chosen = it
                 self.tree.setCurrentItem(it)
-                self.tree.scrollToItem(it)
+                self._scroll_to(it)
+                # again once the rows have their wrapped heights (after the layout settles)
+                QTimer.singleShot(0, self, lambda it=it: self._scroll_to(it) if it is self._chosen else None)
                 return
+
+    def _scroll_to(self, it: QTreeWidgetItem):
+        t = self.tree
+        last = it.child(it.childCount() - 1) if it.isExpanded() and it.childCount() else None
+        if last is not None:
+            t.scrollToItem(last)                # its lines in view...
+        t.scrollToItem(it)                      # ...and its title, first
 
     def _on_item(self, item, _col=0):
         k = item.data(0, Qt.ItemDataRole.UserRole)

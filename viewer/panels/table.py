@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 from ...common.units import fmt_bytes, fmt_duration_us, fmt_seconds, parse_size
 from ...present.markup import html as _html
 from ..model import DeviceData
+from .elide import KeepWhereDelegate
 from ..model.rows import (
     COL_ADDR,
     COL_ALLOC,
@@ -304,7 +305,9 @@ class AllocationsPanel(QWidget):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setAlternatingRowColors(True)
         self.table.setWordWrap(False)
-        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)     # a long code line keeps its file and line
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self._where = KeepWhereDelegate(self.table)                   # a long code line keeps its file and line
+        self.table.setItemDelegateForColumn(COL_WHERE, self._where)
         self.table.verticalHeader().hide()
         vh = self.table.verticalHeader()
         vh.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QTimer
-from PySide6.QtGui import QColor
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QBrush, QColor
 
 from ...classifiers.evidence import E_GUESS
 from ...common.units import fmt_bytes, fmt_duration_us, fmt_seconds
@@ -20,6 +20,9 @@ from ..theme import category_color
 
 if TYPE_CHECKING:
     from .widget import TimelineWidget
+
+
+LIFETIME_TINT_SHARE = 0.8      # a selected lifetime at least this share of the run: edges only, no tint
 
 
 class Pointer:
@@ -250,6 +253,11 @@ class Pointer:
         xa = float(d.x_of_index(first)) if d.alloc_index[row] >= 0 else d.x_range[0]
         xb = float(d.x_of_index(last)) if d.free_index[row] >= 0 else d.x_range[1]
         tl.selection.setRegion((xa, xb))
+        # a lifetime over most of the run is not tinted (it hid the phases under one colour):
+        # its edges and its outline in the stack say it
+        lo, hi = d.x_range
+        most = hi > lo and (xb - xa) >= LIFETIME_TINT_SHARE * (hi - lo)
+        tl.selection.setBrush(tl.selection_brush if not most else QBrush(Qt.BrushStyle.NoBrush))
         tl.selection.show()
         self.update_selection_bar()
 

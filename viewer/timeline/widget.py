@@ -267,7 +267,8 @@ class TimelineWidget(QWidget):
         self.hover_line.setPen(pg.mkPen(h, width=1, style=Qt.PenStyle.DotLine))
         sel = QColor(theme.accent)
         sel.setAlpha(45)
-        self.selection.setBrush(QBrush(sel))
+        self.selection_brush = QBrush(sel)
+        self.selection.setBrush(self.selection_brush)
         for ln in self.selection.lines:
             ln.setPen(pg.mkPen(theme.accent, width=1))
         self.sel_bar.setPen(pg.mkPen(theme.accent, width=2))

@@ -156,6 +156,7 @@ class Docks(QObject):
         w.resizeDocks([d["allocations"]], [max(140, int(height * (0.40 if height >= PLOT_ROOM_FROM else 0.30)))],
                       Qt.Orientation.Vertical)
         self.keep_plot_room()
+        self.keep_selection_room()
 
     def plot_room(self) -> int:
         """The plot height the panels must leave: PLOT_MIN in a window of PLOT_ROOM_FROM pixels
@@ -179,6 +180,27 @@ class Docks(QObject):
             dock = below[0]             # (the tab in front: resizing a tab behind it may do nothing)
             w.resizeDocks([dock], [max(dock.minimumSizeHint().height(), dock.height() - lack)],
                           Qt.Orientation.Vertical)
+
+    def keep_selection_room(self, frames: int = 5):
+        """The Selection pane shows its header and `frames` frames when the right column has
+        the room (the Findings above it give way, down to a third of the column)."""
+        w, d = self.win, self.docks
+        sel, fnd = d["selection"], d["findings"]
+        if self.narrow or not self.shown("selection") or not self.shown("findings"):
+            return
+        pane = sel.widget()
+        panel = pane.widget() if isinstance(pane, QScrollArea) else pane
+        room = getattr(panel, "room_for_frames", None)
+        if room is None:
+            return
+        chrome = sel.height() - pane.height()             # the dock's title bar
+        need = room(frames) + chrome
+        column = sel.height() + fnd.height()
+        if sel.height() >= need:
+            return
+        need = min(need, column - max(fnd.minimumSizeHint().height(), column // 3))
+        if need > sel.height():
+            w.resizeDocks([fnd, sel], [column - need, need], Qt.Orientation.Vertical)
 
     def restored(self, user: bool):
         """A layout restored from the last session (QMainWindow.restoreState): the user's own

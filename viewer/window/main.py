@@ -850,6 +850,7 @@ class MainWindow(QMainWindow):
                 self.show_row(row)
             if source != "timeline":
                 self.docks["selection"].raise_()
+            QTimer.singleShot(0, self, self.dock_layout.keep_selection_room)     # its header and five frames
 
     def show_row(self, row: int):
         """Move the timeline to an allocation's lifetime, with context around it."""
