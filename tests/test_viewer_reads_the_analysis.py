@@ -127,6 +127,8 @@ def test_the_viewer_shows_the_analysis_figures(path, qt, monkeypatch, cache_dir,
             for name, cb in whatif.levers.items():
                 cb.setChecked(name in levers)
             whatif.update_now()
+            # (a simulated lever is asked on the panel's worker: its answer comes a moment later)
+            qt.waitUntil(lambda: not whatif._asking, timeout=60_000)
             got, want = whatif.last, what_if(an, dev, sliders, levers)
             assert got is not None
             assert (got.scaled, got.baseline, got.scales, got.fits) == (want.scaled, want.baseline, want.scales,

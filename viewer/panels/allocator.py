@@ -347,6 +347,9 @@ class AllocatorPanel(QWidget):
                 self.scroll.ensureVisible(int(r.left() + LABEL_W), int(r.center().y()), 10, ROW_H * 2)
         later()
         QTimer.singleShot(0, self, later)
+        # a panel brought forward by the click lays its map out later still (the first
+        # segment click before Allocator was in front left the segment out of view)
+        QTimer.singleShot(60, self, later)
 
     def show_row(self, row: int):
         """An allocation selected elsewhere: its segment outlined and brought into view, when

@@ -234,6 +234,12 @@ class FindingsPanel(QWidget):
                 QTimer.singleShot(0, self, lambda it=it: self._scroll_to(it) if it is self._chosen else None)
                 return
 
+    def clear_current(self):
+        """No finding highlighted (the selection moved elsewhere: the highlight stayed on Peak)."""
+        self._chosen = None
+        self.tree.setCurrentItem(None)
+        self.tree.clearSelection()
+
     def _scroll_to(self, it: QTreeWidgetItem):
         t = self.tree
         last = it.child(it.childCount() - 1) if it.isExpanded() and it.childCount() else None

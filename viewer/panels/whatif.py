@@ -10,6 +10,8 @@ panel: the rest of the window stays usable).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
@@ -42,6 +44,15 @@ from ..model import DeviceData
 from ..model.whatif import WhatIfSession
 from ..theme import FITS_COLOR, SHORT_COLOR, category_color, muted_text, readable
 from ..worker import Worker
+
+@dataclass
+class AskAnswer:
+    """A what-if answer computed on the worker, for the session it was asked of (with the
+    batch fit on the GPU asked about, when one is)."""
+    result: WhatIf
+    session: WhatIfSession
+    fit: WhatIf | None = None
+
 
 class _ClickLabel(QLabel):
     clicked = Signal()
@@ -89,7 +100,8 @@ class WhatIfPanel(QWidget):
         self._gpu_choice: dict = {}          # (file, device) -> the GPU size typed or picked there
         self.worker = Worker(self)
         self._request: tuple[int, int] | None = None     # (analysis, device) the worker builds for
-        self.worker.finished.connect(self._on_built)
+        self._asking = False                 # a simulated lever is being asked on the worker
+        self.worker.finished.connect(self._on_finished)
         self.worker.failed.connect(lambda msg: self._on_not_built(f"The model could not be built: {msg}"))
         self.worker.cancelled.connect(lambda: self._on_not_built("Cancelled: the model is not built."))
         self.worker.progressed.connect(self._on_progress)
@@ -227,6 +239,7 @@ class WhatIfPanel(QWidget):
         return None if data is None else (getattr(data.snap, "path", None) or id(data.analysis), data.device)
 
     def set_data(self, data: DeviceData | None):
+        self._asking = False
         # the GPU line belongs to the file and device it was set on (a 48 GiB line carried
         # over squeezed a 7.88 GiB device into the bottom 15% of the plot)
         old = self._gpu_key(self.data)
@@ -268,6 +281,12 @@ class WhatIfPanel(QWidget):
             self._show_building("Building the per-category model and the budget…", True)
         return False
 
+    def _on_finished(self, result):
+        if isinstance(result, AskAnswer):
+            self._on_answer(result)
+        elif isinstance(result, WhatIfSession):
+            self._on_built(result)
+
     def _on_built(self, session: WhatIfSession):
         d = self.data
         if d is None or session.analysis is not d.analysis or session.device != d.device:
@@ -280,6 +299,15 @@ class WhatIfPanel(QWidget):
         self.update_now()
 
     def _on_not_built(self, text: str):
+        if self._asking:                      # a simulation cancelled (or failed): the levers unticked
+            self._asking = False
+            self.building.hide()
+            for name, cb in self.levers.items():
+                if name in SIMULATED and cb.isChecked():
+                    with QSignalBlocker(cb):
+                        cb.setChecked(False)
+            self.update_now()
+            return
         if self._request is not None:         # (not a request the device shown before made)
             self._request = None
             self._show_building(text, False)
@@ -298,7 +326,7 @@ class WhatIfPanel(QWidget):
         self.building.show()
 
     def _on_building_button(self):
-        if self._request is not None:
+        if self._request is not None or self._asking:
             self.worker.cancel()
         else:
             self.ensure_model()
@@ -453,18 +481,59 @@ class WhatIfPanel(QWidget):
             return self.gpu.itemData(idx)
         return text.split(" (")[0]
 
+    def _ask(self, session: WhatIfSession, sliders: dict, levers: list, gpu) -> WhatIf:
+        try:
+            return session.ask(sliders, levers, gpu)
+        except WhatIfError:                   # a size it cannot read (yet): no GPU line
+            return session.ask(sliders, levers, None)
+
     def update_now(self):
-        """Ask `what_if` (the exact scaled peak: about a millisecond at 10^6 events) and show
-        its answer: the peak, its type in words, whether it fits, and the timeline's overlay."""
+        """Ask `what_if` and show its answer: the peak, its type in words, whether it fits,
+        and the timeline's overlay. Factors alone take about a millisecond at 10^6 events:
+        asked here. A simulated lever (checkpointing, half the batch, LoRA) replays the run
+        (seconds at 10^6 events): asked on the panel's worker, with a busy bar and Cancel,
+        the window usable meanwhile (the checkpointing lever froze it for over 3 s)."""
         d, session = self.data, self.session
         if d is None or session is None:
             return
         sliders = self.factors()
         levers = self.checked_levers()
-        try:
-            r = session.ask(sliders, levers, self.gpu_request())
-        except WhatIfError:                   # a size it cannot read (yet): no GPU line
-            r = session.ask(sliders, levers, None)
+        gpu = self.gpu_request()
+        if not any(name in SIMULATED for name in levers):
+            if self._asking:
+                self._asking = False
+                self.worker.cancel()
+                self.building.hide()
+            self._show_answer(self._ask(session, sliders, levers, gpu))
+            return
+        self._asking = True
+        ask = self._ask
+
+        def job(progress):
+            r = ask(session, sliders, levers, gpu)
+            progress.check()
+            fit = None
+            if r.fits.gpu_bytes is not None:          # how far the batch grows, with them: on the worker too
+                try:
+                    fit = session.ask(sliders, levers, gpu, fit="batch")
+                except WhatIfError:
+                    fit = None
+            return AskAnswer(r, session, fit)
+        self.worker.submit(job)
+        names = ", ".join(session.levers[n].title if n in session.levers else n for n in levers if n in SIMULATED)
+        self._show_building(f"Simulating {names} on the recorded run…", True)
+
+    def _on_answer(self, answer: "AskAnswer"):
+        self._asking = False
+        if answer.session is not self.session:
+            return                            # a device no longer shown
+        self.building.hide()
+        self._show_answer(answer.result)
+        if answer.fit is not None:
+            self._show_fit(answer.fit)
+
+    def _show_answer(self, r: WhatIf):
+        sliders = self.factors()
         self.last = r
         for name, val in self.values.items():
             slider, f = sliders[name], r.scales.get(name, 1.0)
@@ -510,14 +579,20 @@ class WhatIfPanel(QWidget):
 
     def update_fit(self):
         """How far the micro-batch could grow on the GPU asked about, with the ticked levers and
-        factors (what_if's fit), once the controls have settled."""
+        factors (what_if's fit), once the controls have settled (not while a simulation runs:
+        the fit simulates the levers again, several times)."""
         session = self.session
-        if self.data is None or session is None:
+        if self.data is None or session is None or self._asking:
             return
+        if any(name in SIMULATED for name in self.checked_levers()):
+            return                            # (asked on the worker with the answer: _on_answer)
         try:
             r = session.ask(self.factors(), self.checked_levers(), self.gpu_request(), fit="batch")
         except WhatIfError:
             return
+        self._show_fit(r)
+
+    def _show_fit(self, r: WhatIf):
         if not r.fit:
             return
         row = r.fit[0]

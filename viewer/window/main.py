@@ -33,7 +33,7 @@ from ...common.units import fmt_bytes
 from ...present.markup import html as _esc
 from ...present.markup import middle
 from ...present.timeaxis import axis_reason, axis_reason_short
-from ...present.words import guessed_text, leak_rows_text, peak_words
+from ...present.words import count_words, guessed_text, leak_rows_text, peak_words
 from ..model import DeviceData, FindingView
 from ..model.load import LoadResult
 from ..panels.allocator import AllocatorPanel
@@ -201,6 +201,7 @@ class MainWindow(QMainWindow):
             user = str(self.settings.value("window/user_layout", "false")).lower() == "true"
             self.dock_layout.restored(user)
             self.docks["compare"].hide()        # nothing to compare yet
+            self.ranks.dock.hide()              # no folder read yet (an empty Ranks tab came back)
 
     def _restore_geometry(self):
         """The last session's window where it fits the screen (one saved on a larger screen
@@ -618,7 +619,8 @@ class MainWindow(QMainWindow):
             self.status_guess.hide()
             return
         self.status_device.setText(f"cuda:{d.device}")
-        self.status_entries.setText(f"{d.n:,} entries · {d.n_rows:,} allocations")
+        self.status_entries.setText(f"{count_words(d.n, 'entry', 'entries')} · "
+                                    f"{count_words(d.n_rows, 'allocation', 'allocations')}")
         pk = d.da.peak
         self.status_peak.setText(f"peak {fmt_bytes(pk.bytes)}, {peak_words(pk.type)}" if pk is not None else "")
         # the peak's bytes that are a guess, said beside it (steps aside for a long message)
@@ -651,7 +653,13 @@ class MainWindow(QMainWindow):
         d = self.data
         self.device_combo.clear()
         for dev in result.analysis.devices:
-            self.device_combo.addItem(f"cuda:{dev}  ({len(result.snapshot.trace(dev)):,} entries)", dev)
+            # the device's name only (its entries are in the status bar and the tooltip): the
+            # toolbar's combo box is narrow at 800 pixels ("cuda:0 (3", "cuda:0 (1 entries)")
+            n = len(result.snapshot.trace(dev))
+            self.device_combo.addItem(f"cuda:{dev}", dev)
+            self.device_combo.setItemData(self.device_combo.count() - 1, f"cuda:{dev}: "
+                                          f"{count_words(n, 'trace entry', 'trace entries')}",
+                                          Qt.ItemDataRole.ToolTipRole)
         if result.device is not None:
             self.device_combo.setCurrentIndex(self.device_combo.findData(result.device))
         self.device_strip.set_analysis(result.analysis, result.device)
@@ -838,6 +846,12 @@ class MainWindow(QMainWindow):
         if self.data is None:
             return
         self.selected_row = row
+        if source != "finding":
+            # another allocation chosen (or none): the finding navigated to is no longer
+            # what the window shows; its highlight goes (N still steps on from it)
+            f = self.data.findings[self.finding_pos] if 0 <= self.finding_pos < len(self.data.findings) else None
+            if f is None or row != f.row:
+                self.findings_panel.clear_current()
         self.act_note_alloc.setEnabled(self.notes.store is not None and row >= 0)
         self.stack_panel.set_row(row)
         self.timeline.select_row(row)

@@ -55,6 +55,11 @@ COMPARE_X_TITLES = {
 }
 
 
+def count_words(n: int, one: str, many: str) -> str:
+    """'1 entry', '3,480 entries'."""
+    return f"{n:,} {one if n == 1 else many}"
+
+
 def peak_words(peak_type: str) -> str:
     return PEAK_TYPE_WORDS.get(peak_type, peak_type.replace("_", " "))
 
@@ -406,7 +411,7 @@ def finding_detail(f: Finding, where: str = "") -> str:
         when = moment_text(s.index)
         if s.iteration is not None:
             when += f", {iteration_text(s.iteration)}"
-        if s.phase:
+        if s.phase and s.phase != "pre":            # ("pre": the start state, no phase of a run)
             when += f", {s.phase} phase"
         top = sorted(s.by_category.items(), key=lambda kv: -kv[1])[:3]
         text = f"highest live memory {when}" + (": " + ", ".join(
@@ -430,7 +435,7 @@ def finding_detail(f: Finding, where: str = "") -> str:
 
 __all__ = ["RECORD_HINT", "EVIDENCE_WORDS", "evidence_words", "evidence_text", "category_evidence_note", "guess_note",
            "category_bytes_text", "guessed_text",
-           "PEAK_TYPE_WORDS", "LEVER_WORDS", "COMPARE_X_TITLES", "peak_words", "scaled_peak_words",
+           "PEAK_TYPE_WORDS", "LEVER_WORDS", "COMPARE_X_TITLES", "count_words", "peak_words", "scaled_peak_words",
            "trainable_params_words", "advice_text", "oom_suggestions", "oom_diagnosis",
            "process_limit", "device_free_text",
            "freed_note", "stale_gradients_text", "leak_text", "LEAK_CAUSE_WORDS", "error_text", "signed_bytes",
