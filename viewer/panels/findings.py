@@ -231,7 +231,7 @@ class FindingsPanel(QWidget):
                 self.tree.setCurrentItem(it)
                 self._scroll_to(it)
                 # again once the rows have their wrapped heights (after the layout settles)
-                QTimer.singleShot(0, self, lambda it=it: self._scroll_to(it) if it is self._chosen else None)
+                QTimer.singleShot(0, self, lambda: self._scroll_to(self._chosen) if self._chosen is not None else None)
                 return
 
     def clear_current(self):

@@ -129,10 +129,12 @@ class StackPanel(QWidget):
         """The pane's height that shows its header whole and `frames` frames (two lines each:
         the function, then its file and line)."""
         line = self.frames.fontMetrics().lineSpacing()
-        m = self.layout().contentsMargins()
+        lay = self.layout()
+        assert lay is not None
+        m = lay.contentsMargins()
         width = max(100, self.width() - m.left() - m.right())
         header = self.header.heightForWidth(width) if self.header.hasHeightForWidth() else \
             self.header.sizeHint().height()
-        spacing = self.layout().spacing() * 2
+        spacing = lay.spacing() * 2
         return (m.top() + m.bottom() + header + self.python_only.sizeHint().height() + spacing
                 + 2 * frames * line + 2 * self.frames.frameWidth() + 8)

@@ -48,8 +48,9 @@ def first_focusable(panel: QWidget) -> QWidget | None:
     """The widget of a panel that takes the keyboard: the panel itself when it does (the
     Allocator), else its first shown child that accepts focus by Tab, skipping buttons (the
     table over its filter buttons, the notes' list over their toolbar)."""
-    if isinstance(panel, QScrollArea) and panel.widget() is not None:
-        panel = panel.widget()                 # a panel scrolled in its dock (`scrolled`)
+    inner = panel.widget() if isinstance(panel, QScrollArea) else None
+    if inner is not None:
+        panel = inner                          # a panel scrolled in its dock (`scrolled`)
 
     def takes_tab(w: QWidget) -> bool:
         return bool(w.focusPolicy() & Qt.FocusPolicy.TabFocus) and w.isVisibleTo(panel) and w.isEnabled()

@@ -27,7 +27,8 @@ def typed(seq: QKeySequence) -> bool:
     (a letter or sign, with or without Shift; Home): such a key acts only in the timeline."""
     if seq.isEmpty():
         return False
-    combo = seq[0]
+    # (PySide6's stubs lack QKeySequence.__getitem__)
+    combo = seq[0]  # type: ignore[index]
     return not (combo.keyboardModifiers() & _MODIFIERS) and combo.key() not in _ANYWHERE
 
 
@@ -87,7 +88,9 @@ class PanelRing(QObject):
         self.win = window
         self.panels = panels              # [(key, the widget holding the panel)] on screen, in order
         self.focus = focus                # give a panel the keyboard
-        QApplication.instance().installEventFilter(self)
+        app = QApplication.instance()
+        assert app is not None
+        app.installEventFilter(self)
 
     def current(self, ring: list[tuple[str, QWidget]]) -> int:
         w = QApplication.focusWidget()
