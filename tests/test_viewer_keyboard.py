@@ -69,7 +69,7 @@ def test_tab_steps_between_the_panels_and_out_of_a_table(qt, window):
     w.dock_layout.show("whatif")
     qt.waitUntil(lambda: w.on_screen("whatif") and w.whatif_panel.session is not None, timeout=30000)
     table = w.whatif_panel.table
-    assert table.rowCount() > 1
+    qt.waitUntil(lambda: table.isVisible() and table.rowCount() > 1, timeout=5000)
     qt.mouseClick(table.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(20, table.rowViewportPosition(0) + 5))
     assert QApplication.focusWidget() is table
     press(qt, Qt.Key.Key_Tab)                               # out of the budget table, to the next panel
@@ -184,3 +184,26 @@ def test_the_left_and_right_arrows_pan_the_timeline(qt, window):
     x0, _ = w.timeline.x_span()
     press(qt, Qt.Key.Key_Left)
     assert w.timeline.x_span()[0] < x0
+
+
+def test_ctrl_tab_steps_through_a_panels_controls(qt, window):
+    """Tab goes from panel to panel; Ctrl+Tab reaches the controls inside one (the What-if
+    panel's levers)."""
+    w = window
+    open_and_wait(qt, w, LORA)
+    w.dock_layout.show("whatif")
+    panel = w.whatif_panel
+    qt.waitUntil(lambda: panel.session is not None, timeout=30000)
+    qt.waitUntil(lambda: w.on_screen("whatif"), timeout=5000)
+    first = next(iter(panel.sliders.values()))
+    first.setFocus()
+    qt.waitUntil(first.hasFocus, timeout=3000)
+    seen = set()
+    for _ in range(30):
+        press(qt, Qt.Key.Key_Tab, CTRL)
+        f = QApplication.focusWidget()
+        seen.add(f)
+        if f in panel.levers.values():
+            break
+    assert any(cb in seen for cb in panel.levers.values()), "Ctrl+Tab never reached a lever"
+    assert focused_panel(w) == "whatif"

@@ -69,8 +69,11 @@ def test_the_findings_advice_is_the_analysis_advice_item(qt, window, monkeypatch
 
 def whatif_ready(qt, w):
     w.dock_layout.show("whatif")
-    qt.waitUntil(lambda: w.whatif_panel.session is not None and w.whatif_panel.last is not None, timeout=30000)
-    return w.whatif_panel
+    panel = w.whatif_panel
+    qt.waitUntil(lambda: panel.session is not None and panel.last is not None, timeout=30000)
+    # (its controls, made when the model came, are laid out and shown a moment later)
+    qt.waitUntil(lambda: all(c.isVisible() for c in (*panel.sliders.values(), *panel.levers.values())), timeout=5000)
+    return panel
 
 
 def test_a_lever_ticked_shows_what_ifs_own_answer_and_the_panel_says_needs_once(qt, window):

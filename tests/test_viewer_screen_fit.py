@@ -96,6 +96,10 @@ def test_a_first_start_fits_the_screen_and_so_does_the_file_it_opens(qt):
     x0, x1 = tl.x_span()
     assert x0 <= oom.value() <= x1
     assert tl.overview.height() <= tl.plot.height()
+    # under a window manager's title bar (openbox: 25 pixels) the plot still keeps 200
+    w.resize(w.width(), area().height() - 30)
+    qt.wait(200)
+    assert w.timeline.plot.height() >= 200, w.timeline.plot.height()
     w.close()
 
 

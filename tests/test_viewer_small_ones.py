@@ -156,6 +156,7 @@ def test_a_simulated_lever_is_asked_off_the_gui_thread_with_a_busy_bar(qt, windo
     w.dock_layout.show("whatif")
     panel = w.whatif_panel
     qt.waitUntil(lambda: panel.session is not None and panel.last is not None, timeout=30000)
+    qt.waitUntil(lambda: panel.levers["checkpointing"].isVisible(), timeout=5000)
     ticks = []
     timer = QTimer(w)
     timer.timeout.connect(lambda: ticks.append(1))
@@ -177,3 +178,32 @@ def test_a_simulated_lever_is_asked_off_the_gui_thread_with_a_busy_bar(qt, windo
     qt.mouseClick(panel.building_btn, Qt.MouseButton.LeftButton)
     qt.waitUntil(lambda: not panel._asking, timeout=30000)
     assert not cb.isChecked() and not panel.last.levers
+
+
+def test_the_wheel_scrolls_the_what_if_panel_over_a_slider_without_moving_it(qt, window):
+    """Scrolling the What-if panel with the wheel moved every slider the pointer passed over."""
+    from PySide6.QtCore import QPoint
+    from PySide6.QtGui import QWheelEvent
+    from PySide6.QtWidgets import QApplication
+    w = window
+    open_and_wait(qt, w, OOM)
+    w.dock_layout.show("whatif")
+    panel = w.whatif_panel
+    qt.waitUntil(lambda: panel.session is not None and panel.last is not None, timeout=30000)
+    sl = next(iter(panel.sliders.values()))
+    qt.waitUntil(sl.isVisible, timeout=5000)                     # (laid out a moment after the model)
+    before = sl.value()
+    pos = sl.rect().center()
+    ev = QWheelEvent(QPointF(pos), QPointF(sl.mapToGlobal(pos)), QPoint(0, 0), QPoint(0, -120),
+                     Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
+    QApplication.sendEvent(sl, ev)
+    assert sl.value() == before
+    w.activateWindow()                                            # (a click focuses in the active window)
+    qt.waitUntil(w.isActiveWindow, timeout=5000)
+    qt.mouseClick(sl, Qt.MouseButton.LeftButton, pos=QPoint(sl.width() // 2, sl.height() // 2))
+    assert sl.hasFocus(), (sl.isVisible(), sl.visibleRegion().boundingRect(), w.on_screen("whatif"))
+    before = sl.value()
+    QApplication.sendEvent(sl, QWheelEvent(QPointF(pos), QPointF(sl.mapToGlobal(pos)), QPoint(0, 0), QPoint(0, -120),
+                                           Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier,
+                                           Qt.ScrollPhase.NoScrollPhase, False))
+    assert sl.value() != before                                  # with the keyboard, it turns

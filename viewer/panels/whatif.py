@@ -63,6 +63,17 @@ class _ClickLabel(QLabel):
         super().mousePressEvent(event)
 
 
+class _Slider(QSlider):
+    """A factor's slider that a wheel turning over it changes only once it has the keyboard
+    (a click, Tab): scrolling the panel with the wheel moved every slider it passed over."""
+
+    def wheelEvent(self, event):
+        if self.hasFocus():
+            super().wheelEvent(event)
+        else:
+            event.ignore()                    # the panel scrolls instead
+
+
 class _BudgetTable(QTableWidget):
     resized = Signal()
 
@@ -170,11 +181,13 @@ class WhatIfPanel(QWidget):
         lv.addStretch(1)
         left.setMinimumWidth(self.fontMetrics().horizontalAdvance("x" * 40))
         scroll = QScrollArea(self)
+        scroll.setMinimumHeight(40)           # a short window: the controls scroll, the answer stays
         scroll.setWidget(left)
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
 
         self.table = _BudgetTable(0, len(BUDGET_COLUMNS), self)
+        self.table.setMinimumHeight(40)
         for c, (title, tip) in enumerate(BUDGET_COLUMNS):
             head_item = QTableWidgetItem(title)
             head_item.setToolTip(tip)
@@ -349,7 +362,8 @@ class WhatIfPanel(QWidget):
         assert session is not None
         for r, name in enumerate(session.categories):
             swatch = QLabel(f"<span style='color:{category_color(name).name()}'>■</span> {name}", self)
-            sl = QSlider(Qt.Orientation.Horizontal, self)
+            sl = _Slider(Qt.Orientation.Horizontal, self)
+            sl.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
             sl.setRange(0, SLIDER_MAX)
             sl.setValue(100)
             sl.setPageStep(10)

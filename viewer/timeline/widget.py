@@ -241,12 +241,14 @@ class TimelineWidget(QWidget):
         """No hover box (before the window is saved as an image: never in an export)."""
         self.pointer.left()
 
-    def set_compact(self, compact: bool):
-        """A short window (800x500) gives the plot the pixels: the overview strip thinner,
-        never taller than the plot."""
-        h = self.COMPACT_OVERVIEW if compact else self.OVERVIEW_HEIGHT
-        if self.overview.height() != h or self.overview.minimumHeight() != h:
+    def set_compact(self, level: int):
+        """A short window gives the plot the pixels: the overview strip thinner (1), or left
+        out (2: 800x500 under a title bar, where Home and the wheel do its work); never
+        taller than the plot."""
+        h = self.COMPACT_OVERVIEW if level >= 1 else self.OVERVIEW_HEIGHT
+        if self.overview.minimumHeight() != h:
             self.overview.setFixedHeight(h)
+        self.overview.setVisible(level < 2)
 
     # -- theme ---------------------------------------------------------------------------
     def apply_theme(self, theme: Theme):
@@ -266,7 +268,7 @@ class TimelineWidget(QWidget):
         h.setAlpha(90)
         self.hover_line.setPen(pg.mkPen(h, width=1, style=Qt.PenStyle.DotLine))
         sel = QColor(theme.accent)
-        sel.setAlpha(45)
+        sel.setAlpha(30)                   # (light: the phases' shades still read under it)
         self.selection_brush = QBrush(sel)
         self.selection.setBrush(self.selection_brush)
         for ln in self.selection.lines:

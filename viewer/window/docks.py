@@ -13,12 +13,14 @@ NARROW = 960        # below this width the right column's panels join the tabs u
 PLOT_MIN = 200      # the plot's height the panels leave it, whenever the window is this tall...
 PLOT_ROOM_FROM = 460    # ...(from here: an 800x500 screen's window too; a smaller one gives it PLOT_FLOOR)
 PLOT_FLOOR = 120
-COMPACT_BELOW = 640     # a window shorter than this draws the overview strip thinner (timeline.set_compact)
+COMPACT_BELOW = 640     # a window shorter than this draws the overview strip thinner (timeline.set_compact)...
+NO_OVERVIEW_BELOW = 560  # ...and one shorter than this (800x500 under a title bar) leaves it out
 RIGHT_COLUMN = ("findings", "selection", "moment")
 # Panels that scroll rather than hold a small window tall: a tab group is as tall as its
 # tallest minimum, so one panel's 161 pixels (the Allocator's) left the plot 159 at 800x500.
 # The table and the memory tree scroll by themselves.
-SCROLLED = ("moment", "selection", "findings", "annotations", "allocator", "whatif", "compare")
+SCROLLED = ("moment", "selection", "findings", "annotations", "allocator", "compare")
+# (What if scrolls inside: its answer stays on top while its controls and budget scroll)
 NARROWS = ("moment", "selection", "findings")   # these also wrap to any width (no sideways scrolling)
 
 
@@ -71,7 +73,7 @@ class Docks(QObject):
         self._guard = QTimer(self)                # after any change: the plot's room (keep_plot_room)
         self._guard.setSingleShot(True)
         self._guard.setInterval(30)
-        self._guard.timeout.connect(self.keep_plot_room)
+        self._guard.timeout.connect(self._after_layout)
         self.docks: dict[str, QDockWidget] = {}
         for key, title, area in DOCKS:
             dock = QDockWidget(title, window)
@@ -158,11 +160,16 @@ class Docks(QObject):
                       Qt.Orientation.Vertical)
         self.keep_plot_room()
         self.keep_selection_room()
+        self._guard.start()          # again once the sizes asked for are laid out (they apply later)
 
     def plot_room(self) -> int:
         """The plot height the panels must leave: PLOT_MIN in a window of PLOT_ROOM_FROM pixels
         or more, else PLOT_FLOOR."""
         return PLOT_MIN if self.win.height() >= PLOT_ROOM_FROM else PLOT_FLOOR
+
+    def _after_layout(self):
+        self.keep_plot_room()
+        self.keep_selection_room()
 
     def keep_plot_room(self):
         """Whatever sized the panels (the window following the screen, a layout restored from

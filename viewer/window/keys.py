@@ -69,9 +69,11 @@ def help_rows(actions: Sequence[QAction], extra: Sequence[tuple[str, str]]) -> l
         keys = [native(k) for k in a.shortcuts()] + list(a.property("anywhere_keys") or [])
         if not keys:
             continue
-        what = (a.statusTip() or a.text()).split(" (")[0].replace("&", "").rstrip("…")
+        what = str(a.property("help_text") or a.statusTip() or a.text()).replace("&", "").rstrip("…")
         if a.property("timeline_only"):
-            what += " (timeline focused)"
+            anywhere = a.property("anywhere_keys")
+            what += f" ({' / '.join(native(k) for k in a.shortcuts())}: timeline focused)" if anywhere \
+                else " (timeline focused)"
         elif a.property("scope_words"):
             what += f" ({a.property('scope_words')})"
         rows.append((" / ".join(keys), what))
@@ -111,10 +113,16 @@ class PanelRing(QObject):
 
     def eventFilter(self, obj, ev):
         if ev.type() == QEvent.Type.KeyPress and ev.key() in (Qt.Key.Key_Tab, Qt.Key.Key_Backtab) \
-                and not (ev.modifiers() & _MODIFIERS) and isinstance(obj, QWidget) and obj.window() is self.win \
+                and isinstance(obj, QWidget) and obj.window() is self.win \
                 and QApplication.activePopupWidget() is None and QApplication.activeModalWidget() is None:
-            forward = ev.key() == Qt.Key.Key_Tab and not (ev.modifiers() & Qt.KeyboardModifier.ShiftModifier)
-            if self.step(forward) is not None:
+            mods = ev.modifiers()
+            forward = ev.key() == Qt.Key.Key_Tab and not (mods & Qt.KeyboardModifier.ShiftModifier)
+            if not (mods & _MODIFIERS):
+                if self.step(forward) is not None:
+                    return True
+            elif mods & _MODIFIERS == Qt.KeyboardModifier.ControlModifier:
+                # Ctrl+Tab: the next control in Qt's order (a panel's boxes and buttons)
+                self.win.focusNextPrevChild(forward)
                 return True
         return False
 

@@ -16,7 +16,6 @@ import os
 from PySide6.QtCore import QEvent, QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
-    QApplication,
     QComboBox,
     QLabel,
     QLineEdit,
@@ -52,7 +51,7 @@ from ..timeline import TimelineWidget
 from ..ranks_part import RanksPart
 from .compare import Compare
 from .dialogs import TextDialog
-from .docks import COMPACT_BELOW, DOCKS, Docks, first_focusable
+from .docks import COMPACT_BELOW, DOCKS, NO_OVERVIEW_BELOW, Docks, first_focusable
 from .keys import PanelRing, help_rows, scope_keys
 from .exports import Exports
 from .loading import Loading, error_box
@@ -72,6 +71,7 @@ MOUSE_HINTS = (
 # F1 lists every action's keys (keys.help_rows), then these: the mouse, and the keys that
 # belong to one panel (each a real binding: tests/test_viewer_keyboard.py presses them)
 EXTRA_KEYS = (("Left / Right", "pan (timeline focused)"), ("Tab / Shift+Tab", "the next / previous panel"),
+              ("Ctrl+Tab / Ctrl+Shift+Tab", "the next / previous control (inside a panel)"),
               ("wheel", "zoom time around the cursor"), ("drag", "zoom into a box"),
               ("Shift+drag, middle-drag", "pan"), ("Ctrl+drag", "mark a time range"),
               ("click", "select the allocation under the cursor"),
@@ -306,7 +306,8 @@ class MainWindow(QMainWindow):
     # -- window events -------------------------------------------------------------------------
     def resizeEvent(self, ev):
         super().resizeEvent(ev)
-        self.timeline.set_compact(self.height() < COMPACT_BELOW)
+        h = self.height()
+        self.timeline.set_compact(2 if h < NO_OVERVIEW_BELOW else 1 if h < COMPACT_BELOW else 0)
         # a hint on show stays whole: its shorter wording when the window narrows
         shown = self.statusBar().currentMessage()
         for variants in self._hint_sets:
@@ -349,6 +350,7 @@ class MainWindow(QMainWindow):
         if keys:
             a.setShortcuts([QKeySequence(k) for k in keys])
         tip = tip or text.replace("&", "").rstrip("…")
+        a.setProperty("help_text", tip)          # what F1 says it does (keys.help_rows)
         if keys:
             tip += f" ({', '.join(QKeySequence(k).toString(QKeySequence.SequenceFormat.NativeText) for k in keys)})"
         a.setToolTip(tip)
@@ -716,9 +718,10 @@ class MainWindow(QMainWindow):
             self._hint_sets.append(said)
             self.statusBar().showMessage(self._fitting(said), 20000)
         self.loading.add_recent(result.path)
-        focused = QApplication.focusWidget()
-        if d is not None and self.isActiveWindow() and not isinstance(focused, QLineEdit):
-            self.timeline.plot.setFocus(Qt.FocusReason.OtherFocusReason)      # P, N, + and - work at once
+        # P, N, + and - work at once: the plot takes the keyboard (this window's focus widget,
+        # given back when the progress dialog closes), unless the user is typing in a box
+        if d is not None and not isinstance(self.focusWidget(), QLineEdit):
+            self.timeline.plot.setFocus(Qt.FocusReason.OtherFocusReason)
         self.loaded.emit()
 
     # -- views -----------------------------------------------------------------------------------
