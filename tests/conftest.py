@@ -49,6 +49,20 @@ def _flush(app):
         gc.collect()
 
 
+def pytest_configure(config):
+    """The application, made once, before any test: on the virtual screen above. (Made later,
+    by whichever test first needed Qt, it took that test's environment: test_report.py's
+    QT_QPA_PLATFORM=offscreen made the session's screen 800x800 for every viewer test after
+    it, and their windows no longer fitted.)"""
+    try:
+        from PySide6.QtWidgets import QApplication
+    except ImportError:
+        return
+    if QApplication.instance() is None:
+        from vramscope.viewer.app import make_app
+        make_app()
+
+
 @pytest.fixture(autouse=True)
 def own_settings_folder(tmp_path_factory, monkeypatch):
     """Every test starts from its own settings folder (QSettings: the window's geometry,

@@ -15,7 +15,7 @@ from PySide6.QtGui import QMouseEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from helpers import DATA  # noqa: E402
-from viewer_helpers import open_and_wait  # noqa: E402
+from viewer_helpers import layout_settled, open_and_wait  # noqa: E402
 
 LORA = str(DATA / "cuda_lora.pickle")
 LEAK = str(DATA / "cuda_leak.pickle")
@@ -135,7 +135,8 @@ def test_text_that_carries_a_finding_or_advice_reads_at_4_5_to_1(qt, window):
 
 def at_1024x700(qt, w):
     w.resize(1024, 700)
-    qt.wait(200)
+    qt.wait(50)
+    layout_settled(qt, w)
 
 
 def test_the_finding_navigated_to_is_scrolled_into_view_at_1024x700(qt, window):

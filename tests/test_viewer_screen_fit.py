@@ -24,7 +24,7 @@ from PySide6.QtCore import QSettings, Qt, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from helpers import DATA, REPO  # noqa: E402
-from viewer_helpers import LOAD_TIMEOUT, open_and_wait  # noqa: E402
+from viewer_helpers import LOAD_TIMEOUT, layout_settled, open_and_wait  # noqa: E402
 
 SCREEN = os.environ.get("VRAMSCOPE_TEST_SCREEN", "")          # "1024x700" in the child process
 SIZES = ("1024x700", "800x500")
@@ -68,7 +68,8 @@ def window(qt, settings=None, persist=True):
     qt.waitExposed(w)
     w.activateWindow()
     qt.waitUntil(w.isActiveWindow, timeout=5000)
-    qt.wait(100)                       # the first show's size, with the frame measured
+    qt.wait(50)                        # the first show's size, with the frame measured
+    layout_settled(qt, w)
     return w
 
 
@@ -84,7 +85,8 @@ def test_a_first_start_fits_the_screen_and_so_does_the_file_it_opens(qt):
     assert_fits(w, "first start")
     assert w.width() >= area().width() - 10 and w.height() >= area().height() - 40, "it uses the screen"
     open_and_wait(qt, w, OOM)
-    qt.wait(200)
+    qt.wait(50)
+    layout_settled(qt, w)
     assert_fits(w, "with cuda_oom.pickle open")
     # what the issue found off screen: Findings, the status bar, the OOM marker
     sb = w.statusBar()
@@ -98,7 +100,8 @@ def test_a_first_start_fits_the_screen_and_so_does_the_file_it_opens(qt):
     assert tl.overview.height() <= tl.plot.height()
     # under a window manager's title bar (openbox: 25 pixels) the plot still keeps 200
     w.resize(w.width(), area().height() - 30)
-    qt.wait(200)
+    qt.wait(50)
+    layout_settled(qt, w)
     assert w.timeline.plot.height() >= 200, w.timeline.plot.height()
     w.close()
 
@@ -116,7 +119,8 @@ def test_a_geometry_saved_on_a_larger_screen_is_fitted(qt, tmp_path):
     w = window(qt, QSettings(ini, QSettings.Format.IniFormat))
     assert_fits(w, "restored from 1600x1000")
     open_and_wait(qt, w, OOM)
-    qt.wait(200)
+    qt.wait(50)
+    layout_settled(qt, w)
     assert_fits(w, "restored, a file open")
     assert w.timeline.plot.height() >= 200
     w.close()
@@ -135,7 +139,8 @@ def test_every_panel_and_a_comparison_never_grow_the_window_past_the_screen(qt, 
     monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (CKPT, "")))
     with qt.waitSignal(w.compared, timeout=LOAD_TIMEOUT):
         w.act_compare.trigger()
-    qt.wait(200)
+    qt.wait(50)
+    layout_settled(qt, w)
     assert_fits(w, "comparing")
     assert w.timeline.plot.height() >= 200 or w.height() < 460
     w.close()

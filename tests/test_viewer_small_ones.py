@@ -17,7 +17,7 @@ pytest.importorskip("pyqtgraph")
 from PySide6.QtCore import QPointF, QSettings, Qt, QTimer  # noqa: E402
 
 from helpers import DATA  # noqa: E402
-from viewer_helpers import LOAD_TIMEOUT, open_and_wait  # noqa: E402
+from viewer_helpers import LOAD_TIMEOUT, layout_settled, open_and_wait  # noqa: E402
 
 OOM = str(DATA / "cuda_oom.pickle")
 
@@ -79,7 +79,8 @@ def test_a_phase_name_stays_inside_its_phase(qt, window):
     tl = w.timeline
     for size in ((1400, 900), (1024, 700)):
         w.resize(*size)
-        qt.wait(150)
+        qt.wait(50)
+        layout_settled(qt, w)
         tl.plot.viewport().grab()                                # paint: the labels are placed then
         spans = tl.spans
         assert spans.placed, "no phase named"

@@ -48,7 +48,9 @@ def render_timeline(an, dev: int, path: str, annotations=(), width: int = 1200, 
     if app is None:
         # our own process (`vramscope report` on a box without a display): draw offscreen;
         # the viewer's Export Report reuses its application
-        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+        # (an offscreen platform asked for already, with its options, e.g. a screen, stays)
+        if not os.environ.get("QT_QPA_PLATFORM", "").startswith("offscreen"):
+            os.environ["QT_QPA_PLATFORM"] = "offscreen"
         app = QtWidgets.QApplication([])
     cats = CATEGORIES
     snap = an.snapshot

@@ -74,6 +74,7 @@ class Docks(QObject):
         self._guard.setSingleShot(True)
         self._guard.setInterval(30)
         self._guard.timeout.connect(self._after_layout)
+        self._retries = 0                         # keep_plot_room's looks again after a resize
         self.docks: dict[str, QDockWidget] = {}
         for key, title, area in DOCKS:
             dock = QDockWidget(title, window)
@@ -181,13 +182,23 @@ class Docks(QObject):
         plot = w.timeline.plot
         lack = self.plot_room() - plot.height()
         if lack <= 0:
+            self._retries = 0
             return
         below = [dock for k, dock in self.docks.items()
                  if self.shown(k) and not dock.isFloating() and w.dockWidgetArea(dock) == BOTTOM]
+        below = below or [dock for dock in self.docks.values()        # (none painted yet: any open one)
+                          if dock.isVisible() and not dock.isFloating() and w.dockWidgetArea(dock) == BOTTOM]
         if below:
             dock = below[0]             # (the tab in front: resizing a tab behind it may do nothing)
             w.resizeDocks([dock], [max(dock.minimumSizeHint().height(), dock.height() - lack)],
                           Qt.Orientation.Vertical)
+            # the size asked for applies at the next layout: look again then (a few times at
+            # most), so whatever else moved meanwhile (a panel's own content) is caught too
+            if self._retries < 3:
+                self._retries += 1
+                self._guard.start()
+            return
+        self._retries = 0
 
     def keep_selection_room(self, frames: int = 5):
         """The Selection pane shows its header and `frames` frames when the right column has
