@@ -45,7 +45,7 @@ def test_on_a_virtual_screen(size, tmp_path):
                         str(tmp_path / "t"), "tests/test_viewer_screen_fit.py"], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-2000:]
-    assert "5 passed" in p.stdout.splitlines()[-1], p.stdout[-2000:]       # every test below ran
+    assert "6 passed" in p.stdout.splitlines()[-1], p.stdout[-2000:]       # every test below ran
 
 
 # -- in the child process, on the virtual screen ---------------------------------------------
@@ -222,4 +222,24 @@ def test_every_dialog_fits_and_f1_scrolls(qt, tmp_path, monkeypatch):
     fd.deleteLater()
     # the trimmed export's choice (a QInputDialog)
     shown_dialog(qt, w.act_export_trimmed.trigger, "Export Trimmed Snapshot")
+    w.close()
+
+
+@on_screen
+def test_a_multi_device_file_keeps_the_plot_and_says_which_device_to_look_at(qt):
+    """Three devices: the device overview's two rows took the plot's last 50 pixels at
+    800x500; a short window leaves it out and the toolbar's device box stars the device to
+    look at first and marks its OOM."""
+    w = window(qt, persist=False)
+    d = open_and_wait(qt, w, str(DATA / "multi_device_oom.pickle"))
+    w.resize(w.width(), area().height() - 30)                 # under a title bar
+    qt.wait(50)
+    layout_settled(qt, w)
+    assert_fits(w, "three devices")
+    assert w.timeline.plot.height() >= 200, w.timeline.plot.height()
+    first = w.result.analysis.primary_device()
+    k = w.device_combo.findData(first)
+    assert w.device_combo.itemText(k).startswith(f"★ cuda:{first}") and "OOM" in w.device_combo.itemText(k)
+    assert w.device_strip.isVisible() == (w.height() >= 560)
+    assert d.device == first
     w.close()

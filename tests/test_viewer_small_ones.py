@@ -128,7 +128,7 @@ def test_counts_and_phases_in_words(qt, window):
     from vramscope.present.words import count_words, finding_detail
     w = window
     d = open_and_wait(qt, w, OOM)
-    assert w.device_combo.itemText(0) == f"cuda:{d.device}"
+    assert w.device_combo.itemText(0) == f"cuda:{d.device} · OOM"          # (one device: no star)
     assert count_words(1, "entry", "entries") == "1 entry" and count_words(3480, "entry", "entries") == "3,480 entries"
     assert w.status_entries.text() == f"{d.n:,} entries · {d.n_rows:,} allocations"
     # a snapshot with no trace: its peak is the state's, with no "pre phase"

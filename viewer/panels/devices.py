@@ -55,6 +55,8 @@ class DeviceStrip(QWidget):
             "QToolButton:hover { border-color: palette(highlight); }"
             "QToolButton:checked { border: 2px solid palette(highlight); background: palette(base); }"
             "QLabel#hostCard { border: 1px dashed palette(mid); border-radius: 3px; padding: 2px 7px; }")
+        self._wanted = False                 # devices to show...
+        self._compact = False                # ...but a short window (800x500) gives the plot the room
         self.hide()
 
     def set_analysis(self, analysis, current: int | None):
@@ -79,6 +81,7 @@ class DeviceStrip(QWidget):
         host = analysis.host if analysis is not None else None
         if len(devices) < 2 and (host is None or not devices):
             self.primary = None
+            self._wanted = False
             self.hide()
             return
         self.primary = analysis.primary_device()
@@ -116,7 +119,15 @@ class DeviceStrip(QWidget):
                           if len(devices) > 1 else "")
         self.lay.addWidget(self.note)
         self.set_current(current)
-        self.show()
+        self._wanted = True
+        self.setVisible(not self._compact)
+
+    def set_compact(self, compact: bool):
+        """In a short window the strip steps aside (the toolbar's device box names the devices,
+        the one to look at first starred, an OOM said): at 800x500 its two rows took the
+        plot's last 50 pixels."""
+        self._compact = compact
+        self.setVisible(self._wanted and not compact)
 
     def set_current(self, device: int | None):
         b = self.buttons.get(device) if device is not None else None

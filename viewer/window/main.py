@@ -308,6 +308,7 @@ class MainWindow(QMainWindow):
         super().resizeEvent(ev)
         h = self.height()
         self.timeline.set_compact(2 if h < NO_OVERVIEW_BELOW else 1 if h < COMPACT_BELOW else 0)
+        self.device_strip.set_compact(h < NO_OVERVIEW_BELOW)
         # a hint on show stays whole: its shorter wording when the window narrows
         shown = self.statusBar().currentMessage()
         for variants in self._hint_sets:
@@ -654,16 +655,24 @@ class MainWindow(QMainWindow):
         self.finding_pos = -1
         d = self.data
         self.device_combo.clear()
-        for dev in result.analysis.devices:
-            # the device's name only (its entries are in the status bar and the tooltip): the
-            # toolbar's combo box is narrow at 800 pixels ("cuda:0 (3", "cuda:0 (1 entries)")
+        an = result.analysis
+        first = an.primary_device() if len(an.devices) > 1 else None
+        for dev in an.devices:
+            # the device's name (its entries are in the status bar and the tooltip: the box is
+            # narrow at 800 pixels, "cuda:0 (3", "cuda:0 (1 entries)"), starred where to look
+            # first and marked with its OOM, as the device strip does (which a short window hides)
             n = len(result.snapshot.trace(dev))
-            self.device_combo.addItem(f"cuda:{dev}", dev)
+            self.device_combo.addItem(("★ " if dev == first else "") + f"cuda:{dev}"
+                                      + (" · OOM" if an.devices[dev].ooms else ""), dev)
             self.device_combo.setItemData(self.device_combo.count() - 1, f"cuda:{dev}: "
                                           f"{count_words(n, 'trace entry', 'trace entries')}",
                                           Qt.ItemDataRole.ToolTipRole)
         if result.device is not None:
             self.device_combo.setCurrentIndex(self.device_combo.findData(result.device))
+        # as wide as its longest name, whatever the toolbar's room ("★ cuda:1 · OOM" was cut to
+        # "★ cuda:1 ·" at 800 pixels: the toolbar moves its last buttons into its » menu instead)
+        self.device_combo.setMinimumWidth(0)
+        self.device_combo.setMinimumWidth(self.device_combo.sizeHint().width())
         self.device_strip.set_analysis(result.analysis, result.device)
         self.compare.follow(result)
         self.legend.set_data(d)
