@@ -7,7 +7,8 @@ screen. Now:
   * a first start, and a start whose saved geometry does not fit, opens at the preferred
     size bounded by the available area of the screen (its frame included), inside it;
   * whatever grows the window later (a panel shown, a layout restored) is undone when the
-    window no longer fits: it shrinks back into the available area (`ScreenFit.watch`);
+    window no longer fits: it shrinks back into the available area (`ScreenFit`; a window
+    the user moves stays where it is put);
   * every dialog shown in the application fits too (`DialogFitter`): one larger than the
     area is made smaller and moved inside it (the F1 list scrolls; file dialogs open wide
     enough, within the screen, with their columns sized to what they show).
@@ -118,8 +119,9 @@ class ScreenFit(QObject):
             fit(w)
 
     def eventFilter(self, obj, ev):
-        if obj is self.win and ev.type() in (QEvent.Type.Resize, QEvent.Type.Show, QEvent.Type.Move,
-                                             QEvent.Type.ScreenChangeInternal):
+        # a resize (a panel grew the window), a show, another screen: fitted again; a move is
+        # the user's (a window dragged partly off the screen stays where it was put)
+        if obj is self.win and ev.type() in (QEvent.Type.Resize, QEvent.Type.Show, QEvent.Type.ScreenChangeInternal):
             self._check.start()
         return False
 
