@@ -229,16 +229,23 @@ def test_a_run_that_sleeps_between_steps_opens_in_entries_with_its_phases_shaded
     tl = w.timeline
     qt.waitUntil(lambda: len(tl.spans.placed) > 0, timeout=3000)
     placed = tl.spans.placed
-    # every phase is named, at each step: a name wider than its span (forward, 23 px)
-    # starts in it and runs on, and the next name takes the second row
-    assert [t for _, t in placed].count("forward") >= 5 and {"inputs", "backward", "optimizer"} <= {t for _, t in placed}
+    # the phases are named inside their own spans (issue 33: a name wider than its span ran
+    # on over the next phase and across the iteration line): a narrow one is cut with an
+    # ellipsis, or left out where even that does not fit (a 23-pixel forward; zoomed in, below,
+    # it is named)
+
+    def whole(text):
+        return text[:-1] if text.endswith("…") else text
+    assert sum(1 for _, t in placed if "forward".startswith(whole(t))) >= 1
+    assert {"inputs", "backward", "optimizer"} <= {t for _, t in placed}
     for k, (r, _) in enumerate(placed):
         assert all(not r.intersects(o) for o, _ in placed[k + 1:])          # never over each other
     tr = tl.spans.deviceTransform(tl.plot.viewportTransform())
     starts = [tr.map(float(x), 0.0)[0] for x in tl.spans.starts]
     ends = [tr.map(float(x), 0.0)[0] for x in tl.spans.ends]
-    for r, text in placed:                                                  # each starts in a span of its name
-        assert any(a <= r.left() <= b and tl.spans.labels[k] == text for k, (a, b) in enumerate(zip(starts, ends)))
+    for r, text in placed:                                                  # each inside a span of its name
+        assert any(a <= r.left() and r.right() <= b and tl.spans.labels[k].startswith(whole(text))
+                   for k, (a, b) in enumerate(zip(starts, ends))), text
     # zoomed on one step, forward is named too
     it = d.da.iterations[1]
     tl.set_x_range(it.start_index, it.end_index)

@@ -99,6 +99,10 @@ def test_a_click_opens_a_rank_and_compare_sets_two_side_by_side(qt, window, monk
     assert window.compare.result.a.path == heavy
     assert window.compare.result.b.path == str(titan / "step_4" / "000001_step_4.pickle")
     assert window.on_screen("compare")
+    # two ranks are called so (issue 33: by their file names), the files in the tooltip
+    files = window.compare_panel.files
+    assert "<b>A</b> rank 5" in files.text() and "<b>B</b> rank 1" in files.text()
+    assert "000001_step_4.pickle" in files.toolTip()
     # each rank on its own GPU: A's cuda:5 against B's cuda:1, said so
     (dc,) = window.compare.result.comparison.devices
     assert (dc.a.device, dc.b.device) == (5, 1) and dc.peak_delta == dc.b.peak.bytes - dc.a.peak.bytes < 0

@@ -102,9 +102,15 @@ def test_the_viewer_shows_the_analysis_figures(path, qt, monkeypatch, cache_dir,
                 button.toolTip()
         moment.set_data(d)
         moment.show_index(da.peak.index)
-        shown_rows = {moment.cats.topLevelItem(k).text(0): moment.cats.topLevelItem(k).text(1)
+        shown_rows = {moment.cats.topLevelItem(k).text(0).split(" (")[0]: moment.cats.topLevelItem(k).text(1)
                       for k in range(moment.cats.topLevelItemCount())}
         assert shown_rows == {c: fmt_bytes(v) for c, v in da.peak.by_category.items() if v > 0}
+        # a category's bytes that are a guess say so, as the analysis counts them
+        guessed = da.guessed_by_category([da.peak.index])
+        for k in range(moment.cats.topLevelItemCount()):
+            name, _, note = moment.cats.topLevelItem(k).text(0).partition(" (")
+            g = int(guessed[0][CATEGORIES.index(name)]) if guessed is not None else 0
+            assert bool(note) == (g > 0), (name, note, g)
         # -- what if: the panel's answer is what_if's ---------------------------------------------------
         whatif.set_data(d)
         whatif.ensure_model()
@@ -121,6 +127,8 @@ def test_the_viewer_shows_the_analysis_figures(path, qt, monkeypatch, cache_dir,
             for name, cb in whatif.levers.items():
                 cb.setChecked(name in levers)
             whatif.update_now()
+            # (a simulated lever is asked on the panel's worker: its answer comes a moment later)
+            qt.waitUntil(lambda: not whatif._asking, timeout=60_000)
             got, want = whatif.last, what_if(an, dev, sliders, levers)
             assert got is not None
             assert (got.scaled, got.baseline, got.scales, got.fits) == (want.scaled, want.baseline, want.scales,

@@ -61,3 +61,29 @@ def test_frame_search_finds_file_and_line_as_the_where_column_shows_it(qt, windo
     qt.keyClicks(panel.text, f"({file_line})")
     qt.waitUntil(lambda: panel.text.text() == f"({file_line})" and not panel._timer.isActive(), timeout=2000)
     assert sorted(panel.model.view.rows.tolist()) == sorted(rows.tolist())
+
+
+def test_opening_a_file_clears_the_search_and_a_filter_says_so_with_a_clear_button(qt, window):
+    """Issue 33, item 4: a search typed on one file stayed when another opened ("0 of 1,211",
+    no sign of a filter). Real typing and clicks."""
+    from helpers import DATA
+    panel = window.table_panel
+    open_and_wait(qt, window, str(DATA / "cuda_lora.pickle"))
+    window.timeline.plot.setFocus()
+    qt.keyClick(window.timeline.plot, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    assert panel.text.hasFocus()
+    qt.keyClicks(panel.text, "no_such_frame_anywhere.py")
+    qt.waitUntil(lambda: len(panel.model.view.rows) == 0, timeout=3000)
+    assert panel.count.text().startswith("<b>filtered:</b> 0 of") and panel.clear_filters.isVisible()
+    d = open_and_wait(qt, window, str(DATA / "cuda_oom.pickle"))
+    assert panel.text.text() == "" and panel.min_size.text() == ""
+    assert len(panel.model.view.rows) == d.n_rows and not panel.clear_filters.isVisible()
+    assert panel.count.text() == f"{d.n_rows:,} of {d.n_rows:,}"
+    # a filter on: said, and one click clears it
+    qt.mouseClick(panel.min_size, Qt.MouseButton.LeftButton)
+    qt.keyClicks(panel.min_size, "1 GiB")
+    qt.waitUntil(lambda: panel.clear_filters.isVisible(), timeout=3000)
+    assert len(panel.model.view.rows) < d.n_rows
+    qt.mouseClick(panel.clear_filters, Qt.MouseButton.LeftButton)
+    assert panel.min_size.text() == "" and len(panel.model.view.rows) == d.n_rows
+    assert not panel.clear_filters.isVisible()

@@ -75,3 +75,14 @@ def click_finding(qt, w, kind: str):
     assert rect.isValid() and not rect.isEmpty()
     qt.mouseClick(panel.tree.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     return d.findings[k]
+
+
+def layout_settled(qt, w, timeout: int = 5000):
+    """Wait until the window's panels have followed its size: the relayout and the plot's-room
+    checks are debounced and look again once their sizes are laid out (a fixed wait of 120 ms
+    was too short on a loaded machine: plot 38 or 137 pixels, the layout half done)."""
+    dl = w.dock_layout
+    qt.wait(1)
+    qt.waitUntil(lambda: not (dl._relayout.isActive() or dl._guard.isActive() or w.screen_fit._check.isActive()),
+                 timeout=timeout)
+    qt.wait(10)

@@ -68,6 +68,7 @@ def render_screenshot(window, out: str) -> bool:
     process_events(app)
     window.timeline.refresh_now()
     process_events(app)
+    window.timeline.hide_hover()
     return window.grab().save(out, "PNG")
 
 
@@ -112,6 +113,7 @@ def run_viewer(path: str | None, screenshot: str | None = None, device: int | No
             print(f"vramscope view: error: no device {device} in {path} (devices with data: {devs})", file=sys.stderr)
             return 2
         win = MainWindow(persist=False, use_cache=use_cache)
+        win.screen_fit.enabled = False       # a picture of a fixed size, whatever the screen (offscreen: 800x800)
         try:
             win.apply_result(result)
             if folder is not None:           # on a window laid out (a panel hidden before cannot be raised)

@@ -3,7 +3,7 @@ with pyqtgraph (`vramscope report A --compare B` passes `render_compare` to
 `services.report.write_report`, as it passes `report_png.render_timeline`).
 
 Left: both sides' total live memory, aligned at each side's first iteration's start
-(`CompareSide.origin_index` / `origin_us`), in seconds when both have usable time stamps
+(`CompareSide.origin_index` / `origin_us`), in seconds when both sides' own axis is (model/axis.py)
 and in trace entries otherwise, each drawn from a per-pixel envelope (DESIGN.md §7: each
 pixel column shows its highest moment, so no peak falls between pixels), each peak
 marked. Right: live bytes by category at both peaks, side by side.
@@ -19,6 +19,7 @@ from ..common.atomic import atomic_write
 from ..common.units import byte_unit, fmt_bytes
 from ..present.markup import html
 from ..present.words import COMPARE_X_TITLES, signed_bytes
+from .model.axis import trace_times
 from .model.compare import usable_times
 from .model.lod import envelope
 from .qt import QtCore, QtGui, QtWidgets, pg
@@ -28,10 +29,9 @@ A_COLOR, B_COLOR = "#4E79A7", "#E15759"
 
 
 def _times(an, dev: int) -> np.ndarray | None:
-    """The trace's time stamps when they can carry an axis (compare_data.usable_times)."""
-    cols = an.snapshot.trace(dev).columns
-    tus = np.asarray(cols["time_us"]) if "time_us" in cols else None
-    return tus if usable_times(tus) else None
+    """The trace's time stamps when they carry the device's axis (the one rule: model/axis.py)."""
+    da = an.devices[dev]
+    return trace_times(da) if usable_times(da) else None
 
 
 def _curve(an, side, x_all: np.ndarray, px: int) -> tuple[np.ndarray, np.ndarray]:

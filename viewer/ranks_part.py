@@ -106,6 +106,14 @@ class RanksPart(QObject):
         r = self.result.rank(rank) if self.result is not None else None
         return r.file if r is not None else None
 
+    def rank_name(self, path: str) -> str | None:
+        """'rank 3' when `path` is a rank of the folder read (Compare calls two ranks so),
+        None for any other file."""
+        if self.result is None or not path:
+            return None
+        p = os.path.abspath(path)
+        return next((f"rank {r.rank}" for r in self.result.ranks if os.path.abspath(r.file) == p), None)
+
     def open_rank(self, rank: int):
         path = self.file_of(rank)
         if path is not None and os.path.abspath(path) != os.path.abspath(self.window.path or ""):
@@ -130,6 +138,8 @@ class RanksPart(QObject):
             if self.result is not None and path else None
         if self.view is not None:
             self.view.set_current(rank)
+        if self.result is None and not self.dock.isHidden():
+            self.dock.hide()                 # no folder read: no empty Ranks tab
         if self._raise_after_open:
             self._raise_after_open = False
             self.dock.raise_()

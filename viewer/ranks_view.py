@@ -20,7 +20,7 @@ import os
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPoint, QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QFont
+from PySide6.QtGui import QFont, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QGraphicsRectItem,
@@ -49,7 +49,7 @@ from ..services.ranks import (
 )
 from .panels.compare import _SORT, SortItem
 from .timeline.items import TimeAxis, cosmetic_pen
-from .theme import OOM_COLOR, Theme
+from .theme import OOM_COLOR, Theme, muted_text
 
 OOM_MARK, OUTLIER_MARK = "✕", "▲"
 COLUMNS = ("Rank", "Peak", "Notes", "OOMs", "Reserved peak", "Peak type", "Leaks", "Top at the peak")
@@ -267,8 +267,8 @@ class RanksView(QWidget):
         self.heatmap.rowClicked.connect(self._on_row_clicked)
         self.heatmap.rowMenu.connect(self._on_row_menu)
         self.heatmap.hovered.connect(self._on_hovered)
-        self.hint = QLabel(HINT, self)
-        self.hint.setEnabled(False)                  # muted
+        self.hint = QLabel(HINT, self)               # muted, yet 4.5:1
+        self.hint.setStyleSheet(f"color: {muted_text(self.palette(), QPalette.ColorRole.Window).name()};")
         self.hint.setContentsMargins(6, 0, 6, 2)
         left = QWidget(self)
         ll = QVBoxLayout(left)

@@ -14,15 +14,31 @@ import os
 import numpy as np
 
 from ..classifiers import CATEGORIES, STACK_ORDER, category_color
+from ..classifiers.category_live import CategoryLive
 from ..common.atomic import atomic_write
 from ..common.units import fmt_bytes
-from ..present.markup import html, one_line
+from ..present.markup import cut_words, html, one_line
+from ..present.timeaxis import axis_reason_short
 from ..present.words import peak_words
+from .model.axis import trace_times, x_values
 from .model.lod import envelope
 from .qt import QtCore, QtGui, QtWidgets, pg
+from .timeline.items import TimeAxis
 
 PEAK_COLOR, OOM_COLOR, ANNOTATION_COLOR = "#D62728", "#D62728", "#4E79A7"
 PNG_LIMIT = 300_000
+NOTE_CHARS = 48          # a note's label on the picture: cut at a word, with an ellipsis
+
+
+def timeline_axis(da) -> tuple[np.ndarray, bool, str]:
+    """Every entry's x, whether it is seconds, and the axis' title: the viewer's axis, by
+    the one rule (classifiers/timeaxis.py through model/axis.py): seconds, or entries when
+    seconds would squeeze the run (a slow first step crushed the OOM against the edge)."""
+    x_all, ax = x_values(da)
+    has_time = ax.seconds and len(x_all) > 1
+    label = "time since the first entry" if has_time else \
+        "trace entry" + (f" ({axis_reason_short(ax)})" if ax.has_times else "")
+    return x_all, has_time, label
 
 
 def render_timeline(an, dev: int, path: str, annotations=(), width: int = 1200, height: int = 520) -> str:
@@ -32,29 +48,17 @@ def render_timeline(an, dev: int, path: str, annotations=(), width: int = 1200, 
     if app is None:
         # our own process (`vramscope report` on a box without a display): draw offscreen;
         # the viewer's Export Report reuses its application
-        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+        # (an offscreen platform asked for already, with its options, e.g. a screen, stays)
+        if not os.environ.get("QT_QPA_PLATFORM", "").startswith("offscreen"):
+            os.environ["QT_QPA_PLATFORM"] = "offscreen"
         app = QtWidgets.QApplication([])
     cats = CATEGORIES
     snap = an.snapshot
     da = an.devices[dev]
     lm = da.live
     n = lm.n_events
-    tus = np.asarray(snap.trace(dev).columns["time_us"])
-    has_time = n > 1 and bool((tus >= 0).all()) and bool((np.diff(tus) >= 0).all()) and tus[-1] > tus[0]
-    if has_time:
-        # When nearly all entries crowd into a sliver of the time range (a long idle gap, a slow
-        # data loader), a time axis hides the interesting part: fall back to entry numbers.
-        # (relative to the first entry: µs since the epoch are too large for float bins)
-        counts = np.histogram((tus - tus[0]).astype(np.float64), bins=100)[0]
-        if np.sort(counts)[-10:].sum() > 0.85 * n:
-            has_time = False
-    if has_time:
-        x_all = (tus - tus[0]) / 1e6
-        x_label = "time since the first entry (s)"
-    else:
-        x_all = np.arange(n, dtype=np.float64)
-        x_label = "trace entry" + (" (time stamps are too uneven to plot against)" if n > 1 and (tus >= 0).all()
-                                   else "")
+    x_all, has_time, x_label = timeline_axis(da)
+    tus = trace_times(da)
 
     peak = max(lm.peak_bytes, 1)
     unit, scale = next(((u, s) for u, s in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
@@ -73,7 +77,10 @@ def render_timeline(an, dev: int, path: str, annotations=(), width: int = 1200, 
     pw.resize(width, height)
     title = pw.addLabel("", row=0, col=0)
     legend_label = pw.addLabel("", row=1, col=0)
-    pi = pw.addPlot(row=2, col=0)
+    bottom = TimeAxis("bottom")         # the viewer's ticks: 1.5 s, 250 ms, 12,000 (never "(x0.001)")
+    bottom.has_time = has_time
+    bottom.enableAutoSIPrefix(False)
+    pi = pw.addPlot(row=2, col=0, axisItems={"bottom": bottom})
     title_peak = f"peak {fmt_bytes(lm.peak_bytes)}"
     if da.peak is not None and da.peak.type != "other":
         title_peak += f" {peak_words(da.peak.type)}"
@@ -92,6 +99,7 @@ def render_timeline(an, dev: int, path: str, annotations=(), width: int = 1200, 
     order = [cats.index(c) for c in STACK_ORDER if c in cats] + [k for k, c in enumerate(cats) if c not in STACK_ORDER]
     present = [k for k in order if per_cat[:, k].max() > 0]
     keys = []
+    most = CategoryLive.build(da).max_bytes          # each category's highest, the analysis' (not the pixels')
     base = np.zeros(len(xs))
     # the baseline needs a (transparent) pen too: with pen=None pyqtgraph builds no curve
     # path and FillBetweenItem draws nothing for the lowest category
@@ -107,7 +115,7 @@ def render_timeline(an, dev: int, path: str, annotations=(), width: int = 1200, 
         fill = pg.FillBetweenItem(prev, cur, brush=pg.mkBrush(col))
         pi.addItem(fill)
         keys.append(f"<span style='color:{col.name()}'>&#9632;</span>&nbsp;{cats[k]}&nbsp;"
-                    f"{fmt_bytes(per_cat[:, k].max() * scale).replace(' ', '&nbsp;')}")
+                    f"{fmt_bytes(most.get(cats[k], 0)).replace(' ', '&nbsp;')}")
         prev, base = cur, top
     legend_rows = [" &nbsp; ".join(keys[i:i + 5]) for i in range(0, len(keys), 5)]
     title.setText(f"{html(os.path.basename(snap.path))}, device {dev}: live memory by category, {title_peak}",
@@ -148,13 +156,12 @@ def render_timeline(an, dev: int, path: str, annotations=(), width: int = 1200, 
     for k, d in enumerate(list(annotations)[:12], 1):
         if d.device not in (None, dev):
             continue
-        note = one_line(d.note or d.kind)
-        text = f"[{k}] {note[:32]}{'...' if len(note) > 32 else ''}"
+        text = f"[{k}] {cut_words(one_line(d.note or d.kind), NOTE_CHARS)}"
         col = QtGui.QColor(ANNOTATION_COLOR)
         if d.kind == "range":
             if d.start_index is not None and d.end_index is not None:
                 r0, r1 = x_of(d.start_index), x_of(d.end_index)
-            elif d.start_us is not None and d.end_us is not None and has_time:
+            elif d.start_us is not None and d.end_us is not None and has_time and tus is not None:
                 r0, r1 = (d.start_us - tus[0]) / 1e6, (d.end_us - tus[0]) / 1e6
             else:
                 continue
@@ -213,7 +220,12 @@ def _grab(pw, app):
     the same PNG on a HiDPI display as offscreen."""
     pw.setAttribute(QtCore.Qt.WidgetAttribute.WA_DontShowOnScreen, True)
     pw.show()
-    app.processEvents()
+    # lay the plot out (its pending layout requests, nothing else): never the whole event
+    # loop, which Export Report runs this from (a slot on the GUI thread) and where a
+    # progress report or a deferred delete must not run in the middle of it (issue 33)
+    for _ in range(4):
+        QtCore.QCoreApplication.sendPostedEvents(None, QtCore.QEvent.Type.LayoutRequest)
+        pw.ci.layout.activate()
     img = QtGui.QImage(pw.size(), QtGui.QImage.Format.Format_RGB32)
     img.setDevicePixelRatio(1.0)
     img.fill(QtGui.QColor("white"))

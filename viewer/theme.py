@@ -17,11 +17,63 @@ ANNOTATION_COLOR = "#4E79A7"     # the snapshot's own record_function regions
 NOTE_COLOR = "#B5179E"
 WHATIF_COLOR = "#7B3FE4"          # the what-if peak: apart from the measured peak's red
 GPU_COLOR = "#1F77B4"
+FITS_COLOR = "#2CA02C"            # what-if: it fits (drawn darker where the background needs it)
+SHORT_COLOR = "#D62728"           # what-if: short by
 
 
 def category_color(name: str) -> QColor:
     """The category's colour from the one category table (classifiers/categories.py)."""
     return QColor(table_color(name))
+
+
+# -- contrast (WCAG 2.x): text that carries a finding or advice reads at 4.5:1 at least ---------
+TEXT_CONTRAST = 4.5         # WCAG AA for normal text
+
+
+def luminance(c: QColor) -> float:
+    """WCAG relative luminance of an opaque colour."""
+    def chan(v: int) -> float:
+        x = v / 255.0
+        return x / 12.92 if x <= 0.03928 else ((x + 0.055) / 1.055) ** 2.4
+    return 0.2126 * chan(c.red()) + 0.7152 * chan(c.green()) + 0.0722 * chan(c.blue())
+
+
+def contrast(fg: QColor, bg: QColor) -> float:
+    """WCAG contrast ratio of two opaque colours (1 to 21)."""
+    a, b = luminance(fg), luminance(bg)
+    hi, lo = max(a, b), min(a, b)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def over(color: QColor | str, background: QColor) -> QColor:
+    """A translucent colour as it shows over `background` (opaque)."""
+    c = QColor(color)
+    a = c.alphaF()
+    return QColor(round(c.red() * a + background.red() * (1 - a)), round(c.green() * a + background.green() * (1 - a)),
+                  round(c.blue() * a + background.blue() * (1 - a)))
+
+
+def readable(color: QColor | str, background: QColor, ratio: float = TEXT_CONTRAST) -> QColor:
+    """`color` (as it shows over `background`) darkened on a light background or lightened
+    on a dark one until it reads at `ratio`: its hue kept, as little changed as needed."""
+    c = over(color, background)
+    toward = QColor(0, 0, 0) if luminance(background) > 0.18 else QColor(255, 255, 255)
+    for k in range(21):
+        t = k / 20.0
+        mixed = QColor(round(c.red() + (toward.red() - c.red()) * t), round(c.green() + (toward.green() - c.green()) * t),
+                       round(c.blue() + (toward.blue() - c.blue()) * t))
+        if contrast(mixed, background) >= ratio:
+            return mixed
+    return toward
+
+
+def muted_text(palette: QPalette | None = None, role: QPalette.ColorRole = QPalette.ColorRole.Base) -> QColor:
+    """A quieter text colour than the palette's own that still reads at 4.5:1 on the
+    background `role` (the palette's placeholder grey, at about 3.4:1 on Fusion's base, does
+    not: it is for hints in empty fields, not for a finding's diagnosis)."""
+    if palette is None:
+        palette = QGuiApplication.palette()
+    return readable(palette.color(QPalette.ColorRole.PlaceholderText), palette.color(role))
 
 
 @dataclass

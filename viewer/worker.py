@@ -87,6 +87,11 @@ class Worker(QObject):
     def busy(self) -> bool:
         return self._busy
 
+    @property
+    def request(self) -> int:
+        """The id of the latest request (what `submit` returned; 0 before any)."""
+        return self._req
+
     def submit(self, fn: Callable[[Progress], object], expected: tuple[type[BaseException], ...] = ()) -> int:
         """Run fn(progress) on the worker; cancels (and silences) the request before it.
         An exception of the `expected` kinds fails the request with its one line, without

@@ -7,7 +7,7 @@ the command line cannot disagree.
 
 `AlignedSide` puts one side's live memory on the shared axis, without a per-entry array:
   * "start": aligned at the first iteration's start (`CompareSide.origin_index` /
-    `origin_us`), in seconds when both sides have usable time stamps, else in entries;
+    `origin_us`), in seconds when both sides' own axis is (model/axis.py), else in entries;
   * "iteration": each iteration drawn one unit wide (iteration k from k - 1 to k), so
     iteration 3 of A sits over iteration 3 of B whatever their lengths.
 Its `envelope` is exact per pixel column (the `MinMaxPyramid` of DESIGN.md §7): each column
@@ -22,6 +22,7 @@ import numpy as np
 
 from ...classifiers.compare import CompareSide, Comparison, DeviceComparison
 from ...services.compare import comparison_notes
+from .axis import axis_of, trace_times
 from .lod import MinMaxPyramid
 
 if TYPE_CHECKING:
@@ -54,16 +55,11 @@ class CompareResult:
         return comparison_notes(self.comparison, self.a.path, self.b.path)
 
 
-def usable_times(tus: np.ndarray | None) -> bool:
-    """Whether a trace's time stamps can carry an axis: all known, in order, spread, and not
-    crowded into a sliver of the run (a long idle stretch: entries read better then)."""
-    if tus is None:
-        return False
-    n = len(tus)
-    if n < 2 or not bool((tus >= 0).all()) or not bool((np.diff(tus) >= 0).all()) or tus[-1] <= tus[0]:
-        return False
-    counts = np.histogram((tus - tus[0]).astype(np.float64), bins=100)[0]
-    return not np.sort(counts)[-10:].sum() > 0.85 * n
+def usable_times(da) -> bool:
+    """Whether a side's time stamps carry the axis: the one rule (classifiers/timeaxis.py,
+    through model/axis.py) the main timeline follows, so a run is never in entries in the
+    timeline and squeezed into seconds here."""
+    return axis_of(da).seconds
 
 
 class AlignedSide:
@@ -75,9 +71,8 @@ class AlignedSide:
         self.live = np.asarray(da.live.live_after)
         self.start_bytes = int(da.live.start_bytes)
         self.n = len(self.live)
-        cols = analysis.snapshot.trace(side.device).columns
-        tus = np.asarray(cols["time_us"]) if "time_us" in cols else None
-        self.has_time = usable_times(tus) and side.origin_us is not None
+        tus = trace_times(da)
+        self.has_time = usable_times(da) and tus is not None and side.origin_us is not None
         self.tus: np.ndarray = tus if tus is not None else np.zeros(0, dtype=np.int64)
         self.origin_us = side.origin_us if side.origin_us is not None else 0
         self.origin = max(side.origin_index, 0)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...classifiers import CATEGORIES, Finding, Iteration
+from ...classifiers.evidence import E_GUESS
 from ...classifiers.timeaxis import XAxis, x_axis
 from ...common.units import fmt_seconds
 from ...present.stacks import Stacks
@@ -450,9 +451,32 @@ class DeviceData:
     def alloc_stack(self):
         """Every allocation as a band (model/alloc_stack.py), built on first use."""
         if self._alloc_stack is None:
-            self._alloc_stack = AllocStack(self.alloc_index, self.free_index, self.allocs.size, self.category,
+            self._alloc_stack = AllocStack(self.alloc_index, self.free_index, self.allocs.size, self.stack_keys(),
                                            self.n)
         return self._alloc_stack
+
+    def guessed_rows(self) -> np.ndarray:
+        """bool per allocation row: its category is a guess (the analysis' evidence: guess or
+        none, as the category view's pale bands count them)."""
+        return np.asarray(self.da.evidence) >= E_GUESS
+
+    def guessed(self, row: int) -> bool:
+        """Whether one allocation's category is a guess (the analysis' evidence)."""
+        return int(self.da.evidence[row]) >= E_GUESS
+
+    def stack_keep(self, categories) -> np.ndarray:
+        """The keys to keep (AllocStack.columns' `keep`) when these categories are shown: each
+        category's own rows and its guessed ones (stack_keys)."""
+        keep = np.zeros(256, dtype=bool)
+        cats = np.asarray(list(categories), dtype=np.int64)
+        keep[cats] = True
+        keep[cats + self.n_categories] = True
+        return keep
+
+    def stack_keys(self) -> np.ndarray:
+        """Each row's colour key when stacked by allocation: its category, or the category
+        plus n_categories where the category is a guess (drawn in the paler shade)."""
+        return (self.category.astype(np.int64) + self.n_categories * self.guessed_rows()).astype(np.uint8)
 
     def row_of_alloc_event(self, i: int) -> int:
         """The row allocated by entry i, or -1."""

@@ -28,7 +28,7 @@ from ...present.events import event_header
 from ...present.markup import html as _esc
 from ...present.words import RESERVED_UNALLOCATED_WHY, largest_free_words, reserved_unallocated_words
 from ..model import DeviceData
-from ..theme import category_color
+from ..theme import category_color, muted_text
 from .events import EventList
 
 PENDING_COLOR = "#F28E2B"
@@ -85,7 +85,7 @@ class SegmentMap(QWidget):
         free_c = QColor(pal.color(QPalette.ColorRole.Text))
         free_c.setAlpha(28)
         text_c = pal.color(QPalette.ColorRole.Text)
-        muted = pal.color(QPalette.ColorRole.PlaceholderText)
+        muted = muted_text(pal)
         edge = QPen(pal.color(QPalette.ColorRole.Mid))
         pending = QBrush(QColor(PENDING_COLOR), Qt.BrushStyle.BDiagPattern)
         cats = d.category
@@ -347,6 +347,9 @@ class AllocatorPanel(QWidget):
                 self.scroll.ensureVisible(int(r.left() + LABEL_W), int(r.center().y()), 10, ROW_H * 2)
         later()
         QTimer.singleShot(0, self, later)
+        # a panel brought forward by the click lays its map out later still (the first
+        # segment click before Allocator was in front left the segment out of view)
+        QTimer.singleShot(60, self, later)
 
     def show_row(self, row: int):
         """An allocation selected elsewhere: its segment outlined and brought into view, when

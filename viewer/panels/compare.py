@@ -14,6 +14,8 @@ classifiers/compare.py), worded by the presentation layer as the command line wo
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QRectF, QSignalBlocker, Qt, QTimer, Signal
@@ -44,7 +46,7 @@ from ..model.compare import (
     can_align_iterations,
     shared_seconds,
 )
-from ..theme import Theme, category_color
+from ..theme import Theme, category_color, muted_text
 from ..timeline.items import BytesAxis, TimeAxis, cosmetic_pen
 from .compare_header import CompareHeader
 
@@ -227,7 +229,7 @@ class CompareTotals(QWidget):
     def _schedule(self, *args):
         if not self._pending:
             self._pending = True
-            QTimer.singleShot(0, self.refresh)
+            QTimer.singleShot(0, self, self.refresh)
 
     def refresh(self):
         """Both envelopes for the view, one column per device pixel."""
@@ -370,6 +372,7 @@ class ComparePanel(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.result: CompareResult | None = None
+        self.name_of: Callable[[str], str | None] = lambda path: None
         self.device: int | None = None
         self.dc: DeviceComparison | None = None
         self.header = CompareHeader(A_COLOR, B_COLOR, self)
@@ -429,8 +432,11 @@ class ComparePanel(QWidget):
         lay.addWidget(self.split, 1)
 
     # -- content -----------------------------------------------------------------------------
-    def set_result(self, result: CompareResult | None, device: int | None):
+    def set_result(self, result: CompareResult | None, device: int | None,
+                   name_of: Callable[[str], str | None] | None = None):
+        """`name_of(path)`: what to call a side instead of its file name ('rank 3'), None: its file."""
         self.result = result
+        self.name_of = name_of or (lambda path: None)
         self.show_device(device)
 
     def show_device(self, device: int | None):
@@ -448,7 +454,7 @@ class ComparePanel(QWidget):
             return
         # long names (a project's prefix, a config in the name) cut in the middle: the header
         # must never make the window wider than the screen (the tooltip has both paths)
-        self.header.set_paths((r.a.path, r.b.path))
+        self.header.set_paths((r.a.path, r.b.path), (self.name_of(r.a.path), self.name_of(r.b.path)))
         notes = r.notes()
         if self.dc is None:
             compared = ", ".join(f"cuda:{d}" for d in r.devices)
@@ -505,7 +511,7 @@ class ComparePanel(QWidget):
 
     def _fill_sites(self):
         self.sites.setSortingEnabled(False)
-        muted = self.palette().color(QPalette.ColorRole.PlaceholderText)
+        muted = muted_text(self.sites.palette())
         dc = self.dc
         assert dc is not None
         for k, s in enumerate(dc.sites):

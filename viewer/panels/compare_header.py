@@ -26,6 +26,7 @@ class CompareHeader(QWidget):
         super().__init__(parent)
         self.colors = (a_color, b_color)
         self.paths: tuple[str, str] | None = None
+        self.names: tuple[str | None, str | None] = (None, None)     # 'rank 3' where a side is a rank
         self.own_row = False
         self.files = QLabel(self)
         self.files.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -52,20 +53,24 @@ class CompareHeader(QWidget):
             self.grid.addWidget(w, 1, col)
         self.grid.addWidget(self.files, 1, 0)
 
-    def set_paths(self, paths: tuple[str, str] | None):
+    def set_paths(self, paths: tuple[str, str] | None, names: tuple[str | None, str | None] = (None, None)):
+        """The two files; `names`: what to call a side instead of its file name (two ranks of
+        a folder read as 'rank 1' and 'rank 5', their files in the tooltip)."""
         self.paths = paths
+        self.names = names
         if paths is None:
             self.files.setText("")
             self.files.setToolTip("")
             return
         a, b = paths
-        self.files.setToolTip(f"A: {a}\nB: {b}\nOn the plot: wheel zooms, drag pans, double-click shows all, "
-                              f"hover tells both values")
+        na, nb = (f"{n}: " if n else "" for n in names)
+        self.files.setToolTip(f"A: {na}{a}\nB: {nb}{b}\nOn the plot: wheel zooms, drag pans, double-click shows "
+                              f"all, hover tells both values")
         self._fit()
 
     def _text(self, limit: int) -> str:
         assert self.paths is not None
-        a_name, b_name = (middle(os.path.basename(p), limit) for p in self.paths)
+        a_name, b_name = (name or middle(os.path.basename(p), limit) for p, name in zip(self.paths, self.names))
         ca, cb = self.colors
         return (f"<span style='color:{ca}; font-size:13pt'>■</span> <b>A</b> {_esc(a_name)} "
                 f"<i>(the timeline)</i> &nbsp; <span style='color:{cb}; font-size:13pt'>■</span> "

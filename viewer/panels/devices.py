@@ -10,11 +10,12 @@ device alone needs no overview: the status bar names it). The window's own devic
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QButtonGroup, QLabel, QSizePolicy, QToolButton, QWidget
 
 from ...present.words import device_card_text, device_first_reason, host_card_text, host_space_words
 from .legend import FlowLayout
-from ..theme import OOM_COLOR
+from ..theme import OOM_COLOR, muted_text, readable
 
 FIRST_MARK = "★"
 
@@ -42,8 +43,8 @@ class DeviceStrip(QWidget):
                               "reserved peak and its out-of-memory errors. Click one to show it. Pinned host "
                               "memory, when recorded, is its own card (never part of a GPU's peak).")
         self.lay.addWidget(self.title)
-        self.note = QLabel(self)
-        self.note.setEnabled(False)          # muted, in the palette's disabled text colour
+        self.note = QLabel(self)             # (muted, yet 4.5:1: it says which device to look at first)
+        self.note.setStyleSheet(f"color: {muted_text(self.palette(), QPalette.ColorRole.Window).name()};")
         self.lay.addWidget(self.note)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
         # the device shown must stand out from the others at a glance (a style's own "checked"
@@ -54,6 +55,8 @@ class DeviceStrip(QWidget):
             "QToolButton:hover { border-color: palette(highlight); }"
             "QToolButton:checked { border: 2px solid palette(highlight); background: palette(base); }"
             "QLabel#hostCard { border: 1px dashed palette(mid); border-radius: 3px; padding: 2px 7px; }")
+        self._wanted = False                 # devices to show...
+        self._compact = False                # ...but a short window (800x500) gives the plot the room
         self.hide()
 
     def set_analysis(self, analysis, current: int | None):
@@ -78,6 +81,7 @@ class DeviceStrip(QWidget):
         host = analysis.host if analysis is not None else None
         if len(devices) < 2 and (host is None or not devices):
             self.primary = None
+            self._wanted = False
             self.hide()
             return
         self.primary = analysis.primary_device()
@@ -96,7 +100,7 @@ class DeviceStrip(QWidget):
             b.setToolTip(tip + "\nClick to show this device")
             if da.ooms:
                 # the OOM device in the OOM marker's colour, readable on either palette
-                b.setStyleSheet(f"color: {OOM_COLOR};")
+                b.setStyleSheet(f"color: {readable(OOM_COLOR, b.palette().color(QPalette.ColorRole.Button)).name()};")
             if first:
                 f = b.font()
                 f.setBold(True)
@@ -115,7 +119,15 @@ class DeviceStrip(QWidget):
                           if len(devices) > 1 else "")
         self.lay.addWidget(self.note)
         self.set_current(current)
-        self.show()
+        self._wanted = True
+        self.setVisible(not self._compact)
+
+    def set_compact(self, compact: bool):
+        """In a short window the strip steps aside (the toolbar's device box names the devices,
+        the one to look at first starred, an OOM said): at 800x500 its two rows took the
+        plot's last 50 pixels."""
+        self._compact = compact
+        self.setVisible(self._wanted and not compact)
 
     def set_current(self, device: int | None):
         b = self.buttons.get(device) if device is not None else None

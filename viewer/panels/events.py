@@ -14,7 +14,7 @@ from ...common.units import fmt_bytes
 from ...present.events import EventRow, addr_text, event_rows, event_text
 from ...present.words import EVIDENCE_WORDS
 from ..model import DeviceData
-from ..theme import category_color
+from ..theme import category_color, muted_text
 
 # the user's frame right after what happened, so a narrow window still shows it
 COLUMNS = ("Entry", "Action", "Size", "Where", "Category", "Address", "Stream")
@@ -108,8 +108,7 @@ class EventModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.FontRole:
             return self._italic if guess and c == COL_CATEGORY else None
         if role == Qt.ItemDataRole.ForegroundRole and c == COL_CATEGORY and guess:
-            return self.parent().palette().color(QPalette.ColorRole.PlaceholderText) \
-                if self.parent() is not None else None
+            return muted_text(self.parent().palette()) if self.parent() is not None else None
         return None
 
     def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):

@@ -4,16 +4,26 @@ from __future__ import annotations
 
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QFontMetrics, QPalette
-from PySide6.QtWidgets import QHeaderView, QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHeaderView,
+    QLabel,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
 from ...common.units import fmt_bytes
 from ...present.markup import html as html_text
 from ...present.words import leaks_none_text, oom_diagnosis, oom_suggestions, process_limit, run_words
 from ..model import DeviceData, FindingView
+from ..theme import muted_text
 
 
 # -- findings ------------------------------------------------------------------------------
 _FULL_TEXT = Qt.ItemDataRole.UserRole + 1
+BREAK_AFTER = "=:,/"          # where a word wider than a line may break
 
 
 def _item(text: str) -> QTreeWidgetItem:
@@ -42,10 +52,15 @@ def wrap_text(text: str, fm: QFontMetrics, width: int, widths: dict[str, int] | 
     line, line_w = "", 0
     for word in text.split(" "):
         while w(word) > width and len(word) > 1:
-            # a word wider than a line (an environment variable, a path): cut it
+            # a word wider than a line (an environment variable, a path): broken after its
+            # last '=', ':', ',' or '/' that fits ("PYTORCH_CUDA_ALLOC_CONF=" then
+            # "expandable_segments:True"), never inside one of its parts when a break point fits
             k = len(word)
             while k > 1 and fm.horizontalAdvance(word[:k]) > width:
                 k = max(1, k * 3 // 4) if fm.horizontalAdvance(word[:k * 3 // 4]) > width else k - 1
+            at = max(word.rfind(c, 0, k) for c in BREAK_AFTER)
+            if at > 0:
+                k = at + 1
             if line:
                 out.append(line)
                 line, line_w = "", 0
@@ -83,6 +98,8 @@ class FindingsPanel(QWidget):
         self.tree.setUniformRowHeights(False)
         self.tree.setTextElideMode(Qt.TextElideMode.ElideNone)
         self.tree.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        # a finding wrapped over many lines is one tall row: the wheel moves pixels, not rows
+        self.tree.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
         self.tree.header().setStretchLastSection(True)
         self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.tree.setToolTip("Click a finding to go there (N / Shift+N: next / previous)")
@@ -95,6 +112,7 @@ class FindingsPanel(QWidget):
         lay.addWidget(self.summary)
         lay.addWidget(self.tree, 1)
         self.items: list[QTreeWidgetItem] = []
+        self._chosen: QTreeWidgetItem | None = None
         self._wrap_timer = QTimer(self)
         self._wrap_timer.setSingleShot(True)
         self._wrap_timer.setInterval(30)
@@ -136,13 +154,22 @@ class FindingsPanel(QWidget):
                 it.setText(0, wrap_text(full, QFontMetrics(font) if own else fm, avail,
                                         measured.setdefault(font.key() if own else "", {})))
             stack.extend((it.child(k), depth + 1) for k in range(it.childCount()))
+        # the rows' heights changed: the finding chosen last stays in view
+        if self._chosen is not None:
+            self.tree.scrollToItem(self._chosen)
 
     @staticmethod
-    def detail_lines(f) -> list[str]:
-        """What a finding says under its title, one line each."""
+    def detail_lines(f, data: DeviceData | None = None) -> list[str]:
+        """What a finding says under its title, one line each (an OOM's largest category
+        marked where its bytes are a guess: the analysis' guessed bytes at that moment)."""
         s = f.subject
         if f.kind == "oom":
-            lines = [oom_diagnosis(s)]
+            guessed = None
+            if data is not None:
+                g = data.da.guessed_by_category([f.index])
+                if g is not None:
+                    guessed = {c: int(v) for c, v in zip(data.categories, g[0]) if v}
+            lines = [oom_diagnosis(s, guessed)]
             if not process_limit(s.requested, s.device_free):      # (else the diagnosis says it)
                 lines += [f"device free {fmt_bytes(s.device_free)}"]     # (the title says what was requested)
             lines += [f"Try: {t}" for t in oom_suggestions(s)]
@@ -151,6 +178,7 @@ class FindingsPanel(QWidget):
 
     def set_data(self, data: DeviceData | None):
         self.data = data
+        self._chosen = None
         self.tree.clear()
         self.items = []
         if data is None:
@@ -159,12 +187,14 @@ class FindingsPanel(QWidget):
         found: dict[str, list[tuple[int, FindingView]]] = {k: [] for k, _ in self.GROUPS}
         for k, f in enumerate(data.findings):
             found.setdefault(f.kind, []).append((k, f))
-        muted = self.palette().color(QPalette.ColorRole.PlaceholderText)
+        muted = muted_text(self.tree.palette())      # a diagnosis and next steps: 4.5:1 at least
         for kind, label in self.GROUPS:
             fs = found.get(kind, [])
             if kind in ("leak", "oom") and not fs:
+                # a finding too: readable, not disabled grey
                 none = _item(f"{label}: {leaks_none_text(data.da.run) if kind == 'leak' else 'none found'}")
-                none.setDisabled(True)
+                none.setFlags(Qt.ItemFlag.ItemIsEnabled)
+                none.setForeground(0, muted)
                 self.tree.addTopLevelItem(none)
                 continue
             if not fs:
@@ -177,7 +207,7 @@ class FindingsPanel(QWidget):
             for k, f in fs:
                 it = _item(f.title)
                 it.setData(0, Qt.ItemDataRole.UserRole, k)
-                for line in self.detail_lines(f):
+                for line in self.detail_lines(f, data):
                     sub = _item(line)
                     sub.setData(0, Qt.ItemDataRole.UserRole, k)
                     sub.setForeground(0, muted)
@@ -196,14 +226,32 @@ class FindingsPanel(QWidget):
         self._wrap_all()
 
     def select(self, k: int):
+        """Make finding k the current one and scroll it into view, whole where it fits (its
+        title and its lines: a selected leak stayed scrolled out of view at 1024x700)."""
         for it in self.items:
             if it.data(0, Qt.ItemDataRole.UserRole) == k:
                 parent = it.parent()
                 if parent is not None:
                     parent.setExpanded(True)
+                self._chosen = it
                 self.tree.setCurrentItem(it)
-                self.tree.scrollToItem(it)
+                self._scroll_to(it)
+                # again once the rows have their wrapped heights (after the layout settles)
+                QTimer.singleShot(0, self, lambda: self._scroll_to(self._chosen) if self._chosen is not None else None)
                 return
+
+    def clear_current(self):
+        """No finding highlighted (the selection moved elsewhere: the highlight stayed on Peak)."""
+        self._chosen = None
+        self.tree.setCurrentItem(None)
+        self.tree.clearSelection()
+
+    def _scroll_to(self, it: QTreeWidgetItem):
+        t = self.tree
+        last = it.child(it.childCount() - 1) if it.isExpanded() and it.childCount() else None
+        if last is not None:
+            t.scrollToItem(last)                # its lines in view...
+        t.scrollToItem(it)                      # ...and its title, first
 
     def _on_item(self, item, _col=0):
         k = item.data(0, Qt.ItemDataRole.UserRole)

@@ -10,7 +10,9 @@ from ...classifiers import STACK_ORDER
 from ...common.units import fmt_bytes
 from ...present.words import SEGMENT_BANDS_WORDS, autocast_copies_text
 from ..model import DeviceData
-from ..theme import PHASE_COLORS, SEGMENT_COLORS, category_color
+from ..theme import PHASE_COLORS, SEGMENT_COLORS, Theme, category_color
+
+PALE_WORDS = "pale: a guess (no frames)"
 
 
 def swatch(color: QColor, w: int = 12, h: int = 12) -> QIcon:
@@ -99,6 +101,7 @@ class LegendBar(QWidget):
         self.lay.setContentsMargins(6, 2, 6, 2)
         self.buttons: dict[int, QToolButton] = {}
         self.segment_key: QLabel | None = None
+        self.pale_key: QLabel | None = None
         self.mode = "categories"
 
     def set_data(self, data: DeviceData | None):
@@ -109,6 +112,7 @@ class LegendBar(QWidget):
                 w.deleteLater()
         self.buttons = {}
         self.segment_key = None
+        self.pale_key = None
         if data is None:
             return
         at_peak = data.da.peak.by_category            # the analysis' peak, as `summary` reports it
@@ -145,6 +149,16 @@ class LegendBar(QWidget):
                        + "&nbsp;&nbsp;<span style='color:#D62728'>▲ peak</span>", self)
         lines.setToolTip("Lines: live allocated bytes (exact at every zoom) and the allocator's reserved bytes")
         self.lay.addWidget(lines)
+        self.pale_key = None
+        if data.da.guessed_composition() is not None:
+            # what the paler shade means, in words on screen (not only in a tooltip)
+            theme = Theme.from_palette(self.palette())
+            sample = theme.guess_color(theme.band_color("weights"))
+            self.pale_key = QLabel(f"<span style='color:{sample.name()}'>■</span>&nbsp;{PALE_WORDS}", self)
+            self.pale_key.setToolTip("A band's paler shade is the part of its bytes whose category is a guess: "
+                                     "allocated before recording began, no frames, never freed (the Selection "
+                                     "panel says how sure each allocation is)")
+            self.lay.addWidget(self.pale_key)
         present = {name for it in data.iterations for name in it.phases}
         if present:
             order: list[str] = [p for p in ("inputs", "forward", "backward", "optimizer", "eval") if p in present]
@@ -183,6 +197,8 @@ class LegendBar(QWidget):
         segments = mode == "segments" and self.segment_key is not None
         for b in self.buttons.values():
             b.setVisible(not segments)
+        if self.pale_key is not None:
+            self.pale_key.setVisible(not segments)
         if self.segment_key is not None:
             self.segment_key.setVisible(segments)
 

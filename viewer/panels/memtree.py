@@ -28,6 +28,7 @@ from ...classifiers.memtree import MemoryTree, memory_tree
 from ...common.units import fmt_bytes
 from ...present.markup import html as _esc
 from ...present.memtree import guess_words, node_label, node_where, search_tree
+from .elide import KeepWhereDelegate
 from ..model import DeviceData, when_text
 from ..theme import Theme, category_color
 from .events import column_header
@@ -198,12 +199,16 @@ class MemoryTreePanel(QWidget):
         self._search_timer.timeout.connect(self.run_search)
         self.model = TreeModel(self)
         self.view = QTreeView(self)
+        self.view.setMinimumHeight(3 * (self.fontMetrics().height() + 6))     # gives way in a short window
         self.view.setModel(self.model)
         self.view.setUniformRowHeights(True)
         self.view.setAlternatingRowColors(True)
         self.view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.view.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.view.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        # a deep path keeps "(file.py:line)" whole, its function's words cut first (elide.py)
+        self._where = KeepWhereDelegate(self.view)
+        self.view.setItemDelegateForColumn(COL_LABEL, self._where)
         self.view.setExpandsOnDoubleClick(False)          # a double-click shows the allocations
         self.view.expanded.connect(lambda ix: self._expanded.add(self.model.node_of(ix)))
         self.view.collapsed.connect(lambda ix: self._expanded.discard(self.model.node_of(ix)))

@@ -11,7 +11,8 @@ from ...common.units import fmt_bytes
 from ..model import DeviceData, when_text
 from ...classifiers.allocator import Segments
 from ...present.words import RESERVED_UNALLOCATED_WHY, reserved_unallocated_words
-from ..theme import category_color
+from ...present.memtree import guess_words
+from ..theme import Theme, category_color
 
 
 # -- segments strip --------------------------------------------------------------------------
@@ -145,13 +146,22 @@ class MomentPanel(QWidget):
                            + (f" · reserved {fmt_bytes(res)}" if res is not None else ""))
         self.cats.clear()
         order = np.argsort(-comp)
+        g = d.guessed_composition([i])
+        guessed = g[0] if g is not None else np.zeros(len(comp))
+        theme = Theme.from_palette(self.palette())
         for c in order:
             v = comp[c]
             if v <= 0:
                 continue
             name = d.category_name(int(c))
-            it = QTreeWidgetItem([name, fmt_bytes(v), f"{100.0 * v / live:.1f}%" if live > 0 else "-"])
-            it.setData(0, Qt.ItemDataRole.DecorationRole, category_color(name))
+            sure = guess_words(int(v), int(guessed[c]))
+            it = QTreeWidgetItem([f"{name} ({sure})" if sure else name, fmt_bytes(v),
+                                  f"{100.0 * v / live:.1f}%" if live > 0 else "-"])
+            color = category_color(name)
+            it.setData(0, Qt.ItemDataRole.DecorationRole, theme.guess_color(color) if guessed[c] >= v else color)
+            if sure:
+                it.setToolTip(0, f"{fmt_bytes(int(guessed[c]))} of the {name} live here is a guess (no frames, live "
+                                 f"before recording began): drawn in the paler shade")
             it.setTextAlignment(1, Qt.AlignmentFlag.AlignRight)
             it.setTextAlignment(2, Qt.AlignmentFlag.AlignRight)
             self.cats.addTopLevelItem(it)
@@ -160,9 +170,12 @@ class MomentPanel(QWidget):
         for row in d.largest_live(i, 12):
             row = int(row)
             name = d.category_name(int(d.category[row]))
-            it = QTreeWidgetItem([fmt_bytes(int(d.allocs.size[row])), name, d.stack_label(int(d.allocs.stack[row]))])
+            guess = d.guessed(row)
+            it = QTreeWidgetItem([fmt_bytes(int(d.allocs.size[row])), f"{name} (a guess)" if guess else name,
+                                  d.stack_label(int(d.allocs.stack[row]))])
             it.setData(0, Qt.ItemDataRole.UserRole, row)
-            it.setData(1, Qt.ItemDataRole.DecorationRole, category_color(name))
+            color = category_color(name)
+            it.setData(1, Qt.ItemDataRole.DecorationRole, theme.guess_color(color) if guess else color)
             it.setTextAlignment(0, Qt.AlignmentFlag.AlignRight)
             self.largest.addTopLevelItem(it)
         self.largest.resizeColumnToContents(0)

@@ -19,6 +19,8 @@ from PySide6.QtWidgets import (
 from ..model import DeviceData
 from ..model.notes import first_line, note_span
 
+NOTE_LINE = 2000            # characters of a note's first line handed to the list (it elides to its width)
+
 
 class ActionButton(QToolButton):
     """A short-labelled button for a window action (its tooltip and enabled state follow
@@ -108,7 +110,9 @@ class NotesPanel(QWidget):
         self.tree.clear()
         self._ids = []
         for k, a in enumerate(notes, 1):
-            it = QTreeWidgetItem([str(k), a.where(), first_line(a.note) or f"({a.kind})"])
+            # the note's whole first line: the column cuts it at its width, with an ellipsis
+            # (it was cut at 60 characters with 400 pixels free); the tooltip has it all
+            it = QTreeWidgetItem([str(k), a.where(), first_line(a.note, NOTE_LINE) or f"({a.kind})"])
             it.setData(0, Qt.ItemDataRole.UserRole, a.id)
             tip = f"{a.where()}\n\n{a.note}" if a.note else a.where()
             for c in range(3):

@@ -11,7 +11,7 @@ from ...present.stacks import short_path
 from ...classifiers.evidence import EVIDENCE
 from ...present.words import evidence_words, freed_note, torch_tag_words
 from ..model import DeviceData, when_text
-from ..theme import category_color
+from ..theme import category_color, muted_text
 
 
 # -- the selected allocation ----------------------------------------------------------------
@@ -22,6 +22,7 @@ class StackPanel(QWidget):
         super().__init__(parent)
         self.data: DeviceData | None = None
         self.row = -1
+        self._details = ""
         self.header = QLabel("Click the timeline or a table row to select an allocation.", self)
         self.header.setWordWrap(True)
         self.header.setTextFormat(Qt.TextFormat.RichText)
@@ -55,6 +56,7 @@ class StackPanel(QWidget):
         d, row = self.data, self.row
         if d is None or row < 0:
             self.header.setText("<i>Click the timeline or a table row to select an allocation.</i>")
+            self.header.setToolTip("")
             self.frames.clear()
             return
         a = d.allocs
@@ -63,18 +65,24 @@ class StackPanel(QWidget):
         col = category_color(name).name()
         ai, fi = int(d.alloc_index[row]), int(d.free_index[row])
         life = ""
-        muted = self.palette().color(QPalette.ColorRole.PlaceholderText).name()
+        muted = muted_text(self.palette(), QPalette.ColorRole.Window).name()
         if d.has_time and ai >= 0 and fi >= 0:
             life = f" · lived {fmt_duration_us(int(d.tkey[fi]) - int(d.tkey[ai]))}"
+        # compact: the category, how sure, the rule, when; the exact size, the address and
+        # why the rule chose it in the tooltip and under the frames (at 1024x700 the header
+        # took the pane and left 1.5 frames; five show now, the rest scrolls)
+        why = d.rule_why(row)
         self.header.setText(
             f"<span style='color:{col}; font-size:14pt'>■</span> <b>{name}</b> · <b>{fmt_bytes(int(a.size[row]))}</b>"
-            f" ({int(a.size[row]):,} B)<br>rule: <code>{_esc(d.rule_name(row))}</code>"
-            + (f" <span style='color:{muted}'>— {_esc(d.rule_why(row))}</span>" if d.rule_why(row) else "")
-            + f"<br>how sure: {_esc(evidence_words(EVIDENCE[int(d.da.evidence[row])]))}"
-            + "<br>"
-            f"allocated {when_text(d, ai) if ai >= 0 else 'before the trace began'}<br>"
-            f"freed {when_text(d, fi) if fi >= 0 else 'never (live at the end)'}{life}<br>"
-            f"address <code>0x{int(a.addr[row]):x}</code>")
+            f"<br>how sure: {_esc(evidence_words(EVIDENCE[int(d.da.evidence[row])]))}"
+            f"<br>rule: <code>{_esc(d.rule_name(row))}</code>"
+            f"<br>allocated {when_text(d, ai) if ai >= 0 else 'before the trace began'} · "
+            f"freed {when_text(d, fi) if fi >= 0 else 'never (live at the end)'}{life}")
+        self.header.setToolTip(f"{name}: {int(a.size[row]):,} B at 0x{int(a.addr[row]):x}"
+                               + (f"\nrule {d.rule_name(row)}: {why}" if why else ""))
+        self._details = (f"<div style='color:{muted}'>{int(a.size[row]):,} B at address "
+                         f"<code>0x{int(a.addr[row]):x}</code>"
+                         + (f"<br>rule <code>{_esc(d.rule_name(row))}</code>: {_esc(why)}" if why else "") + "</div>")
         alloc = d.da.allocation(row)
         tag = torch_tag_words(alloc.torch_tag, alloc.rules_category)
         extra = (f"<br>{_esc(tag)}" if tag else "") \
@@ -112,7 +120,21 @@ class StackPanel(QWidget):
             if view.hidden else ""
         self.frames.setHtml("".join(f"<div>{n}</div>" for n in notes)
                             + ("<div style='font-family:monospace; white-space:pre'>" + "<br>".join(lines) + "</div>"
-                               if lines else "") + tail)
+                               if lines else "") + tail + self._details)
 
     def stack_text(self) -> str:
         return self.frames.toPlainText()
+
+    def room_for_frames(self, frames: int = 5) -> int:
+        """The pane's height that shows its header whole and `frames` frames (two lines each:
+        the function, then its file and line)."""
+        line = self.frames.fontMetrics().lineSpacing()
+        lay = self.layout()
+        assert lay is not None
+        m = lay.contentsMargins()
+        width = max(100, self.width() - m.left() - m.right())
+        header = self.header.heightForWidth(width) if self.header.hasHeightForWidth() else \
+            self.header.sizeHint().height()
+        spacing = lay.spacing() * 2
+        return (m.top() + m.bottom() + header + self.python_only.sizeHint().height() + spacing
+                + 2 * frames * line + 2 * self.frames.frameWidth() + 8)

@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 from ...common.units import fmt_bytes, fmt_duration_us, fmt_seconds, parse_size
 from ...present.markup import html as _html
 from ..model import DeviceData
+from .elide import KeepWhereDelegate
 from ..model.rows import (
     COL_ADDR,
     COL_ALLOC,
@@ -45,7 +46,8 @@ from ..model.rows import (
     COLUMNS,
     RowView,
 )
-from ..theme import category_color
+from ...present.words import EVIDENCE_WORDS
+from ..theme import Theme, category_color
 
 FILTER_DELAY_MS = 40
 WHERE_AT = 2            # the Where column's place on screen (after Category and Size)
@@ -68,9 +70,11 @@ class AllocationsModel(QAbstractTableModel):
         super().__init__(parent)
         self.view: RowView | None = None
         self.data_: DeviceData | None = None
+        self.theme = Theme.from_palette()
 
     def set_data(self, data: DeviceData | None):
         self.beginResetModel()
+        self.theme = Theme.from_palette()          # (the guessed rows' paler swatch)
         self.data_ = data
         self.view = RowView(data) if data is not None else None
         self.endResetModel()
@@ -102,7 +106,11 @@ class AllocationsModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.DisplayRole:
             return self._text(d, row, col)
         if role == Qt.ItemDataRole.DecorationRole and col == COL_CATEGORY:
-            return category_color(d.category_name(int(d.category[row])))
+            color = category_color(d.category_name(int(d.category[row])))
+            return self.theme.guess_color(color) if d.guessed(row) else color
+        if role == Qt.ItemDataRole.ToolTipRole and col == COL_CATEGORY and d.guessed(row):
+            return ("A guess: no frames and no recorded lifetime say what this is (live before recording began, "
+                    "never freed); it is drawn in the paler shade")
         if role == Qt.ItemDataRole.TextAlignmentRole and col in (COL_SIZE, COL_ALLOC, COL_FREE, COL_LIFETIME):
             return _RIGHT
         if role == Qt.ItemDataRole.ToolTipRole and col == COL_RULE:
@@ -124,7 +132,8 @@ class AllocationsModel(QAbstractTableModel):
     def _text(self, d: DeviceData, row: int, col: int):
         a = d.allocs
         if col == COL_CATEGORY:
-            return d.category_name(int(d.category[row]))
+            name = d.category_name(int(d.category[row]))
+            return f"{name} ({EVIDENCE_WORDS['guess']})" if d.guessed(row) else name
         if col == COL_SIZE:
             return fmt_bytes(int(a.size[row]))
         if col == COL_ALLOC:
@@ -251,6 +260,15 @@ class AllocationsPanel(QWidget):
         self.text.setMinimumWidth(self.text.fontMetrics().horizontalAdvance("Search frames: file, fun") + 40)
         self.count = QLabel(self)
         self.count.setToolTip("Allocations shown / all allocations on this device")
+        # a filter on says so, with one click to clear it (a search left from another file
+        # read "0 of 1,211" and nothing else)
+        self.clear_filters = QToolButton(self)
+        self.clear_filters.setText("✕ Clear filter")
+        self.clear_filters.setToolTip("Show every allocation again: the search, the minimum size and the "
+                                      "categories cleared")
+        self.clear_filters.setAutoRaise(True)
+        self.clear_filters.clicked.connect(self.clear_filter)
+        self.clear_filters.hide()
 
         bar = QHBoxLayout()
         bar.setContentsMargins(0, 0, 0, 0)
@@ -258,6 +276,7 @@ class AllocationsPanel(QWidget):
         bar.addWidget(self.min_size)
         bar.addWidget(self.text, 1)
         bar.addWidget(self.count)
+        bar.addWidget(self.clear_filters)
 
         # the chosen set (a leak's allocations): what the table shows, and a way back to all
         self.only_text = ""
@@ -279,12 +298,16 @@ class AllocationsPanel(QWidget):
         self.chip.hide()
 
         self.table = QTableView(self)
+        # a short window keeps the plot's room: the table gives way down to a few rows
+        self.table.setMinimumHeight(3 * (self.fontMetrics().height() + 6))
         self.table.setModel(self.model)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setAlternatingRowColors(True)
         self.table.setWordWrap(False)
-        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)     # a long code line keeps its file and line
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self._where = KeepWhereDelegate(self.table)                   # a long code line keeps its file and line
+        self.table.setItemDelegateForColumn(COL_WHERE, self._where)
         self.table.verticalHeader().hide()
         vh = self.table.verticalHeader()
         vh.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
@@ -322,7 +345,7 @@ class AllocationsPanel(QWidget):
         fm = self.table.fontMetrics()
         hh = self.table.horizontalHeader()
         pad = 18
-        samples = {COL_CATEGORY: ["autograd", "quantization", "optimizer"], COL_SIZE: ["1023.99 MiB"],
+        samples = {COL_CATEGORY: ["autograd", "quantization", "optimizer (a guess)"], COL_SIZE: ["1023.99 MiB"],
                    COL_ALLOC: ["before trace", "999.999999 s"], COL_FREE: ["999.999999 s"],
                    COL_LIFETIME: ["≥ 999 ms", "at the snapshot" if data is not None and data.n == 0 else "1.23 ms"],
                    COL_ADDR: ["0x7f0000000000"], COL_RULE: ["activations.forward"], COL_WHERE: ["train.py:88 forward"]}
@@ -346,6 +369,13 @@ class AllocationsPanel(QWidget):
         self.data = data
         self.only_text = ""
         self.chip.hide()
+        # another file (or device) starts unfiltered: a search typed for the last one would
+        # hide rows of this one without a word
+        self._timer.stop()
+        for box in (self.text, self.min_size):
+            with QSignalBlocker(box):
+                box.clear()
+        self.min_size.setStyleSheet("")
         self.model.set_data(data)
         self._fit_columns(data)
         self.cat_menu.clear()
@@ -447,11 +477,31 @@ class AllocationsPanel(QWidget):
         if current >= 0:
             self.select_row(current, emit=False)
 
+    def filtered(self) -> bool:
+        """Whether a filter of the bar is on (the search, a minimum size, some categories)."""
+        return bool(self.text.text().strip() or self.min_size.text().strip()) or \
+            self.checked_categories() is not None
+
+    def clear_filter(self):
+        """Every filter of the bar off (the chosen set of a leak stays: its chip clears it)."""
+        self._timer.stop()
+        for box in (self.text, self.min_size):
+            with QSignalBlocker(box):
+                box.clear()
+        for a in self.cat_actions:
+            with QSignalBlocker(a):
+                a.setChecked(True)
+        self.apply_filter()
+
     def _update_count(self):
         if self.model.view is None:
             self.count.setText("")
+            self.clear_filters.hide()
             return
-        self.count.setText(f"{len(self.model.view.rows):,} of {self.model.view.n:,}")
+        on = self.filtered()
+        shown = f"{len(self.model.view.rows):,} of {self.model.view.n:,}"
+        self.count.setText(f"<b>filtered:</b> {shown}" if on else shown)
+        self.clear_filters.setVisible(on)
 
     def current_row(self) -> int:
         idx = self.table.currentIndex()

@@ -10,7 +10,9 @@ panel: the rest of the window stays usable).
 """
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from dataclasses import dataclass
+
+from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -35,12 +37,21 @@ from ...classifiers import CATEGORIES
 from ...classifiers.whatif import COMMON_CARDS, WhatIf, WhatIfError
 from ...common.units import fmt_bytes
 from ...present.markup import html as _esc
-from ...present.words import peak_words
+from ...present.words import peak_words, scaled_peak_words, trainable_params_words
 from ...services.whatif import fit_factor_words
 from ..model import DeviceData
 from ..model.whatif import WhatIfSession
-from ..theme import category_color
+from ..theme import FITS_COLOR, SHORT_COLOR, category_color, muted_text, readable
 from ..worker import Worker
+
+@dataclass
+class AskAnswer:
+    """A what-if answer computed on the worker, for the session it was asked of (with the
+    batch fit on the GPU asked about, when one is)."""
+    result: WhatIf
+    session: WhatIfSession
+    fit: WhatIf | None = None
+
 
 class _ClickLabel(QLabel):
     clicked = Signal()
@@ -49,6 +60,17 @@ class _ClickLabel(QLabel):
         if event.button() == Qt.MouseButton.LeftButton:
             self.clicked.emit()
         super().mousePressEvent(event)
+
+
+class _Slider(QSlider):
+    """A factor's slider that a wheel turning over it changes only once it has the keyboard
+    (a click, Tab): scrolling the panel with the wheel moved every slider it passed over."""
+
+    def wheelEvent(self, event):
+        if self.hasFocus():
+            super().wheelEvent(event)
+        else:
+            event.ignore()                    # the panel scrolls instead
 
 
 class _BudgetTable(QTableWidget):
@@ -85,9 +107,11 @@ class WhatIfPanel(QWidget):
         self.values: dict[str, QLabel] = {}
         self.levers: dict[str, QCheckBox] = {}
         self.last: WhatIf | None = None       # the answer shown
+        self._gpu_choice: dict = {}          # (file, device) -> the GPU size typed or picked there
         self.worker = Worker(self)
         self._request: tuple[int, int] | None = None     # (analysis, device) the worker builds for
-        self.worker.finished.connect(self._on_built)
+        self._asking = False                 # a simulated lever is being asked on the worker
+        self.worker.finished.connect(self._on_finished)
         self.worker.failed.connect(lambda msg: self._on_not_built(f"The model could not be built: {msg}"))
         self.worker.cancelled.connect(lambda: self._on_not_built("Cancelled: the model is not built."))
         self.worker.progressed.connect(self._on_progress)
@@ -156,11 +180,13 @@ class WhatIfPanel(QWidget):
         lv.addStretch(1)
         left.setMinimumWidth(self.fontMetrics().horizontalAdvance("x" * 40))
         scroll = QScrollArea(self)
+        scroll.setMinimumHeight(40)           # a short window: the controls scroll, the answer stays
         scroll.setWidget(left)
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
 
         self.table = _BudgetTable(0, len(BUDGET_COLUMNS), self)
+        self.table.setMinimumHeight(40)
         for c, (title, tip) in enumerate(BUDGET_COLUMNS):
             head_item = QTableWidgetItem(title)
             head_item.setToolTip(tip)
@@ -220,7 +246,24 @@ class WhatIfPanel(QWidget):
         self._fit_timer.timeout.connect(self.update_fit)
 
     # -- data ----------------------------------------------------------------------------------
+    @staticmethod
+    def _gpu_key(data: DeviceData | None):
+        return None if data is None else (getattr(data.snap, "path", None) or id(data.analysis), data.device)
+
     def set_data(self, data: DeviceData | None):
+        self._asking = False
+        # the GPU line belongs to the file and device it was set on (a 48 GiB line carried
+        # over squeezed a 7.88 GiB device into the bottom 15% of the plot)
+        old = self._gpu_key(self.data)
+        if old is not None:
+            self._gpu_choice[old] = self.gpu.currentText()
+        text = self._gpu_choice.get(self._gpu_key(data), NO_GPU)
+        with QSignalBlocker(self.gpu):
+            k = self.gpu.findText(text)
+            if k >= 0:
+                self.gpu.setCurrentIndex(k)
+            else:
+                self.gpu.setEditText(text)
         self.data = data
         self.worker.cancel()                  # a model of the device shown before: not wanted now
         self._request = None
@@ -250,6 +293,12 @@ class WhatIfPanel(QWidget):
             self._show_building("Building the per-category model and the budget…", True)
         return False
 
+    def _on_finished(self, result):
+        if isinstance(result, AskAnswer):
+            self._on_answer(result)
+        elif isinstance(result, WhatIfSession):
+            self._on_built(result)
+
     def _on_built(self, session: WhatIfSession):
         d = self.data
         if d is None or session.analysis is not d.analysis or session.device != d.device:
@@ -261,7 +310,22 @@ class WhatIfPanel(QWidget):
         self._fill_budget()
         self.update_now()
 
+    def _simulated(self, name: str) -> bool:
+        """Whether the lever `name` replays the recorded run (asked on the worker), as the
+        session's lever object says."""
+        lv = self.session.levers.get(name) if self.session is not None else None
+        return lv is not None and lv.simulated
+
     def _on_not_built(self, text: str):
+        if self._asking:                      # a simulation cancelled (or failed): the levers unticked
+            self._asking = False
+            self.building.hide()
+            for name, cb in self.levers.items():
+                if self._simulated(name) and cb.isChecked():
+                    with QSignalBlocker(cb):
+                        cb.setChecked(False)
+            self.update_now()
+            return
         if self._request is not None:         # (not a request the device shown before made)
             self._request = None
             self._show_building(text, False)
@@ -280,7 +344,7 @@ class WhatIfPanel(QWidget):
         self.building.show()
 
     def _on_building_button(self):
-        if self._request is not None:
+        if self._request is not None or self._asking:
             self.worker.cancel()
         else:
             self.ensure_model()
@@ -303,7 +367,8 @@ class WhatIfPanel(QWidget):
         assert session is not None
         for r, name in enumerate(session.categories):
             swatch = QLabel(f"<span style='color:{category_color(name).name()}'>■</span> {name}", self)
-            sl = QSlider(Qt.Orientation.Horizontal, self)
+            sl = _Slider(Qt.Orientation.Horizontal, self)
+            sl.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
             sl.setRange(0, SLIDER_MAX)
             sl.setValue(100)
             sl.setPageStep(10)
@@ -336,7 +401,7 @@ class WhatIfPanel(QWidget):
             cb.toggled.connect(lambda _on: self._schedule())
             # the factors beside the lever's name, wrapped in a narrow panel (a check box
             # never wraps: its whole text was cut off at 1024 pixels); a click on them ticks it
-            factors = _ClickLabel(f"<span style='color:{self.palette().color(QPalette.ColorRole.PlaceholderText).name()}'>"
+            factors = _ClickLabel(f"<span style='color:{muted_text(self.palette(), QPalette.ColorRole.Window).name()}'>"
                                   f"{_esc(what)}</span>", self)
             factors.setWordWrap(True)
             factors.setToolTip(tip)
@@ -377,9 +442,11 @@ class WhatIfPanel(QWidget):
         self.fit_text_columns()
         f = budget.facts if budget is not None else None
         if f is not None:
+            counted = bool(getattr(f, "counts_allowed", True))
             self.facts_line.setText(
-                f"<b>Budget</b> · optimizer: {_esc(f.optimizer)} · trainable parameters {f.trainable_params:,}"
-                + (f" ({f.trainable_fraction:.2%} of all)" if f.trainable_fraction else "")
+                f"<b>Budget</b> · optimizer: {_esc(f.optimizer)} · "
+                f"{_esc(trainable_params_words(int(f.trainable_params), counted))}"
+                + (f" ({f.trainable_fraction:.2%} of all)" if f.trainable_fraction and f.trainable_params else "")
                 + (f" · 4-bit weights: {_esc(f.quant_scheme)}" if f.quant_scheme else "")
                 + f" · dtypes: {_esc(f.dtype_evidence)}")
 
@@ -434,25 +501,68 @@ class WhatIfPanel(QWidget):
             return self.gpu.itemData(idx)
         return text.split(" (")[0]
 
+    def _ask(self, session: WhatIfSession, sliders: dict, levers: list, gpu) -> WhatIf:
+        try:
+            return session.ask(sliders, levers, gpu)
+        except WhatIfError:                   # a size it cannot read (yet): no GPU line
+            return session.ask(sliders, levers, None)
+
     def update_now(self):
-        """Ask `what_if` (the exact scaled peak: about a millisecond at 10^6 events) and show
-        its answer: the peak, its type in words, whether it fits, and the timeline's overlay."""
+        """Ask `what_if` and show its answer: the peak, its type in words, whether it fits,
+        and the timeline's overlay. Factors alone take about a millisecond at 10^6 events:
+        asked here. A simulated lever (checkpointing, half the batch, LoRA) replays the run
+        (seconds at 10^6 events): asked on the panel's worker, with a busy bar and Cancel,
+        the window usable meanwhile (the checkpointing lever froze it for over 3 s)."""
         d, session = self.data, self.session
         if d is None or session is None:
             return
         sliders = self.factors()
         levers = self.checked_levers()
-        try:
-            r = session.ask(sliders, levers, self.gpu_request())
-        except WhatIfError:                   # a size it cannot read (yet): no GPU line
-            r = session.ask(sliders, levers, None)
+        gpu = self.gpu_request()
+        if not any(self._simulated(name) for name in levers):
+            if self._asking:
+                self._asking = False
+                self.worker.cancel()
+                self.building.hide()
+            self._show_answer(self._ask(session, sliders, levers, gpu))
+            return
+        self._asking = True
+        ask = self._ask
+
+        def job(progress):
+            r = ask(session, sliders, levers, gpu)
+            progress.check()
+            fit = None
+            if r.fits.gpu_bytes is not None:          # how far the batch grows, with them: on the worker too
+                try:
+                    fit = session.ask(sliders, levers, gpu, fit="batch")
+                except WhatIfError:
+                    fit = None
+            return AskAnswer(r, session, fit)
+        self.worker.submit(job)
+        names = ", ".join(session.levers[n].title if n in session.levers else n for n in levers if self._simulated(n))
+        self._show_building(f"Simulating {names} on the recorded run…", True)
+
+    def _on_answer(self, answer: "AskAnswer"):
+        self._asking = False
+        if answer.session is not self.session:
+            return                            # a device no longer shown
+        self.building.hide()
+        self._show_answer(answer.result)
+        if answer.fit is not None:
+            self._show_fit(answer.fit)
+
+    def _show_answer(self, r: WhatIf):
+        sliders = self.factors()
         self.last = r
         for name, val in self.values.items():
             slider, f = sliders[name], r.scales.get(name, 1.0)
             val.setText(f"×{slider:.2f}" + (f" → ×{f:.2f}" if abs(f - slider) > 1e-9 else ""))
         base, pk, fits = r.baseline, r.scaled, r.fits
         change = pk.bytes - base.bytes
-        words = peak_words(pk.type)
+        # a scaled peak describes itself: at the moment the recorded run ran out of memory,
+        # not "right before an out-of-memory error" (a peak scaled under the card did not)
+        words = scaled_peak_words(pk.type) if (r.scales or r.levers) else peak_words(pk.type)
         where = f"entry {pk.index:,}" if pk.index >= 0 else "the start of the trace"
         self.peak_line.setText(
             f"<b>Peak {fmt_bytes(pk.bytes)}</b> {_esc(words)} ({where})"
@@ -469,8 +579,11 @@ class WhatIfPanel(QWidget):
         self.assumptions.setVisible(bool(r.levers))
         gpu = fits.gpu_bytes
         if gpu is not None:
-            verdict = (f"<b style='color:#2CA02C'>fits</b> with {fmt_bytes(fits.headroom_bytes)} to spare" if fits.fits
-                       else f"<b style='color:#D62728'>short by {fmt_bytes(-(fits.headroom_bytes or 0))}</b>"
+            bg = self.palette().color(QPalette.ColorRole.Window)
+            verdict = (f"<b style='color:{readable(FITS_COLOR, bg).name()}'>fits</b> with "
+                       f"{fmt_bytes(fits.headroom_bytes)} to spare" if fits.fits
+                       else f"<b style='color:{readable(SHORT_COLOR, bg).name()}'>short by "
+                            f"{fmt_bytes(-(fits.headroom_bytes or 0))}</b>"
                        if fits.fits is False else "<b>cannot tell</b> (the trace ends in the out-of-memory error)")
             head = f"On {fmt_bytes(gpu)}: {verdict} (needs {fmt_bytes(fits.needed_bytes)})"
         else:
@@ -491,14 +604,20 @@ class WhatIfPanel(QWidget):
 
     def update_fit(self):
         """How far the micro-batch could grow on the GPU asked about, with the ticked levers and
-        factors (what_if's fit), once the controls have settled."""
+        factors (what_if's fit), once the controls have settled (not while a simulation runs:
+        the fit simulates the levers again, several times)."""
         session = self.session
-        if self.data is None or session is None:
+        if self.data is None or session is None or self._asking:
             return
+        if any(self._simulated(name) for name in self.checked_levers()):
+            return                            # (asked on the worker with the answer: _on_answer)
         try:
             r = session.ask(self.factors(), self.checked_levers(), self.gpu_request(), fit="batch")
         except WhatIfError:
             return
+        self._show_fit(r)
+
+    def _show_fit(self, r: WhatIf):
         if not r.fit:
             return
         row = r.fit[0]
@@ -506,7 +625,9 @@ class WhatIfPanel(QWidget):
             self.fit_line.setText(f"Micro-batch on this GPU: <b>cannot tell</b>: {_esc(row.why)}")
             self.fit_line.setToolTip(r.fit_note)
             return
+        # one "needs" in the panel (the line above's): this line says what is left at that size
         self.fit_line.setText(f"Micro-batch on this GPU: <b>{_esc(fit_factor_words(row.max_factor))}</b> the "
                               f"recorded one" + (" with the levers ticked" if row.levers else "")
-                              + f" (needs {fmt_bytes(row.fits_bytes)})")
+                              + (f" ({fmt_bytes(row.headroom_bytes)} to spare at that size)"
+                                 if row.max_factor and row.max_factor > 0 else ""))
         self.fit_line.setToolTip(r.fit_note)

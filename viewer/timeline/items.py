@@ -387,6 +387,7 @@ class SpansItem(_ViewSpanning):
         self.avoid = np.zeros(0)                 # x of marker lines whose labels sit at the top
         self.obstacles: list[pg.TextItem] = []   # labels (the peak's) the span labels keep clear of
         self.placed: list[tuple[QRectF, str]] = []   # the labels drawn in the last paint (device)
+        self.placed_in: list[tuple[float, float]] = []
         self.setZValue(-100)
 
     def set_spans(self, starts, ends, colors, lines, line_pen: QPen, labels=None, text_color=None):
@@ -459,16 +460,17 @@ class SpansItem(_ViewSpanning):
                 p.setPen(self.line_pen)
                 p.drawPath(pg.arrayToQPath(np.repeat(xs, 2), ys, connect="pairs"))
         self.placed = []
+        self.placed_in = []                 # each placed label's span, in device x (a, b)
         if 0 < len(shown) <= self.MANY and any(self.labels):
             p.setPen(self.text_color)
             fm = p.fontMetrics()
             # the peak's words are worth more than a phase's name (the shade and the legend tell
             # that): a span label moves right past them, or is left out
             blocked = [label_rect(o, tr).adjusted(-3, -1, 3, 1) for o in self.obstacles if o.isVisible()]
-            # two rows: a name wider than its span (a short forward between a long input
-            # stretch and a long backward) starts in its span and runs on over the next
-            # one, and the next span's name takes the second row; a name never starts
-            # outside its span, and overlapping spans (micro-batches) never print over each other
+            # a name stays inside its own span (it sat over the neighbouring phase and across
+            # the iteration line): cut with an ellipsis where the span is narrower ('optim…'),
+            # left out where even that does not fit (the shade and the legend tell the phase);
+            # two rows, so overlapping spans (micro-batches) never print over each other
             taken = [-1e300] * self.LABEL_ROWS     # right end of the last label in each row
             right_edge = dev.right() - 2
             for k in shown:
@@ -480,6 +482,11 @@ class SpansItem(_ViewSpanning):
                 if b - a < self.MIN_LABEL_SPAN_PX:
                     continue
                 tw = fm.horizontalAdvance(text)
+                if a + 4 + tw + 4 >= b:
+                    text = fm.elidedText(text, Qt.TextElideMode.ElideRight, int(b - a - 9))
+                    if len(text) < 3:               # ('f…' says nothing)
+                        continue
+                    tw = fm.horizontalAdvance(text)
                 near = self.avoid * sx + ox
                 if len(near) and bool(np.any((near > a - 40) & (near < a + tw + 44))):
                     continue                # a marker's label (OOM, leak) sits there
@@ -493,11 +500,12 @@ class SpansItem(_ViewSpanning):
                         if not hit:
                             break
                         box.moveLeft(max(r.right() for r in hit) + 4)
-                    # whole within its span, or (a narrow span) starting at its left edge
-                    own = box.right() + 4 < b or box.left() == a + 4
+                    # within its span (moved right past an obstacle, still inside it)
+                    own = box.right() + 4 < b
                     if own and box.right() <= right_edge and free_of(box, blocked):
                         p.drawText(QPointF(box.left(), y + fm.ascent()), text)
                         self.placed.append((box, text))
+                        self.placed_in.append((a, b))
                         taken[row] = box.right() + 6
                         break
         p.restore()

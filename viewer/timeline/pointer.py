@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QTimer
-from PySide6.QtGui import QColor
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QBrush, QColor
 
 from ...classifiers.evidence import E_GUESS
 from ...common.units import fmt_bytes, fmt_duration_us, fmt_seconds
@@ -20,6 +20,9 @@ from ..theme import category_color
 
 if TYPE_CHECKING:
     from .widget import TimelineWidget
+
+
+LIFETIME_TINT_SHARE = 0.8      # a selected lifetime at least this share of the run: edges only, no tint
 
 
 class Pointer:
@@ -32,6 +35,7 @@ class Pointer:
         self.selected_row = -1
         self._marked_rows: np.ndarray | None = None
         self._hover_pos = None
+        self._scene_pos = None          # where the pointer is over the plot (scene), None: not over it
         self._note_tip = ""
         self._hover_timer = QTimer(timeline)
         self._hover_timer.setSingleShot(True)
@@ -48,6 +52,7 @@ class Pointer:
 
     def on_mouse_moved(self, pos):
         tl = self.tl
+        self._scene_pos = pos
         if self.data is None or not tl.vb.sceneBoundingRect().contains(pos):
             self.hide_hover()
             return
@@ -73,6 +78,26 @@ class Pointer:
         """The box under a still pointer tells what the timeline draws now (another mode)."""
         if self.tl.hover_label.isVisible():
             self._do_hover()
+
+    def rehit(self):
+        """After the view changed under a still pointer (a wheel zoom, a pan, Home, a box
+        zoom): the box tells what is under the pointer now, placed again inside the view
+        (it stayed on the old point, clipped, or described a point no longer there)."""
+        tl = self.tl
+        if not tl.hover_label.isVisible() and not self._hover_timer.isActive():
+            return
+        pos = self._scene_pos
+        if pos is None or self.data is None or not tl.vb.sceneBoundingRect().contains(pos):
+            self.hide_hover()
+            return
+        self._hover_pos = tl.vb.mapSceneToView(pos)
+        self._hover_timer.stop()
+        self._do_hover()
+
+    def left(self):
+        """The pointer left the plot (into a panel, a tab, the event list): no box."""
+        self._scene_pos = None
+        self.hide_hover()
 
     def note_hover_at(self, x: float, y: float, tip: str):
         head, _, body = tip.partition("\n")
@@ -228,6 +253,11 @@ class Pointer:
         xa = float(d.x_of_index(first)) if d.alloc_index[row] >= 0 else d.x_range[0]
         xb = float(d.x_of_index(last)) if d.free_index[row] >= 0 else d.x_range[1]
         tl.selection.setRegion((xa, xb))
+        # a lifetime over most of the run is not tinted (it hid the phases under one colour):
+        # its edges and its outline in the stack say it
+        lo, hi = d.x_range
+        most = hi > lo and (xb - xa) >= LIFETIME_TINT_SHARE * (hi - lo)
+        tl.selection.setBrush(tl.selection_brush if not most else QBrush(Qt.BrushStyle.NoBrush))
         tl.selection.show()
         self.update_selection_bar()
 
@@ -307,7 +337,7 @@ class Pointer:
         tl = self.tl
         self._hover_timer.stop()
         self._hover_pos = None
-        if tl.hover_label.isVisible():
+        if tl.hover_label.isVisible() or tl.hover_line.isVisible():
             tl.hover_label.hide()
             tl.hover_line.hide()
             tl.hoverLeft.emit()

@@ -77,7 +77,11 @@ class Stacking:
             base = [QColor(names[k % len(names)]) for k in range(max(1, int(d.segments.key.max()) + 1 if len(d.segments.key)
                                                                        else 1))]
         else:
-            base = [self.tl.theme.band_color(name) for name in d.categories]
+            # the categories, then the same paler: the rows whose category is a guess
+            # (DeviceData.stack_keys), as the category view draws their bytes
+            theme = self.tl.theme
+            base = [theme.band_color(name) for name in d.categories]
+            base += [theme.guess_color(c) for c in base]
         shades = []
         for c in base:
             row = [c, c.lighter(112), c.darker(108), c.lighter(124)][:SHADES]
@@ -92,8 +96,7 @@ class Stacking:
             stack, keep = d.segments.stack(), None
         else:
             stack = d.alloc_stack()
-            keep = np.zeros(256, dtype=bool)
-            keep[tl.visible_categories] = True
+            keep = d.stack_keep(tl.visible_categories)          # (their guessed rows too)
         moments, col_u = np.unique(env.col_index, return_inverse=True)
         cols = stack.columns(moments, keep)
         self.cols, self.col_u = cols, col_u.astype(np.int64)

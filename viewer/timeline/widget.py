@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QPen
 from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
@@ -50,6 +50,7 @@ from ..theme import (
     PHASE_COLORS,
     WHATIF_COLOR,
     Theme,
+    readable,
 )
 
 
@@ -71,6 +72,8 @@ class TimelineWidget(QWidget):
     segmentClicked = Signal(int, int)          # segment (DeviceData.segments), entry
 
     ITER_PEAK_PX = 16             # at most one iteration-peak marker per this many pixels
+    OVERVIEW_HEIGHT = 52          # the overview strip's height; COMPACT_OVERVIEW in a short window
+    COMPACT_OVERVIEW = 26
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -182,7 +185,7 @@ class TimelineWidget(QWidget):
 
         # the overview strip: the whole run, with the main view as a draggable region
         self.overview = pg.PlotWidget()
-        self.overview.setFixedHeight(52)
+        self.overview.setFixedHeight(self.OVERVIEW_HEIGHT)
         opi = self.overview.getPlotItem()
         opi.hideButtons()
         opi.setMenuEnabled(False)
@@ -223,8 +226,29 @@ class TimelineWidget(QWidget):
         self.pointer = Pointer(self)
         self.vb.sigClicked.connect(self.pointer.on_click)
         self.plot.scene().sigMouseMoved.connect(self.pointer.on_mouse_moved)
+        # the pointer leaving the plot (into a panel, a tab): the hover box goes
+        self.plot.viewport().installEventFilter(self)
+        self.plot.installEventFilter(self)
         self._syncing_region = False
         self.apply_theme(self.theme)
+
+    def eventFilter(self, obj, ev):
+        if ev.type() == QEvent.Type.Leave and obj in (self.plot, self.plot.viewport()):
+            self.pointer.left()
+        return super().eventFilter(obj, ev)
+
+    def hide_hover(self):
+        """No hover box (before the window is saved as an image: never in an export)."""
+        self.pointer.left()
+
+    def set_compact(self, level: int):
+        """A short window gives the plot the pixels: the overview strip thinner (1), or left
+        out (2: 800x500 under a title bar, where Home and the wheel do its work); never
+        taller than the plot."""
+        h = self.COMPACT_OVERVIEW if level >= 1 else self.OVERVIEW_HEIGHT
+        if self.overview.minimumHeight() != h:
+            self.overview.setFixedHeight(h)
+        self.overview.setVisible(level < 2)
 
     # -- theme ---------------------------------------------------------------------------
     def apply_theme(self, theme: Theme):
@@ -244,14 +268,15 @@ class TimelineWidget(QWidget):
         h.setAlpha(90)
         self.hover_line.setPen(pg.mkPen(h, width=1, style=Qt.PenStyle.DotLine))
         sel = QColor(theme.accent)
-        sel.setAlpha(45)
-        self.selection.setBrush(QBrush(sel))
+        sel.setAlpha(30)                   # (light: the phases' shades still read under it)
+        self.selection_brush = QBrush(sel)
+        self.selection.setBrush(self.selection_brush)
         for ln in self.selection.lines:
             ln.setPen(pg.mkPen(theme.accent, width=1))
         self.sel_bar.setPen(pg.mkPen(theme.accent, width=2))
         self.peak_marker.setBrush(QBrush(QColor(PEAK_COLOR)))
         self.peak_marker.setPen(pg.mkPen(theme.background, width=1))
-        self.peak_label.setColor(QColor(PEAK_COLOR))
+        self.peak_label.setColor(readable(PEAK_COLOR, theme.background))      # a finding: 4.5:1
         # over a line (reserved memory sits right above a state-only snapshot's peak) the
         # label stays readable on its own patch of background
         label_bg = QColor(theme.background)
@@ -259,7 +284,7 @@ class TimelineWidget(QWidget):
         self.peak_label.fill = pg.mkBrush(label_bg)
         self.whatif_marker.setBrush(QBrush(QColor(WHATIF_COLOR)))
         self.whatif_marker.setPen(pg.mkPen(theme.background, width=1))
-        self.whatif_label.setColor(QColor(WHATIF_COLOR))
+        self.whatif_label.setColor(readable(WHATIF_COLOR, theme.background))
         self.whatif_label.fill = pg.mkBrush(label_bg)
         self.gpu_line.setPen(pg.mkPen(GPU_COLOR, width=1.5, style=Qt.PenStyle.DashDotLine))
         self.gpu_line.label.setColor(QColor(GPU_COLOR))
@@ -531,7 +556,8 @@ class TimelineWidget(QWidget):
         assert d is not None
         x = float(d.x_of_index(max(index, 0)))
         ln = pg.InfiniteLine(pos=x, angle=90, movable=False, pen=pg.mkPen(color, width=1.5, style=style),
-                             label=text, labelOpts={"position": 0.96, "color": color, "movable": False})
+                             label=text, labelOpts={"position": 0.96, "color": readable(color, self.theme.background),
+                                                    "movable": False})
         ln.setZValue(9)
         self.vb.addItem(ln, ignoreBounds=True)
         self.marker_lines.append(ln)
@@ -616,7 +642,7 @@ class TimelineWidget(QWidget):
     def _schedule_refresh(self, *args):
         if not self._refresh_pending:
             self._refresh_pending = True
-            QTimer.singleShot(0, self.refresh_now)
+            QTimer.singleShot(0, self, self.refresh_now)
 
     def buckets(self) -> int:
         """One bucket per device pixel of the plot area (the bands tile it exactly)."""
@@ -708,6 +734,7 @@ class TimelineWidget(QWidget):
             it.update()                  # their labels keep clear of the peaks' words, wherever they went
         self.pointer.update_selection_bar()
         self._thin_iteration_peaks(x0, x1)
+        self.pointer.rehit()                # the box tells what is under the pointer in this view
         self.viewChanged.emit(x0, x1)
 
     def label_text(self, label, text: str):

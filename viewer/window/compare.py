@@ -45,8 +45,12 @@ class Compare:
             return
         a, path, use_cache = w.result, os.path.abspath(path), w.use_cache
         w.loading.submit("compare", lambda progress: load_compare(a, path, use_cache, progress, across_devices),
-                         f"Comparing with {os.path.basename(path)}…")
+                         f"Comparing with {self.name(path)}…")
         w.statusBar().showMessage(f"Opening {path} to compare…")
+
+    def name(self, path: str) -> str:
+        """A side in words: 'rank 3' for a rank of the folder read, else the file's name."""
+        return self.win.ranks.rank_name(path) or os.path.basename(path)
 
     def swap(self):
         """B becomes the file shown (and A the one compared with it)."""
@@ -55,7 +59,7 @@ class Compare:
             return
         dev = w.data.device if w.data is not None else None
         w.loading.submit("compare", lambda progress: swap_compare(cr, dev, progress),
-                         f"Showing {os.path.basename(cr.b.path)}…")
+                         f"Showing {self.name(cr.b.path)}…")
 
     def apply(self, cr: CompareResult):
         """Show a comparison (GUI thread); after a swap the timeline shows the new A."""
@@ -64,7 +68,7 @@ class Compare:
         if w.result is not cr.a:
             w.apply_result(cr.a)
         dev = w.data.device if w.data is not None else None
-        w.compare_panel.set_result(cr, dev)
+        w.compare_panel.set_result(cr, dev, w.ranks.rank_name)
         w.act_swap.setEnabled(True)
         w.act_close_compare.setEnabled(True)
         dock = w.docks["compare"]
@@ -74,8 +78,7 @@ class Compare:
         if not shown:
             # room for the totals, the categories and the sites: about half the window
             w.resizeDocks([dock], [max(300, int(w.height() * 0.5))], Qt.Orientation.Vertical)
-        w.statusBar().showMessage(
-            f"A: {os.path.basename(cr.a.path)} (the timeline) · B: {os.path.basename(cr.b.path)}", 10000)
+        w.statusBar().showMessage(f"A: {self.name(cr.a.path)} (the timeline) · B: {self.name(cr.b.path)}", 10000)
         w.compared.emit()
 
     def close(self):

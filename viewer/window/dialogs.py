@@ -1,15 +1,14 @@
-"""Small dialogs of the main window: writing a note, choosing a report folder."""
+"""Small dialogs of the main window: writing a note, choosing a report folder, a text that
+scrolls (the keyboard shortcuts, About). Every dialog fits the screen (screen_fit.py)."""
 from __future__ import annotations
 
 import os
 
-from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtCore import QEvent, Qt
 from PySide6.QtWidgets import (
-    QApplication,
     QDialog,
-    QHeaderView,
-    QTreeView,
     QDialogButtonBox,
+    QTextBrowser,
     QFileDialog,
     QLabel,
     QPlainTextEdit,
@@ -85,32 +84,25 @@ def ask_report_folder(parent, start_dir: str, suggested: str) -> str | None:
     return path or None
 
 
-class FileDialogSizer(QObject):
-    """Qt's own file dialog (the one used where there is no native dialog) opened at about
-    600x400 with fixed columns: "93.…MiB", "25 11 2…6". Every file dialog of the application
-    shown while this filter is installed opens wide enough (within the screen) with its Size,
-    Type and Date columns sized to what they show, the name taking the rest."""
+class TextDialog(QDialog):
+    """Rich text that scrolls, with OK always on screen (F1's list was a 400x834 message
+    box whose OK button a 500-pixel screen never showed). Sized to its text, within the
+    screen's available area."""
 
-    WIDTH, HEIGHT = 960, 560
-
-    def eventFilter(self, obj, ev):
-        if ev.type() == QEvent.Type.Show and isinstance(obj, QFileDialog):
-            fit_file_dialog(obj)
-        return False
-
-    def install(self):
-        QApplication.instance().installEventFilter(self)
-
-
-def fit_file_dialog(dlg: QFileDialog):
-    screen = (dlg.screen() or QApplication.primaryScreen()).availableGeometry()
-    dlg.resize(min(FileDialogSizer.WIDTH, int(screen.width() * 0.9)),
-               min(FileDialogSizer.HEIGHT, int(screen.height() * 0.85)))
-    for view in dlg.findChildren(QTreeView):
-        hh = view.header()
-        if hh.count() < 2:
-            continue
-        hh.setStretchLastSection(False)
-        hh.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for col in range(1, hh.count()):
-            hh.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+    def __init__(self, parent, title: str, html: str, width: int = 560):
+        super().__init__(parent)
+        self.setWindowTitle(title)
+        self.text = QTextBrowser(self)
+        self.text.setOpenExternalLinks(False)
+        self.text.setHtml(html)
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok, self)
+        self.buttons.accepted.connect(self.accept)
+        lay = QVBoxLayout(self)
+        lay.addWidget(self.text, 1)
+        lay.addWidget(self.buttons)
+        from .screen_fit import room
+        r = room(parent if parent is not None else self)
+        doc = self.text.document()
+        doc.setTextWidth(width - 40)
+        want_h = int(doc.size().height()) + self.buttons.sizeHint().height() + 60
+        self.resize(min(width, r.width()), min(want_h, int(r.height() * 0.9)))

@@ -114,6 +114,7 @@ class Exports:
         path, _ = QFileDialog.getSaveFileName(w, "Save image", os.path.join(start or "", self._base_name() + ".png"),
                                               "PNG images (*.png)")
         if path:
+            w.timeline.hide_hover()              # the hover box is the pointer's, never the image's
             w.grab().save(path, "PNG")
 
     def report(self):

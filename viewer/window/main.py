@@ -18,6 +18,7 @@ from PySide6.QtGui import QAction, QActionGroup, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QComboBox,
     QLabel,
+    QLineEdit,
     QMainWindow,
     QMessageBox,
     QPushButton,
@@ -31,7 +32,7 @@ from ...common.units import fmt_bytes
 from ...present.markup import html as _esc
 from ...present.markup import middle
 from ...present.timeaxis import axis_reason, axis_reason_short
-from ...present.words import leak_rows_text, peak_words
+from ...present.words import count_words, guessed_text, leak_rows_text, peak_words
 from ..model import DeviceData, FindingView
 from ..model.load import LoadResult
 from ..panels.allocator import AllocatorPanel
@@ -49,11 +50,13 @@ from ..theme import Theme
 from ..timeline import TimelineWidget
 from ..ranks_part import RanksPart
 from .compare import Compare
-from .dialogs import FileDialogSizer
-from .docks import DOCKS, Docks
+from .dialogs import TextDialog
+from .docks import COMPACT_BELOW, DOCKS, NO_OVERVIEW_BELOW, Docks, first_focusable
+from .keys import PanelRing, help_rows, scope_keys
 from .exports import Exports
 from .loading import Loading, error_box
 from .notes import Notes
+from .screen_fit import DialogFitter, ScreenFit, fit, fits
 from .status_bar import StatusBar
 
 PAGE_WELCOME, PAGE_TIMELINE, PAGE_EMPTY = range(3)
@@ -65,27 +68,19 @@ MOUSE_HINTS = (
     "Wheel: zoom · Shift+drag: pan · F1: keys",
     "F1: keys",
 )
-SHORTCUTS = (("Ctrl+O", "open a snapshot"), ("Ctrl+Shift+O", "open a folder of per-rank snapshots"), ("F5", "reload"), ("Ctrl+E", "save the window as PNG"),
-             ("Ctrl+Shift+E", "export a report (Markdown, PNG, JSON)"),
-             ("+ / -", "zoom in / out"), ("Home, Ctrl+0", "show the whole run"),
-             ("← / →", "pan (timeline focused)"), ("wheel", "zoom time around the cursor"),
-             ("drag", "zoom into a box"), ("Shift+drag, middle-drag", "pan"),
-             ("Ctrl+drag", "mark a time range"),
-             ("click", "select the allocation under the cursor"), ("P", "jump to the peak"),
-             ("N / Shift+N", "next / previous finding"), ("Esc", "clear the selection and the marked range"),
-             ("A", "annotate the marked (else the visible) range"), ("Shift+P", "annotate the peak"),
-             ("Shift+A", "annotate the selected allocation"),
-             ("F2 / Del", "edit / delete the note chosen in Annotations"),
-             ("Ctrl+Z / Ctrl+Shift+Z", "undo / redo a change to the notes"),
-             ("Ctrl+F", "search the stacks (file, function, file.py:line)"),
-             ("C / L / S", "stack by category / allocation / segment"),
-             ("T", "seconds or trace entries on the x axis"),
-             ("← / → in Allocator", "step one entry (Ctrl: to the previous / next segment event)"),
-             ("Page Up / Down in Allocator", "100 entries back / on"),
-             ("↑ / ↓ in the event list", "the previous / next event (the map and the cursor follow)"),
-             ("Memory tree", "click the timeline: what holds the memory there; Return in its search: "
-                             "the next match; double-click: the allocations"),
-             ("Ctrl+Return", "save a note"), ("Ctrl+1…9", "show / hide panels"))
+# F1 lists every action's keys (keys.help_rows), then these: the mouse, and the keys that
+# belong to one panel (each a real binding: tests/test_viewer_keyboard.py presses them)
+EXTRA_KEYS = (("Left / Right", "pan (timeline focused)"), ("Tab / Shift+Tab", "the next / previous panel"),
+              ("Ctrl+Tab / Ctrl+Shift+Tab", "the next / previous control (inside a panel)"),
+              ("wheel", "zoom time around the cursor"), ("drag", "zoom into a box"),
+              ("Shift+drag, middle-drag", "pan"), ("Ctrl+drag", "mark a time range"),
+              ("click", "select the allocation under the cursor"),
+              ("← / → in Allocator", "step one entry (Ctrl: to the previous / next segment event)"),
+              ("Page Up / Down in Allocator", "100 entries back / on"),
+              ("↑ / ↓ in the event list", "the previous / next event (the map and the cursor follow)"),
+              ("Memory tree", "click the timeline: what holds the memory there; Return in its search: "
+                              "the next match; double-click: the allocations"),
+              ("Ctrl+Return in a note", "save the note"))
 
 
 class MainWindow(QMainWindow):
@@ -139,9 +134,11 @@ class MainWindow(QMainWindow):
             "memtree": self.memtree_panel, "whatif": self.whatif_panel, "compare": self.compare_panel})
         self.docks = self.dock_layout.docks
 
-        # every file dialog wide enough, its sizes and dates whole (dialogs.py)
-        self.file_dialogs = FileDialogSizer(self)
-        self.file_dialogs.install()
+        # the window and every dialog inside the screen; file dialogs wide enough, their sizes
+        # and dates whole (screen_fit.py)
+        self.screen_fit = ScreenFit(self)
+        self.dialog_fit = DialogFitter(self)
+        self.dialog_fit.install()
 
         # the parts
         self.loading = Loading(self)
@@ -167,14 +164,14 @@ class MainWindow(QMainWindow):
         self.allocator_panel.said.connect(lambda text: self.statusBar().showMessage(text, 6000))
         self.allocator_panel.rowClicked.connect(lambda r: self.select_row(r, source="allocator"))
         self.docks["allocator"].visibilityChanged.connect(
-            lambda on: on and QTimer.singleShot(0, self._allocator_if_shown))
+            lambda on: on and QTimer.singleShot(0, self, self._allocator_if_shown))
         self.memtree_panel.allocationsChosen.connect(self._show_tree_rows)
         self.memtree_panel.peakRequested.connect(self.jump_to_peak)
         self.docks["memtree"].visibilityChanged.connect(
-            lambda on: on and QTimer.singleShot(0, self._memtree_if_shown))
+            lambda on: on and QTimer.singleShot(0, self, self._memtree_if_shown))
         # after the event loop turn: the panels shown again after a load pass through
         # "visible" on their way behind the table's tab, and must not build the model then
-        self.docks["whatif"].visibilityChanged.connect(lambda on: on and QTimer.singleShot(0, self._whatif_if_shown))
+        self.docks["whatif"].visibilityChanged.connect(lambda on: on and QTimer.singleShot(0, self, self._whatif_if_shown))
         self.whatif_panel.changed.connect(self._on_whatif)
         self.mode_before_whatif: str | None = None        # the view mode the what-if drawing replaced
         self.compare_panel.swapRequested.connect(self.compare.swap)
@@ -184,13 +181,16 @@ class MainWindow(QMainWindow):
         self._build_actions()
         self._build_status()
         self.apply_theme()
-        self.resize(1400, 900)
+        lay = self.layout()
+        if lay is not None:
+            lay.activate()            # the minimum size now (the docks' first arrangement left 1531 pixels)
+        self.resize(self.screen_fit.first_size())      # 1400x900, or the screen's available area
         self.default_layout()
         self._restore_panels()
         self.dock_layout.show_with_data(False)          # the welcome page alone
-        lay = self.layout()
         if lay is not None:
             lay.activate()                              # the minimum size without the panels...
+        self.resize(self.screen_fit.first_size())
         self._restore_geometry()                        # ...does not hold a restored window wide (1187 pixels)
 
     def _restore_panels(self):
@@ -201,6 +201,7 @@ class MainWindow(QMainWindow):
             user = str(self.settings.value("window/user_layout", "false")).lower() == "true"
             self.dock_layout.restored(user)
             self.docks["compare"].hide()        # nothing to compare yet
+            self.ranks.dock.hide()              # no folder read yet (an empty Ranks tab came back)
 
     def _restore_geometry(self):
         """The last session's window where it fits the screen (one saved on a larger screen
@@ -208,11 +209,9 @@ class MainWindow(QMainWindow):
         geo = self.settings.value("window/geometry") if self.settings is not None else None
         if geo is None or not self.restoreGeometry(geo):
             return
-        screen, g = self.screen().availableGeometry(), self.frameGeometry()
-        if g.width() > screen.width() or g.height() > screen.height():
-            self.resize(min(1400, screen.width() - (g.width() - self.width())),
-                        min(900, screen.height() - (g.height() - self.height())))
-            self.move(screen.topLeft())
+        self.screen_fit.restored()
+        if not fits(self):
+            fit(self, self.screen_fit.first_size())
 
     # -- pages ------------------------------------------------------------------------------
     def _timeline_page(self) -> QWidget:
@@ -307,6 +306,9 @@ class MainWindow(QMainWindow):
     # -- window events -------------------------------------------------------------------------
     def resizeEvent(self, ev):
         super().resizeEvent(ev)
+        h = self.height()
+        self.timeline.set_compact(2 if h < NO_OVERVIEW_BELOW else 1 if h < COMPACT_BELOW else 0)
+        self.device_strip.set_compact(h < NO_OVERVIEW_BELOW)
         # a hint on show stays whole: its shorter wording when the window narrows
         shown = self.statusBar().currentMessage()
         for variants in self._hint_sets:
@@ -315,7 +317,7 @@ class MainWindow(QMainWindow):
 
     def changeEvent(self, ev):
         if ev.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
-            QTimer.singleShot(0, self.apply_theme)
+            QTimer.singleShot(0, self, self.apply_theme)
         super().changeEvent(ev)
 
     def dragEnterEvent(self, ev):
@@ -349,6 +351,7 @@ class MainWindow(QMainWindow):
         if keys:
             a.setShortcuts([QKeySequence(k) for k in keys])
         tip = tip or text.replace("&", "").rstrip("…")
+        a.setProperty("help_text", tip)          # what F1 says it does (keys.help_rows)
         if keys:
             tip += f" ({', '.join(QKeySequence(k).toString(QKeySequence.SequenceFormat.NativeText) for k in keys)})"
         a.setToolTip(tip)
@@ -421,6 +424,7 @@ class MainWindow(QMainWindow):
         for a in (self.act_note_edit, self.act_note_delete):
             self.removeAction(a)
             a.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            a.setProperty("scope_words", "in the Annotations list")
             self.notes_panel.tree.addAction(a)
         for a, text in ((self.act_note_range, "Range…"), (self.act_note_peak, "Peak…"),
                         (self.act_note_alloc, "Allocation…"), (self.act_note_edit, "Edit…"),
@@ -466,21 +470,61 @@ class MainWindow(QMainWindow):
             "Seconds on the x axis (checked) or trace entries; entries are chosen when one idle stretch "
             "takes most of the run's time", checkable=True)
         vm.addSeparator()
-        for n, (key, _title, _area) in enumerate(DOCKS, 1):
-            a = self.docks[key].toggleViewAction()
-            a.setShortcut(QKeySequence(f"Ctrl+{n}"))
-            a.setToolTip(f"Show or hide the {self.docks[key].windowTitle()} panel (Ctrl+{n})")
-            vm.addAction(a)
+        self.panel_actions: dict[str, QAction] = {}
+        for n, (key, title, _area) in enumerate(DOCKS, 1):
+            a = self._act(vm, title, lambda _=False, k=key: self.dock_layout.toggle(k), [f"Ctrl+{n}"],
+                          f"Bring the {title} panel to the front with the keyboard; close it when it is in front",
+                          checkable=True)
+            dock = self.docks[key]
+            a.setChecked(not dock.isHidden())
+            dock.visibilityChanged.connect(lambda _on, a=a, dock=dock: a.setChecked(not dock.isHidden()))
+            self.panel_actions[key] = a
         # panning with the arrow keys belongs to the timeline (the table keeps its own)
         for key, frac in (("Left", -0.25), ("Right", 0.25)):
             sc = QShortcut(QKeySequence(key), self.timeline, lambda f=frac: self.timeline.pan(f))
             sc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
 
         hm = mb.addMenu("&Help")
-        self._act(hm, "&Keyboard Shortcuts", self.show_shortcuts, ["F1"])
+        self.act_help = self._act(hm, "&Keyboard Shortcuts", self.show_shortcuts, ["F1"])
         self._act(hm, "&About vramscope", self.show_about)
+        # single keys act in the timeline only; their Ctrl combinations anywhere (keys.py)
+        self.key_shortcuts = [sc for a in self.menu_actions() for sc in scope_keys(a, self, self.timeline)]
+        self.panel_ring = PanelRing(self, self._panel_ring, self._focus_panel)
         self._build_toolbar()
         self._set_loaded_actions(False)
+
+    def menu_actions(self) -> list[QAction]:
+        """Every action of the menus, in their order (F1 lists their keys)."""
+        out: list[QAction] = []
+
+        def walk(menu):
+            for a in menu.actions():
+                if a.menu() is not None:
+                    walk(a.menu())
+                elif not a.isSeparator() and a not in out:
+                    out.append(a)
+        for top in self.menuBar().actions():
+            if top.menu() is not None:
+                walk(top.menu())
+        return out
+
+    def _panel_ring(self) -> list[tuple[str, QWidget]]:
+        """The panels Tab steps through: the timeline, then each panel on screen."""
+        ring: list[tuple[str, QWidget]] = [("timeline", self.timeline)] if self.data is not None else []
+        ring += [(k, self.docks[k]) for k in self.dock_layout.in_front()]
+        if self.ranks.dock.isVisible() and not self.ranks.dock.visibleRegion().isEmpty():
+            ring.append(("ranks", self.ranks.dock))
+        return ring
+
+    def _focus_panel(self, key: str):
+        if key == "timeline":
+            self.timeline.plot.setFocus(Qt.FocusReason.TabFocusReason)
+        elif key == "ranks":
+            target = first_focusable(self.ranks.dock)
+            if target is not None:
+                target.setFocus(Qt.FocusReason.TabFocusReason)
+        else:
+            self.dock_layout._give_focus(key)
 
     def _build_toolbar(self):
         tb = QToolBar("Main", self)
@@ -535,17 +579,22 @@ class MainWindow(QMainWindow):
         self.status_device = QLabel(self)
         self.status_entries = QLabel(self)
         self.status_peak = QLabel(self)
+        self.status_guess = QLabel(self)
         self.status_notes = QLabel(self)
         for w, tip in ((self.status_notes, ""), (self.status_file, "The open file"),
                        (self.status_device, "The device shown"),
                        (self.status_entries, "Trace entries and allocations on this device"),
-                       (self.status_peak, "Highest live allocated memory and its type")):
+                       (self.status_peak, "Highest live allocated memory and its type"),
+                       (self.status_guess, "The part of the peak whose category is a guess (no frames, live before "
+                                           "recording began): drawn in the paler shade")):
             w.setToolTip(tip)
             # a gap between a temporary message and the labels (Qt draws the message right up
             # to the first permanent widget), and between the labels themselves
-            w.setContentsMargins(14, 0, 2, 0)
-            sb.add_label(w, yields=w in (self.status_file, self.status_device, self.status_entries))
+            w.setContentsMargins(14 if w is not self.status_guess else 2, 0, 2, 0)
+            sb.add_label(w, yields=w in (self.status_file, self.status_device, self.status_entries,
+                                         self.status_guess))
         self.status_notes.hide()
+        self.status_guess.hide()
 
     def _fitting(self, variants: tuple[str, ...]) -> str:
         """The longest of `variants` (longest first) that fits beside the status bar's labels."""
@@ -558,8 +607,9 @@ class MainWindow(QMainWindow):
     def _update_status(self):
         d = self.data
         if self.path is None:
-            for w in (self.status_file, self.status_device, self.status_entries, self.status_peak):
+            for w in (self.status_file, self.status_device, self.status_entries, self.status_peak, self.status_guess):
                 w.setText("")
+            self.status_guess.hide()
             return
         # a long name would hold the window wider than a small screen: cut in the middle
         self.status_file.setText(middle(os.path.basename(self.path), STATUS_NAME_LIMIT))
@@ -568,11 +618,18 @@ class MainWindow(QMainWindow):
             self.status_device.setText("no device with data")
             self.status_entries.setText("")
             self.status_peak.setText("")
+            self.status_guess.setText("")
+            self.status_guess.hide()
             return
         self.status_device.setText(f"cuda:{d.device}")
-        self.status_entries.setText(f"{d.n:,} entries · {d.n_rows:,} allocations")
+        self.status_entries.setText(f"{count_words(d.n, 'entry', 'entries')} · "
+                                    f"{count_words(d.n_rows, 'allocation', 'allocations')}")
         pk = d.da.peak
         self.status_peak.setText(f"peak {fmt_bytes(pk.bytes)}, {peak_words(pk.type)}" if pk is not None else "")
+        # the peak's bytes that are a guess, said beside it (steps aside for a long message)
+        guess = guessed_text(pk.by_evidence) if pk is not None else ""
+        self.status_guess.setText(f"({guess})" if guess else "")
+        self.status_guess.setVisible(bool(guess))
 
     def _axis_notice(self) -> str | None:
         """Why the x axis is entries although the trace has times (None: it is time)."""
@@ -598,10 +655,24 @@ class MainWindow(QMainWindow):
         self.finding_pos = -1
         d = self.data
         self.device_combo.clear()
-        for dev in result.analysis.devices:
-            self.device_combo.addItem(f"cuda:{dev}  ({len(result.snapshot.trace(dev)):,} entries)", dev)
+        an = result.analysis
+        first = an.primary_device() if len(an.devices) > 1 else None
+        for dev in an.devices:
+            # the device's name (its entries are in the status bar and the tooltip: the box is
+            # narrow at 800 pixels, "cuda:0 (3", "cuda:0 (1 entries)"), starred where to look
+            # first and marked with its OOM, as the device strip does (which a short window hides)
+            n = len(result.snapshot.trace(dev))
+            self.device_combo.addItem(("★ " if dev == first else "") + f"cuda:{dev}"
+                                      + (" · OOM" if an.devices[dev].ooms else ""), dev)
+            self.device_combo.setItemData(self.device_combo.count() - 1, f"cuda:{dev}: "
+                                          f"{count_words(n, 'trace entry', 'trace entries')}",
+                                          Qt.ItemDataRole.ToolTipRole)
         if result.device is not None:
             self.device_combo.setCurrentIndex(self.device_combo.findData(result.device))
+        # as wide as its longest name, whatever the toolbar's room ("★ cuda:1 · OOM" was cut to
+        # "★ cuda:1 ·" at 800 pixels: the toolbar moves its last buttons into its » menu instead)
+        self.device_combo.setMinimumWidth(0)
+        self.device_combo.setMinimumWidth(self.device_combo.sizeHint().width())
         self.device_strip.set_analysis(result.analysis, result.device)
         self.compare.follow(result)
         self.legend.set_data(d)
@@ -621,9 +692,9 @@ class MainWindow(QMainWindow):
         self.memtree_panel.set_data(d)
         self.whatif_panel.set_data(d)
         if d is not None:
-            QTimer.singleShot(0, self._whatif_if_shown)
-            QTimer.singleShot(0, self._allocator_if_shown)      # a panel on screen shows the new file
-            QTimer.singleShot(0, self._memtree_if_shown)
+            QTimer.singleShot(0, self, self._whatif_if_shown)
+            QTimer.singleShot(0, self, self._allocator_if_shown)      # a panel on screen shows the new file
+            QTimer.singleShot(0, self, self._memtree_if_shown)
             self.stack.setCurrentIndex(PAGE_TIMELINE)
         else:
             self.empty_msg.setText(
@@ -656,6 +727,10 @@ class MainWindow(QMainWindow):
             self._hint_sets.append(said)
             self.statusBar().showMessage(self._fitting(said), 20000)
         self.loading.add_recent(result.path)
+        # P, N, + and - work at once: the plot takes the keyboard (this window's focus widget,
+        # given back when the progress dialog closes), unless the user is typing in a box
+        if d is not None and not isinstance(self.focusWidget(), QLineEdit):
+            self.timeline.plot.setFocus(Qt.FocusReason.OtherFocusReason)
         self.loaded.emit()
 
     # -- views -----------------------------------------------------------------------------------
@@ -783,6 +858,12 @@ class MainWindow(QMainWindow):
         if self.data is None:
             return
         self.selected_row = row
+        if source != "finding":
+            # another allocation chosen (or none): the finding navigated to is no longer
+            # what the window shows; its highlight goes (N still steps on from it)
+            f = self.data.findings[self.finding_pos] if 0 <= self.finding_pos < len(self.data.findings) else None
+            if f is None or row != f.row:
+                self.findings_panel.clear_current()
         self.act_note_alloc.setEnabled(self.notes.store is not None and row >= 0)
         self.stack_panel.set_row(row)
         self.timeline.select_row(row)
@@ -795,6 +876,7 @@ class MainWindow(QMainWindow):
                 self.show_row(row)
             if source != "timeline":
                 self.docks["selection"].raise_()
+            QTimer.singleShot(0, self, self.dock_layout.keep_selection_room)     # its header and five frames
 
     def show_row(self, row: int):
         """Move the timeline to an allocation's lifetime, with context around it."""
@@ -873,12 +955,18 @@ class MainWindow(QMainWindow):
         self.table_panel.text.selectAll()
 
     # -- help ------------------------------------------------------------------------------------------
+    def shortcut_rows(self) -> list[tuple[str, str]]:
+        """F1's list: each menu action's keys, then the mouse and the panels' own keys."""
+        return help_rows(self.menu_actions(), EXTRA_KEYS)
+
     def show_shortcuts(self):
-        html = "<table>" + "".join(f"<tr><td><b>{k}</b>&nbsp;&nbsp;</td><td>{v}</td></tr>" for k, v in SHORTCUTS) \
-            + "</table>"
-        box = QMessageBox(QMessageBox.Icon.NoIcon, "Keyboard shortcuts", html, QMessageBox.StandardButton.Ok, self)
+        html = "<table>" + "".join(f"<tr><td><b>{_esc(k)}</b>&nbsp;&nbsp;</td><td>{_esc(v)}</td></tr>"
+                                   for k, v in self.shortcut_rows()) + "</table>"
+        box = TextDialog(self, "Keyboard shortcuts", html)
+        box.setObjectName("shortcuts")
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         box.open()
+        self.help_box = box
 
     def show_about(self):
         from ... import __version__

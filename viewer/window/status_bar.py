@@ -9,7 +9,9 @@ the title, the device in the toolbar) step aside; the whole text is also the too
 """
 from __future__ import annotations
 
-from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
+from PySide6.QtCore import QRect, Qt
+from PySide6.QtGui import QPainter
+from PySide6.QtWidgets import QLabel, QStatusBar, QStyle, QStyleOption, QWidget
 
 # Qt's margins around the message and between the permanent widgets, measured with Fusion
 SLACK = 24
@@ -58,3 +60,35 @@ class StatusBar(QStatusBar):
     def resizeEvent(self, ev):
         super().resizeEvent(ev)
         self._fit(self.currentMessage())
+
+    def message_rect(self) -> QRect:
+        """Where Qt draws a temporary message: from the left edge to the first permanent
+        label shown (QStatusBarPrivate::messageRect)."""
+        left, right = 6, self.width() - 12
+        shown = [w.x() for w in self._permanent if w.isVisible()]
+        if shown:
+            right = min(right, min(shown) - 2)
+        return QRect(left, 0, max(0, right - left), self.height())
+
+    def shown_text(self) -> str:
+        """The message as drawn: whole, or cut with an ellipsis where even with the labels
+        stepped aside it does not fit (its tooltip has it whole)."""
+        msg = self.currentMessage()
+        return self.fontMetrics().elidedText(msg, Qt.TextElideMode.ElideRight, self.message_rect().width()) \
+            if msg else ""
+
+    def paintEvent(self, ev):
+        """Qt's own painting, but the message ends with an ellipsis when it is cut (Qt cut
+        "gradient checkpo" and "PYTORCH_CUDA_ALLOC_CONF=expand" mid-word, with no sign)."""
+        msg = self.currentMessage()
+        if not msg:
+            super().paintEvent(ev)
+            return
+        p = QPainter(self)
+        opt = QStyleOption()
+        opt.initFrom(self)
+        self.style().drawPrimitive(QStyle.PrimitiveElement.PE_PanelStatusBar, opt, p, self)
+        p.setPen(self.palette().windowText().color())
+        p.drawText(self.message_rect(), int(Qt.AlignmentFlag.AlignLeading | Qt.AlignmentFlag.AlignVCenter
+                                            | Qt.TextFlag.TextSingleLine), self.shown_text())
+        p.end()

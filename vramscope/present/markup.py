@@ -54,4 +54,14 @@ def middle(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit // 2 - 1] + "…" + text[-(limit - limit // 2):]
 
 
-__all__ = ["one_line", "html", "md_text", "md_code", "middle"]
+def cut_words(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters at a word's end, with an ellipsis ('the
+    loss spike before…'), never mid-word unless one word is longer than the limit."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit - 1]
+    space = head.rfind(" ")
+    return (head[:space] if space >= limit // 2 else head).rstrip(" ,;:-") + "…"
+
+
+__all__ = ["one_line", "html", "md_text", "md_code", "middle", "cut_words"]

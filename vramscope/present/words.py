@@ -55,8 +55,32 @@ COMPARE_X_TITLES = {
 }
 
 
+def count_words(n: int, one: str, many: str) -> str:
+    """'1 entry', '3,480 entries'."""
+    return f"{n:,} {one if n == 1 else many}"
+
+
 def peak_words(peak_type: str) -> str:
     return PEAK_TYPE_WORDS.get(peak_type, peak_type.replace("_", " "))
+
+
+def scaled_peak_words(peak_type: str) -> str:
+    """Where a what-if's peak falls, in words: the moment of the recorded run, which a scaled
+    run need not share its fate with (a peak scaled down below the card did not run out of
+    memory: 'right before an out-of-memory error' was the measured run's, not this one's)."""
+    if peak_type == "oom":
+        return "where the recorded run ran out of memory"
+    return peak_words(peak_type)
+
+
+def trainable_params_words(count: int, counted: bool = True) -> str:
+    """The budget's trainable parameters: a count, or why there is none ('0' beside an AdamW
+    optimizer read as a contradiction)."""
+    if not counted:
+        return "trainable parameters not counted (no frames, or a state dump)"
+    if count <= 0:
+        return "trainable parameters not counted (no weight with a gradient was seen)"
+    return f"trainable parameters {count:,}"
 
 
 def advice_text(advice: Advice, oom: Oom | None = None, moment: str = "at this moment") -> str:
@@ -124,6 +148,23 @@ def category_evidence_note(per_evidence: dict[str, int]) -> str:
     return "a guess" if guessed == total else f"{fmt_bytes(guessed)} of it a guess"
 
 
+def category_bytes_text(category: str, nbytes: int, per_evidence: dict[str, int] | None = None,
+                        guessed: int | None = None) -> str:
+    """A category's bytes in a sentence, marked where they are a guess: 'weights 20.01 MiB
+    (a guess)', 'optimizer 1.50 GiB (1.20 GiB of it a guess)', 'activations 3.2 GiB'.
+    `per_evidence` (a peak's by_category_evidence entry) or `guessed` (bytes that are a guess)."""
+    if guessed is not None:
+        per_evidence = {"guess": int(guessed), "stack": max(0, int(nbytes) - int(guessed))}
+    note = category_evidence_note(per_evidence or {})
+    return f"{category} {fmt_bytes(nbytes)}" + (f" ({note})" if note else "")
+
+
+def guessed_text(by_evidence: dict[str, int]) -> str:
+    """'1.02 GiB a guess' (a moment's bytes whose category is a guess), '' when none is."""
+    guessed = by_evidence.get("guess", 0)
+    return f"{fmt_bytes(guessed)} a guess" if guessed else ""
+
+
 GUESS_NOTE_SHARE = 0.1      # below this share of a moment guessed, the "how sure" line says enough
 
 
@@ -162,9 +203,10 @@ def device_free_text(requested: int, device_free: int | None) -> str:
     return text
 
 
-def oom_diagnosis(oom: Oom) -> str:
+def oom_diagnosis(oom: Oom, guessed: dict[str, int] | None = None) -> str:
     """Why the request failed, in one sentence (DESIGN.md §5), and a second when the card
-    itself still had room."""
+    itself still had room. `guessed`: the bytes per category live at the OOM whose category
+    is a guess (DeviceAnalysis.guessed_by_category), said beside the largest share."""
     frag = oom.fragmentation_bytes
     limit = (f" The card still had {fmt_bytes(oom.device_free)} free: a memory limit set in the process "
              f"(torch.cuda.set_per_process_memory_fraction, or a framework's cap) is what ran out."
@@ -179,8 +221,11 @@ def oom_diagnosis(oom: Oom) -> str:
     share = top[1] / oom.allocated if oom.allocated else 0.0
     held = fmt_bytes(frag) if frag is not None else "unknown"
     full = "the memory allowed" if limit else "the device"
+    g = (guessed or {}).get(top[0], 0)
+    sure = "" if not g else (", a guess" if g >= top[1] else f", {fmt_bytes(g)} of it a guess")
     return (f"Live tensors fill {full}: {fmt_bytes(oom.allocated)} allocated, the largest share "
-            f"{top[0]} ({share:.0%}); reserved-but-free memory ({held}) could not have held the request." + limit)
+            f"{top[0]} ({share:.0%}{sure}); reserved-but-free memory ({held}) could not have held the request."
+            + limit)
 
 
 def autocast_copies_text(copy_bytes: int) -> str:
@@ -464,10 +509,11 @@ def finding_detail(f: Finding, where: str = "") -> str:
         when = moment_text(s.index)
         if s.iteration is not None:
             when += f", {iteration_text(s.iteration)}"
-        if s.phase:
+        if s.phase and s.phase != "pre":            # ("pre": the start state, no phase of a run)
             when += f", {s.phase} phase"
         top = sorted(s.by_category.items(), key=lambda kv: -kv[1])[:3]
-        text = f"highest live memory {when}" + (": " + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in top) if top else "")
+        text = f"highest live memory {when}" + (": " + ", ".join(
+            category_bytes_text(k, v, s.by_category_evidence.get(k)) for k, v in top) if top else "")
         if s.advice:
             text += f" — worth trying: {advice_text(s.advice[0], moment='at the peak')}"
         return text
@@ -486,7 +532,9 @@ def finding_detail(f: Finding, where: str = "") -> str:
 
 
 __all__ = ["RECORD_HINT", "EVIDENCE_WORDS", "evidence_words", "evidence_text", "category_evidence_note", "guess_note",
-           "PEAK_TYPE_WORDS", "LEVER_WORDS", "COMPARE_X_TITLES", "peak_words", "advice_text", "oom_suggestions", "oom_diagnosis",
+           "category_bytes_text", "guessed_text",
+           "PEAK_TYPE_WORDS", "LEVER_WORDS", "COMPARE_X_TITLES", "count_words", "peak_words", "scaled_peak_words",
+           "trainable_params_words", "advice_text", "oom_suggestions", "oom_diagnosis",
            "process_limit", "device_free_text",
            "freed_note", "stale_gradients_text", "leak_text", "LEAK_CAUSE_WORDS", "error_text", "internal_error_text",
            "BUG_REPORT", "signed_bytes",

@@ -22,7 +22,7 @@ import os
 import signal
 import threading
 import zlib
-from collections import deque
+from collections import deque, namedtuple
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -31,11 +31,15 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..classifiers.timeaxis import choose_x_axis
 from ..parsers import Cancelled, Progress, RunMetadata, SnapshotError, live_model, open_snapshot
 from ..parsers.cache import cache_root
 from ..present.words import BUG_REPORT, internal_error_text
 from . import rank_cache
 from .summary import DeviceJSON, cached_summary_document
+
+# what the x-axis rule reads of an iteration (the summary document's, a dict)
+_Iteration = namedtuple("_Iteration", "number start_index end_index")
 
 ENVELOPE_BUCKETS = 1024
 _AXES = ("us", "entries")
@@ -113,7 +117,7 @@ def _read_rank(path: str, rules_path: str | None, use_cache: bool, progress: Pro
     dev_doc = doc["devices"][0]                # the device to look at first leads the document
     dev = dev_doc["device"]
     read = RankRead(path, None, rank, world, dev, tuple(sorted(d["device"] for d in doc["devices"])), dev_doc,
-                    live_envelope(snap, dev))
+                    live_envelope(snap, dev, iterations=dev_doc.get("iterations") or ()))
     if key is not None:
         rank_cache.store(path, key, to_record(read), before, checked_ns)
     return read
@@ -173,16 +177,19 @@ def metadata_rank(meta: RunMetadata | None) -> tuple[int | None, int | None]:
     return meta.rank, meta.world_size
 
 
-def live_envelope(snap, device: int, buckets: int = ENVELOPE_BUCKETS) -> RankLive:
+def live_envelope(snap, device: int, buckets: int = ENVELOPE_BUCKETS, iterations=()) -> RankLive:
     """The highest live bytes in each of `buckets` equal stretches of the trace (by time_us
-    when every entry has one, else by entry), from the same live memory as the peak
-    (parsers.live_model): the envelope's maximum is the summary's peak."""
+    when the one x-axis rule, classifiers/timeaxis.py, gives the device seconds, else by
+    entry), from the same live memory as the peak (parsers.live_model): the envelope's
+    maximum is the summary's peak. `iterations`: the summary's (the rule reads them)."""
     lm = live_model(snap, device)
     live = np.asarray(lm.live_after, dtype=np.int64)
     n = len(live)
     cols = snap.trace(device).columns
     times = np.asarray(cols["time_us"], dtype=np.int64) if n and "time_us" in cols else None
-    if times is not None and times.min() >= 0 and times[-1] > times[0]:
+    if times is not None and times.min() >= 0 and times[-1] > times[0] and \
+            choose_x_axis(times, [_Iteration(it["number"], it["start_index"], it["end_index"])
+                                  if isinstance(it, dict) else it for it in iterations]).seconds:
         axis, x = "us", np.maximum.accumulate(times)    # a clock that steps back stays where it was
     else:
         axis, x = "entries", np.arange(n, dtype=np.int64)

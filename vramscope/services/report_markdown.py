@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from datetime import datetime, timezone
 
-from ..classifiers import Analysis
+from ..classifiers import CATEGORIES, Analysis
 from ..classifiers.memtree import memory_tree
 from ..classifiers.ooms import expandable_segments_on
 from ..common.jsonio import safe_text
@@ -22,6 +22,7 @@ from ..present.words import (
     EVIDENCE_WORDS,
     LEAK_CAUSE_WORDS,
     advice_text,
+    category_evidence_note,
     device_free_text,
     guess_note,
     host_space_words,
@@ -264,13 +265,18 @@ def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: s
                  f"{device_free_text(o.requested, o.device_free)}, allocated {fmt_bytes(o.allocated)}, reserved "
                  f"{fmt_bytes(o.reserved) if o.reserved is not None else 'unknown'}, reserved but unallocated {frag}.")
         L.append("")
+        # what is a guess there (the analysis' guessed bytes at the OOM): said beside its bytes
+        g = da.guessed_by_category([o.index])
+        guessed = {c: int(v) for c, v in zip(CATEGORIES, g[0]) if v} if g is not None else {}
         if o.by_category:
-            L += ["| Category | Live at the OOM |", "|---|---:|"]
+            L += ["| Category | Live at the OOM | How sure |", "|---|---:|---|"]
             for c, b in sorted(o.by_category.items(), key=lambda kv: -kv[1]):
-                L.append(f"| {c} | {fmt_bytes(b)} |")
+                g_c = min(guessed.get(c, 0), b)
+                sure = category_evidence_note({"guess": g_c, "stack": b - g_c}) or "recorded"
+                L.append(f"| {c} | {fmt_bytes(b)} | {sure} |")
             L.append("")
         # our own words (no text from the snapshot): no escaping needed
-        L.append(f"- **Diagnosis**: {oom_diagnosis(o)}")
+        L.append(f"- **Diagnosis**: {oom_diagnosis(o, guessed)}")
         if da.run.truncated_by_oom.value:
             L.append(f"- **Needed**: {oom_need_text(o)}")
         if o.advice:
