@@ -89,8 +89,9 @@ class Rewrite:
         changes only at the events of the rows a lever touched (their recorded events taken out,
         their new ones and the added rows' put in). Between two such events the difference is
         constant, so the highest moment there is the recorded run's highest plus it (a maximum
-        over each stretch, numpy's reduceat); inserted events are looked at one by one. Memory:
-        the touched rows' events, never a column per entry. Equal to `finish()`'s highest total."""
+        over each stretch, numpy's reduceat); inserted events are looked at one by one. No sort
+        of the touched events (only of the inserted ones): linear in the events and entries.
+        Equal to `finish()`'s highest total."""
         live = self.da.live
         la = np.asarray(live.live_after)
         n = len(la)
@@ -116,18 +117,35 @@ class Rewrite:
         start_d = int(deltas[(keys < 0) & is_alloc].sum())
         valid = keys >= 0
         keys, deltas = keys[valid], deltas[valid]
-        order = np.argsort(keys, kind="stable")
-        keys, cum = keys[order], np.cumsum(deltas[order]) + start_d
         start = int(live.start_bytes) + start_d
         best, at = start, -1
         if not n:
             return best, at
-        # entries governed by each event: from the first entry at or after its key to the next's
+        # No sort of the events (it was most of this at 10^7 events): an event governs the
+        # entries from the first at or after its key, so the difference in force from entry e
+        # on is the sum of the deltas of the events whose first entry is e or earlier (a count
+        # per entry, then a running sum); only the inserted events (between two entries) are
+        # ordered among themselves, for the difference at each of them.
         first = (keys + (1 << SHIFT) - 1) >> SHIFT
-        seg = np.flatnonzero(np.r_[first[1:] != first[:-1], True]) if len(first) else np.zeros(0, np.int64)
-        starts, d_at = first[seg], cum[seg]
-        inside = starts < n
-        starts, d_at = starts[inside], d_at[inside]
+        mid = (keys & ((1 << SHIFT) - 1)) != 0
+        m = int(first.max()) + 1 if len(first) else 0
+        # the deltas per first entry governed (bincount sums in float64: exact for any byte
+        # count below 2^53; np.add.at on int64 was ten times slower)
+        per = np.bincount(first[~mid], weights=deltas[~mid], minlength=m).astype(np.int64)
+        ins_k = ins_d = ins_at = None
+        if mid.any():                               # inserted events, in key order (few)
+            o = np.argsort(keys[mid], kind="stable")
+            ins_k, ins_d = keys[mid][o], deltas[mid][o]
+            # at each: the recorded entries' events up to its entry, the inserted ones so far
+            ins_at = np.cumsum(per)[ins_k >> SHIFT] + np.cumsum(ins_d) + start_d
+            per += np.bincount(first[mid], weights=deltas[mid], minlength=m).astype(np.int64)
+        np.cumsum(per, out=per)
+        has = np.zeros(m, dtype=bool)
+        has[first] = True
+        starts = np.flatnonzero(has)
+        starts = starts[starts < n]
+        d_at = per[starts] + start_d
+        del per, has
         if not len(starts) or starts[0] > 0:
             head = int(starts[0]) if len(starts) else n
             e = int(np.argmax(la[:head]))
@@ -141,11 +159,10 @@ class Rewrite:
                 hi = int(starts[j + 1]) if j + 1 < len(starts) else n
                 best, at = int(v[j]), int(starts[j]) + int(np.argmax(la[starts[j]:hi]))
         # the inserted events themselves (between two entries): the entry before plus the difference
-        mid = (keys & ((1 << SHIFT) - 1)) != 0
-        if mid.any():
-            ent = keys[mid] >> SHIFT
+        if ins_k is not None:
+            ent = ins_k >> SHIFT
             ok = ent < n
-            v = la[ent[ok]] + cum[mid][ok]
+            v = la[ent[ok]] + ins_at[ok]
             if len(v):
                 j = int(np.argmax(v))
                 if int(v[j]) > best:

@@ -524,7 +524,8 @@ def _build(da) -> Structure:
             call_of[r] = j
             inside = (fi[r] >= 0) & (fi[r] <= c.end)
             # (freed in the unwinding of an OOM: held to the end of the failed step, as a backward would)
-            saved = ~inside & np.isin(free_phase[r], (P_BACKWARD, P_UNWIND))
+            fp = free_phase[r]                 # (comparisons, not np.isin: once per call)
+            saved = ~inside & ((fp == P_BACKWARD) | (fp == P_UNWIND))
             role[r] = np.where(inside, R_SCRATCH, np.where(saved, R_SAVED, R_CARRIED))
             out = r[~inside]
             if len(out):

@@ -84,7 +84,8 @@ class Checkpointing(Lever):
             base = int(later.max()) if len(later) else first_free - 1
             # replay the window up to its last saved tensor (torch stops the recompute there):
             # its allocations and its scratch's frees, in their order, right after `base`
-            replay = r[np.isin(role[r], (R_SAVED, R_SCRATCH)) & (ai[r] <= int(ai[saved].max()))]
+            rr = role[r]                      # (two comparisons: np.isin costs ~30 us a call, 16k calls)
+            replay = r[((rr == R_SAVED) | (rr == R_SCRATCH)) & (ai[r] <= int(ai[saved].max()))]
             scratch = replay[role[replay] == R_SCRATCH]
             ev_key = np.concatenate([ai[replay], fi[scratch]])
             new_key = np.empty(len(ev_key), dtype=np.int64)

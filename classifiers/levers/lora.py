@@ -198,7 +198,8 @@ def _adapter_branch(rw, st, da, facts, rank: int, n_mats: int, chosen: list, wid
     fi = rw.fi
     starts = {(w.forward_pass, w.block): w for w in st.recomputes}
     for c in st.calls:
-        saved = c.rows[np.isin(st.role[c.rows], (R_SAVED, R_OUTPUT))]
+        rr = st.role[c.rows]               # (comparisons, not np.isin: once per call)
+        saved = c.rows[(rr == R_SAVED) | (rr == R_OUTPUT)]
         w = starts.get((c.forward_pass, c.block))
         if w is not None:
             saved = w.rows[st.role[w.rows] == R_RECOMPUTE_SAVED]

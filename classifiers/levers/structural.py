@@ -122,7 +122,8 @@ def norm_weight_inputs(rw, st: Structure, da) -> None:
     allocs = np.sort(ai[ai >= 0])
     for c in st.calls + st.recomputes:
         r = c.rows
-        cand = np.flatnonzero(np.isin(st.role[r[:-1]], (R_SAVED, R_RECOMPUTE_SAVED)) & (size[r[:-1]] == st.output_bytes)
+        rr = st.role[r[:-1]]               # (comparisons, not np.isin: once per call)
+        cand = np.flatnonzero(((rr == R_SAVED) | (rr == R_RECOMPUTE_SAVED)) & (size[r[:-1]] == st.output_bytes)
                               & (size[r[1:]] == size[r[:-1]]) & (fn[r[:-1]] == fn[r[1:]]) & (fn[r[:-1]] >= 0))
         for i in cand.tolist():
             x = r[i]
