@@ -159,7 +159,7 @@ class Rewrite:
                 hi = int(starts[j + 1]) if j + 1 < len(starts) else n
                 best, at = int(v[j]), int(starts[j]) + int(np.argmax(la[starts[j]:hi]))
         # the inserted events themselves (between two entries): the entry before plus the difference
-        if ins_k is not None:
+        if ins_k is not None and ins_at is not None:
             ent = ins_k >> SHIFT
             ok = ent < n
             v = la[ent[ok]] + ins_at[ok]

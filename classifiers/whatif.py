@@ -440,7 +440,7 @@ def _fit_all(an, device, da, names, checked, facts, lora_rank, dimension, gpu_by
     if da.run.truncated_by_oom.value:
         need = max((o.allocated + o.requested for o in da.ooms), default=base.bytes)
         scratch = (f"the trace ends in an out-of-memory error (the step needed at least {fmt_bytes(need)}), and what "
-                   f"the run needs after it is not in it: how far it can grow cannot be told; record a run that "
+                   f"the run uses after it is not in the trace: how far it can grow cannot be told; record a run that "
                    f"completes (a smaller batch, or with a lever pulled) and ask again")
     if scratch:
         combos = combos[:1]                 # what makes the growth unknown holds with any lever pulled

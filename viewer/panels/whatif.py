@@ -585,7 +585,8 @@ class WhatIfPanel(QWidget):
                        else f"<b style='color:{readable(SHORT_COLOR, bg).name()}'>short by "
                             f"{fmt_bytes(-(fits.headroom_bytes or 0))}</b>"
                        if fits.fits is False else "<b>cannot tell</b> (the trace ends in the out-of-memory error)")
-            head = f"On {fmt_bytes(gpu)}: {verdict} (needs {fmt_bytes(fits.needed_bytes)})"
+            head = (f"On {fmt_bytes(gpu)}: {verdict} (needs {'at least ' if fits.fits is None else ''}"
+                    f"{fmt_bytes(fits.needed_bytes)})")
         else:
             head = f"Needs {fmt_bytes(fits.needed_bytes)}"
         cards = " ".join(f"{'✓' if c.fits else '?' if c.fits is None else '✗'}{c.name.split(' (')[0]}"
