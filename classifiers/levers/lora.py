@@ -25,7 +25,7 @@ from ..structure import R_OUTPUT, R_RECOMPUTE_SAVED, R_SAVED
 from ..timeline import P_BACKWARD, P_OPTIMIZER
 from .base import Applied, Lever, LeverError, Measured
 from .common import evidence_why_not, training_why_not
-from .structural import _CAT, block_matrices, frozen_base, norm_weight_inputs, scale_rows
+from .structural import _CAT, block_matrices, frozen_base, scale_rows
 
 LORA_RANK = 8
 ADAPTER_BYTES = 4           # adapters (and their gradients) in fp32, as PEFT keeps them
@@ -169,7 +169,6 @@ class Lora(Lever):
         for sel in (cat == _CAT["gradients"], cat == _CAT["optimizer"], opt_scratch):
             scale_rows(rw, sel, phi)
         rw.add_new([-1], [-1], [p_adapt * ADAPTER_BYTES], "weights", False)
-        norm_weight_inputs(rw, st, da)
         frozen_base(rw, st)
         _adapter_branch(rw, st, da, facts, rank, n_mats, chosen, width)
         return Applied(self.name, True,

@@ -102,36 +102,6 @@ def frozen_base(rw, st: Structure, tail: bool = True) -> None:
             rw.fk[kept] = rw.after(e, len(kept))
 
 
-def norm_weight_inputs(rw, st: Structure, da) -> None:
-    """A norm that scales by its weight in Python (`weight * x`, Llama's RMSNorm) keeps x only
-    for the weight's gradient, which a frozen norm does not need: a block's saved tensor the
-    size of the residual stream whose next allocation is the same function's tensor of its size
-    (the product), and which backward frees right after making a vector's gradient (the norm
-    weight's), goes when that product is made. Fused norms (layer_norm) keep their input for
-    the input's gradient: their input is made elsewhere, so they never match."""
-    if st.function is None or not st.output_bytes:
-        return
-    ai, fi, size, fn = rw.ai, rw.fi, rw.size, st.function
-    cat = np.asarray(da.category)
-    grads = np.flatnonzero((cat == _CAT["gradients"]) & (ai >= 0))
-    if not len(grads):
-        return
-    big = int(size[grads].max())
-    vector_grad = np.zeros(len(da.timeline.phase) + 1, dtype=bool)
-    vector_grad[ai[grads[size[grads] * size[grads] < 4 * big]]] = True
-    allocs = np.sort(ai[ai >= 0])
-    for c in st.calls + st.recomputes:
-        r = c.rows
-        rr = st.role[r[:-1]]               # (comparisons, not np.isin: once per call)
-        cand = np.flatnonzero(((rr == R_SAVED) | (rr == R_RECOMPUTE_SAVED)) & (size[r[:-1]] == st.output_bytes)
-                              & (size[r[1:]] == size[r[:-1]]) & (fn[r[:-1]] == fn[r[1:]]) & (fn[r[:-1]] >= 0))
-        for i in cand.tolist():
-            x = r[i]
-            k = int(np.searchsorted(allocs, fi[x])) - 1
-            if k >= 0 and vector_grad[allocs[k]]:
-                rw.fk[x] = rw.after(int(ai[r[i + 1]]), 1)[0]
-
-
 def trains_before_blocks(da, st: Structure) -> bool:
     """Whether backward makes gradients after the first block's backward is done (the
     embeddings train), seen in any backward: False for LoRA-like runs."""
@@ -156,5 +126,4 @@ def trains_before_blocks(da, st: Structure) -> bool:
     return False
 
 
-__all__ = ["scale_rows", "block_matrices", "without_checkpoint", "frozen_base", "norm_weight_inputs",
-           "trains_before_blocks"]
+__all__ = ["scale_rows", "block_matrices", "without_checkpoint", "frozen_base", "trains_before_blocks"]
