@@ -74,7 +74,7 @@ def test_a_lever_predicts_the_run_recorded_with_it(src, dst, lever, tol):
     r = what_if(a, dev, levers=[lever], with_budget=False)
     assert r.prediction, r.note
     (lv,) = r.levers
-    assert lv.applied and lv.simulated
+    assert lv.applied and lv.simulated and lv.assumption.startswith("simulated on the recorded timeline")
     want = peak(dst)
     assert abs(r.scaled.bytes - want) <= tol * want, (r.scaled.bytes, want, (r.scaled.bytes - want) / want)
 
