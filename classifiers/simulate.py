@@ -35,18 +35,26 @@ SIMULATED = ("checkpointing", "no_checkpointing", "half_batch", "lora")
 _CAT = {c: i for i, c in enumerate(CATEGORIES)}
 
 
+def _keys(entries) -> np.ndarray:
+    """int64 event keys of recorded trace entries (-1 stays -1: before the trace / never)."""
+    e = np.asarray(entries).astype(np.int64)
+    return np.where(e >= 0, e << SHIFT, -1)
+
+
 class Rewrite:
     """The recorded rows, then edited by the levers; `finish` orders the events."""
 
     def __init__(self, da, st: Structure):
         a = da.allocs
-        ai = np.asarray(a.alloc_index).astype(np.int64, copy=False)
-        fi = np.asarray(a.free_index).astype(np.int64, copy=False)
+        # the recorded entries as the allocations hold them (int32 below 2^31 entries: no
+        # copies; read-only here), made int64 where shifted into keys
+        ai = np.asarray(a.alloc_index)
+        fi = np.asarray(a.free_index)
         self.da, self.st = da, st
         self.ai, self.fi = ai, fi
         self.shift = SHIFT
         self.n_entries = len(da.timeline.phase) if da.timeline is not None else 0
-        self.fk = np.where(fi >= 0, fi << SHIFT, -1)
+        self.fk = _keys(fi)
         self._size0 = np.asarray(a.size, dtype=np.int64)
         self.size = self._size0.copy()
         # read-only here (a lever changes sizes, frees and rows kept, never these): no copies
@@ -80,94 +88,118 @@ class Rewrite:
 
     @property
     def ak(self) -> np.ndarray:
-        return np.where(self.ai >= 0, self.ai << SHIFT, -1)
+        return _keys(self.ai)
 
     def total_peak(self) -> tuple[int, int]:
         """(highest live bytes of the rewritten run, the recorded entry it happens at or right
         after; -1: the start) without replaying every event: the recorded run's live bytes after
         each entry (LiveModel.live_after) plus the running difference the rewrite makes, which
         changes only at the events of the rows a lever touched (their recorded events taken out,
-        their new ones and the added rows' put in). Between two such events the difference is
-        constant, so the highest moment there is the recorded run's highest plus it (a maximum
-        over each stretch, numpy's reduceat); inserted events are looked at one by one. No sort
-        of the touched events (only of the inserted ones): linear in the events and entries.
+        their new ones and the added rows' put in). No sort of the touched events (only of the
+        inserted ones): linear in the events and entries, and in memory one float per entry
+        beside the touched events (this ran at the highest memory of a cold `summary`).
         Equal to `finish()`'s highest total."""
-        live = self.da.live
-        la = np.asarray(live.live_after)
+        la = np.asarray(self.da.live.live_after)
         n = len(la)
-        keep, size, ai, fi = self.keep, self.size, self.ai, self.fi
-        fk0 = np.where(fi >= 0, fi << SHIFT, -1)
-        touched = np.flatnonzero(~keep | (size != self._size0) | (self.fk != fk0))
+        mask = (1 << SHIFT) - 1
+        touched = self._touched()
+        keep, size, ai, fi, fk = self.keep, self.size, self.ai, self.fi, self.fk
         s0 = self._size0[touched]
-        parts_k, parts_d = [], []
-        # the touched rows' recorded events come out ...
-        parts_k += [np.where(ai[touched] >= 0, ai[touched] << SHIFT, -1), fk0[touched]]
-        parts_d += [-s0, s0]
-        # ... and what the rewrite makes of them goes in (dropped rows: nothing)
-        kt = touched[keep[touched]]
-        parts_k += [np.where(ai[kt] >= 0, ai[kt] << SHIFT, -1), self.fk[kt]]
-        parts_d += [size[kt], -size[kt]]
-        for ak, fk, sz, *_ in self._extra:
-            parts_k += [ak, fk]
-            parts_d += [sz, -sz]
-        is_alloc = np.concatenate([np.full(len(k), i % 2 == 0) for i, k in enumerate(parts_k)])
-        keys = np.concatenate(parts_k).astype(np.int64, copy=False)
-        deltas = np.concatenate(parts_d).astype(np.int64, copy=False)
-        # a row live before the trace is in the start state; a free never made never happens
-        start_d = int(deltas[(keys < 0) & is_alloc].sum())
-        valid = keys >= 0
-        keys, deltas = keys[valid], deltas[valid]
-        start = int(live.start_bytes) + start_d
-        best, at = start, -1
+        a_t, f_t = ai[touched], fi[touched]
+        kept = keep[touched]
+        moved = fk[touched] != _keys(f_t)
+        grown = size[touched] - s0
+        # The events the rewrite changes, as (recorded entry, delta) where they stay at a
+        # recorded entry and (key, delta) where a lever moved them: a dropped row's alloc and
+        # free come out; a kept row's alloc changes by its growth, its free too where it
+        # stays, else comes out there and goes in at its new key; the added rows go in.
+        at_entry = [(a_t[~kept], -s0[~kept]), (f_t[~kept], s0[~kept]),
+                    (a_t[kept], grown[kept]), (f_t[kept & ~moved], -grown[kept & ~moved]),
+                    (f_t[kept & moved], s0[kept & moved])]
+        at_key = [(fk[touched[kept & moved]], -size[touched[kept & moved]], False)]
+        del s0, a_t, f_t, kept, moved, grown
+        at_key += [(ak, sz, True) for ak, fk_, sz, *_ in self._extra]
+        at_key += [(fk_, -np.asarray(sz), False) for ak, fk_, sz, *_ in self._extra]
+        total = sum(len(e) for e, _ in at_entry) + sum(len(k) for k, _, _ in at_key)
+        first = np.empty(total, dtype=np.int32 if n < (1 << 31) - 1 else np.int64)
+        deltas = np.empty(total, dtype=np.float64)   # float64: exact for any byte count below 2^53
+        start_d, at0 = 0, 0
+        ins_k, ins_d = [], []
+        for i, (e, d) in enumerate(at_entry):
+            sl = slice(at0, at0 + len(e))
+            first[sl] = e
+            deltas[sl] = d
+            before = e < 0        # live before the trace: the start state; never freed: nothing
+            if before.any():
+                if i in (0, 2):
+                    start_d += int(np.asarray(d)[before].sum())
+                deltas[sl][before] = 0
+                first[sl][before] = 0
+            at0 += len(e)
+        for k, d, is_alloc in at_key:
+            k = np.asarray(k, dtype=np.int64)
+            d = np.asarray(d, dtype=np.int64)
+            sl = slice(at0, at0 + len(k))
+            before = k < 0
+            if is_alloc and before.any():
+                start_d += int(d[before].sum())
+            # an event governs the entries from the first at or after its key
+            first[sl] = np.where(before, 0, np.minimum((k + mask) >> SHIFT, n))
+            deltas[sl] = np.where(before, 0, d)
+            mid = ~before & ((k & mask) != 0)       # inserted between two entries
+            if mid.any():
+                ins_k.append(k[mid])
+                ins_d.append(d[mid])
+            at0 += len(k)
+        del at_entry, at_key
+        start = int(self.da.live.start_bytes) + start_d
         if not n:
-            return best, at
-        # No sort of the events (it was most of this at 10^7 events): an event governs the
-        # entries from the first at or after its key, so the difference in force from entry e
-        # on is the sum of the deltas of the events whose first entry is e or earlier (a count
-        # per entry, then a running sum); only the inserted events (between two entries) are
-        # ordered among themselves, for the difference at each of them.
-        first = (keys + (1 << SHIFT) - 1) >> SHIFT
-        mid = (keys & ((1 << SHIFT) - 1)) != 0
-        m = int(first.max()) + 1 if len(first) else 0
-        # the deltas per first entry governed (bincount sums in float64: exact for any byte
-        # count below 2^53; np.add.at on int64 was ten times slower)
-        per = np.bincount(first[~mid], weights=deltas[~mid], minlength=m).astype(np.int64)
-        ins_k = ins_d = ins_at = None
-        if mid.any():                               # inserted events, in key order (few)
-            o = np.argsort(keys[mid], kind="stable")
-            ins_k, ins_d = keys[mid][o], deltas[mid][o]
-            # at each: the recorded entries' events up to its entry, the inserted ones so far
-            ins_at = np.cumsum(per)[ins_k >> SHIFT] + np.cumsum(ins_d) + start_d
-            per += np.bincount(first[mid], weights=deltas[mid], minlength=m).astype(np.int64)
-        np.cumsum(per, out=per)
-        has = np.zeros(m, dtype=bool)
-        has[first] = True
-        starts = np.flatnonzero(has)
-        starts = starts[starts < n]
-        d_at = per[starts] + start_d
-        del per, has
-        if not len(starts) or starts[0] > 0:
-            head = int(starts[0]) if len(starts) else n
-            e = int(np.argmax(la[:head]))
-            if int(la[e]) + start_d > best:
-                best, at = int(la[e]) + start_d, e
-        if len(starts):
-            mx = np.maximum.reduceat(la, starts)
-            v = mx + d_at
+            return start, -1
+        # The difference in force at entry e is the sum of the deltas of the events whose first
+        # entry is e or earlier (a sum per entry, then a running sum, in place). The inserted
+        # events are also ordered among themselves, for the difference at each.
+        ins_k = np.concatenate(ins_k) if ins_k else np.zeros(0, dtype=np.int64)
+        ins_d = np.concatenate(ins_d).astype(np.float64) if ins_d else np.zeros(0)
+        o = np.argsort(ins_k, kind="stable")
+        ins_k, ins_d = ins_k[o], ins_d[o]
+        del o
+        diff = np.bincount(first, weights=deltas, minlength=n + 1)
+        del first, deltas
+        np.cumsum(diff, out=diff)                           # the difference in force at each entry
+        ins_e = ins_k >> SHIFT
+        ok = ins_e < n
+        # at an inserted event: the difference at its entry (which holds the inserted events of
+        # earlier entries) plus those of its own entry up to it
+        if len(ins_k):
+            run = np.concatenate(([0.0], np.cumsum(ins_d)))
+            own = np.searchsorted(ins_e, ins_e, side="left")
+            ins_v = diff[np.minimum(ins_e, n)] + run[1:] - run[own]
+        else:
+            ins_v = np.zeros(0)
+        np.add(diff[:n], la, out=diff[:n])                 # live bytes after each entry, rewritten
+        e = int(np.argmax(diff[:n]))
+        best, at = start, -1
+        v = int(diff[e]) + start_d
+        if v > best:
+            best, at = v, e
+        if ok.any():
+            ent = ins_e[ok]
+            v = la[ent] + ins_v[ok].astype(np.int64) + start_d
             j = int(np.argmax(v))
             if int(v[j]) > best:
-                hi = int(starts[j + 1]) if j + 1 < len(starts) else n
-                best, at = int(v[j]), int(starts[j]) + int(np.argmax(la[starts[j]:hi]))
-        # the inserted events themselves (between two entries): the entry before plus the difference
-        if ins_k is not None and ins_at is not None:
-            ent = ins_k >> SHIFT
-            ok = ent < n
-            v = la[ent[ok]] + ins_at[ok]
-            if len(v):
-                j = int(np.argmax(v))
-                if int(v[j]) > best:
-                    best, at = int(v[j]), int(ent[ok][j])
+                best, at = int(v[j]), int(ent[j])
         return best, at
+
+    def _touched(self) -> np.ndarray:
+        """The rows a lever changed (dropped, resized or freed elsewhere), a slice at a time
+        (no full-length temporaries)."""
+        out = []
+        step = 1 << 20
+        for s in range(0, len(self.ai), step):
+            sl = slice(s, s + step)
+            t = ~self.keep[sl] | (self.size[sl] != self._size0[sl]) | (self.fk[sl] != _keys(self.fi[sl]))
+            out.append(np.flatnonzero(t) + s)
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
     def finish(self) -> "Timeline":
         k = self.keep

@@ -129,9 +129,9 @@ def growth_structure(da) -> Structure:
     a = da.allocs
     n = len(a.size)
     size = np.asarray(a.size, dtype=np.int64)
-    ai = np.asarray(a.alloc_index).astype(np.int64)
+    ai = np.asarray(a.alloc_index)
     ph = da.timeline.phase if da.timeline is not None else np.zeros(0, np.uint8)
-    alloc_phase = np.full(n, 255, dtype=np.int64)
+    alloc_phase = np.full(n, 255, dtype=np.uint8)
     ok = (ai >= 0) & (ai < len(ph))
     alloc_phase[ok] = ph[ai[ok]]
     batch, note = _batch_rows(da, size, ai, alloc_phase)
@@ -381,7 +381,7 @@ def _find_block_node(da, paths, passes):
     ai = np.asarray(a.alloc_index).astype(np.int64)
     size = np.asarray(a.size, dtype=np.int64)
     order = np.argsort(ai, kind="stable")
-    ai_sorted = ai[order]
+    ai_sorted = ai[order].astype(np.int64)
     bounds = np.searchsorted(ai_sorted, np.array([(s, e + 1) for s, e in passes], dtype=np.int64).ravel())
     pass_rows = [order[lo:hi] for lo, hi in bounds.reshape(-1, 2).tolist()]
     # bytes per tree node over every forward pass (per stack first: a few thousand stacks)
@@ -457,8 +457,9 @@ def _build(da) -> Structure:
     a = da.allocs
     n = len(a.size)
     size = np.asarray(a.size, dtype=np.int64)
-    ai = np.asarray(a.alloc_index).astype(np.int64)
-    fi = np.asarray(a.free_index).astype(np.int64)
+    # the entries as the allocations hold them (int32 below 2^31 entries): no copies
+    ai = np.asarray(a.alloc_index)
+    fi = np.asarray(a.free_index)
     stacks = np.asarray(a.stack)
     ph = da.timeline.phase if da.timeline is not None else np.zeros(0, np.uint8)
     n_entries = len(ph)
@@ -467,8 +468,8 @@ def _build(da) -> Structure:
     notes: list[str] = []
 
     def phase_of(idx):
-        idx = np.asarray(idx, dtype=np.int64)
-        out = np.full(len(idx), 255, dtype=np.int64)
+        idx = np.asarray(idx)
+        out = np.full(len(idx), 255, dtype=np.uint8)
         ok = (idx >= 0) & (idx < n_entries)
         out[ok] = ph[idx[ok]]
         return out
@@ -492,7 +493,7 @@ def _build(da) -> Structure:
     blk = None
     inputs = np.zeros(0, dtype=np.int64)
     outputs = np.zeros(0, dtype=np.int64)
-    alloc_entries = np.sort(ai[ai >= 0])
+    alloc_entries = np.sort(ai[ai >= 0]).astype(np.int64)   # int64: searchsorted per call casts nothing
 
     def end_of(last: int) -> int:
         k = int(np.searchsorted(alloc_entries, last, side="right"))
@@ -552,6 +553,7 @@ def _build(da) -> Structure:
     ends = np.array([e for _, e in passes] or [-1], dtype=np.int64)
     in_pass = np.searchsorted(starts, ai, side="right") - 1
     in_fwd = (in_pass >= 0) & (ai <= ends[np.maximum(in_pass, 0)])
+    del in_pass
     outside = in_fwd & (call_of < 0) & np.isin(free_phase, (P_BACKWARD, P_UNWIND)) & (role == R_OTHER)
     role[outside] = R_OUTSIDE_SAVED
 
@@ -599,7 +601,7 @@ class _FirstInputs:
         if got is None:
             rows = np.flatnonzero((self.size == out_size) & (self.ai >= 0))
             rows = rows[np.argsort(self.ai[rows], kind="stable")]
-            got = self._by_size[out_size] = (rows, self.ai[rows])
+            got = self._by_size[out_size] = (rows, self.ai[rows].astype(np.int64))
         rows, ai_rows = got
         lo = int(np.searchsorted(ai_rows, pass_start, side="left"))
         k = int(np.searchsorted(ai_rows, call.first, side="left")) - 1

@@ -63,7 +63,7 @@ class Checkpointing(Lever):
         # those made after it and freed before its own backward starts
         kept = np.flatnonzero(np.isin(role, (R_SAVED, R_OUTSIDE_SAVED, R_OUTPUT)) & (fi >= 0))
         kept = kept[np.argsort(ai[kept], kind="stable")]
-        ai_kept = ai[kept]                    # once: a call looks up its range in it (no pass over every row)
+        ai_kept = ai[kept].astype(np.int64)                 # once: a call looks up its range in it (no pass over every row)
         done = 0
         for j, c in enumerate(st.calls):
             r = c.rows

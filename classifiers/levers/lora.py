@@ -239,7 +239,7 @@ def _adapter_branch(rw, st, da, facts, rank: int, n_mats: int, chosen: list, wid
     by_entry = np.full(len(ph), -1, dtype=np.int64)
     has = rw.ai >= 0
     by_entry[rw.ai[has]] = np.flatnonzero(has)
-    alloc_entries = np.sort(rw.ai[has])
+    alloc_entries = np.sort(rw.ai[has]).astype(np.int64)
     for r in g.tolist():
         e = int(rw.ai[r])
         a_side, b_side = sides[int(size[r])]

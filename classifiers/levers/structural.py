@@ -79,7 +79,7 @@ def frozen_base(rw, st: Structure, tail: bool = True) -> None:
     # what the forward passes kept outside the blocks, in allocation order: each pass takes its range
     outside = np.flatnonzero(role == R_OUTSIDE_SAVED)
     outside = outside[np.argsort(ai[outside], kind="stable")]
-    ai_outside = ai[outside]
+    ai_outside = ai[outside].astype(np.int64)
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     for j, c in enumerate(st.calls):
