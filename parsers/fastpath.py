@@ -47,14 +47,15 @@ _OP_EMPTY_LIST, _OP_MARK, _OP_APPENDS, _OP_APPEND, _OP_SETITEMS = 0x5D, 0x28, 0x
 
 
 class Win8:
-    """`win8[pos]` -> the little-endian uint64 starting at each byte offset in `pos`."""
+    """`win8[pos]` -> the little-endian uint64 starting at each byte offset in `pos`: one
+    gather from a view of the buffer whose elements overlap (an 8-byte item every byte)."""
     __slots__ = ("win",)
 
-    def __init__(self, win):
-        self.win = win
+    def __init__(self, buf: bytes, n8: int):
+        self.win = np.ndarray(shape=(max(n8, 0),), dtype="<u8", buffer=buf, strides=(1,))
 
     def __getitem__(self, pos):
-        return np.ascontiguousarray(self.win[pos]).view("<u8").reshape(-1)
+        return self.win[pos]
 
 
 def _memo_ref_bytes(idx: int) -> bytes:

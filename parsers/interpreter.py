@@ -131,10 +131,8 @@ class Interpreter:
         self.data_end = len(self.buf) - PAD
         self.generation += 1
         self.arr = np.frombuffer(self.buf, dtype=np.uint8)
-        # an (n, 8) window for reading little-endian 8-byte words at any offset
-        n8 = len(self.arr) - 7
-        win = np.lib.stride_tricks.as_strided(self.arr, shape=(max(n8, 0), 8), strides=(1, 1))
-        self.win8 = Win8(win)
+        # for reading little-endian 8-byte words at any offset
+        self.win8 = Win8(self.buf, len(self.arr) - 7)
         if self.progress is not None:
             self.progress.update(getattr(self.fh, "raw_pos", self.base))
         return 0
