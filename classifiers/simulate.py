@@ -118,8 +118,12 @@ class Rewrite:
                     (f_t[kept & moved], s0[kept & moved])]
         at_key = [(fk[touched[kept & moved]], -size[touched[kept & moved]], False)]
         del s0, a_t, f_t, kept, moved, grown
-        at_key += [(ak, sz, True) for ak, fk_, sz, *_ in self._extra]
-        at_key += [(fk_, -np.asarray(sz), False) for ak, fk_, sz, *_ in self._extra]
+        if self._extra:     # the added rows (one part per block call of a lever): all at once
+            ex_ak = np.concatenate([np.asarray(x[0], dtype=np.int64) for x in self._extra])
+            ex_fk = np.concatenate([np.asarray(x[1], dtype=np.int64) for x in self._extra])
+            ex_sz = np.concatenate([np.asarray(x[2], dtype=np.int64) for x in self._extra])
+            at_key += [(ex_ak, ex_sz, True), (ex_fk, -ex_sz, False)]
+            del ex_ak, ex_fk, ex_sz
         total = sum(len(e) for e, _ in at_entry) + sum(len(k) for k, _, _ in at_key)
         first = np.empty(total, dtype=np.int32 if n < (1 << 31) - 1 else np.int64)
         deltas = np.empty(total, dtype=np.float64)   # float64: exact for any byte count below 2^53

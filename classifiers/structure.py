@@ -453,6 +453,32 @@ def _block_name(paths, node_path) -> tuple[str, str]:
 
 
 # -- the structure ---------------------------------------------------------------------------------
+def _call_roles(calls, fi, free_phase, role, call_of, outputs) -> None:
+    """Each call's rows: scratch (freed before the call ends), saved for backward (freed in a
+    backward, or in the unwinding of an OOM: held to the end of the failed step, as a backward
+    would), else carried; the last row made in the call and not freed in it is its output.
+    All calls at once (the calls' rows are disjoint: they split the forward passes' rows)."""
+    if not calls:
+        return
+    lens = np.fromiter((len(c.rows) for c in calls), dtype=np.int64, count=len(calls))
+    rows = np.concatenate([c.rows for c in calls]).astype(np.int64, copy=False)
+    cid = np.repeat(np.arange(len(calls), dtype=np.int64), lens)
+    ends = np.fromiter((c.end for c in calls), dtype=np.int64, count=len(calls))
+    call_of[rows] = cid
+    f = fi[rows]
+    inside = (f >= 0) & (f <= ends[cid])
+    fp = free_phase[rows]
+    saved = ~inside & ((fp == P_BACKWARD) | (fp == P_UNWIND))
+    role[rows] = np.where(inside, R_SCRATCH, np.where(saved, R_SAVED, R_CARRIED))
+    out = np.flatnonzero(~inside)
+    if len(out):
+        oc = cid[out]
+        last = np.ones(len(out), dtype=bool)
+        last[:-1] = oc[:-1] != oc[1:]
+        outputs[oc[last]] = rows[out[last]]
+        role[rows[out[last]]] = R_OUTPUT
+
+
 def _build(da) -> Structure:
     a = da.allocs
     n = len(a.size)
@@ -520,18 +546,7 @@ def _build(da) -> Structure:
         blk = Blocks(name=name, frame=frame, count=count, passes=len(counts), checkpointed=bool(recomputes))
         inputs = np.full(len(calls), -1, dtype=np.int64)
         outputs = np.full(len(calls), -1, dtype=np.int64)
-        for j, c in enumerate(calls):
-            r = c.rows
-            call_of[r] = j
-            inside = (fi[r] >= 0) & (fi[r] <= c.end)
-            # (freed in the unwinding of an OOM: held to the end of the failed step, as a backward would)
-            fp = free_phase[r]                 # (comparisons, not np.isin: once per call)
-            saved = ~inside & ((fp == P_BACKWARD) | (fp == P_UNWIND))
-            role[r] = np.where(inside, R_SCRATCH, np.where(saved, R_SAVED, R_CARRIED))
-            out = r[~inside]
-            if len(out):
-                outputs[j] = out[-1]
-                role[out[-1]] = R_OUTPUT
+        _call_roles(calls, fi, free_phase, role, call_of, outputs)
         first_input = _FirstInputs(ai, fi, size)
         for j, c in enumerate(calls):
             if c.block > 0 and j > 0 and calls[j - 1].forward_pass == c.forward_pass:

@@ -233,3 +233,17 @@ def test_the_model_package_imports_without_qt():
     assert r.returncode == 0, r.stderr[-2000:]
     count, bad = r.stdout.strip().split(" ", 1)
     assert int(count) >= 8 and bad == "[]", r.stdout
+
+
+def test_the_iteration_around_an_entry_is_found_by_search_as_by_a_scan():
+    """A finding's zoom reads the iteration that holds its entry: a binary search (at 10^7
+    events, 10,000 findings scanning 2,000 iterations each took 1.3 s of the viewer's open),
+    the same iteration a scan in order finds, for every entry, on a run with 30 iterations."""
+    from helpers import DATA
+    snap = open_snapshot(str(DATA / "protocol2.pickle"), use_cache=False)
+    an = analyze(snap)
+    d = DeviceData(snap, an, an.primary_device())
+    assert len(d.iterations) >= 20
+    for i in range(-1, d.n + 1):
+        scan = next((it for it in d.iterations if it.start_index <= i <= it.end_index), None)
+        assert d._iteration_at(i) is scan, i

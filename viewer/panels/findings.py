@@ -153,7 +153,10 @@ class FindingsPanel(QWidget):
                 own = font != t.font()
                 it.setText(0, wrap_text(full, QFontMetrics(font) if own else fm, avail,
                                         measured.setdefault(font.key() if own else "", {})))
-            stack.extend((it.child(k), depth + 1) for k in range(it.childCount()))
+            # a collapsed item's rows are wrapped when it is expanded (itemExpanded wraps again):
+            # a long run's thousands of iteration peaks cost nothing until they are shown
+            if it.isExpanded():
+                stack.extend((it.child(k), depth + 1) for k in range(it.childCount()))
         # the rows' heights changed: the finding chosen last stays in view
         if self._chosen is not None:
             self.tree.scrollToItem(self._chosen)
