@@ -123,11 +123,12 @@ class Interpreter:
         self.check_objects()
         keep = self.buf[pos:self.data_end]
         want = max(CHUNK, need - len(keep))
-        chunk = self.fh.read(want)
-        if len(chunk) < want:
+        parts = self.fh.read_parts(want) if hasattr(self.fh, "read_parts") else [self.fh.read(want)]
+        got = sum(len(p) for p in parts)
+        if got < want:
             self.eof = True
         self.base += pos
-        self.buf = keep + chunk + bytes(PAD)
+        self.buf = b"".join([keep, *parts, bytes(PAD)])      # one copy
         self.data_end = len(self.buf) - PAD
         self.generation += 1
         self.arr = np.frombuffer(self.buf, dtype=np.uint8)
@@ -588,43 +589,61 @@ class Deframed:
     interpreter see any later FRAME opcodes, which it treats as no-ops.
     """
 
+    READ = 1 << 20          # bytes read from the file at a time (then cut at the headers in memory)
+
     def __init__(self, fh):
         self.fh = fh
         head = fh.read(2)
-        self._pending = head
+        self._raw = head            # read from the file, not handed out yet, from _off
+        self._off = 0
         self.active = len(head) == 2 and head[0] == 0x80 and head[1] >= 4
-        self.raw_pos = len(head)
+        self.raw_pos = len(head)    # the file offset of _raw[_off] (2: after PROTO)
         self.next_frame = self.raw_pos
+        self._at_start = True       # PROTO's two bytes are handed out as data
 
     def read(self, n: int) -> bytes:
-        out = [self._pending] if self._pending else []
-        got = len(self._pending)
-        self._pending = b""
-        fh = self.fh
+        return b"".join(self.read_parts(n))
+
+    def read_parts(self, n: int) -> list:
+        """Up to n bytes of the stream without its FRAME headers (fewer only at the end), as
+        pieces to join: the file is read a megabyte at a time, never a frame at a time."""
+        out: list = []
+        got = 0
+        if self._at_start:
+            self._at_start = False
+            out.append(self._raw)
+            got = len(self._raw)
+            self._raw, self._off = b"", 0
         while got < n:
+            avail = len(self._raw) - self._off
             if self.active and self.raw_pos == self.next_frame:
-                hdr = fh.read(9)
+                if avail < 9:            # the header (or the end) straddles two reads
+                    self._raw = self._raw[self._off:] + self.fh.read(max(self.READ, 9))
+                    self._off = 0
+                    avail = len(self._raw)
+                hdr = self._raw[self._off:self._off + 9]
                 if len(hdr) == 9 and hdr[0] == 0x95:
+                    self._off += 9
                     self.raw_pos += 9
                     self.next_frame = self.raw_pos + int.from_bytes(hdr[1:], "little")
                     continue
-                self.active = False
-                out.append(hdr)
-                got += len(hdr)
-                self.raw_pos += len(hdr)
-                if len(hdr) < 9:
+                self.active = False      # not a FRAME: framing ends, the rest is data
+            if not avail:
+                self._raw = self.fh.read(max(self.READ, n - got))
+                self._off = 0
+                if not self._raw:
                     break
                 continue
-            want = n - got
+            take = min(n - got, avail)
             if self.active:
-                want = min(want, self.next_frame - self.raw_pos)
-            data = fh.read(want)
-            if not data:
-                break
-            out.append(data)
-            got += len(data)
-            self.raw_pos += len(data)
-        return b"".join(out)
+                take = min(take, self.next_frame - self.raw_pos)
+            off = self._off
+            out.append(self._raw if off == 0 and take == len(self._raw) else
+                       memoryview(self._raw)[off:off + take])
+            self._off += take
+            self.raw_pos += take
+            got += take
+        return out
 
 
 def _decode(buf: bytes, pos: int, n: int) -> str:
