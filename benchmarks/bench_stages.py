@@ -78,7 +78,8 @@ with stage("fit batch"):
 from vramscope.services.report import write_report
 with stage("report"), tempfile.TemporaryDirectory() as out:
     write_report(an, out)
-sys.stdout.write(json.dumps({"wall": wall, "cpu": cpu, "rss": rss}) + "\n")
+import vramscope
+sys.stdout.write(json.dumps({"wall": wall, "cpu": cpu, "rss": rss, "code": vramscope.__file__}) + "\n")
 """
 
 STAGES_CHILD = r"""
@@ -91,22 +92,30 @@ sys.stdout.write(json.dumps({"wall": c.wall, "cpu": c.cpu, "rss": c.rss}) + "\n"
 
 def measure(path: str, viewer: bool = True, before: str | None = None) -> dict:
     py = sys.executable
+    path = os.path.abspath(path)
     out: dict = {"file": path, "bytes": os.path.getsize(path)}
     for key, code in (("coarse", None), ("before", before)):
         if key == "before" and not code:
             continue
+        # Each child runs in the checkout it measures: `python -c` and `python -m` put the working
+        # directory first on sys.path, ahead of PYTHONPATH, so a child started in this checkout
+        # imports this code whatever PYTHONPATH says (the "before" of the first tables did).
+        cwd = os.path.abspath(code) if code else ROOT
         with tempfile.TemporaryDirectory() as cache:
             env = {**os.environ, "VRAMSCOPE_CACHE_DIR": cache}
             if code:
-                env["PYTHONPATH"] = code
-            r = run_measured([py, "-c", COARSE_CHILD, path], env=env)
+                env["PYTHONPATH"] = cwd
+            r = run_measured([py, "-c", COARSE_CHILD, path], env=env, cwd=cwd)
             out[key] = {**json.loads(r["stdout"]), "wall_s": r["wall_s"], "rss_mb": r["rss_mb"]} if r["ok"] \
                 else {"error": r.get("error")}
-            s = run_measured([py, "-m", "vramscope", "summary", path, "--json"], env=env | {"VRAMSCOPE_CACHE_DIR":
-                                                                                          cache + "/s"})
+            got = out[key].get("code", "")
+            if got and not os.path.abspath(got).startswith(cwd + os.sep):
+                raise SystemExit(f"the {key} child imported {got}, not the code in {cwd}")
+            s = run_measured([py, "-m", "vramscope", "summary", path, "--json"], cwd=cwd,
+                             env=env | {"VRAMSCOPE_CACHE_DIR": cache + "/s"})
             out[key]["summary"] = {"wall_s": s["wall_s"], "rss_mb": s["rss_mb"], "ok": s["ok"]}
             if viewer:
-                v = run_measured([py, "-m", "vramscope", "view", path, "--screenshot", cache + "/shot.png"],
+                v = run_measured([py, "-m", "vramscope", "view", path, "--screenshot", cache + "/shot.png"], cwd=cwd,
                                  env=env | {"VRAMSCOPE_CACHE_DIR": cache + "/v", "QT_QPA_PLATFORM": "offscreen"})
                 out[key]["viewer"] = {"wall_s": v["wall_s"], "rss_mb": v["rss_mb"], "ok": v["ok"]}
     load = run_measured([py, "-c", PICKLE_CHILD, path, "nogc"])
@@ -196,7 +205,9 @@ def main(argv=None) -> int:
         with open(path, "rb") as f:            # into the page cache: every run reads it warm
             while f.read(1 << 24):
                 pass
-        subprocess.run([sys.executable, "-m", "vramscope", "--help"], capture_output=True)   # .pyc compiled
+        for code in filter(None, (ROOT, args.before)):           # .pyc compiled (where Python may write them)
+            subprocess.run([sys.executable, "-m", "vramscope", "--help"], capture_output=True, cwd=code,
+                           env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
         res = measure(path, not args.skip_viewer, args.before)
         results[n] = res
         print(table(res, n), flush=True)
