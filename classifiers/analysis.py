@@ -203,9 +203,9 @@ class DeviceAnalysis:
         a = self.allocs
         ai = int(a.alloc_index[row])
         md = self.metadata()
+        a_us, f_us = a.times_of(row)
         return Allocation(row=int(row), size=int(a.size[row]), addr=int(a.addr[row]), alloc_index=ai,
-                          free_index=int(a.free_index[row]), alloc_us=int(a.alloc_us[row]),
-                          free_us=int(a.free_us[row]), category=CATEGORIES[int(self.category[row])],
+                          free_index=int(a.free_index[row]), alloc_us=a_us, free_us=f_us, category=CATEGORIES[int(self.category[row])],
                           rule=self.rule_name(int(self.rule[row])), stack=int(a.stack[row]),
                           forward_stack=self.forward_stack_of(ai), evidence=EVIDENCE[int(self.evidence[row])],
                           rules_category=self.rules_category_of(row), torch_tag=self.torch_tag_of(row),

@@ -67,8 +67,6 @@ _ARRAYS = {
     "addr": ("allocs", "addr", "rows"),
     "size": ("allocs", "size", "rows"),
     "stack": ("allocs", "stack", "rows"),
-    "alloc_us": ("allocs", "alloc_us", "rows"),
-    "free_us": ("allocs", "free_us", "rows"),
     "category": ("da", "category", "rows"),
     "rule": ("da", "rule", "rows"),
     "evidence": ("da", "evidence", "rows"),
@@ -288,7 +286,7 @@ def _load(snap, fp, rule_names, man) -> dict:
                          arrs["reserved_change_index"], arrs["reserved_change_value"])
         _check(-1 <= live.peak_index < n, "peak index")
         allocs = Allocations(dev, arrs["alloc_index"], arrs["free_index"], arrs["addr"], arrs["size"],
-                             arrs["stack"], arrs["alloc_us"], arrs["free_us"])
+                             arrs["stack"], snap.trace(dev).columns.get("time_us"))
         iterations = from_plain(tuple[Iteration, ...], info["iterations"])
         _check(all(0 <= it.start_index <= it.end_index < n for it in iterations), "iterations")
         tli = info["timeline"]

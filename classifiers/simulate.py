@@ -96,90 +96,94 @@ class Rewrite:
         each entry (LiveModel.live_after) plus the running difference the rewrite makes, which
         changes only at the events of the rows a lever touched (their recorded events taken out,
         their new ones and the added rows' put in). No sort of the touched events (only of the
-        inserted ones): linear in the events and entries, and in memory one float per entry
-        beside the touched events (this ran at the highest memory of a cold `summary`).
-        Equal to `finish()`'s highest total."""
+        inserted ones): linear in the events and entries. In memory: one int64 per entry, the
+        events added into it a part at a time (this ran at the highest memory of a cold
+        `summary`). Equal to `finish()`'s highest total."""
         la = np.asarray(self.da.live.live_after)
         n = len(la)
         mask = (1 << SHIFT) - 1
-        touched = self._touched()
-        keep, size, ai, fi, fk = self.keep, self.size, self.ai, self.fi, self.fk
-        s0 = self._size0[touched]
-        a_t, f_t = ai[touched], fi[touched]
-        kept = keep[touched]
-        moved = fk[touched] != _keys(f_t)
-        grown = size[touched] - s0
-        # The events the rewrite changes, as (recorded entry, delta) where they stay at a
-        # recorded entry and (key, delta) where a lever moved them: a dropped row's alloc and
-        # free come out; a kept row's alloc changes by its growth, its free too where it
-        # stays, else comes out there and goes in at its new key; the added rows go in.
-        at_entry = [(a_t[~kept], -s0[~kept]), (f_t[~kept], s0[~kept]),
-                    (a_t[kept], grown[kept]), (f_t[kept & ~moved], -grown[kept & ~moved]),
-                    (f_t[kept & moved], s0[kept & moved])]
-        at_key = [(fk[touched[kept & moved]], -size[touched[kept & moved]], False)]
-        del s0, a_t, f_t, kept, moved, grown
-        if self._extra:     # the added rows (one part per block call of a lever): all at once
-            ex_ak = np.concatenate([np.asarray(x[0], dtype=np.int64) for x in self._extra])
-            ex_fk = np.concatenate([np.asarray(x[1], dtype=np.int64) for x in self._extra])
-            ex_sz = np.concatenate([np.asarray(x[2], dtype=np.int64) for x in self._extra])
-            at_key += [(ex_ak, ex_sz, True), (ex_fk, -ex_sz, False)]
-            del ex_ak, ex_fk, ex_sz
-        total = sum(len(e) for e, _ in at_entry) + sum(len(k) for k, _, _ in at_key)
-        first = np.empty(total, dtype=np.int32 if n < (1 << 31) - 1 else np.int64)
-        deltas = np.empty(total, dtype=np.float64)   # float64: exact for any byte count below 2^53
-        start_d, at0 = 0, 0
-        ins_k, ins_d = [], []
-        for i, (e, d) in enumerate(at_entry):
-            sl = slice(at0, at0 + len(e))
-            first[sl] = e
-            deltas[sl] = d
-            before = e < 0        # live before the trace: the start state; never freed: nothing
-            if before.any():
-                if i in (0, 2):
-                    start_d += int(np.asarray(d)[before].sum())
-                deltas[sl][before] = 0
-                first[sl][before] = 0
-            at0 += len(e)
-        for k, d, is_alloc in at_key:
+        # diff[e]: what the rewrite changes at entry e (then, summed, the difference in force there)
+        diff = np.zeros(n + 1, dtype=np.int64)
+        start_d = 0
+        ins_k: list = []
+        ins_d: list = []
+
+        def at_entries(e, d, is_alloc: bool) -> None:
+            """Events at recorded entries `e` (-1: before the trace / never) with deltas `d`."""
+            nonlocal start_d
+            d = np.asarray(d, dtype=np.int64)
+            before = e < 0            # live before the trace: the start state; never freed: nothing
+            if is_alloc and before.any():
+                start_d += int(d[before].sum())
+            ok = ~before & (e < n)
+            np.add.at(diff, e[ok], d[ok])
+
+        def at_keys(k, d, is_alloc: bool) -> None:
+            """Events at event keys `k` (a lever's: maybe between two entries), deltas `d`."""
+            nonlocal start_d
             k = np.asarray(k, dtype=np.int64)
             d = np.asarray(d, dtype=np.int64)
-            sl = slice(at0, at0 + len(k))
             before = k < 0
             if is_alloc and before.any():
                 start_d += int(d[before].sum())
+            k, d = k[~before], d[~before]
             # an event governs the entries from the first at or after its key
-            first[sl] = np.where(before, 0, np.minimum((k + mask) >> SHIFT, n))
-            deltas[sl] = np.where(before, 0, d)
-            mid = ~before & ((k & mask) != 0)       # inserted between two entries
+            first = np.minimum((k + mask) >> SHIFT, n)
+            np.add.at(diff, first, d)
+            mid = (k & mask) != 0                   # inserted between two entries
             if mid.any():
                 ins_k.append(k[mid])
                 ins_d.append(d[mid])
-            at0 += len(k)
-        del at_entry, at_key
+
+        # The events the rewrite changes: a dropped row's alloc and free come out; a kept row's
+        # alloc changes by its growth, its free too where it stays, else comes out there and
+        # goes in at its new key; the added rows go in.
+        touched = self._touched()
+        kept = self.keep[touched]
+        moved = self.fk[touched] != _keys(self.fi[touched])
+        for rows, what in ((touched[~kept], "dropped"), (touched[kept & ~moved], "stays"),
+                           (touched[kept & moved], "moved")):
+            s0 = self._size0[rows]
+            a_r, f_r = self.ai[rows], self.fi[rows]
+            if what == "dropped":
+                at_entries(a_r, -s0, True)
+                at_entries(f_r, s0, False)
+            else:
+                grown = self.size[rows] - s0
+                at_entries(a_r, grown, True)
+                if what == "stays":
+                    at_entries(f_r, -grown, False)
+                else:
+                    at_entries(f_r, s0, False)
+                    at_keys(self.fk[rows], -self.size[rows], False)
+            del s0, a_r, f_r
+        del touched, kept, moved
+        step = 2048                  # the added rows (one part per block call of a lever), a few thousand at once
+        for j in range(0, len(self._extra), step):
+            part = self._extra[j:j + step]
+            sz = np.concatenate([np.asarray(x[2], dtype=np.int64) for x in part])
+            at_keys(np.concatenate([np.asarray(x[0], dtype=np.int64) for x in part]), sz, True)
+            at_keys(np.concatenate([np.asarray(x[1], dtype=np.int64) for x in part]), -sz, False)
         start = int(self.da.live.start_bytes) + start_d
         if not n:
             return start, -1
-        # The difference in force at entry e is the sum of the deltas of the events whose first
-        # entry is e or earlier (a sum per entry, then a running sum, in place). The inserted
-        # events are also ordered among themselves, for the difference at each.
+        # the inserted events in key order, for the difference at each of them
         ins_k = np.concatenate(ins_k) if ins_k else np.zeros(0, dtype=np.int64)
-        ins_d = np.concatenate(ins_d).astype(np.float64) if ins_d else np.zeros(0)
+        ins_d = np.concatenate(ins_d) if ins_d else np.zeros(0, dtype=np.int64)
         o = np.argsort(ins_k, kind="stable")
         ins_k, ins_d = ins_k[o], ins_d[o]
         del o
-        diff = np.bincount(first, weights=deltas, minlength=n + 1)
-        del first, deltas
         np.cumsum(diff, out=diff)                           # the difference in force at each entry
         ins_e = ins_k >> SHIFT
         ok = ins_e < n
         # at an inserted event: the difference at its entry (which holds the inserted events of
         # earlier entries) plus those of its own entry up to it
         if len(ins_k):
-            run = np.concatenate(([0.0], np.cumsum(ins_d)))
+            run = np.concatenate(([0], np.cumsum(ins_d)))
             own = np.searchsorted(ins_e, ins_e, side="left")
             ins_v = diff[np.minimum(ins_e, n)] + run[1:] - run[own]
         else:
-            ins_v = np.zeros(0)
+            ins_v = np.zeros(0, dtype=np.int64)
         np.add(diff[:n], la, out=diff[:n])                 # live bytes after each entry, rewritten
         e = int(np.argmax(diff[:n]))
         best, at = start, -1
@@ -188,7 +192,7 @@ class Rewrite:
             best, at = v, e
         if ok.any():
             ent = ins_e[ok]
-            v = la[ent] + ins_v[ok].astype(np.int64) + start_d
+            v = la[ent] + ins_v[ok] + start_d
             j = int(np.argmax(v))
             if int(v[j]) > best:
                 best, at = int(v[j]), int(ent[j])

@@ -519,10 +519,15 @@ def _build(da) -> Structure:
     blk = None
     inputs = np.zeros(0, dtype=np.int64)
     outputs = np.zeros(0, dtype=np.int64)
-    alloc_entries = np.sort(ai[ai >= 0]).astype(np.int64)   # int64: searchsorted per call casts nothing
+    # the entries that allocate, in order (the rows are in allocation order already: no sort then)
+    alloc_entries = ai[ai >= 0]
+    if len(alloc_entries) > 1 and bool((alloc_entries[1:] < alloc_entries[:-1]).any()):
+        alloc_entries = np.sort(alloc_entries)
 
     def end_of(last: int) -> int:
-        k = int(np.searchsorted(alloc_entries, last, side="right"))
+        # (the key in the array's own dtype: a Python int would make numpy cast the whole
+        # array to int64 on every call)
+        k = int(np.searchsorted(alloc_entries, alloc_entries.dtype.type(last), side="right"))
         return int(alloc_entries[k]) - 1 if k < len(alloc_entries) else max(n_entries - 1, last)
 
     if found is not None:
@@ -566,9 +571,16 @@ def _build(da) -> Structure:
     # tensors outside the blocks, saved for backward: embeddings, final norm, logits, loss
     starts = np.array([s for s, _ in passes] or [0], dtype=np.int64)
     ends = np.array([e for _, e in passes] or [-1], dtype=np.int64)
-    in_pass = np.searchsorted(starts, ai, side="right") - 1
-    in_fwd = (in_pass >= 0) & (ai <= ends[np.maximum(in_pass, 0)])
-    del in_pass
+    # the entries inside a forward pass (a mark per entry, not an int64 per row: this ran at the
+    # highest memory of a cold `summary`)
+    fwd_entry = np.zeros(n_entries + 1, dtype=np.int8)
+    for s_, e_ in passes:
+        if 0 <= s_ <= e_ < n_entries:
+            fwd_entry[s_] += 1
+            fwd_entry[e_ + 1] -= 1
+    np.cumsum(fwd_entry, out=fwd_entry)
+    in_fwd = (ai >= 0) & (fwd_entry[np.clip(ai, 0, n_entries)] > 0)
+    del fwd_entry
     outside = in_fwd & (call_of < 0) & np.isin(free_phase, (P_BACKWARD, P_UNWIND)) & (role == R_OTHER)
     role[outside] = R_OUTSIDE_SAVED
 

@@ -88,8 +88,8 @@ def test_trimmed_export_keeps_categories_and_is_smaller(path, tmp_path):
         keep = (al >= lo) & (fr >= 0) & (fr <= hi)
         sub = type("D", (), {})()
         sub.allocs = type(da.allocs)(da.device, *(np.asarray(getattr(da.allocs, f))[keep] for f in
-                                                  ("alloc_index", "free_index", "addr", "size", "stack",
-                                                   "alloc_us", "free_us")))
+                                                  ("alloc_index", "free_index", "addr", "size", "stack")),
+                                     da.allocs.time_us)
         sub.category = np.asarray(da.category)[keep]
         return sub
     def live(sub, at):
