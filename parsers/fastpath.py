@@ -94,16 +94,17 @@ def _decode_refs(op, win8, pos):
 
 def _decode_ints(arr, win8, pos):
     """Decode the int opcode at each of `pos` (BININT1/BININT2/BININT/LONG1 up to 8
-    bytes): returns (values int64, widths in bytes, which ones were ints)."""
-    op = arr[pos]
-    u1 = win8[pos + 1]
-    n = arr[pos + 1].astype(np.int64)
+    bytes): returns (values int64, widths in bytes, which ones were ints). One 8-byte read
+    at each position gives the opcode and every short form."""
+    w = win8[pos]
+    op = (w & np.uint64(0xFF)).astype(np.uint8)
+    u1 = w >> np.uint64(8)                      # the 7 bytes after the opcode
+    n = (u1 & np.uint64(0xFF)).astype(np.int64)  # LONG1's length byte
     is_k = op == _OP_K
     is_m = op == _OP_M
     is_j = op == _OP_J
     is_l = (op == _OP_LONG1) & (n <= 8)
-    val = np.zeros(len(pos), dtype=np.int64)
-    val = np.where(is_k, (u1 & np.uint64(0xFF)).astype(np.int64), val)
+    val = (u1 & np.uint64(0xFF)).astype(np.int64)            # BININT1 (and a placeholder)
     val = np.where(is_m, (u1 & np.uint64(0xFFFF)).astype(np.int64), val)
     val = np.where(is_j, (u1 & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32).astype(np.int64), val)
     if is_l.any():
@@ -112,8 +113,10 @@ def _decode_ints(arr, win8, pos):
         lv = (u2 << shift).view(np.int64) >> shift.astype(np.int64)
         lv = np.where(n == 0, 0, lv)
         val = np.where(is_l, lv, val)
+    good = is_k | is_m | is_j | is_l
+    val = np.where(good, val, 0)
     width = np.where(is_k, 2, np.where(is_m, 3, np.where(is_j, 5, 2 + n)))
-    return val, width, is_k | is_m | is_j | is_l
+    return val, width, good
 
 
 class FastPath:
@@ -230,9 +233,13 @@ class FastPath:
             # The key reference. Every key but the first may be absent from an
             # entry (torch leaves out frames on `snapshot` entries, forward_frames
             # off the backward pass...): present where its bytes match.
-            present = np.ones(k, dtype=bool)
-            for j, byte in enumerate(kb):
-                present &= arr[pos + j] == byte
+            if len(kb) <= 8:             # the key's bytes, one 8-byte read at each position
+                present = (win8[pos] & np.uint64((1 << (8 * len(kb))) - 1)) == \
+                    np.uint64(int.from_bytes(kb, "little"))
+            else:
+                present = np.ones(k, dtype=bool)
+                for j, byte in enumerate(kb):
+                    present &= arr[pos + j] == byte
             if fi == 0:
                 ok &= present
             vpos = np.where(present, pos + len(kb), c)   # absent: any in-range position
