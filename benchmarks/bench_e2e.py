@@ -1,0 +1,73 @@
+"""Cold `summary` (and optionally the viewer) end to end against gc-off `pickle.load`, several
+checkouts, interleaved: on a machine whose speed drifts (a VM: pickle.load of the 10^7-event
+file took 11 s and 21 s within minutes), a ratio is only worth its two numbers taken together.
+
+    python benchmarks/bench_e2e.py FILE [--reps 5] [--viewer] [--before DIR ...]
+
+Each repetition runs pickle.load, then each checkout's `vramscope summary FILE --json` with an
+empty cache, each in a fresh process started in that checkout (so it imports its own code); the
+best and the median of each, their ratios, and the peak RSS are printed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+from bench_parse import PICKLE_CHILD, run_measured  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("file")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--viewer", action="store_true", help="also `vramscope view FILE --screenshot`")
+    ap.add_argument("--before", nargs="*", default=[], metavar="DIR", help="other checkouts, measured beside this one")
+    args = ap.parse_args(argv)
+    path = os.path.abspath(args.file)
+    trees = [os.path.abspath(d) for d in args.before] + [ROOT]
+    no_pyc_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    for t in trees:                        # .pyc written, as after any first run of an installed copy
+        subprocess.run([sys.executable, "-m", "vramscope", "--help"], capture_output=True, cwd=t, env=no_pyc_env)
+    verbs = [("summary", ["summary", path, "--json"])]
+    if args.viewer:
+        verbs.append(("viewer", ["view", path, "--screenshot", "SHOT"]))
+    loads: list = []
+    res: dict = {(t, v): [] for t in trees for v, _ in verbs}
+    for _ in range(args.reps):
+        r = run_measured([sys.executable, "-c", PICKLE_CHILD, path, "nogc"])
+        loads.append((r["wall_s"], r["rss_mb"]))
+        for t in trees:
+            for v, cmd in verbs:
+                with tempfile.TemporaryDirectory() as cache:
+                    env = dict(os.environ, VRAMSCOPE_CACHE_DIR=cache, QT_QPA_PLATFORM="offscreen")
+                    if t != ROOT:
+                        env["PYTHONPATH"] = t
+                    cmd = [c.replace("SHOT", os.path.join(cache, "shot.png")) for c in cmd]
+                    y = run_measured([sys.executable, "-m", "vramscope", *cmd], env=env, cwd=t)
+                    if y["rc"] != 0:
+                        raise SystemExit(f"{t}: {v} failed: {y['stderr'][-300:]}")
+                    res[(t, v)].append((y["wall_s"], y["rss_mb"]))
+    lw = [w for w, _ in loads]
+    lr = max(r for _, r in loads)
+    print(f"{os.path.basename(path)}: pickle.load (gc off) best {min(lw):.2f} s, median {statistics.median(lw):.2f} s, "
+          f"RSS {lr:.0f} MB; all {[round(x, 2) for x in lw]}")
+    for (t, v), xs in res.items():
+        w = [x for x, _ in xs]
+        rss = max(r for _, r in xs)
+        print(f"  {v:8s} {os.path.relpath(t, ROOT) if t != ROOT else 'this':>24s}: best {min(w):.2f} s "
+              f"({min(w) / min(lw):.2f}x best load), median {statistics.median(w):.2f} s "
+              f"({statistics.median(w) / statistics.median(lw):.2f}x median load), RSS {rss:.0f} MB ({rss / lr:.3f}x); "
+              f"all {[round(x, 2) for x in w]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
