@@ -105,8 +105,7 @@ class Rewrite:
         # diff[e]: what the rewrite changes at entry e (then, summed, the difference in force there)
         diff = np.zeros(n + 1, dtype=np.int64)
         start_d = 0
-        ins_k: list = []
-        ins_d: list = []
+        ins_parts: list = []         # (keys, deltas) of the events inserted between two entries
 
         def at_entries(e, d, is_alloc: bool) -> None:
             """Events at recorded entries `e` (-1: before the trace / never) with deltas `d`."""
@@ -132,8 +131,7 @@ class Rewrite:
             np.add.at(diff, first, d)
             mid = (k & mask) != 0                   # inserted between two entries
             if mid.any():
-                ins_k.append(k[mid])
-                ins_d.append(d[mid])
+                ins_parts.append((k[mid], d[mid]))
 
         # The events the rewrite changes: a dropped row's alloc and free come out; a kept row's
         # alloc changes by its growth, its free too where it stays, else comes out there and
@@ -141,8 +139,10 @@ class Rewrite:
         touched = self._touched()
         kept = self.keep[touched]
         moved = self.fk[touched] != _keys(self.fi[touched])
-        for rows, what in ((touched[~kept], "dropped"), (touched[kept & ~moved], "stays"),
-                           (touched[kept & moved], "moved")):
+        groups = [(touched[~kept], "dropped"), (touched[kept & ~moved], "stays"), (touched[kept & moved], "moved")]
+        del touched, kept, moved
+        chunk = 1 << 18             # rows at a time: a few MB of temporaries, not ~100 bytes per touched row
+        for rows, what in ((g[i:i + chunk], what) for g, what in groups for i in range(0, len(g), chunk)):
             s0 = self._size0[rows]
             a_r, f_r = self.ai[rows], self.fi[rows]
             if what == "dropped":
@@ -157,7 +157,7 @@ class Rewrite:
                     at_entries(f_r, s0, False)
                     at_keys(self.fk[rows], -self.size[rows], False)
             del s0, a_r, f_r
-        del touched, kept, moved
+        del groups
         step = 2048                  # the added rows (one part per block call of a lever), a few thousand at once
         for j in range(0, len(self._extra), step):
             part = self._extra[j:j + step]
@@ -167,32 +167,39 @@ class Rewrite:
         start = int(self.da.live.start_bytes) + start_d
         if not n:
             return start, -1
-        # the inserted events in key order, for the difference at each of them
-        ins_k = np.concatenate(ins_k) if ins_k else np.zeros(0, dtype=np.int64)
-        ins_d = np.concatenate(ins_d) if ins_d else np.zeros(0, dtype=np.int64)
-        o = np.argsort(ins_k, kind="stable")
-        ins_k, ins_d = ins_k[o], ins_d[o]
-        del o
         np.cumsum(diff, out=diff)                           # the difference in force at each entry
-        ins_e = ins_k >> SHIFT
-        ok = ins_e < n
-        # at an inserted event: the difference at its entry (which holds the inserted events of
-        # earlier entries) plus those of its own entry up to it
-        if len(ins_k):
-            run = np.concatenate(([0], np.cumsum(ins_d)))
-            own = np.searchsorted(ins_e, ins_e, side="left")
-            ins_v = diff[np.minimum(ins_e, n)] + run[1:] - run[own]
-        else:
-            ins_v = np.zeros(0, dtype=np.int64)
         np.add(diff[:n], la, out=diff[:n])                 # live bytes after each entry, rewritten
         e = int(np.argmax(diff[:n]))
         best, at = start, -1
         v = int(diff[e]) + start_d
         if v > best:
             best, at = v, e
-        if ok.any():
-            ent = ins_e[ok]
-            v = la[ent] + ins_v[ok] + start_d
+        # The inserted events (between two entries), in key order: at each, the live bytes after
+        # its entry plus the inserted events of that entry up to it. A range of entries at a time
+        # (a few hundred thousand events each: this ran at the highest memory of a cold `summary`).
+        m = sum(len(k) for k, _ in ins_parts)
+        pieces = max(1, m >> 18)
+        bounds = np.linspace(0, n, pieces + 1).astype(np.int64)
+        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            ks, ds = [], []
+            for k, d in ins_parts:
+                ent = k >> SHIFT
+                sel = (ent >= lo) & (ent < hi)
+                if sel.any():
+                    ks.append(k[sel])
+                    ds.append(d[sel])
+            if not ks:
+                continue
+            k = np.concatenate(ks)
+            d = np.concatenate(ds)
+            del ks, ds
+            o = np.argsort(k, kind="stable")
+            k, d = k[o], d[o]
+            del o
+            ent = k >> SHIFT
+            run = np.cumsum(d)                              # through each event
+            own = np.searchsorted(ent, ent, side="left")    # its entry's first inserted event
+            v = diff[ent] + run - (run[own] - d[own]) + start_d
             j = int(np.argmax(v))
             if int(v[j]) > best:
                 best, at = int(v[j]), int(ent[j])

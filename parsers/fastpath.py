@@ -223,6 +223,7 @@ class FastPath:
         r = self.r
         arr = r.arr
         win8 = r.win8
+        assert win8 is not None            # (refill made it before any entry)
         data_end = r.data_end
         k = len(c)
         pos = c + 3                      # after EMPTY_DICT MEMOIZE MARK

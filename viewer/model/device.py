@@ -547,7 +547,6 @@ class DeviceData:
         rows = self.rows_of_alloc_events([f.index for f in found])      # one search for all
         for f, row in zip(found, rows.tolist()):
             leak_rows = None
-            zoom = self.zoom_around(f.index) if f.kind not in ("leak", "iteration_peak") else None
             where = place = ""
             largest = da.largest_live_rows if f.kind in ("peak", "iteration_peak", "oom") else None
             if f.kind == "leak":
@@ -560,6 +559,8 @@ class DeviceData:
                 place = self.stacks.site_short(f.subject.site, f.subject.stack)
             elif f.kind == "iteration_peak":
                 zoom = self.zoom_around(f.index, f.subject.start_index, f.subject.end_index)
+            else:
+                zoom = self.zoom_around(f.index)
             out.append(FindingView(f, finding_title(f, where), finding_detail(f, where), zoom, row, leak_rows, place,
                                    largest))
         return out
