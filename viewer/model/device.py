@@ -165,7 +165,6 @@ class DeviceData:
         self.segments = SegmentBands(self.allocator, self.n)
         self.stacks = stacks or Stacks(analysis)
         self.iterations: list[Iteration] = list(da.iterations)
-        self._iteration_starts: np.ndarray | None = None     # (_iteration_at: their starts, once)
         self.findings = self._build_findings()
         self._step(progress, "timeline", 1.0)
 
@@ -515,7 +514,7 @@ class DeviceData:
         (an eighth of its iteration, or of the run), never fewer than 200."""
         if first is None or last is None or last <= first:
             first, last = 0, max(self.n - 1, 0)
-            it = self._iteration_at(i)
+            it = self.da.iteration_at(i)      # the analysis' own map of entries to iterations
             if it is not None:
                 first, last = it.start_index, it.end_index
         half = max(100, (last - first) // 16)
@@ -523,22 +522,6 @@ class DeviceData:
         if hi - lo < 2 * half:        # near an edge: keep the width inside the range
             lo, hi = max(0, hi - 2 * half), min(max(self.n - 1, 0), lo + 2 * half)
         return lo, hi
-
-    def _iteration_at(self, i: int):
-        """The first iteration (in order) that holds entry i, or None: a binary search where
-        the iterations are in order and apart (a run's are), else a scan."""
-        its = self.iterations
-        if self._iteration_starts is None:
-            starts = np.fromiter((it.start_index for it in its), dtype=np.int64, count=len(its))
-            ends = np.fromiter((it.end_index for it in its), dtype=np.int64, count=len(its))
-            ordered = bool(len(its) < 2 or ((starts[1:] > ends[:-1]).all() and (ends >= starts).all()))
-            self._iteration_starts = starts if ordered else np.zeros(0, dtype=np.int64)
-        if len(its) and not len(self._iteration_starts):
-            return next((it for it in its if it.start_index <= i <= it.end_index), None)
-        k = int(np.searchsorted(self._iteration_starts, i, side="right")) - 1
-        if k >= 0 and its[k].start_index <= i <= its[k].end_index:
-            return its[k]
-        return None
 
     def _build_findings(self) -> list[FindingView]:
         out: list[FindingView] = []
