@@ -25,7 +25,7 @@ import numpy as np
 from . import limits
 from .errors import (CorruptError, LimitError, NotASnapshotError, TruncatedError, UnsafePickleError,
                      UnsupportedPickleError)
-from .fastpath import _OP_H, POOL_BASE, FastPath, Win8
+from .fastpath import _OP_H, _OP_JJ, POOL_BASE, FastPath, Win8
 from .limits import MAX_LONG_BYTES, MAX_NESTING, MAX_STACK, MAX_STRING
 from .progress import Progress
 from .sink import EntryRef, TraceList, TracesList, TraceSink, is_frames
@@ -238,21 +238,28 @@ class Interpreter:
 
     def stack_from_ref_bytes(self, b: bytes, limit: int) -> int | None:
         """Intern the stack an inline frames list names by memo references (its raw bytes);
-        None when one refers to memo slot `limit` or beyond (something of the same batch:
-        the interpreter takes that entry, in stream order)."""
-        it = self.sink.interner
-        fids = []
+        None when one refers to memo slot `limit` or beyond (something of the same batch: the
+        interpreter takes that entry, in stream order), or when the bytes are anything else
+        than whole BINGET / LONG_BINGET references."""
+        idxs = []
         i, n = 0, len(b)
-        fom = self._frame_of_memo
-        while i < n:
-            if b[i] == _OP_H:
+        while i < n:     # every reference first: nothing is interned for bytes that are not a list
+            op = b[i]
+            if op == _OP_H and i + 2 <= n:
                 idx = b[i + 1]
                 i += 2
-            else:
+            elif op == _OP_JJ and i + 5 <= n:
                 idx = int.from_bytes(b[i + 1:i + 5], "little")
                 i += 5
+            else:
+                return None
             if idx >= limit:
                 return None
+            idxs.append(idx)
+        it = self.sink.interner
+        fom = self._frame_of_memo
+        fids = []
+        for idx in idxs:
             fid = fom.get(idx)
             if fid is None:
                 fid = fom[idx] = it.frame_of_dict(self.memo_get(idx))

@@ -1,0 +1,92 @@
+"""The fast path's inline frames lists: where one ends is taken from where the next entry begins
+when the list is an entry's last key (torch's order), walked otherwise; either way the snapshot
+reads exactly as the interpreter reads it, and the fast path still takes most entries."""
+from __future__ import annotations
+
+import pickle
+import random
+import sys
+
+import pytest
+
+from helpers import DATA
+from vramscope.parsers import fastpath
+from vramscope.parsers.cache import read_snapshot
+
+sys.path.insert(0, str(DATA))
+import fuzzing  # noqa: E402
+import hostile  # noqa: E402
+
+KEYS_TORCH = ("action", "addr", "size", "stream", "time_us", "frames")
+KEYS_FRAMES_INSIDE = ("action", "addr", "size", "frames", "stream", "time_us")
+
+
+def _entries(n: int, keys: tuple, seed: int = 0) -> list[dict]:
+    """n trace entries, each with a list of its own (pickled inline) of frame dicts shared
+    across entries: 0 to 40 frames, up to 600 distinct frames (memo indices past 255: BINGET
+    and LONG_BINGET mixed in a list), a new frame first met (pickled inside a list) every 40
+    entries all along."""
+    rng = random.Random(seed)
+    frames = [{"name": f"f{i}", "filename": f"/srv/m{i % 7}.py", "line": i} for i in range(600)]
+    out = []
+    for k in range(n):
+        known = min(len(frames), 300 + k // 40)
+        depth = rng.choice((0, 1, 2, 3, 8, 15, 40))
+        fr = [frames[rng.randrange(min(known, 300))] for _ in range(depth)]
+        if k % 40 == 0 and known > 300:
+            fr.append(frames[known - 1])
+        vals = {"action": ("alloc", "free_requested", "free_completed")[k % 3],
+                "addr": 0x7F0000000000 + 512 * (k // 3), "size": 512 * (1 + k % 5), "stream": 0,
+                "time_us": 1_700_000_000_000_000 + k, "frames": fr}
+        out.append({key: vals[key] for key in keys})
+    return out
+
+
+def _read_both(tmp_path, entries, protocol=4):
+    path = tmp_path / "lists.pickle"
+    path.write_bytes(pickle.dumps(hostile._snapshot_with(entries), protocol=protocol))
+    taken = []
+    decode = fastpath.FastPath._decode
+
+    def counting(self, *a):
+        got = decode(self, *a)
+        taken.append(got[0])
+        return got
+    fastpath.FastPath._decode = counting
+    try:
+        fast = read_snapshot(str(path), fast=True)
+    finally:
+        fastpath.FastPath._decode = decode
+    slow = read_snapshot(str(path), fast=False)
+    return fast, slow, sum(taken)
+
+
+@pytest.mark.parametrize("keys", [KEYS_TORCH, KEYS_FRAMES_INSIDE], ids=["frames last", "frames inside"])
+@pytest.mark.parametrize("protocol", [4, 5])
+def test_inline_lists_read_as_the_interpreter_reads_them(tmp_path, keys, protocol):
+    entries = _entries(6000, keys)
+    fast, slow, taken = _read_both(tmp_path, entries, protocol)
+    assert fuzzing.snapshot_signature(fast) == fuzzing.snapshot_signature(slow)
+    assert len(fast.trace(0)) == 6000
+    if keys == KEYS_TORCH:
+        # the fast path took most entries (those with a new frame inside their list excepted)
+        assert taken > 4000, taken
+
+
+def test_a_list_whose_end_would_be_guessed_wrong_is_read_as_the_interpreter_reads_it(tmp_path):
+    # frames last, and the bytes before the next entry look like a list's end but hold a frame
+    # dict pickled inline: the guess must be refused, not taken as memo references
+    entries = _entries(3000, KEYS_TORCH, seed=3)
+    late = {"name": "late", "filename": "/srv/late.py", "line": 1}
+    for e in entries[1500::97]:
+        e["frames"] = list(e["frames"]) + [late, {"name": "x", "filename": "/srv/x.py", "line": 2}]
+    fast, slow, _ = _read_both(tmp_path, entries)
+    assert fuzzing.snapshot_signature(fast) == fuzzing.snapshot_signature(slow)
+
+
+def test_only_whole_memo_references_count_as_a_list():
+    assert fastpath._only_refs(b"")
+    assert fastpath._only_refs(b"h\x01j\x02\x01\x00\x00h\x65")
+    assert not fastpath._only_refs(b"h\x01}\x94(h\x02")        # a frame dict pickled inside
+    assert not fastpath._only_refs(b"h\x01j\x02\x01")          # a reference cut short
+    assert not fastpath._only_refs(b"h")
