@@ -204,11 +204,11 @@ def _by_address_then_time(ev: np.ndarray, ev_addr: np.ndarray) -> tuple[np.ndarr
     if n:
         lo = int(ev_addr.min())
         span = int(ev_addr.max()) - lo
-        bits_ev = max(int(n).bit_length(), 1)
+        bits_ev = max(int(ev[-1]).bit_length(), 1)      # (ev rises: its last is its largest)
         rel = ev_addr - lo
         low = int(np.bitwise_or.reduce(rel)) if span else 0
         shift = (low & -low).bit_length() - 1 if low else 0
-        if (span >> shift).bit_length() + bits_ev <= 62 and int(ev[-1]) < (1 << bits_ev):
+        if (span >> shift).bit_length() + bits_ev <= 62:
             rel >>= shift
             rel <<= bits_ev
             rel |= ev
