@@ -469,10 +469,14 @@ def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: Rul
     rule = np.zeros(n, dtype=np.int16)
     # classify chain roots, then copy to the other versions
     todo = np.flatnonzero(root == np.arange(n))
+    st_todo = st0[todo]                 # kept beside todo: compressed with it, not gathered again
     for ri, r in enumerate(rules.rules):
         if not len(todo):
             break
-        ok = sfacts.rule_stack_ok[ri][st0[todo]]
+        stack_ok = sfacts.rule_stack_ok[ri]
+        if not stack_ok.any():          # no stack of this trace passes the rule's frames
+            continue
+        ok = stack_ok[st_todo]
         if r.phase is not None:
             ok &= np.isin(row_phase[todo], [PHASE_CODE[p] for p in r.phase])
         if r.free_phase is not None:
@@ -518,7 +522,9 @@ def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: Rul
         hit = todo[ok]
         category[hit] = CATEGORIES.index(r.category)
         rule[hit] = ri + 1
-        todo = todo[~ok]
+        keep = ~ok
+        todo = todo[keep]
+        st_todo = st_todo[keep]
     levels = np.array([E_NONE] + [EVIDENCE_CODE[r.evidence] for r in rules.rules], dtype=np.uint8)
     evidence = row_evidence(rule, levels, sfacts.stacks.lengths[st0] > 0, pre, fi < 0, phase_from_stack)
     evidence[category == UNKNOWN] = E_NONE          # what no rule could tell rests on nothing

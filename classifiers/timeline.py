@@ -48,6 +48,14 @@ class Timeline:
     frees_carry_alloc_frames: bool = False
 
 
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _int64s(values: list) -> np.ndarray:
+    """Times from the file (any Python int) as int64, clamped: a search needs no more."""
+    return np.array([min(max(v, _I64_MIN), _I64_MAX) for v in values], dtype=np.int64)
+
+
 def annotation_regions(annotations, device: int, rules=None) -> list[Region]:
     """The snapshot's record_function regions on `device`: each START paired with the END
     of the same name that closes it (innermost first, as the regions nest), in START
@@ -70,12 +78,16 @@ def annotation_regions(annotations, device: int, rules=None) -> list[Region]:
         elif stage == "END" and open_.get(name):
             out[open_[name].pop()][2] = t
     regions = []
+    phase_of: dict[str, str] = {}       # region names repeat (one per step): each matched once
     for name, t0, t1, k in out:
-        phase = ""
-        for rx, ph in (rules.annotations if rules is not None else ()):
-            if rx.search(name):
-                phase = ph
-                break
+        phase = phase_of.get(name)
+        if phase is None:
+            phase = ""
+            for rx, ph in (rules.annotations if rules is not None else ()):
+                if rx.search(name):
+                    phase = ph
+                    break
+            phase_of[name] = phase
         regions.append(Region(name, t0, t1, phase, k))
     return regions
 
@@ -229,10 +241,12 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
     tus = np.asarray(trace.columns["time_us"])
     if rules.annotations and snap.annotations and n and bool((tus >= 0).all()):
         if bool(np.all(tus[1:] >= tus[:-1])):          # searchsorted needs sorted times
-            for r in annotation_regions(snap.annotations, device, rules):
-                if r.phase and r.end_us is not None:
-                    lo = int(np.searchsorted(tus, r.start_us, side="left"))
-                    hi = int(np.searchsorted(tus, r.end_us, side="right"))
+            marked = [r for r in annotation_regions(snap.annotations, device, rules)
+                      if r.phase and r.end_us is not None]
+            if marked:     # every region's entries by two searches in all (later regions win)
+                los = np.searchsorted(tus, _int64s([r.start_us for r in marked]), side="left")
+                his = np.searchsorted(tus, _int64s([r.end_us for r in marked]), side="right")
+                for r, lo, hi in zip(marked, los.tolist(), his.tolist()):
                     if hi > lo:
                         ev[lo:hi] = PHASE_CODE[r.phase]
 
