@@ -369,45 +369,69 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
     # entry ranges: an iteration also owns the non-training stretch just before it
     # (the batch being prepared), except for model loading before the first one
     ent_start = seg_start[starts].copy()
-    for k, sg in enumerate(starts):
-        if sg > 0 and seg_phase[sg - 1] == P_NONE:
-            lo, hi = int(seg_start[sg - 1]), int(seg_end[sg - 1])
-            if k == 0:
-                blk = np.flatnonzero(np.isin(evm[lo:hi + 1], blocking_markers)) if len(blocking_markers) \
-                    else np.zeros(0, dtype=np.int64)
-                ent_start[k] = lo + (int(blk[-1]) + 1 if len(blk) else 0)
-            else:
-                ent_start[k] = lo
+    lead = np.flatnonzero((starts > 0) & (seg_phase[np.maximum(starts - 1, 0)] == P_NONE))
+    ent_start[lead] = seg_start[starts[lead] - 1]
+    if len(lead) and lead[0] == 0:
+        # before the first iteration: model loading up to the last blocking marker is not its own
+        lo, hi = int(seg_start[starts[0] - 1]), int(seg_end[starts[0] - 1])
+        blk = np.flatnonzero(np.isin(evm[lo:hi + 1], blocking_markers)) if len(blocking_markers) \
+            else np.zeros(0, dtype=np.int64)
+        ent_start[0] = lo + (int(blk[-1]) + 1 if len(blk) else 0)
     last_train = int(np.flatnonzero(seg_phase != P_NONE)[-1])
     ent_end = np.r_[ent_start[1:] - 1, seg_end[last_train]]
     tus = np.asarray(trace.columns["time_us"])
-    its = []
-    for k in range(len(starts)):
-        s0, e0 = int(ent_start[k]), int(ent_end[k])
-        if e0 < s0:
-            continue
-        iteration[s0:e0 + 1] = len(its)
-        # segments of this iteration
-        g0, g1 = int(segment[s0]), int(segment[e0])
-        sp = seg_phase[g0:g1 + 1].astype(np.int16)
-        ss = np.maximum(seg_start[g0:g1 + 1], s0)
-        se = np.minimum(seg_end[g0:g1 + 1], e0)
-        # NONE runs that lead into a forward inside the iteration: preparing inputs
-        nxt_train = np.r_[train_fwd[g0 + 1:g1 + 1], False]
-        inp = (sp == P_NONE) & nxt_train
-        for a, b in zip(ss[inp], se[inp]):
-            phase[a:b + 1] = P_INPUTS
-        tf = train_fwd[g0:g1 + 1]
-        phases = {}
-        for name, sel in (("inputs", inp), ("forward", (sp == P_FORWARD) & tf), ("backward", sp == P_BACKWARD),
-                          ("optimizer", sp == P_OPTIMIZER), ("eval", (sp == P_FORWARD) & ~tf),
-                          ("unwind", sp == P_UNWIND)):
-            if sel.any():
-                phases[name] = (int(ss[sel].min()), int(se[sel].max()))
-        # micro-batches: training forward runs (each one follows a backward or opens the iteration)
-        micro = int(np.count_nonzero((sp == P_FORWARD) & tf))
-        its.append(Iteration(len(its) + 1, s0, e0, int(tus[s0]) if tus[s0] >= 0 else None,
-                             int(tus[e0]) if tus[e0] >= 0 else None, phases, micro))
+    its = _iterations(ent_start, ent_end, segment, seg_start, seg_end, seg_phase, train_fwd, phase,
+                      iteration, tus)
     tl.iterations = its
     tl.first_start = its[0].start_index if its else -1
     return tl
+
+
+_PHASE_NAMES = ("inputs", "forward", "backward", "optimizer", "eval", "unwind")
+
+
+def _iterations(ent_start, ent_end, segment, seg_start, seg_end, seg_phase, train_fwd, phase, iteration,
+                tus) -> list:
+    """The iterations over entry ranges [ent_start, ent_end] (empty ones dropped), all at once
+    over (iteration, segment) pairs: `iteration` numbered, the NONE runs that lead into a
+    training forward inside an iteration marked inputs in `phase`, each iteration's phase
+    ranges and micro-batches (training forwards)."""
+    keep = np.flatnonzero(ent_end >= ent_start)
+    s0, e0 = ent_start[keep], ent_end[keep]
+    k_its = len(keep)
+    for k, (a, b) in enumerate(zip(s0.tolist(), e0.tolist())):
+        iteration[a:b + 1] = k
+    g0, g1 = segment[s0].astype(np.int64), segment[e0].astype(np.int64)
+    counts = g1 - g0 + 1
+    it = np.repeat(np.arange(k_its), counts)                       # each pair's iteration
+    first = np.cumsum(counts) - counts
+    g = np.arange(len(it)) - np.repeat(first, counts) + np.repeat(g0, counts)   # each pair's segment
+    last_of_it = g == np.repeat(g1, counts)
+    sp = seg_phase[g]
+    ss = np.maximum(seg_start[g], s0[it])
+    se = np.minimum(seg_end[g], e0[it])
+    nseg = len(seg_phase)
+    nxt_train = np.where(last_of_it, False, train_fwd[np.minimum(g + 1, nseg - 1)])
+    inp = (sp == P_NONE) & nxt_train
+    for a, b in zip(ss[inp].tolist(), se[inp].tolist()):
+        phase[a:b + 1] = P_INPUTS
+    tf = train_fwd[g]
+    sels = (inp, (sp == P_FORWARD) & tf, sp == P_BACKWARD, sp == P_OPTIMIZER, (sp == P_FORWARD) & ~tf,
+            sp == P_UNWIND)
+    big = np.iinfo(np.int64).max
+    lows, highs, has = [], [], []
+    for sel in sels:
+        lo = np.full(k_its, big, dtype=np.int64)
+        hi = np.full(k_its, -1, dtype=np.int64)
+        np.minimum.at(lo, it[sel], ss[sel])
+        np.maximum.at(hi, it[sel], se[sel])
+        lows.append(lo.tolist())
+        highs.append(hi.tolist())
+        has.append((hi >= 0).tolist())
+    micro = np.bincount(it[sels[1]], minlength=k_its).tolist()
+    its = []
+    t_start, t_end = tus[s0], tus[e0]
+    for k, (a, b, ta, tb) in enumerate(zip(s0.tolist(), e0.tolist(), t_start.tolist(), t_end.tolist())):
+        phases = {name: (lows[j][k], highs[j][k]) for j, name in enumerate(_PHASE_NAMES) if has[j][k]}
+        its.append(Iteration(k + 1, a, b, ta if ta >= 0 else None, tb if tb >= 0 else None, phases, micro[k]))
+    return its
