@@ -281,10 +281,28 @@ class MetadataGroup:
 
 
 # -- plain data -----------------------------------------------------------------------------
+_SCALARS = frozenset((int, float, str, bool, type(None)))
+_FIELD_NAMES: dict[type, Any] = {}   # per class: its dataclass fields' names, None if not one
+_UNSEEN = object()
+
+
 def to_plain(obj: Any) -> Any:
-    """JSON-ready data: dataclasses become dicts (field order kept), tuples lists."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    """JSON-ready data: dataclasses become dicts (field order kept), tuples lists. (By exact
+    type first, each class's fields looked up once: a summary at 10^7 events converts 126,000
+    values.)"""
+    t = type(obj)
+    if t in _SCALARS:
+        return obj
+    if t is list or t is tuple:
+        return [to_plain(v) for v in obj]
+    if t is dict:
+        return {k: to_plain(v) for k, v in obj.items()}
+    names = _FIELD_NAMES.get(t, _UNSEEN)
+    if names is _UNSEEN:
+        names = tuple(f.name for f in dataclasses.fields(t)) if dataclasses.is_dataclass(t) else None
+        _FIELD_NAMES[t] = names
+    if names is not None:
+        return {n: to_plain(getattr(obj, n)) for n in names}
     if isinstance(obj, (list, tuple)):
         return [to_plain(v) for v in obj]
     if isinstance(obj, dict):

@@ -536,13 +536,24 @@ def _build(da) -> Structure:
         lens = np.array([len(r) for r in pass_rows], dtype=np.int64)
         all_rows = np.concatenate(pass_rows) if len(pass_rows) else np.zeros(0, dtype=np.int64)
         group = np.repeat(np.arange(len(pass_rows), dtype=np.int64), lens)
-        per_pass = np.zeros(len(pass_rows), dtype=np.int64)
-        for c in (_calls(paths, stacks[all_rows], depth, node_path, size[all_rows] <= TINY, group)
-                  if len(all_rows) else []):
-            p = int(group[c[0]])
-            r = all_rows[c]
-            calls.append(BlockCall(int(per_pass[p]), p, int(ai[r[0]]), int(ai[r[-1]]), end_of(int(ai[r[-1]])), r))
-            per_pass[p] += 1
+        found_calls = _calls(paths, stacks[all_rows], depth, node_path, size[all_rows] <= TINY, group) \
+            if len(all_rows) else []
+        # every call's pass, place in its pass, first and last entry and end at once
+        heads = all_rows[[c[0] for c in found_calls]] if found_calls else np.zeros(0, dtype=np.int64)
+        tails = all_rows[[c[-1] for c in found_calls]] if found_calls else np.zeros(0, dtype=np.int64)
+        p_of = group[[c[0] for c in found_calls]] if found_calls else np.zeros(0, dtype=np.int64)
+        by_p = np.argsort(p_of, kind="stable")
+        place = np.empty(len(p_of), dtype=np.int64)
+        place[by_p] = np.arange(len(p_of)) - np.searchsorted(p_of[by_p], p_of[by_p], side="left")
+        first_e = ai[heads].astype(np.int64)
+        last_e = ai[tails].astype(np.int64)
+        k = np.searchsorted(alloc_entries, last_e, side="right")
+        ends = np.where(k < len(alloc_entries), alloc_entries[np.minimum(k, max(len(alloc_entries) - 1, 0))]
+                        if len(alloc_entries) else 0, np.maximum(n_entries - 1, last_e)) - (k < len(alloc_entries))
+        for c, b, p, f, la, e in zip(found_calls, place.tolist(), p_of.tolist(), first_e.tolist(), last_e.tolist(),
+                                     ends.tolist()):
+            calls.append(BlockCall(b, p, f, la, e, all_rows[c]))
+        per_pass = np.bincount(p_of, minlength=len(pass_rows)).astype(np.int64)
         counts = per_pass[lens > 0].tolist()
         name, frame = _block_name(paths, node_path)
         count = int(np.bincount(counts).argmax()) if counts else 0
@@ -737,10 +748,10 @@ def _seq2_rows(da, paths, calls, recomputes, size, ai, fi, stacks, batch, alloc_
     u, inv = np.unique(stacks[rows], return_inverse=True)
     sm_sizes, sm_fn = set(), set()
     sm_u = np.array([paths.path(int(sid))[4] for sid in u.tolist()], dtype=bool)
-    for r in rows[sm_u[inv]].tolist():
-        keys = paths.path(int(stacks[r]))[0]
-        sm_sizes.add(int(size[r]))
-        caller = [k for k in keys if not paths.key_text[k].endswith("softmax")]
+    sm_rows = rows[sm_u[inv]]
+    sm_sizes.update(np.unique(size[sm_rows]).tolist())
+    for sid in np.unique(stacks[sm_rows]).tolist():      # the caller depends on the stack alone
+        caller = [k for k in paths.path(int(sid))[0] if not paths.key_text[k].endswith("softmax")]
         if caller:
             sm_fn.add(caller[-1])
     if not sm_sizes and da.facts is not None and da.facts.profiler_like and getattr(da, "run", None) is not None \
@@ -774,7 +785,7 @@ def _seq2_rows(da, paths, calls, recomputes, size, ai, fi, stacks, batch, alloc_
                            dtype=bool)
     scores = in_fam[rows] & by_caller_u[inv]
     seq2[rows[scores]] = True
-    linear_sizes = set(size[rows[~scores]].tolist())
+    linear_sizes = set(np.unique(size[rows[~scores]]).tolist())
     in_calls = np.zeros(len(size), dtype=bool)
     in_calls[rows] = True
     later = in_fam & ~in_calls & (alloc_phase == P_BACKWARD)
