@@ -6,8 +6,11 @@ stack a tuple of frame ids, innermost first).
 """
 from __future__ import annotations
 
+import os
 import re
 import zlib
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterable
 
 import numpy as np
@@ -169,9 +172,24 @@ class CacheWriteError(Exception):
     a cache. Not an OSError, so that it is never mistaken for an error reading the snapshot."""
 
 
+_WRITER: tuple[int, ThreadPoolExecutor] | None = None
+_MAX_PENDING = 32            # a column's writes queued at most before `append` waits for the oldest
+
+
+def _writer() -> ThreadPoolExecutor:
+    """The one thread that checksums and writes column files, in submission order (zlib and
+    file writes release the GIL: the reading goes on meanwhile). A new one in a forked child."""
+    global _WRITER
+    if _WRITER is None or _WRITER[0] != os.getpid():
+        _WRITER = (os.getpid(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="vramscope-columns"))
+    return _WRITER[1]
+
+
 class ColumnFile:
     """An append-only column: to a file when we have a directory, else in memory. Keeps the
-    CRC-32 of what it wrote (the cache entry records it; a reopen checks it)."""
+    CRC-32 of what it wrote (the cache entry records it; a reopen checks it). The file's
+    checksum and writes run on a writer thread, in order; `get`, `finish` and `discard` wait for
+    them, and a write's failure is raised by the next call."""
 
     def __init__(self, dtype, path: str | None):
         self.dtype = np.dtype(dtype)
@@ -179,10 +197,30 @@ class ColumnFile:
         self.n = 0
         self.crc = 0
         self._chunks: list[np.ndarray] = []
+        self._pending: deque[Future] = deque()
+        self._error: CacheWriteError | None = None
         try:
             self._fh = open(path, "xb") if path else None
         except OSError as e:
             raise CacheWriteError(str(e)) from None
+
+    def _write(self, arr: np.ndarray) -> None:          # on the writer thread
+        if self._error is not None or self._fh is None:
+            return
+        self.crc = zlib.crc32(arr.data, self.crc)
+        try:
+            self._fh.write(arr.data)
+        except OSError as e:
+            self._error = CacheWriteError(str(e))
+
+    def _wait(self, keep: int = 0) -> None:
+        """Wait until at most `keep` writes are queued; raise a write's failure."""
+        while len(self._pending) > keep:
+            f = self._pending.popleft()
+            if not f.cancelled():
+                f.result()
+        if self._error is not None:
+            raise self._error
 
     def append(self, arr: np.ndarray) -> None:
         arr = np.ascontiguousarray(arr, dtype=self.dtype)
@@ -190,17 +228,15 @@ class ColumnFile:
             return
         self.n += len(arr)
         if self._fh is not None:
-            self.crc = zlib.crc32(arr.data, self.crc)
-            try:
-                self._fh.write(arr.data)
-            except OSError as e:
-                raise CacheWriteError(str(e)) from None
+            self._wait(_MAX_PENDING)
+            self._pending.append(_writer().submit(self._write, arr))
         else:
             self._chunks.append(arr)
 
     def get(self, i: int):
         """Element i (a Python scalar), for the rare reference to an entry already written."""
         if self._fh is not None:
+            self._wait()
             try:
                 self._fh.flush()
                 with open(self._fh.name, "rb") as fh:
@@ -223,6 +259,7 @@ class ColumnFile:
 
     def finish(self) -> np.ndarray:
         if self._fh is not None:
+            self._wait()
             path = self._fh.name
             try:
                 self._fh.close()       # no fsync: the entry's checksums catch what a crash leaves
@@ -238,6 +275,13 @@ class ColumnFile:
 
     def discard(self) -> None:
         if self._fh is not None:
+            self._error = self._error or CacheWriteError("discarded")     # what is queued writes nothing
+            for f in self._pending:
+                f.cancel()
+            try:
+                self._wait()
+            except CacheWriteError:
+                pass
             try:
                 self._fh.close()
             except OSError:
