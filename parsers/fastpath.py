@@ -40,6 +40,7 @@ POOL_BASE = -(1 << 30)   # memo_fast codes at or below this name a pool tuple
 _KIND_CODES = {"str": 1, "list": 2, "tuple2": 3}
 MIN_WINDOW = 1 << 14     # bytes scanned for candidate entries after a failure
 MAX_BATCH = 16384
+_LUT_MAX = 1 << 20           # memo slots / string ids looked up by table below this
 
 _OP_K, _OP_M, _OP_J, _OP_LONG1 = 0x4B, 0x4D, 0x4A, 0x8A
 _OP_H, _OP_JJ = 0x68, 0x6A          # BINGET, LONG_BINGET
@@ -221,6 +222,8 @@ class FastPath:
         self._penalty = 1
         self._batch = 256
         self.entries = 0
+        self._str_lut = np.full(256, -1, dtype=np.int64)      # memo slot -> string id (-1: not yet)
+        self._action_lut = np.full(64, -1, dtype=np.int16)    # string id + 1 -> action code
 
     def learn(self, keys: tuple) -> None:
         """Take the key order and key reference bytes from a trace entry the
@@ -272,9 +275,12 @@ class FastPath:
         arr = r.arr
         z = np.flatnonzero(arr[p0:hi] == pre[0]) + p0
         z = z[z + len(pre) <= end]
-        ok = np.ones(len(z), dtype=bool)
-        for i in range(1, len(pre)):
-            ok &= arr[z + i] == pre[i]
+        if len(pre) <= 8 and r.win8 is not None:      # the whole prefix, one 8-byte read each
+            ok = (r.win8[z] & np.uint64((1 << (8 * len(pre))) - 1)) == np.uint64(int.from_bytes(self.prefix, "little"))
+        else:
+            ok = np.ones(len(z), dtype=bool)
+            for i in range(1, len(pre)):
+                ok &= arr[z + i] == pre[i]
         self._cands = z[ok]
         self._cands_key, self._cands_lo, self._cands_hi = key, p0, hi
         return self._cands
@@ -632,21 +638,52 @@ class FastPath:
         return ids
 
     def _ref_strings(self, ref, is_inline, ids) -> np.ndarray:
-        """String ids for values given by memo reference (inline ones are in `ids`)."""
+        """String ids for values given by memo reference (inline ones are in `ids`): by a table
+        of memo slot -> string id kept across batches (a slot never names another object while
+        the fast path runs), each slot resolved once; by its distinct slots past the table."""
         r = self.r
         refd = ~is_inline
         if refd.any():
-            uniq, inv = np.unique(ref[refd], return_inverse=True)
-            vals = np.asarray([r.string_id_of_memo(int(m)) for m in uniq], dtype=np.int64)
-            ids[refd] = vals[inv]
+            m = ref[refd]
+            top = int(m.max()) + 1
+            if top <= _LUT_MAX:
+                lut = self._str_lut
+                if top > len(lut):
+                    lut = self._str_lut = np.concatenate([lut, np.full(max(top, 2 * len(lut)) - len(lut), -1,
+                                                                       dtype=np.int64)])
+                got = lut[m]
+                miss = got < 0
+                if miss.any():
+                    for x in np.unique(m[miss]).tolist():
+                        lut[x] = r.string_id_of_memo(x)
+                    got = lut[m]
+                ids[refd] = got
+            else:
+                uniq, inv = np.unique(m, return_inverse=True)
+                vals = np.asarray([r.string_id_of_memo(int(x)) for x in uniq], dtype=np.int64)
+                ids[refd] = vals[inv]
         return ids
 
     def _action_codes(self, string_ids: np.ndarray) -> np.ndarray:
+        """uint8 action codes of string ids (-1: no action), by a table of string id -> code."""
         sink = self.r.sink
-        uniq, inv = np.unique(string_ids, return_inverse=True)
-        codes = np.asarray([sink.action_code(sink.interner.strings[i] if i >= 0 else MISSING_ACTION)
-                            for i in uniq.tolist()], dtype=np.uint8)
-        return codes[inv]
+        top = int(string_ids.max()) + 2 if len(string_ids) else 1
+        if top > _LUT_MAX:
+            uniq, inv = np.unique(string_ids, return_inverse=True)
+            codes = np.asarray([sink.action_code(sink.interner.strings[i] if i >= 0 else MISSING_ACTION)
+                                for i in uniq.tolist()], dtype=np.uint8)
+            return codes[inv]
+        lut = self._action_lut                  # by string id + 1 (0: no action); -1 not known yet
+        if top > len(lut):
+            lut = self._action_lut = np.concatenate([lut, np.full(max(top, 2 * len(lut)) - len(lut), -1,
+                                                                  dtype=np.int16)])
+        got = lut[string_ids + 1]
+        miss = got < 0
+        if miss.any():
+            for i in np.unique(string_ids[miss]).tolist():
+                lut[i + 1] = sink.action_code(sink.interner.strings[i] if i >= 0 else MISSING_ACTION)
+            got = lut[string_ids + 1]
+        return got.astype(np.uint8)
 
     def _name_codes(self, string_ids: np.ndarray, code_of) -> np.ndarray:
         """uint8 codes of named values (profiler categories, component names): `code_of`
