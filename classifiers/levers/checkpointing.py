@@ -65,39 +65,52 @@ class Checkpointing(Lever):
         kept = kept[np.argsort(ai[kept], kind="stable")]
         ai_kept = ai[kept].astype(np.int64)                 # once: a call looks up its range in it (no pass over every row)
         done = 0
-        for j, c in enumerate(st.calls):
+        # every call's range of later kept rows at once (one search for all calls, not two per call)
+        calls = st.calls
+        lasts = np.array([c.last for c in calls], dtype=np.int64)
+        pass_ends = np.array([st.passes[c.forward_pass][1] for c in calls], dtype=np.int64)
+        los = np.searchsorted(ai_kept, lasts + 1).tolist()
+        his = np.searchsorted(ai_kept, pass_ends + 1).tolist()
+        inputs = np.asarray(st.inputs).tolist()
+        for j, c in enumerate(calls):
             r = c.rows
-            saved = r[role[r] == R_SAVED]
+            rr = role[r]
+            is_saved = rr == R_SAVED
+            saved = r[is_saved]
             if not len(saved):
                 continue
-            if (fi[saved] < 0).all():
+            fs = fi[saved]
+            freed = fs >= 0
+            if not freed.any():
                 # a forward cut short by an out-of-memory error: no backward to recompute for; what
                 # the block saved goes when its forward ends, its input stays (a lower bound)
                 rw.fk[saved] = rw.after(c.last, len(saved))
                 done += 1
                 continue
-            saved = saved[fi[saved] >= 0]
-            first_free = int(fi[saved].min())
-            lo, hi = np.searchsorted(ai_kept, [c.last + 1, st.passes[c.forward_pass][1] + 1])
-            later = fi[kept[lo:hi]]
+            if not freed.all():
+                saved, fs = saved[freed], fs[freed]
+            first_free = int(fs.min())
+            later = fi[kept[los[j]:his[j]]]
             later = later[later < first_free]
             base = int(later.max()) if len(later) else first_free - 1
             # replay the window up to its last saved tensor (torch stops the recompute there):
             # its allocations and its scratch's frees, in their order, right after `base`
-            rr = role[r]                      # (two comparisons: np.isin costs ~30 us a call, 16k calls)
-            replay = r[((rr == R_SAVED) | (rr == R_SCRATCH)) & (ai[r] <= int(ai[saved].max()))]
-            scratch = replay[role[replay] == R_SCRATCH]
-            ev_key = np.concatenate([ai[replay], fi[scratch]])
+            is_scratch = rr == R_SCRATCH
+            ar = ai[r]
+            in_replay = (is_saved | is_scratch) & (ar <= int(ai[saved].max()))
+            replay = r[in_replay]
+            scratch_of_replay = is_scratch[in_replay]
+            ev_key = np.concatenate([ar[in_replay], fi[replay[scratch_of_replay]]])
             new_key = np.empty(len(ev_key), dtype=np.int64)
             new_key[np.argsort(ev_key, kind="stable")] = rw.after(base, len(ev_key))
-            free_key = rw.fk[replay].copy()
-            free_key[role[replay] == R_SCRATCH] = new_key[len(replay):]
+            free_key = rw.fk[replay]            # (a copy: fancy indexing)
+            free_key[scratch_of_replay] = new_key[len(replay):]
             rw.add(new_key[:len(replay)], free_key, replay)
             # forward: what the block saved goes when its forward ends
             rw.fk[saved] = rw.after(c.last, len(saved))
             # its input stays until its backward has run
-            inp = int(st.inputs[j])
-            end = int(fi[saved].max())
+            inp = inputs[j]
+            end = int(fs.max())
             if inp >= 0 and rw.fk[inp] >= 0 and (rw.fk[inp] >> rw.shift) < end:
                 rw.fk[inp] = rw.after(end, 1)[0]
             done += 1
