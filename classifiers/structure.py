@@ -524,11 +524,16 @@ def _build(da) -> Structure:
     if len(alloc_entries) > 1 and bool((alloc_entries[1:] < alloc_entries[:-1]).any()):
         alloc_entries = np.sort(alloc_entries)
 
+    def ends_of(lasts: np.ndarray) -> np.ndarray:
+        """The last entry before the next allocation after each of `lasts` (int64). (Searched in
+        the array's own dtype: other keys would make numpy cast the whole array on every call.)"""
+        k = np.searchsorted(alloc_entries, lasts.astype(alloc_entries.dtype), side="right")
+        inside = k < len(alloc_entries)
+        nxt = alloc_entries[np.minimum(k, len(alloc_entries) - 1)] if len(alloc_entries) else 0
+        return np.where(inside, np.asarray(nxt, dtype=np.int64) - 1, np.maximum(n_entries - 1, lasts))
+
     def end_of(last: int) -> int:
-        # (the key in the array's own dtype: a Python int would make numpy cast the whole
-        # array to int64 on every call)
-        k = int(np.searchsorted(alloc_entries, alloc_entries.dtype.type(last), side="right"))
-        return int(alloc_entries[k]) - 1 if k < len(alloc_entries) else max(n_entries - 1, last)
+        return int(ends_of(np.array([last], dtype=np.int64))[0])
 
     if found is not None:
         depth, node_path = found
@@ -539,17 +544,15 @@ def _build(da) -> Structure:
         found_calls = _calls(paths, stacks[all_rows], depth, node_path, size[all_rows] <= TINY, group) \
             if len(all_rows) else []
         # every call's pass, place in its pass, first and last entry and end at once
-        heads = all_rows[[c[0] for c in found_calls]] if found_calls else np.zeros(0, dtype=np.int64)
-        tails = all_rows[[c[-1] for c in found_calls]] if found_calls else np.zeros(0, dtype=np.int64)
-        p_of = group[[c[0] for c in found_calls]] if found_calls else np.zeros(0, dtype=np.int64)
+        head_pos = np.array([c[0] for c in found_calls], dtype=np.int64)
+        tail_pos = np.array([c[-1] for c in found_calls], dtype=np.int64)
+        heads, tails, p_of = all_rows[head_pos], all_rows[tail_pos], group[head_pos]
         by_p = np.argsort(p_of, kind="stable")
         place = np.empty(len(p_of), dtype=np.int64)
         place[by_p] = np.arange(len(p_of)) - np.searchsorted(p_of[by_p], p_of[by_p], side="left")
         first_e = ai[heads].astype(np.int64)
         last_e = ai[tails].astype(np.int64)
-        k = np.searchsorted(alloc_entries, last_e, side="right")
-        ends = np.where(k < len(alloc_entries), alloc_entries[np.minimum(k, max(len(alloc_entries) - 1, 0))]
-                        if len(alloc_entries) else 0, np.maximum(n_entries - 1, last_e)) - (k < len(alloc_entries))
+        ends = ends_of(last_e)
         for c, b, p, f, la, e in zip(found_calls, place.tolist(), p_of.tolist(), first_e.tolist(), last_e.tolist(),
                                      ends.tolist()):
             calls.append(BlockCall(b, p, f, la, e, all_rows[c]))

@@ -191,18 +191,34 @@ def _end_before(arr, c_next, k) -> np.ndarray:
     return guess
 
 
-def _only_refs(b: bytes) -> bool:
-    """Whether `b` is BINGET / LONG_BINGET references and nothing else."""
+def ref_indices(b: bytes) -> list[int] | None:
+    """The memo indices of `b` if it is BINGET / LONG_BINGET references and nothing else
+    (whole ones), else None."""
+    out = []
     i, n = 0, len(b)
     while i < n:
         op = b[i]
-        if op == _OP_H:
+        if op == _OP_H and i + 2 <= n:
+            out.append(b[i + 1])
             i += 2
-        elif op == _OP_JJ:
+        elif op == _OP_JJ and i + 5 <= n:
+            out.append(int.from_bytes(b[i + 1:i + 5], "little"))
             i += 5
         else:
-            return False
-    return i == n
+            return None
+    return out
+
+
+def _only_refs(b: bytes) -> bool:
+    """Whether `b` is BINGET / LONG_BINGET references and nothing else."""
+    return ref_indices(b) is not None
+
+
+def _grown(lut: np.ndarray, top: int) -> np.ndarray:
+    """`lut` with room for index top - 1 at least (new slots -1: not known yet)."""
+    if top <= len(lut):
+        return lut
+    return np.concatenate([lut, np.full(max(top, 2 * len(lut)) - len(lut), -1, dtype=lut.dtype)])
 
 
 class FastPath:
@@ -647,10 +663,7 @@ class FastPath:
             m = ref[refd]
             top = int(m.max()) + 1
             if top <= _LUT_MAX:
-                lut = self._str_lut
-                if top > len(lut):
-                    lut = self._str_lut = np.concatenate([lut, np.full(max(top, 2 * len(lut)) - len(lut), -1,
-                                                                       dtype=np.int64)])
+                lut = self._str_lut = _grown(self._str_lut, top)
                 got = lut[m]
                 miss = got < 0
                 if miss.any():
@@ -673,10 +686,8 @@ class FastPath:
             codes = np.asarray([sink.action_code(sink.interner.strings[i] if i >= 0 else MISSING_ACTION)
                                 for i in uniq.tolist()], dtype=np.uint8)
             return codes[inv]
-        lut = self._action_lut                  # by string id + 1 (0: no action); -1 not known yet
-        if top > len(lut):
-            lut = self._action_lut = np.concatenate([lut, np.full(max(top, 2 * len(lut)) - len(lut), -1,
-                                                                  dtype=np.int16)])
+        # by string id + 1 (0: no action); -1 not known yet
+        lut = self._action_lut = _grown(self._action_lut, top)
         got = lut[string_ids + 1]
         miss = got < 0
         if miss.any():

@@ -25,7 +25,7 @@ import numpy as np
 from . import limits
 from .errors import (CorruptError, LimitError, NotASnapshotError, TruncatedError, UnsafePickleError,
                      UnsupportedPickleError)
-from .fastpath import _OP_H, _OP_JJ, POOL_BASE, FastPath, Win8
+from .fastpath import _OP_H, POOL_BASE, FastPath, Win8, ref_indices
 from .limits import MAX_LONG_BYTES, MAX_NESTING, MAX_STACK, MAX_STRING
 from .progress import Progress
 from .sink import EntryRef, TraceList, TracesList, TraceSink, is_frames
@@ -241,21 +241,9 @@ class Interpreter:
         None when one refers to memo slot `limit` or beyond (something of the same batch: the
         interpreter takes that entry, in stream order), or when the bytes are anything else
         than whole BINGET / LONG_BINGET references."""
-        idxs = []
-        i, n = 0, len(b)
-        while i < n:     # every reference first: nothing is interned for bytes that are not a list
-            op = b[i]
-            if op == _OP_H and i + 2 <= n:
-                idx = b[i + 1]
-                i += 2
-            elif op == _OP_JJ and i + 5 <= n:
-                idx = int.from_bytes(b[i + 1:i + 5], "little")
-                i += 5
-            else:
-                return None
-            if idx >= limit:
-                return None
-            idxs.append(idx)
+        idxs = ref_indices(b)     # every reference first: nothing is interned for bytes that are not a list
+        if idxs is None or any(idx >= limit for idx in idxs):
+            return None
         it = self.sink.interner
         fom = self._frame_of_memo
         fids = []
