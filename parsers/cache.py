@@ -192,7 +192,7 @@ def _parse_into(path, fh, st, root, entry, workdir, progress, fast=True):
         progress.start("Reading", st.st_size)
     reader = CrcReader(fh)
     try:
-        top, sink, interp = read_pickle_stream(reader, st.st_size, workdir, progress, fast=fast)
+        top, sink, interp = read_pickle_stream(reader, st.st_size, workdir, progress, fast=fast, source=(path, st))
         content_crc, content_size = reader.drain()
         columns = sink.finish()
         try:

@@ -28,6 +28,7 @@ from .tables import COMPONENT_KEY
 
 if TYPE_CHECKING:  # pragma: no cover
     from .interpreter import Interpreter
+    from .prefetch import Helper
 
 # How the fast path decodes each key's value.
 FAST_KINDS = {
@@ -240,6 +241,8 @@ class FastPath:
         self.entries = 0
         self._str_lut = np.full(256, -1, dtype=np.int64)      # memo slot -> string id (-1: not yet)
         self._action_lut = np.full(64, -1, dtype=np.int16)    # string id + 1 -> action code
+        self.helper: Helper | None = None    # a process decoding a later part (prefetch.py)
+        self._helper_tried = False
 
     def learn(self, keys: tuple) -> None:
         """Take the key order and key reference bytes from a trace entry the
@@ -302,21 +305,41 @@ class FastPath:
         return self._cands
 
     def run(self, p0: int, device: int) -> int:
-        """Decode entries starting at `p0`; return the position after the last one."""
-        if not self.shape or self.r.saw_put:
+        """Decode entries starting at `p0`; return the position after the last one (in a new
+        buffer, `r.generation` changed, where it jumped past entries the helper decoded)."""
+        r = self.r
+        if not self.shape or r.saw_put:
             return p0
+        stop = None
+        helper = self.helper
+        if helper is not None and not helper.done:
+            at = r.base + p0
+            got = helper.take(at)
+            if got is not None and got.shape == self.shape:
+                n, end_at = self.consume(got, device)
+                if n:
+                    helper.taken += n
+                    return r.jump(end_at)
+            nxt = helper.next_start(at)
+            if nxt is not None and nxt > at:
+                stop = nxt - r.base            # our batch ends before the helper's next one
         if self._skip:
             self._skip -= 1
             return p0
         pre = self.prefix
-        if self.r.buf[p0:p0 + len(pre)] != pre:
+        if r.buf[p0:p0 + len(pre)] != pre:
             return p0
         cands = self._candidates(p0)
         if not len(cands) or cands[0] != p0:
             return p0
-        c_ext = cands[:self._batch + 1].astype(np.int64)
-        c = c_ext[:self._batch]
+        take = self._batch
+        if stop is not None:
+            take = max(1, min(take, int(np.searchsorted(cands, stop))))
+        c_ext = cands[:take + 1].astype(np.int64)
+        c = c_ext[:take]
         n, end_pos = self._decode(c, device, c_ext[1:])
+        if n == len(c) and n >= 4096 and not self._helper_tried:
+            self._start_helper(end_pos)
         if n < 16:
             self._skip = self._penalty
             self._penalty = min(self._penalty * 2, 512)
@@ -327,9 +350,37 @@ class FastPath:
                 self._batch = min(self._batch * 4, MAX_BATCH)
         return end_pos if n else p0
 
+    def _start_helper(self, end_pos: int) -> None:
+        """Once the shape has held for a full batch: a helper process for the later part of a
+        big plain file (prefetch.py), from about halfway through what is left."""
+        self._helper_tried = True
+        r = self.r
+        source = getattr(r, "source", None)
+        if source is None or not getattr(r, "fast_enabled", False):
+            return
+        from . import prefetch
+        at = r.base + end_pos
+        left = r.size - at
+        if not prefetch.enabled(left):
+            return
+        self.helper = prefetch.Helper.start(source[0], source[1], at + int(prefetch.MAIN_SHARE * left), self)
+
     def _decode(self, c: np.ndarray, device: int, c_next: np.ndarray):
         """Decode the entries that may start at `c` (`c_next`: the candidate after each, as far
         as known); return how many were taken and where the last one ended."""
+        fields, memo_inc, ok, end = self._structure(c, c_next)
+        ok &= self._references_ok(fields, memo_inc, ok)
+        n = self._chained(c, ok, end)
+        if n == 0:
+            return 0, c[0]
+        n = self._emit(device, n, fields, memo_inc, c)
+        if n == 0:
+            return 0, c[0]
+        return n, int(end[n - 1])
+
+    def _structure(self, c: np.ndarray, c_next: np.ndarray):
+        """Every field of the entries that may start at `c`, read from the bytes alone (no memo):
+        (fields by key, memo slots each entry takes, whether each is well formed, where each ends)."""
         r = self.r
         arr = r.arr
         win8 = r.win8
@@ -425,7 +476,13 @@ class FastPath:
         ok &= arr[pos] == _OP_SETITEMS
         end = pos + 1
         ok &= end <= data_end
-        ok &= self._references_ok(fields, memo_inc, ok)
+        return fields, memo_inc, ok, end
+
+    def _chained(self, c: np.ndarray, ok: np.ndarray, end: np.ndarray) -> int:
+        """How many of the entries at `c` may be taken: up to the first not ok or not chained."""
+        arr = self.r.arr
+        data_end = self.r.data_end
+        k = len(c)
         # Entries must chain: each ends where the next begins, possibly across an
         # APPENDS MARK pair (a new batch of 1000; nothing is pending on the stack).
         if k > 1:
@@ -444,12 +501,7 @@ class FastPath:
             last_end = int(end[n - 1])
             if last_end >= data_end or arr[last_end] not in (0x7D, _OP_APPENDS):
                 n -= 1
-        if n == 0:
-            return 0, c[0]
-        n = self._emit(device, n, fields, memo_inc, c)
-        if n == 0:
-            return 0, c[0]
-        return n, int(end[n - 1])
+        return n
 
     def _references_ok(self, fields: dict, memo_inc: np.ndarray, ok: np.ndarray) -> np.ndarray:
         """Whether every memo reference of each entry names an object of the kind its field
@@ -496,13 +548,18 @@ class FastPath:
 
     _DEFAULTS = {"addr": 0, "size": 0, "stream": 0, "time_us": -1}
 
-    def _emit(self, device, n, fields, memo_inc, c) -> int:
+    def _emit(self, device, n, fields, memo_inc, c, helped=None) -> int:
         """Append the first n decoded entries to the columns (fewer when an inline frames
-        list refers to something of this batch: those go to the interpreter); return how many."""
+        list refers to something of this batch: those go to the interpreter); return how many.
+        `helped`: a batch the helper process decoded (prefetch.Batch), whose strings and lists
+        are its own, not in this reader's buffer."""
         r = self.r
         sink = r.sink
         base = r.memo_count
-        list_sids, n = self._inline_list_sids(fields, n, base)
+        if helped is None:
+            list_sids, n = self._inline_list_sids(fields, n, base)
+        else:
+            list_sids, n = self._list_sids_by_uid(fields, n, base, helped.lists)
         if n == 0:
             return 0
         dict_idx = base + np.concatenate(([0], np.cumsum(memo_inc[:n - 1])))
@@ -518,7 +575,8 @@ class FastPath:
             kind = FAST_KINDS[key]
             if kind == "str":
                 ref, is_s, sstart, slen, off, _ = (x[:n] for x in fields[key])
-                inline_ids[key] = self._inline_strings(is_s, sstart, slen, dict_idx + off)
+                inline_ids[key] = self._inline_strings(is_s, sstart, slen, dict_idx + off,
+                                                       r.buf if helped is None else helped.strings)
             elif kind == "list":
                 ref, inline, start, stop, off, _ = (x[:n] for x in fields[key])
                 where, sids = list_sids[key]
@@ -629,6 +687,67 @@ class FastPath:
             out[key] = (where, np.asarray(sids, dtype=np.int32))
         return out, n
 
+    def _list_sids_by_uid(self, fields: dict, n: int, base: int, uniq: list) -> tuple[dict, int]:
+        """`_inline_list_sids` for a batch the helper decoded: each inline list given by the id
+        of its bytes (`uniq[uid]`), so a distinct list is looked up once, not once an entry. The
+        same cuts and the same stacks interned in the same order: a list's first entry stands
+        for all of its entries (they share its bytes, so its lookup and its checks)."""
+        r = self.r
+        by_bytes = r.stack_by_bytes
+        looked = []
+        for key in self.shape:
+            if FAST_KINDS[key] != "list":
+                continue
+            inline, uid = fields[key][1][:n], fields[key][2]
+            where = np.flatnonzero(inline)
+            us, first, inv = np.unique(uid[where], return_index=True, return_inverse=True)
+            order = np.argsort(first, kind="stable").tolist()     # the distinct lists, as first met
+            keys = [uniq[u] for u in us.tolist()]
+            sid_u = [by_bytes.get(b, -1) for b in keys]
+            first_l = first.tolist()
+            for x in order:          # before anything is interned: where the lists stop being lists
+                if sid_u[x] == -1:
+                    at = int(where[first_l[x]])
+                    if at >= n:
+                        break
+                    if not _only_refs(keys[x]):
+                        n = at
+                        break
+            looked.append((key, where, order, keys, sid_u, first_l, inv))
+        out = {}
+        for key, where, order, keys, sid_u, first_l, inv in looked:
+            for x in order:
+                if sid_u[x] != -1:
+                    continue
+                at = int(where[first_l[x]])
+                if at >= n:
+                    break
+                known = by_bytes.get(keys[x])
+                if known is None:
+                    known = r.stack_from_ref_bytes(keys[x], base)
+                    if known is None:
+                        n = at
+                        break
+                    by_bytes[keys[x]] = known
+                sid_u[x] = known
+            sids = np.asarray(sid_u, dtype=np.int32)[inv.reshape(-1)] if len(sid_u) else np.zeros(0, np.int32)
+            out[key] = (where, sids)
+        return out, n
+
+    def consume(self, batch, device: int) -> tuple[int, int]:
+        """Take entries the helper process decoded (`batch`, read at the position the
+        interpreter has reached): their memo references checked and resolved here, as for a
+        batch of our own. (how many were taken, the stream offset after the last one)."""
+        fields, memo_inc = batch.fields(self.shape)
+        n = batch.n
+        ok = self._references_ok(fields, memo_inc, np.ones(n, dtype=bool))
+        bad = np.flatnonzero(~ok)
+        if len(bad):
+            n = int(bad[0])
+        if n:
+            n = self._emit(device, n, fields, memo_inc, None, helped=batch)
+        return n, (int(batch.end[n - 1]) if n else -1)
+
     def _inline_tuples(self, inline, a_val, b_val, memo_idx) -> None:
         """Record inline pool tuples by memo without a Python object per entry:
         the distinct tuples are few; memo_fast holds a code into `pool_tuples`."""
@@ -640,12 +759,11 @@ class FastPath:
         codes = np.asarray([r.pool_code((int(x), int(y))) for x, y in uniq], dtype=np.int64)
         r.memo_fast[memo_idx[inline]] = (POOL_BASE - codes[inv.reshape(-1)]).astype(np.int32)
 
-    def _inline_strings(self, is_inline, sstart, slen, memo_idx) -> np.ndarray:
+    def _inline_strings(self, is_inline, sstart, slen, memo_idx, buf) -> np.ndarray:
         r = self.r
         ids = np.full(len(is_inline), -1, dtype=np.int64)
         if is_inline.any():
             where = np.flatnonzero(is_inline)
-            buf = r.buf
             string_id = r.sink.string_id
             got = [string_id(buf[a:a + ln].decode("utf-8", "surrogatepass"))
                    for a, ln in zip(sstart[where].tolist(), slen[where].tolist())]

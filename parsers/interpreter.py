@@ -53,11 +53,14 @@ class ByteSource(Protocol):
     """What the interpreter reads from: a binary file, or `Deframed` over one."""
     def read(self, n: int, /) -> bytes: ...
 
+    def skip(self, n: int, /) -> None: ...
+
 
 class Interpreter:
     def __init__(self, fh: ByteSource, size: int, sink: TraceSink, progress: Progress | None,
-                 fast: bool = True):
+                 fast: bool = True, source: tuple | None = None):
         self.fh = fh
+        self.source = source       # (path, os.stat_result) of a plain file: a helper may read it too
         self.size = size
         self.sink = sink
         self.progress = progress
@@ -94,6 +97,11 @@ class Interpreter:
         self.traces: TracesList | None = None
         self.host_traces: TraceList | None = None   # `host_traces` (2.14): streamed like a device's
         self.protocol = None
+
+    def stop_helper(self) -> None:
+        """Let the fast path's helper process go, if one was started (done or not)."""
+        if self.fast is not None and self.fast.helper is not None:
+            self.fast.helper.close()
 
     def release(self) -> None:
         """Drop what only the reading needed (the memo, the fast path's tables, the last chunk):
@@ -137,6 +145,16 @@ class Interpreter:
         if self.progress is not None:
             self.progress.update(getattr(self.fh, "raw_pos", self.base))
         return 0
+
+    def jump(self, to: int) -> int:
+        """Go on reading at stream offset `to` (at or after what the interpreter has reached:
+        what lies between was read elsewhere); return the position in the new buffer."""
+        rel = to - self.base
+        if rel <= self.data_end:
+            return rel
+        self.fh.skip(to - (self.base + self.data_end))
+        self.base, self.buf, self.data_end = to, b"", 0
+        return self.refill(0, _MARGIN)
 
     def grow_memo_fast(self, count: int) -> None:
         if count > len(self.memo_fast):
@@ -317,7 +335,12 @@ class Interpreter:
                         tl.extend(stack)
                         stack.clear()
                     if self.fast_enabled:
+                        gen = self.generation
                         newpos = fast.run(pos - 1, tl.device)
+                        if self.generation != gen:          # jumped past entries read by the helper
+                            buf = self.buf
+                            pos = newpos
+                            continue
                         if newpos > pos - 1:
                             pos = newpos
                             continue
@@ -639,6 +662,41 @@ class Deframed:
             self.raw_pos += take
             got += take
         return out
+
+
+    def skip(self, n: int) -> None:
+        """Step over the next n bytes of the stream without reading them (past FRAME headers:
+        nine bytes read at each, the frames themselves sought over)."""
+        if self._at_start:                # PROTO's two bytes, read already, come first
+            self._at_start = False
+            head, self._raw, self._off = self._raw, b"", 0
+            if n < len(head):
+                raise ValueError("skip into the first two bytes")
+            n -= len(head)
+        while n > 0:
+            avail = len(self._raw) - self._off
+            if self.active and self.raw_pos == self.next_frame:
+                if avail < 9:
+                    self._raw = self._raw[self._off:] + self.fh.read(9 - avail)
+                    self._off = 0
+                    avail = len(self._raw)
+                hdr = self._raw[self._off:self._off + 9]
+                if len(hdr) == 9 and hdr[0] == 0x95:
+                    self._off += 9
+                    self.raw_pos += 9
+                    self.next_frame = self.raw_pos + int.from_bytes(hdr[1:], "little")
+                    continue
+                self.active = False
+            take = n if not self.active else min(n, self.next_frame - self.raw_pos)
+            if avail:
+                take = min(take, avail)
+                self._off += take
+            elif hasattr(self.fh, "skip"):   # nothing read ahead: the file steps over it (CrcReader)
+                self.fh.skip(take)
+            else:                        # nothing read ahead: seek (the file is at raw_pos)
+                self.fh.seek(self.raw_pos + take)
+            self.raw_pos += take
+            n -= take
 
 
 def _decode(buf: bytes, pos: int, n: int) -> str:

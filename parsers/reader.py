@@ -28,19 +28,22 @@ from .tables import CacheWriteError
 
 
 def read_pickle_stream(fh: BinaryIO, size: int, directory: str | None, progress: Progress | None = None,
-                       fast: bool = True):
+                       fast: bool = True, source: tuple | None = None):
     """Run the reader over an open file (`size`: its length, for the bounds that grow with it).
     Returns (top-level object, sink, interpreter). `fast=False` takes the general interpreter
     for every entry (the fast path must give the same result; tests compare them).
     Raises `SnapshotError` for bad input, `CacheWriteError` when the column files in
-    `directory` cannot be written."""
+    `directory` cannot be written. `source`: (path, stat) where `fh` is that plain file, which
+    a helper process may then read in part (prefetch.py)."""
     sink = TraceSink(directory, size)
-    reader = Interpreter(Deframed(fh), size, sink, progress, fast=fast)
+    reader = Interpreter(Deframed(fh), size, sink, progress, fast=fast, source=source)
     try:
         top = reader.run()
     except BaseException as e:
         sink.discard()
         raise _as_snapshot_error(e) from None
+    finally:
+        reader.stop_helper()
     return top, sink, reader
 
 

@@ -18,6 +18,7 @@ import os
 import queue
 import stat
 import threading
+import time
 import zlib
 from typing import BinaryIO
 
@@ -151,6 +152,17 @@ class CrcReader:
             if self._batch_bytes >= self.HANDOFF:
                 self._hand_off()
         return data
+
+    def skip(self, n: int) -> None:
+        """Step over the next n bytes (read elsewhere): still read here, for the CRC, a MiB at
+        a time, never more than a few MiB waiting for the CRC thread."""
+        while n > 0:
+            got = len(self.read(min(n, 1 << 20)))
+            if not got:
+                break
+            n -= got
+            while self._queue is not None and self._queue.qsize() > 16:
+                time.sleep(0.0005)
 
     def _hand_off(self) -> None:
         batch, self._batch, self._batch_bytes = self._batch, [], 0

@@ -1,0 +1,197 @@
+"""The helper process (parsers/prefetch.py): a big file read with a helper decoding its later
+part reads exactly as it reads without one (columns, stacks and their order, strings), the
+helper takes a real share of the entries, and wherever it stops, fails or is let go, the reader
+reads on alone to the same result. Deframed.skip and CrcReader.skip step over bytes as reading
+them would."""
+from __future__ import annotations
+
+import io
+import pickle
+import random
+import sys
+import zlib
+
+import pytest
+
+from helpers import DATA
+from test_fastpath_lists import KEYS_TORCH, _entries
+from vramscope.common.files import CrcReader
+from vramscope.parsers import prefetch
+from vramscope.parsers.cache import read_snapshot
+from vramscope.parsers.interpreter import Deframed
+
+sys.path.insert(0, str(DATA))
+import fuzzing  # noqa: E402
+import hostile  # noqa: E402
+
+BENCH = str(DATA.parent.parent / "benchmarks")
+
+
+@pytest.fixture
+def with_helper(monkeypatch):
+    """Helpers for files of any size; what each one took, recorded as it is let go."""
+    monkeypatch.setenv("VRAMSCOPE_PARSE_HELPER_MIN", "0")
+    monkeypatch.delenv("VRAMSCOPE_PARSE_HELPER", raising=False)
+    monkeypatch.setattr(prefetch, "_cpus", lambda: 2)
+    taken: list[int] = []
+    close = prefetch.Helper.close
+
+    def recording(self):
+        if not self.closed_once:
+            self.closed_once = True
+            taken.append(self.taken)
+        close(self)
+    monkeypatch.setattr(prefetch.Helper, "closed_once", False, raising=False)
+    monkeypatch.setattr(prefetch.Helper, "close", recording)
+    return taken
+
+
+def _without_helper(path, monkeypatch):
+    monkeypatch.setenv("VRAMSCOPE_PARSE_HELPER", "0")
+    try:
+        return read_snapshot(str(path))
+    finally:
+        monkeypatch.delenv("VRAMSCOPE_PARSE_HELPER")
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    sys.path.insert(0, BENCH)
+    import gen_snapshot
+    p = tmp_path_factory.mktemp("gen") / "gen.pickle"
+    gen_snapshot.generate(str(p), 60_000, seed=3)
+    return p
+
+
+def test_a_generated_file_reads_the_same_with_a_helper(generated, with_helper, monkeypatch):
+    helped = read_snapshot(str(generated))
+    assert with_helper and with_helper[0] > 20_000, with_helper     # the helper did a real share
+    alone = _without_helper(generated, monkeypatch)
+    assert fuzzing.snapshot_signature(helped) == fuzzing.snapshot_signature(alone)
+    # the same stack ids, in the same order: nothing downstream can tell the two apart
+    assert helped.n_stacks == alone.n_stacks
+    assert all(helped.stack_frames_list(s) == alone.stack_frames_list(s) for s in range(helped.n_stacks))
+    for d, t in alone.traces.items():
+        for col, arr in t.columns.items():
+            assert (helped.traces[d].columns[col] == arr).all(), col
+
+
+def test_entries_the_helper_cannot_take_are_read_by_the_reader(tmp_path, with_helper, monkeypatch):
+    # a new frame dict inside a list every 40 entries all along: each such entry needs the
+    # interpreter (the helper has no memo), so the helper's part is full of gaps the reader fills
+    entries = _entries(40_000, KEYS_TORCH, seed=5)
+    path = tmp_path / "gaps.pickle"
+    path.write_bytes(pickle.dumps(hostile._snapshot_with(entries), protocol=4))
+    helped = read_snapshot(str(path))
+    assert with_helper and with_helper[0] > 5_000, with_helper
+    alone = _without_helper(path, monkeypatch)
+    slow = read_snapshot(str(path), fast=False)
+    assert fuzzing.snapshot_signature(helped) == fuzzing.snapshot_signature(alone) == fuzzing.snapshot_signature(slow)
+
+
+def test_a_helper_that_fails_leaves_the_reader_to_read_on(generated, with_helper, monkeypatch):
+    # the helper dies at once (a bad argument): the reader waits for nothing and reads it all
+    real_start = prefetch.Helper.start.__func__
+
+    def broken(cls, file_path, st, target, fast):
+        return real_start(cls, file_path + ".missing", st, target, fast)
+    monkeypatch.setattr(prefetch.Helper, "start", classmethod(broken))
+    helped = read_snapshot(str(generated))
+    assert with_helper == [0]
+    assert fuzzing.snapshot_signature(helped) == fuzzing.snapshot_signature(_without_helper(generated, monkeypatch))
+
+
+def test_a_helper_let_go_half_way_leaves_the_rest_to_the_reader(generated, with_helper, monkeypatch):
+    # the helper's batches stop coming after a few (it is killed): the reader takes those and
+    # reads the rest alone
+    real_read = prefetch.Helper._try_read
+
+    def few(self):
+        if getattr(self, "seen", 0) >= 3:
+            self.proc.kill()
+            self.proc.wait()
+            self.close()
+            return None
+        got = real_read(self)
+        self.seen = getattr(self, "seen", 0) + (got is not None)
+        return got
+    monkeypatch.setattr(prefetch.Helper, "_try_read", few)
+    helped = read_snapshot(str(generated))
+    assert with_helper and 0 < with_helper[0] < 40_000, with_helper
+    assert fuzzing.snapshot_signature(helped) == fuzzing.snapshot_signature(_without_helper(generated, monkeypatch))
+
+
+def test_a_batch_the_reader_never_lands_on_is_dropped():
+    h = prefetch.Helper.__new__(prefetch.Helper)
+    h.target, h.done, h.queue = 100, True, []
+    h.queue = [prefetch.Batch(s, 1, {"c": [s], "end": [s + 10]}, b"", [], ()) for s in (100, 150, 200)]
+    assert h.take(50) is None and len(h.queue) == 3          # before the helper's part: untouched
+    assert h.take(120) is None                               # 100 passed without landing on it
+    assert [b.start for b in h.queue] == [150, 200]
+    assert h.next_start(120) == 150
+    assert h.take(150).start == 150
+    assert h.take(200).start == 200 and h.take(300) is None
+
+
+def test_no_helper_where_it_cannot_pay(monkeypatch):
+    monkeypatch.delenv("VRAMSCOPE_PARSE_HELPER_MIN", raising=False)
+    monkeypatch.setattr(prefetch, "_cpus", lambda: 2)
+    assert prefetch.enabled(prefetch.MIN_BYTES) and not prefetch.enabled(prefetch.MIN_BYTES - 1)
+    monkeypatch.setattr(prefetch, "_cpus", lambda: 1)
+    assert not prefetch.enabled(1 << 40)
+    monkeypatch.setattr(prefetch, "_cpus", lambda: 8)
+    monkeypatch.setenv("VRAMSCOPE_PARSE_HELPER", "0")
+    assert not prefetch.enabled(1 << 40)
+
+
+def _framed(n_entries: int, seed: int) -> bytes:
+    rng = random.Random(seed)
+    return pickle.dumps({"device_traces": [[{"action": "alloc", "addr": rng.randrange(1 << 40), "note": "x" * rng.randrange(300)}
+                                            for _ in range(n_entries)]]}, protocol=4)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_deframed_skip_steps_over_what_read_would_hand_out(seed):
+    data = _framed(3000, seed)
+    whole = Deframed(io.BufferedReader(io.BytesIO(data))).read(len(data))
+    rng = random.Random(seed)
+    for seekable in (True, False):
+        raw = io.BytesIO(data)
+        d = Deframed(io.BufferedReader(raw) if seekable else CrcReader(raw))
+        at = 0
+        for _ in range(12):
+            k = rng.randrange(0, 70_000)
+            d.skip(k)
+            at += k
+            m = rng.randrange(1, 40_000)
+            got = d.read(m)
+            assert got == whole[at:at + m]
+            at += len(got)
+
+
+def test_crc_reader_skip_counts_what_it_steps_over():
+    data = random.Random(1).randbytes(3_000_000)
+    r = CrcReader(io.BytesIO(data))
+    r.read(1000)
+    r.skip(2_500_000)
+    r.read(7)
+    assert r.drain() == (zlib.crc32(data), len(data))
+
+
+def test_the_cache_entry_names_the_whole_file_when_a_helper_read_part_of_it(generated, with_helper, monkeypatch,
+                                                                             tmp_path):
+    # the reader steps over what the helper read, but its CRC still covers every byte
+    from vramscope.common.files import crc32_file
+    from vramscope.parsers import cache
+    monkeypatch.setenv("VRAMSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    seen = {}
+    write = cache._write_entry
+
+    def recording(workdir, snap, sink, columns, ident, source):
+        seen.update(ident)
+        return write(workdir, snap, sink, columns, ident, source)
+    monkeypatch.setattr(cache, "_write_entry", recording)
+    cache.open_snapshot(str(generated))
+    assert with_helper and with_helper[0] > 20_000
+    with open(generated, "rb") as fh:
+        assert (seen["crc32"], seen["size"]) == crc32_file(fh)
