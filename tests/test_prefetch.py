@@ -169,13 +169,19 @@ def test_deframed_skip_steps_over_what_read_would_hand_out(seed):
             at += len(got)
 
 
-def test_crc_reader_skip_counts_what_it_steps_over():
+@pytest.mark.parametrize("on_disk", [True, False], ids=["file (read by position)", "stream (read here)"])
+def test_crc_reader_skip_counts_what_it_steps_over(tmp_path, on_disk):
     data = random.Random(1).randbytes(3_000_000)
-    r = CrcReader(io.BytesIO(data))
-    r.read(1000)
-    r.skip(2_500_000)
-    r.read(7)
-    assert r.drain() == (zlib.crc32(data), len(data))
+    p = tmp_path / "bytes"
+    p.write_bytes(data)
+    with open(p, "rb") as fh:
+        r = CrcReader(fh if on_disk else io.BytesIO(data))
+        assert r.read(1000) == data[:1000]
+        r.skip(2_500_000)
+        assert r.read(7) == data[2_501_000:2_501_007]
+        r.skip(10_000_000)                  # past the end: stops there
+        assert r.read(5) == b""
+        assert r.drain() == (zlib.crc32(data), len(data))
 
 
 def test_the_cache_entry_names_the_whole_file_when_a_helper_read_part_of_it(generated, with_helper, monkeypatch,

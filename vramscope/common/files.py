@@ -154,8 +154,23 @@ class CrcReader:
         return data
 
     def skip(self, n: int) -> None:
-        """Step over the next n bytes (read elsewhere): still read here, for the CRC, a MiB at
-        a time, never more than a few MiB waiting for the CRC thread."""
+        """Step over the next n bytes (read elsewhere): the CRC thread reads them for the CRC
+        (by position, on its own, in order with the rest); a file without a descriptor is read
+        here, a MiB at a time, never more than a few MiB waiting for the CRC thread."""
+        try:
+            fd = self.fh.fileno()
+            start = self.fh.tell()
+            size = os.fstat(fd).st_size
+        except (AttributeError, OSError, ValueError):
+            fd = -1
+        if fd >= 0 and hasattr(os, "pread"):
+            n = max(0, min(n, size - start))
+            self._hand_off()
+            assert self._queue is not None
+            self._queue.put((fd, start, n))
+            self.fh.seek(start + n)
+            self.count += n
+            return
         while n > 0:
             got = len(self.read(min(n, 1 << 20)))
             if not got:
@@ -179,6 +194,16 @@ class CrcReader:
             batch = self._queue.get()
             if batch is None:
                 break
+            if type(batch) is tuple:          # a range of the file stepped over: read it here
+                fd, at, n = batch
+                while n > 0:
+                    data = os.pread(fd, min(n, 4 << 20), at)
+                    if not data:
+                        break
+                    crc = zlib.crc32(data, crc)
+                    at += len(data)
+                    n -= len(data)
+                continue
             for data in batch:
                 crc = zlib.crc32(data, crc)
         self.crc = crc
