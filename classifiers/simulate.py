@@ -67,11 +67,17 @@ class Rewrite:
 
     def after(self, entry: int, n: int) -> np.ndarray:
         """`n` new event keys right after trace entry `entry`, after those taken before."""
+        k = self.reserve(entry, n)
+        return (np.int64(entry) << SHIFT) + np.arange(k, k + n, dtype=np.int64)
+
+    def reserve(self, entry: int, n: int) -> int:
+        """Take `n` new event keys right after trace entry `entry` (after those taken before):
+        the first one's place after it (the keys: (entry << SHIFT) + that, + 1, ...)."""
         k = self._next.get(entry, 1)
         if k + n >= (1 << SHIFT):
             raise OverflowError("too many events inserted after one trace entry")
         self._next[entry] = k + n
-        return (np.int64(entry) << SHIFT) + np.arange(k, k + n, dtype=np.int64)
+        return k
 
     def add(self, ak, fk, rows):
         """New rows with these keys, copying size, category and growth flags from `rows`."""

@@ -58,62 +58,10 @@ class Checkpointing(Lever):
             return Applied(self.name, False, NO_BLOCKS)
         if st.checkpointed:
             return Applied(self.name, False, f"the {st.blocks.name} blocks are checkpointed already")
-        ai, fi, role = rw.ai, rw.fi, st.role
-        # what each forward pass saved for backward, by allocation: for each block, the last of
-        # those made after it and freed before its own backward starts
-        kept = np.flatnonzero(np.isin(role, (R_SAVED, R_OUTSIDE_SAVED, R_OUTPUT)) & (fi >= 0))
-        kept = kept[np.argsort(ai[kept], kind="stable")]
-        ai_kept = ai[kept].astype(np.int64)                 # once: a call looks up its range in it (no pass over every row)
-        done = 0
-        # every call's range of later kept rows at once (one search for all calls, not two per call)
-        calls = st.calls
-        lasts = np.array([c.last for c in calls], dtype=np.int64)
-        pass_ends = np.array([st.passes[c.forward_pass][1] for c in calls], dtype=np.int64)
-        los = np.searchsorted(ai_kept, lasts + 1).tolist()
-        his = np.searchsorted(ai_kept, pass_ends + 1).tolist()
-        inputs = np.asarray(st.inputs).tolist()
-        for j, c in enumerate(calls):
-            r = c.rows
-            rr = role[r]
-            is_saved = rr == R_SAVED
-            saved = r[is_saved]
-            if not len(saved):
-                continue
-            fs = fi[saved]
-            freed = fs >= 0
-            if not freed.any():
-                # a forward cut short by an out-of-memory error: no backward to recompute for; what
-                # the block saved goes when its forward ends, its input stays (a lower bound)
-                rw.fk[saved] = rw.after(c.last, len(saved))
-                done += 1
-                continue
-            if not freed.all():
-                saved, fs = saved[freed], fs[freed]
-            first_free = int(fs.min())
-            later = fi[kept[los[j]:his[j]]]
-            later = later[later < first_free]
-            base = int(later.max()) if len(later) else first_free - 1
-            # replay the window up to its last saved tensor (torch stops the recompute there):
-            # its allocations and its scratch's frees, in their order, right after `base`
-            is_scratch = rr == R_SCRATCH
-            ar = ai[r]
-            in_replay = (is_saved | is_scratch) & (ar <= int(ai[saved].max()))
-            replay = r[in_replay]
-            scratch_of_replay = is_scratch[in_replay]
-            ev_key = np.concatenate([ar[in_replay], fi[replay[scratch_of_replay]]])
-            new_key = np.empty(len(ev_key), dtype=np.int64)
-            new_key[np.argsort(ev_key, kind="stable")] = rw.after(base, len(ev_key))
-            free_key = rw.fk[replay]            # (a copy: fancy indexing)
-            free_key[scratch_of_replay] = new_key[len(replay):]
-            rw.add(new_key[:len(replay)], free_key, replay)
-            # forward: what the block saved goes when its forward ends
-            rw.fk[saved] = rw.after(c.last, len(saved))
-            # its input stays until its backward has run
-            inp = inputs[j]
-            end = int(fs.max())
-            if inp >= 0 and rw.fk[inp] >= 0 and (rw.fk[inp] >> rw.shift) < end:
-                rw.fk[inp] = rw.after(end, 1)[0]
-            done += 1
+        kept = _kept(rw, st)
+        done = _rewrite_at_once(rw, st, *kept)
+        if done is None:                    # rows shared between calls: one call at a time
+            done = _rewrite_call_by_call(rw, st, *kept)
         b = st.blocks
         if not done:
             return Applied(self.name, False, f"the {b.count} {b.name} blocks found save nothing for a backward in this "
@@ -124,5 +72,178 @@ class Checkpointing(Lever):
                        f"(its forward replayed, scratch included) right before its own backward; the logits, loss "
                        f"and embeddings outside the blocks are unchanged; about a third more compute")
 
+
+def _kept(rw, st):
+    """What each forward pass saved for backward (rows sorted by allocation), and for every
+    call the range of those made after it in its pass: (kept rows, their allocation entries,
+    each call's first and past-the-last index into them)."""
+    ai, fi, role = rw.ai, rw.fi, st.role
+    kept = np.flatnonzero(np.isin(role, (R_SAVED, R_OUTSIDE_SAVED, R_OUTPUT)) & (fi >= 0))
+    kept = kept[np.argsort(ai[kept], kind="stable")]
+    ai_kept = ai[kept].astype(np.int64)
+    calls = st.calls
+    lasts = np.array([c.last for c in calls], dtype=np.int64)
+    pass_ends = np.array([st.passes[c.forward_pass][1] for c in calls], dtype=np.int64)
+    los = np.searchsorted(ai_kept, lasts + 1)
+    his = np.searchsorted(ai_kept, pass_ends + 1)
+    return kept, los, his
+
+
+def _rewrite_call_by_call(rw, st, kept, los, his) -> int:
+    """The rewrite, one call at a time (the reference `_rewrite_at_once` must equal)."""
+    ai, fi, role = rw.ai, rw.fi, st.role
+    los, his = los.tolist(), his.tolist()
+    done = 0
+    calls = st.calls
+    inputs = np.asarray(st.inputs).tolist()
+    for j, c in enumerate(calls):
+        r = c.rows
+        rr = role[r]
+        is_saved = rr == R_SAVED
+        saved = r[is_saved]
+        if not len(saved):
+            continue
+        fs = fi[saved]
+        freed = fs >= 0
+        if not freed.any():
+            # a forward cut short by an out-of-memory error: no backward to recompute for; what
+            # the block saved goes when its forward ends, its input stays (a lower bound)
+            rw.fk[saved] = rw.after(c.last, len(saved))
+            done += 1
+            continue
+        if not freed.all():
+            saved, fs = saved[freed], fs[freed]
+        first_free = int(fs.min())
+        later = fi[kept[los[j]:his[j]]]
+        later = later[later < first_free]
+        base = int(later.max()) if len(later) else first_free - 1
+        # replay the window up to its last saved tensor (torch stops the recompute there):
+        # its allocations and its scratch's frees, in their order, right after `base`
+        is_scratch = rr == R_SCRATCH
+        ar = ai[r]
+        in_replay = (is_saved | is_scratch) & (ar <= int(ai[saved].max()))
+        replay = r[in_replay]
+        scratch_of_replay = is_scratch[in_replay]
+        ev_key = np.concatenate([ar[in_replay], fi[replay[scratch_of_replay]]])
+        new_key = np.empty(len(ev_key), dtype=np.int64)
+        new_key[np.argsort(ev_key, kind="stable")] = rw.after(base, len(ev_key))
+        free_key = rw.fk[replay]            # (a copy: fancy indexing)
+        free_key[scratch_of_replay] = new_key[len(replay):]
+        rw.add(new_key[:len(replay)], free_key, replay)
+        # forward: what the block saved goes when its forward ends
+        rw.fk[saved] = rw.after(c.last, len(saved))
+        # its input stays until its backward has run
+        inp = inputs[j]
+        end = int(fs.max())
+        if inp >= 0 and rw.fk[inp] >= 0 and (rw.fk[inp] >> rw.shift) < end:
+            rw.fk[inp] = rw.after(end, 1)[0]
+        done += 1
+    return done
+
+
+def _rewrite_at_once(rw, st, kept, los, his) -> int | None:
+    """`_rewrite_call_by_call` with the numpy work done for all calls together: only the event
+    keys are handed out call by call, in the same order, so every key is the same. None where
+    the calls' edits could depend on each other (a row in two calls; an input that is some
+    call's saved or replayed row, or the input of two calls): there it is done call by call."""
+    calls = st.calls
+    m = len(calls)
+    if not m:
+        return 0
+    ai, fi, role = rw.ai, rw.fi, st.role
+    shift = rw.shift
+    counts = np.fromiter((len(c.rows) for c in calls), dtype=np.int64, count=m)
+    if not counts.sum():
+        return 0
+    rows = np.concatenate([np.asarray(c.rows, dtype=np.int64) for c in calls])
+    call = np.repeat(np.arange(m, dtype=np.int64), counts)
+    if not (np.asarray(st.call_of)[rows] == call).all():      # each row made by its one call
+        return None
+    rr = role[rows]
+    is_saved = rr == R_SAVED
+    is_scratch = rr == R_SCRATCH
+    f_r = fi[rows].astype(np.int64)
+    a_r = ai[rows].astype(np.int64)
+    n_saved = np.bincount(call[is_saved], minlength=m)
+    freed_saved = is_saved & (f_r >= 0)
+    full = np.bincount(call[freed_saved], minlength=m) > 0   # saved something a backward freed
+    cut = (n_saved > 0) & ~full                              # a forward an OOM cut short
+    big = np.iinfo(np.int64).max
+    starts = np.zeros(m, dtype=np.int64)
+    np.cumsum(counts[:-1], out=starts[1:])
+    nz = counts > 0
+    first_free = np.full(m, big, dtype=np.int64)
+    end = np.full(m, -1, dtype=np.int64)
+    top_ai = np.full(m, -1, dtype=np.int64)
+    first_free[nz] = np.minimum.reduceat(np.where(freed_saved, f_r, big), starts[nz])
+    end[nz] = np.maximum.reduceat(np.where(freed_saved, f_r, -1), starts[nz])
+    top_ai[nz] = np.maximum.reduceat(np.where(freed_saved, a_r, -1), starts[nz])
+    # the rows each call re-keys: what it saved (freed by a backward; all of it where none was)
+    rekey = (freed_saved & full[call]) | (is_saved & cut[call])
+    s_rows, s_call = rows[rekey], call[rekey]
+    n_rekey = np.bincount(s_call, minlength=m)
+    # the replayed window: saved and scratch rows up to the last saved one
+    in_replay = (is_saved | is_scratch) & full[call] & (a_r <= top_ai[call])
+    replay, r_call, r_scratch = rows[in_replay], call[in_replay], is_scratch[in_replay]
+    n_replay = np.bincount(r_call, minlength=m)
+    n_events = n_replay + np.bincount(r_call[r_scratch], minlength=m)
+    inputs = np.asarray(st.inputs, dtype=np.int64)
+    active = n_saved > 0
+    inp = inputs[active & full]
+    inp = inp[inp >= 0]
+    if len(inp):
+        mark = np.zeros(len(ai), dtype=bool)
+        mark[s_rows] = True
+        mark[replay] = True
+        if mark[inp].any() or len(np.unique(inp)) != len(inp):
+            return None
+    # the event keys, handed out in the calls' order (Rewrite.reserve, as Rewrite.after would)
+    fk = rw.fk
+    fi_kept = fi[kept].astype(np.int64)
+    k_base = np.zeros(m, dtype=np.int64)
+    k_last = np.zeros(m, dtype=np.int64)
+    k_end = np.full(m, -1, dtype=np.int64)
+    base = np.zeros(m, dtype=np.int64)
+    lasts = [c.last for c in calls]
+    los_l, his_l = los.tolist(), his.tolist()
+    ff_l, end_l, inp_l = first_free.tolist(), end.tolist(), inputs.tolist()
+    ne_l, nk_l, full_l = n_events.tolist(), n_rekey.tolist(), full.tolist()
+    for j in np.flatnonzero(active).tolist():
+        if full_l[j]:
+            ff = ff_l[j]
+            later = fi_kept[los_l[j]:his_l[j]]
+            later = later[later < ff]
+            b = int(later.max()) if len(later) else ff - 1
+            base[j] = b
+            k_base[j] = rw.reserve(b, ne_l[j])
+            k_last[j] = rw.reserve(lasts[j], nk_l[j])
+            i = inp_l[j]
+            e = end_l[j]
+            if i >= 0 and fk[i] >= 0 and (int(fk[i]) >> shift) < e:
+                k_end[j] = rw.reserve(e, 1)
+        else:
+            k_last[j] = rw.reserve(lasts[j], nk_l[j])
+    # the replayed events of each call, in its order: its allocations, then its scratch's frees,
+    # sorted (stably) by the recorded entry they happened at, keyed one after another after `base`
+    ev_call = np.concatenate([r_call, r_call[r_scratch]])
+    ev_at = np.concatenate([a_r[in_replay], f_r[in_replay][r_scratch]])
+    order = np.argsort((ev_call << 32) + (ev_at + 1), kind="stable")
+    first_ev = np.zeros(m, dtype=np.int64)
+    np.cumsum(n_events[:-1], out=first_ev[1:])
+    sc = ev_call[order]
+    new_key = np.empty(len(order), dtype=np.int64)
+    new_key[order] = (base[sc] << shift) + k_base[sc] + (np.arange(len(order), dtype=np.int64) - first_ev[sc])
+    free_key = fk[replay]
+    free_key[r_scratch] = new_key[len(replay):]
+    rw.add(new_key[:len(replay)], free_key, replay)
+    # forward: what each block saved goes when its forward ends
+    first_s = np.zeros(m, dtype=np.int64)
+    np.cumsum(n_rekey[:-1], out=first_s[1:])
+    last_arr = np.asarray(lasts, dtype=np.int64)
+    fk[s_rows] = (last_arr[s_call] << shift) + k_last[s_call] + (np.arange(len(s_rows), dtype=np.int64) - first_s[s_call])
+    # its input stays until its backward has run
+    ext = k_end >= 0
+    fk[inputs[ext]] = (end[ext] << shift) + k_end[ext]
+    return int(active.sum())
 
 __all__ = ["Checkpointing"]
