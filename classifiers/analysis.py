@@ -74,6 +74,7 @@ from .results import (
     StaleGradients,
 )
 from .rules import RuleSet, load_rules
+from .structure import find_in_background
 from .stale import stale_gradients
 from .timeline import PHASE_NAMES, Timeline
 from .torch_tags import TORCH_RULES, combine, component_rows, component_tags, profiler_tags
@@ -467,8 +468,7 @@ def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | Non
                         torch_component=torch_component)
     _attach(da, snap, facts, rule_names)
     with stage(clock, "peaks"):
-        da.iterations = with_peaks(da, facts, tl.iterations)
-        tl.iterations = list(da.iterations)
+        da.iterations = tuple(tl.iterations)      # numbered; each one's own peak below
         tus = np.asarray(t.columns["time_us"])
         p = live.peak_index
         it = da.iteration_at(p)
@@ -480,18 +480,23 @@ def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | Non
                        by_evidence=evidence_totals(by_ev))
     with stage(clock, "run facts"):
         da.run = run_facts(da, facts)
+    # the blocks' structure (what the levers simulate on) on a thread, beside what follows
+    find_in_background(da)
+    with stage(clock, "peaks"):
+        da.iterations = with_peaks(da, facts, tl.iterations)
+        tl.iterations = list(da.iterations)
+    with stage(clock, "leaks"):
+        da.leaks = find_leaks(da, rule_names)
+    with stage(clock, "stale gradients"):
+        da.stale_gradients = stale_gradients(da)
     expandable = expandable_segments_on(snap.allocator_settings)
     with stage(clock, "advice"):
         da.peak = replace(da.peak, by_category_evidence=by_ev,
                           advice=advise(da, by_ev, int(live.peak_bytes), expandable=expandable),
                           advice_left_out={n: why for n in ADVICE_LEVERS
                                            if (why := left_out(n, da.run, expandable)) is not None})
-    with stage(clock, "leaks"):
-        da.leaks = find_leaks(da, rule_names)
     with stage(clock, "ooms"):
         da.ooms = oom_reports(da, snap)
-    with stage(clock, "stale gradients"):
-        da.stale_gradients = stale_gradients(da)
     return da
 
 

@@ -32,6 +32,7 @@ its window; recompute_scratch: freed inside it).
 from __future__ import annotations
 
 import re
+import threading
 import weakref
 from dataclasses import dataclass, field
 
@@ -110,13 +111,43 @@ class Structure:
 
 
 _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_PENDING: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # da -> (thread, {"st" | "error": ...})
+BACKGROUND_ROWS = 200_000      # allocations from which finding the structure on a thread pays
+
+
+def find_in_background(da) -> bool:
+    """Start finding the structure of `da` on a thread, for `structure(da)` to take (waiting for
+    it if need be): numpy's work lets it run beside the analysis's other stages. Only on a big
+    run, and only once what it reads is final (the run's facts among them: DESIGN.md's order);
+    what it finds is what `structure(da)` would find. Whether a thread was started."""
+    if da in _CACHE or da in _PENDING or len(da.allocs) < BACKGROUND_ROWS:
+        return False
+    box: dict = {}
+
+    def work():
+        try:
+            box["st"] = _build(da)
+        except BaseException as e:       # handed to whoever asks for the structure
+            box["error"] = e
+    th = threading.Thread(target=work, name="vramscope-structure", daemon=True)
+    _PENDING[da] = (th, box)
+    th.start()
+    return True
 
 
 def structure(da) -> Structure:
     """The structure of one device's run (computed once per DeviceAnalysis)."""
     st = _CACHE.get(da)
     if st is None:
-        st = _CACHE[da] = _build(da)
+        pending = _PENDING.pop(da, None)
+        if pending is not None:
+            pending[0].join()
+            if "error" in pending[1]:
+                raise pending[1]["error"]
+            st = pending[1]["st"]
+        else:
+            st = _build(da)
+        _CACHE[da] = st
     return st
 
 
@@ -126,6 +157,8 @@ def growth_structure(da) -> Structure:
     st = _CACHE.get(da)
     if st is not None:
         return st
+    if da in _PENDING:                 # being found: that one
+        return structure(da)
     a = da.allocs
     n = len(a.size)
     size = np.asarray(a.size, dtype=np.int64)

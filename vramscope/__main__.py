@@ -28,6 +28,8 @@ def run() -> int:
 
     signal.signal(signal.SIGINT, on_ctrl_c)
     try:
+        from .common.memory import one_malloc_arena
+        one_malloc_arena()                   # before any thread (the reader's, the analysis's, Qt's)
         from .cli import main
         return main()                        # from here its own handler says "interrupted"
     except BaseException as e:
