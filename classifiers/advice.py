@@ -34,18 +34,20 @@ def simulated_savings(da) -> dict[str, tuple[int, bool]]:
     if got is not None:
         return got
     from .simulate import simulated_peak
-    out: dict[str, tuple[int, bool]] = {}
+    from .structure import being_found
+    got = {}
     run = getattr(da, "run", None)
     facts = None
-    for name in ADVICE_LEVERS:
-        lv = LEVERS[name]
-        if not lv.simulated or lv.why_not(run) is not None:
-            continue
+    wanted = [n for n in ADVICE_LEVERS if LEVERS[n].simulated and LEVERS[n].why_not(run) is None]
+    # the half batch reads only what grows with the batch: simulated first, without waiting for
+    # the blocks' structure while a thread finds it (the same number either way)
+    for name in sorted(wanted, key=lambda n: n != "half_batch"):
         if name == "lora" and facts is None:
             facts = _budget_facts(da)
-        peak, _at, applied = simulated_peak(da, [name], facts)
+        peak, _at, applied = simulated_peak(da, [name], facts, growth_only=name == "half_batch" and being_found(da))
         ok = all(a.applied for a in applied)
-        out[name] = (max(0, int(da.peak.bytes) - int(peak)) if ok else 0, ok)
+        got[name] = (max(0, int(da.peak.bytes) - int(peak)) if ok else 0, ok)
+    out = {n: got[n] for n in wanted}
     _SAVINGS[da] = out
     return out
 

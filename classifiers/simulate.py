@@ -355,14 +355,19 @@ ORDER = ("checkpointing", "no_checkpointing", "lora", "half_batch")
 
 
 def rewrite(da, names, facts=None, lora_rank: int = LORA_RANK, lora_targets: str = TARGETS_DEFAULT,
-            scales: dict | None = None) -> tuple[Rewrite, tuple]:
+            scales: dict | None = None, growth_only: bool = False) -> tuple[Rewrite, tuple]:
     """The run with the simulated levers `names` pulled (in a fixed order: un/checkpointing,
     LoRA, then the batch) and optionally category `scales` applied to the rows' sizes: the
-    rewritten rows and what each lever did."""
+    rewritten rows and what each lever did. `growth_only`: the half batch alone on what grows
+    with the batch, found on its own (not the whole structure, which may be still being found:
+    its rows that grow with the batch are these)."""
     from .levers import LEVERS
     ctx = Context(da, facts, lora_rank, lora_targets)
     wanted = [n for n in ORDER if n in names]
-    st = ctx.structure if any(n != "half_batch" for n in wanted) else growth_structure(da)
+    if growth_only and wanted == ["half_batch"]:
+        st = growth_structure(da, wait=False)
+    else:
+        st = ctx.structure if any(n != "half_batch" for n in wanted) else growth_structure(da)
     rw = Rewrite(da, st)
     applied = tuple(LEVERS[n].apply(rw, ctx) for n in wanted)
     for c, f in (scales or {}).items():
@@ -380,11 +385,11 @@ def simulate(da, names, facts=None, lora_rank: int = LORA_RANK, scales: dict | N
 
 
 def simulated_peak(da, names, facts=None, lora_rank: int = LORA_RANK,
-                   lora_targets: str = TARGETS_DEFAULT) -> tuple[int, int, tuple]:
+                   lora_targets: str = TARGETS_DEFAULT, growth_only: bool = False) -> tuple[int, int, tuple]:
     """(peak bytes, the recorded entry it happens at or right after, what each lever did) of the
     run with `names` pulled, without ordering every event again (Rewrite.total_peak): what
     advice reads; equal to simulate(...).peak().bytes."""
-    rw, applied = rewrite(da, names, facts, lora_rank, lora_targets)
+    rw, applied = rewrite(da, names, facts, lora_rank, lora_targets, growth_only=growth_only)
     b, e = rw.total_peak()
     return b, e, applied
 

@@ -32,12 +32,12 @@ its window; recompute_scratch: freed inside it).
 from __future__ import annotations
 
 import re
-import threading
 import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..common.later import Later
 from ..common.units import fmt_bytes as _fmt_bytes
 
 from .categories import CATEGORIES
@@ -111,28 +111,20 @@ class Structure:
 
 
 _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_PENDING: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # da -> (thread, {"st" | "error": ...})
+_PENDING: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # da -> Later being run
 BACKGROUND_ROWS = 200_000      # allocations from which finding the structure on a thread pays
 
 
-def find_in_background(da) -> bool:
-    """Start finding the structure of `da` on a thread, for `structure(da)` to take (waiting for
-    it if need be): numpy's work lets it run beside the analysis's other stages. Only on a big
-    run, and only once what it reads is final (the run's facts among them: DESIGN.md's order);
-    what it finds is what `structure(da)` would find. Whether a thread was started."""
+def later(da) -> Later | None:
+    """The structure of `da` as a job for a thread (common.later), for `structure(da)` to take
+    (waiting for it if need be): on a big run, once what it reads is final (the run's facts
+    among them); what it finds is what `structure(da)` would find. None on a small run, or one
+    found or being found already."""
     if da in _CACHE or da in _PENDING or len(da.allocs) < BACKGROUND_ROWS:
-        return False
-    box: dict = {}
-
-    def work():
-        try:
-            box["st"] = _build(da)
-        except BaseException as e:       # handed to whoever asks for the structure
-            box["error"] = e
-    th = threading.Thread(target=work, name="vramscope-structure", daemon=True)
-    _PENDING[da] = (th, box)
-    th.start()
-    return True
+        return None
+    job: Later = Later(lambda: _build(da))
+    _PENDING[da] = job
+    return job
 
 
 def structure(da) -> Structure:
@@ -140,24 +132,24 @@ def structure(da) -> Structure:
     st = _CACHE.get(da)
     if st is None:
         pending = _PENDING.pop(da, None)
-        if pending is not None:
-            pending[0].join()
-            if "error" in pending[1]:
-                raise pending[1]["error"]
-            st = pending[1]["st"]
-        else:
-            st = _build(da)
+        st = pending.get() if pending is not None else _build(da)
         _CACHE[da] = st
     return st
 
 
-def growth_structure(da) -> Structure:
+def being_found(da) -> bool:
+    """Whether a job for a thread is (to be) finding the structure of `da` (`later`)."""
+    return da in _PENDING
+
+
+def growth_structure(da, wait: bool = True) -> Structure:
     """What grows with the batch, without the blocks: all the half-batch lever needs. The whole
-    structure when it was already found (one answer per device)."""
+    structure when it was already found, or (`wait`) is being found: one answer per device; not
+    waiting, the same rows that grow with the batch, found here."""
     st = _CACHE.get(da)
     if st is not None:
         return st
-    if da in _PENDING:                 # being found: that one
+    if wait and da in _PENDING:
         return structure(da)
     a = da.allocs
     n = len(a.size)

@@ -12,6 +12,7 @@ import pytest
 from helpers import DATA, analysis_of
 from vramscope.classifiers import structure as structure_module
 from vramscope.common import memory
+from vramscope.common.later import Later, in_order
 
 
 def test_the_command_line_keeps_one_arena_before_anything_else(monkeypatch, capsys):
@@ -40,8 +41,10 @@ def test_the_structure_found_on_a_thread_is_the_one_found_in_line(monkeypatch):
     inline = structure_module._build(da)
     structure_module._CACHE.pop(da, None)
     monkeypatch.setattr(structure_module, "BACKGROUND_ROWS", 0)
-    assert structure_module.find_in_background(da) is True
-    assert structure_module.find_in_background(da) is False          # one at a time
+    job = structure_module.later(da)
+    assert job is not None and structure_module.being_found(da)
+    assert structure_module.later(da) is None                         # one at a time
+    in_order([job])
     st = structure_module.structure(da)
     assert da not in structure_module._PENDING
     assert st.blocks is not None and len(st.calls) == len(inline.calls) > 0
@@ -54,4 +57,14 @@ def test_the_structure_found_on_a_thread_is_the_one_found_in_line(monkeypatch):
 def test_small_runs_find_their_structure_in_line():
     class Small:
         allocs = np.zeros(10)
-    assert structure_module.find_in_background(Small()) is False
+    assert structure_module.later(Small()) is None
+
+
+def test_a_job_that_raises_raises_where_its_result_is_taken():
+    def broken():
+        raise ValueError("no")
+    jobs = [Later(broken), Later(lambda: 42)]
+    in_order(jobs)
+    with pytest.raises(ValueError):
+        jobs[0].get()
+    assert jobs[1].get() == 42                       # the next one ran all the same

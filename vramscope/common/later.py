@@ -1,0 +1,55 @@
+"""Work done on a thread of its own while the caller goes on, taken when needed.
+
+    jobs = [Later(find_structure), Later(build_composition)]
+    in_order(jobs)              # one thread runs them, one after another
+    ...
+    st = jobs[0].get()          # waits for it; its exception, if it raised, is raised here
+
+numpy lets go of the interpreter during its big operations, so a thread of numpy work runs
+beside the caller's on a second core. A job must read only what no one changes while it runs.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Later(Generic[T]):
+    """One job: `fn()`, run by `in_order`; `get()` its result."""
+
+    def __init__(self, fn: Callable[[], T]):
+        self._fn: Callable[[], T] | None = fn
+        self._done = threading.Event()
+        self._result: T | None = None
+        self._error: BaseException | None = None
+
+    def _run(self) -> None:
+        fn, self._fn = self._fn, None       # (what it refers to goes with it once run)
+        try:
+            assert fn is not None
+            self._result = fn()
+        except BaseException as e:          # handed to whoever asks for the result
+            self._error = e
+        finally:
+            self._done.set()
+
+    def get(self) -> T:
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._result  # type: ignore[return-value]
+
+
+def in_order(jobs: list[Later], name: str = "vramscope-later") -> threading.Thread:
+    """Run `jobs` one after another on a new (daemon) thread."""
+    def work():
+        for job in jobs:
+            job._run()
+    th = threading.Thread(target=work, name=name, daemon=True)
+    th.start()
+    return th
+
+
+__all__ = ["Later", "in_order"]
