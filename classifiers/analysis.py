@@ -55,7 +55,7 @@ from .pools import PoolFootprint, pool_footprints
 from .liveset import AllocOrder, CategorySeries, Composition, by_category_evidence_at, largest_of, live_mask
 from .levers import left_out
 from ..common.clock import StageClock, stage
-from ..common.later import in_order
+from ..common.later import Later, in_order
 from .advice import ADVICE_LEVERS, advise
 from .ooms import evidence_totals, expandable_segments_on, oom_indices, oom_reports
 from .runfacts import run_facts
@@ -444,9 +444,16 @@ def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | Non
     t = snap.trace(dev)
     with stage(clock, "allocations"):
         allocs = allocations(snap, dev)
-        live = live_model(snap, dev, rows=allocs)
+        # live bytes after each entry: on a thread beside classify on a big run (classify asks
+        # for them only where the phases come from memory's periodicity)
+        find_live = Later(lambda: live_model(snap, dev, rows=allocs))
+        if len(allocs) >= structure_module.BACKGROUND_ROWS:
+            in_order([find_live], name="vramscope-live")
+        else:
+            find_live.run()
     with stage(clock, "classify"):
-        tl, cl = classify_device(snap, t, allocs, live, facts, rules, dev)
+        tl, cl = classify_device(snap, t, allocs, lambda: find_live.get().live_after, facts, rules, dev)
+        live = find_live.get()
     torch_category = None
     rules_category = None
     if "category" in t.columns:

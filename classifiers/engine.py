@@ -384,12 +384,13 @@ def _fours(size, addr, frameless_pre, todo, ok, traced: bool, part: str) -> np.n
     return out
 
 
-def classify_device(snap, trace, allocs, live, sfacts: SnapshotFacts, rules: RuleSet, device: int):
-    """-> (Timeline, Classified)."""
+def classify_device(snap, trace, allocs, live_after, sfacts: SnapshotFacts, rules: RuleSet, device: int):
+    """-> (Timeline, Classified). `live_after()`: the live bytes after each entry (LiveModel's),
+    asked for only where the phases must be found from memory's periodicity."""
     marker_idx = {m: i for i, m in enumerate(sfacts.phase_markers)}
     blocking = [marker_idx[m] for m in ("model_load", "construct") if m in marker_idx]
     tl = build_timeline(snap, device, trace, allocs, sfacts.stack_timeline, sfacts.stack_marker,
-                        np.asarray(blocking, dtype=np.int16), rules, sfacts.profiler_like, live.live_after)
+                        np.asarray(blocking, dtype=np.int16), rules, sfacts.profiler_like, live_after)
     n = len(allocs)
     root, last = version_chains(allocs, sfacts.profiler_like)
     ai = allocs.alloc_index[root]

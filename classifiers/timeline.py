@@ -25,6 +25,7 @@ work is one. Allocations before the first iteration are "before training".
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -188,7 +189,7 @@ def unwinding(phase: np.ndarray) -> tuple[int, int] | None:
 
 
 def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, blocking_markers,
-                   rules, profiler_like: bool, live_after: np.ndarray | None = None) -> Timeline:
+                   rules, profiler_like: bool, live_after: Callable[[], np.ndarray] | None = None) -> Timeline:
     """`stack_timeline`: int8 per stack, the timeline phase of its phase marker (-1 none);
     `stack_marker`: int16 per stack, index of its phase marker (-1 none);
     `blocking_markers`: marker indices that stop an iteration's start from reaching back
@@ -323,7 +324,7 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
         # periodicity of live memory, without phases
         allocs_with_frames = np.count_nonzero((action == A_ALLOC) & (sid > 0))
         frameless = allocs_with_frames < 0.1 * max(1, int(np.count_nonzero(action == A_ALLOC)))
-        ends = periodic_boundaries(live_after) if live_after is not None and frameless else []
+        ends = periodic_boundaries(live_after()) if live_after is not None and frameless else []
         its: list[Iteration] = []
         for k in range(1, len(ends)):
             s0, e0 = ends[k - 1] + 1, ends[k]

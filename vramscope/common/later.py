@@ -25,7 +25,8 @@ class Later(Generic[T]):
         self._result: T | None = None
         self._error: BaseException | None = None
 
-    def _run(self) -> None:
+    def run(self) -> None:
+        """Run it here, now (what `in_order` does on its thread)."""
         fn, self._fn = self._fn, None       # (what it refers to goes with it once run)
         try:
             assert fn is not None
@@ -46,7 +47,7 @@ def in_order(jobs: list[Later], name: str = "vramscope-later") -> threading.Thre
     """Run `jobs` one after another on a new (daemon) thread."""
     def work():
         for job in jobs:
-            job._run()
+            job.run()
     th = threading.Thread(target=work, name=name, daemon=True)
     th.start()
     return th
