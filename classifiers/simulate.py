@@ -70,6 +70,31 @@ class Rewrite:
         k = self.reserve(entry, n)
         return (np.int64(entry) << SHIFT) + np.arange(k, k + n, dtype=np.int64)
 
+    def reserve_many(self, entries: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """`reserve` for each (entry, count) in turn, at once: the first key's place of each."""
+        entries = np.asarray(entries, dtype=np.int64)
+        counts = np.asarray(counts, dtype=np.int64)
+        out = np.zeros(len(entries), dtype=np.int64)
+        if not len(entries):
+            return out
+        order = np.argsort(entries, kind="stable")        # by entry, in turn within one
+        e, c = entries[order], counts[order]
+        new = np.ones(len(e), dtype=bool)
+        new[1:] = e[1:] != e[:-1]
+        first = np.flatnonzero(new)
+        run = np.cumsum(c) - c                             # before each request, over all
+        group = np.cumsum(new) - 1
+        ue = e[first].tolist()
+        start = np.fromiter((self._next.get(x, 1) for x in ue), dtype=np.int64, count=len(ue))
+        at = start[group] + run - run[first][group]
+        ends = at + c
+        if len(ends) and int(ends.max()) >= (1 << SHIFT):
+            raise OverflowError("too many events inserted after one trace entry")
+        last = np.r_[first[1:], len(e)] - 1
+        self._next.update(zip(ue, ends[last].tolist()))
+        out[order] = at
+        return out
+
     def reserve(self, entry: int, n: int) -> int:
         """Take `n` new event keys right after trace entry `entry` (after those taken before):
         the first one's place after it (the keys: (entry << SHIFT) + that, + 1, ...)."""

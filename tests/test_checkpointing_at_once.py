@@ -57,3 +57,21 @@ def test_a_shared_input_is_left_to_the_call_by_call_rewrite():
     rw = Rewrite(da, shared)
     assert ck._rewrite_at_once(rw, shared, *ck._kept(rw, shared)) is None
     assert not rw._extra and not rw._next       # nothing was edited before declining
+
+
+def test_reserve_many_hands_out_the_keys_reserve_would_one_at_a_time():
+    import random
+    rng = random.Random(3)
+    an = analysis_of(DATA / RUNS[0])
+    da = an.devices[an.primary_device()]
+    st = Context(da).structure
+    a, b = Rewrite(da, st), Rewrite(da, st)
+    for rw in (a, b):
+        rw.reserve(5, 3)                       # some taken before
+    entries = [rng.choice((1, 5, 9, 12)) for _ in range(200)]
+    counts = [rng.randrange(1, 6) for _ in entries]
+    one_by_one = [a.reserve(e, c) for e, c in zip(entries, counts)]
+    assert b.reserve_many(np.array(entries), np.array(counts)).tolist() == one_by_one
+    assert a._next == b._next
+    with pytest.raises(OverflowError):
+        b.reserve_many(np.array([9]), np.array([1 << 21]))

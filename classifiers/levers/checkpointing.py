@@ -197,32 +197,35 @@ def _rewrite_at_once(rw, st, kept, los, his) -> int | None:
         mark[replay] = True
         if mark[inp].any() or len(np.unique(inp)) != len(inp):
             return None
-    # the event keys, handed out in the calls' order (Rewrite.reserve, as Rewrite.after would)
+    # where each call's replay goes: after the last thing saved later in its pass that is freed
+    # before its own first saved tensor is (for all calls at once: their ranges are short)
     fk = rw.fk
     fi_kept = fi[kept].astype(np.int64)
-    k_base = np.zeros(m, dtype=np.int64)
-    k_last = np.zeros(m, dtype=np.int64)
-    k_end = np.full(m, -1, dtype=np.int64)
+    fc = np.flatnonzero(active & full)
+    lens = (his - los)[fc]
+    q_first = np.zeros(len(fc), dtype=np.int64)
+    np.cumsum(lens[:-1], out=q_first[1:])
+    q = np.repeat(np.arange(len(fc), dtype=np.int64), lens)
+    vals = fi_kept[np.repeat(los[fc] - q_first, lens) + np.arange(int(lens.sum()), dtype=np.int64)]
+    below = np.where(vals < first_free[fc][q], vals, -1)         # free indices are >= 0
+    best = np.full(len(fc), -1, dtype=np.int64)
+    some = lens > 0
+    best[some] = np.maximum.reduceat(below, q_first[some])
     base = np.zeros(m, dtype=np.int64)
-    lasts = [c.last for c in calls]
-    los_l, his_l = los.tolist(), his.tolist()
-    ff_l, end_l, inp_l = first_free.tolist(), end.tolist(), inputs.tolist()
-    ne_l, nk_l, full_l = n_events.tolist(), n_rekey.tolist(), full.tolist()
-    for j in np.flatnonzero(active).tolist():
-        if full_l[j]:
-            ff = ff_l[j]
-            later = fi_kept[los_l[j]:his_l[j]]
-            later = later[later < ff]
-            b = int(later.max()) if len(later) else ff - 1
-            base[j] = b
-            k_base[j] = rw.reserve(b, ne_l[j])
-            k_last[j] = rw.reserve(lasts[j], nk_l[j])
-            i = inp_l[j]
-            e = end_l[j]
-            if i >= 0 and fk[i] >= 0 and (int(fk[i]) >> shift) < e:
-                k_end[j] = rw.reserve(e, 1)
-        else:
-            k_last[j] = rw.reserve(lasts[j], nk_l[j])
+    base[fc] = np.where(best >= 0, best, first_free[fc] - 1)
+    # each input stays until its call's backward has run, where it would go before
+    ext = np.zeros(m, dtype=bool)
+    fk_inp = np.where(inputs >= 0, fk[np.maximum(inputs, 0)], -1)
+    ext[fc] = (inputs[fc] >= 0) & (fk_inp[fc] >= 0) & ((fk_inp[fc] >> shift) < end[fc])
+    # the event keys, handed out in the calls' order, three requests a call at most (its replay,
+    # its saved tensors, its input), as Rewrite.after would one call at a time
+    lasts = np.fromiter((c.last for c in calls), dtype=np.int64, count=m)
+    req_entry = np.stack([base, lasts, end], axis=1)
+    req_n = np.stack([n_events, n_rekey, np.ones(m, dtype=np.int64)], axis=1)
+    req_on = np.stack([active & full, active, ext], axis=1)
+    k = np.full((m, 3), -1, dtype=np.int64)
+    k[req_on] = rw.reserve_many(req_entry[req_on], req_n[req_on])
+    k_base, k_last, k_end = k[:, 0], k[:, 1], k[:, 2]
     # the replayed events of each call, in its order: its allocations, then its scratch's frees,
     # sorted (stably) by the recorded entry they happened at, keyed one after another after `base`
     ev_call = np.concatenate([r_call, r_call[r_scratch]])
@@ -239,8 +242,7 @@ def _rewrite_at_once(rw, st, kept, los, his) -> int | None:
     # forward: what each block saved goes when its forward ends
     first_s = np.zeros(m, dtype=np.int64)
     np.cumsum(n_rekey[:-1], out=first_s[1:])
-    last_arr = np.asarray(lasts, dtype=np.int64)
-    fk[s_rows] = (last_arr[s_call] << shift) + k_last[s_call] + (np.arange(len(s_rows), dtype=np.int64) - first_s[s_call])
+    fk[s_rows] = (lasts[s_call] << shift) + k_last[s_call] + (np.arange(len(s_rows), dtype=np.int64) - first_s[s_call])
     # its input stays until its backward has run
     ext = k_end >= 0
     fk[inputs[ext]] = (end[ext] << shift) + k_end[ext]
