@@ -384,6 +384,14 @@ def _fours(size, addr, frameless_pre, todo, ok, traced: bool, part: str) -> np.n
     return out
 
 
+def _one_of(codes: list) -> np.ndarray:
+    """bool per uint8 code: whether it is one of `codes` (a table to index by the codes: one
+    gather where np.isin sorts or builds a table of its own)."""
+    table = np.zeros(256, dtype=bool)
+    table[codes] = True
+    return table
+
+
 def classify_device(snap, trace, allocs, live_after, sfacts: SnapshotFacts, rules: RuleSet, device: int):
     """-> (Timeline, Classified). `live_after()`: the live bytes after each entry (LiveModel's),
     asked for only where the phases must be found from memory's periodicity."""
@@ -427,9 +435,9 @@ def classify_device(snap, trace, allocs, live_after, sfacts: SnapshotFacts, rule
         # a trace that begins inside a phase (a ring buffer that wrapped mid-backward): a block
         # from before it, of that phase by its stack, freed before the phase ends, was made in
         # the same run of it
-        shown = np.flatnonzero(phase_e != PHASE_CODE["none"])
-        if len(shown):
-            k = int(shown[0])
+        is_shown = phase_e != PHASE_CODE["none"]
+        k = int(np.argmax(is_shown))                    # the first entry of a phase, if any
+        if is_shown[k]:
             run_phase, run_seg = int(phase_e[k]), int(tl.segment[k])
             freed[pre & (fi >= 0) & (seg_f == run_seg) & (stl == run_phase)] = F_SAME
     del traced_freed, seg_a, seg_f, stl
@@ -479,11 +487,11 @@ def classify_device(snap, trace, allocs, live_after, sfacts: SnapshotFacts, rule
             continue
         ok = stack_ok[st_todo]
         if r.phase is not None:
-            ok &= np.isin(row_phase[todo], [PHASE_CODE[p] for p in r.phase])
+            ok &= _one_of([PHASE_CODE[p] for p in r.phase])[row_phase[todo]]
         if r.free_phase is not None:
-            ok &= np.isin(free_phase[todo], [PHASE_CODE[p] for p in r.free_phase])
+            ok &= _one_of([PHASE_CODE[p] for p in r.free_phase])[free_phase[todo]]
         if r.freed is not None:
-            ok &= np.isin(freed[todo], [FREED_CODE[f] for f in r.freed])
+            ok &= _one_of([FREED_CODE[f] for f in r.freed])[freed[todo]]
         if r.preexisting is not None:
             ok &= pre[todo] == r.preexisting
         if r.before_training is not None:
