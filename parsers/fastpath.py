@@ -241,7 +241,7 @@ class FastPath:
         self.entries = 0
         self._str_lut = np.full(256, -1, dtype=np.int64)      # memo slot -> string id (-1: not yet)
         self._action_lut = np.full(64, -1, dtype=np.int16)    # string id + 1 -> action code
-        self.helper: Helper | None = None    # a process decoding a later part (prefetch.py)
+        self.helpers: list[Helper] = []     # processes decoding later parts, in file order (prefetch.py)
         self._helper_tried = False
 
     def learn(self, keys: tuple) -> None:
@@ -311,18 +311,13 @@ class FastPath:
         if not self.shape or r.saw_put:
             return p0
         stop = None
-        helper = self.helper
-        if helper is not None and not helper.done:
+        if self.helpers:
             at = r.base + p0
-            got = helper.take(at)
-            if got is not None and got.shape == self.shape:
-                n, end_at = self.consume(got, device)
-                if n:
-                    helper.taken += n
-                    return r.jump(end_at)
-            nxt = helper.next_start(at)
+            nxt = self._from_helpers(at, device)
+            if nxt is not None and nxt < 0:
+                return r.jump(-nxt - 1)        # taken: go on after it
             if nxt is not None and nxt > at:
-                stop = nxt - r.base            # our batch ends before the helper's next one
+                stop = nxt - r.base            # our batch ends where a helper's begins
         if self._skip:
             self._skip -= 1
             return p0
@@ -350,9 +345,32 @@ class FastPath:
                 self._batch = min(self._batch * 4, MAX_BATCH)
         return end_pos if n else p0
 
+    def _from_helpers(self, at: int, device: int) -> int | None:
+        """At stream offset `at`: -(where it ends) - 1 where a helper's batch begins there and was
+        taken; else where the next helper batch (or a helper's part) begins after `at`, if any."""
+        for i, h in enumerate(self.helpers):
+            later = self.helpers[i + 1].target if i + 1 < len(self.helpers) else None
+            if later is not None and at >= later:
+                continue                        # past this one's part
+            if at < h.target:
+                return h.target
+            if not h.done:
+                got = h.take(at)
+                if got is not None and got.shape == self.shape:
+                    n, end_at = self.consume(got, device)
+                    if n:
+                        h.taken += n
+                        return -end_at - 1
+                nxt = h.next_start(at)
+                if nxt is not None:
+                    return nxt
+            return later
+        return None
+
     def _start_helper(self, end_pos: int) -> None:
-        """Once the shape has held for a full batch: a helper process for the later part of a
-        big plain file (prefetch.py), from about halfway through what is left."""
+        """Once the shape has held for a full batch: helper processes for the later part of a
+        big plain file (prefetch.py), one a CPU beside this one (up to prefetch.MAX_HELPERS),
+        each on a part of what is left after what this one keeps (prefetch.main_share)."""
         self._helper_tried = True
         r = self.r
         source = getattr(r, "source", None)
@@ -361,9 +379,16 @@ class FastPath:
         from . import prefetch
         at = r.base + end_pos
         left = r.size - at
-        if not prefetch.enabled(left):
+        k = prefetch.helpers_for(left)
+        if not k:
             return
-        self.helper = prefetch.Helper.start(source[0], source[1], at + int(prefetch.MAIN_SHARE * left), self)
+        first = at + int(prefetch.main_share(k) * left)
+        bounds = [first + (r.size - first) * i // k for i in range(k + 1)]
+        for i in range(k):
+            h = prefetch.Helper.start(source[0], source[1], bounds[i], bounds[i + 1] if i + 1 < k else None, self)
+            if h is None:
+                break
+            self.helpers.append(h)
 
     def _decode(self, c: np.ndarray, device: int, c_next: np.ndarray):
         """Decode the entries that may start at `c` (`c_next`: the candidate after each, as far

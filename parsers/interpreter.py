@@ -99,9 +99,10 @@ class Interpreter:
         self.protocol = None
 
     def stop_helper(self) -> None:
-        """Let the fast path's helper process go, if one was started (done or not)."""
-        if self.fast is not None and self.fast.helper is not None:
-            self.fast.helper.close()
+        """Let the fast path's helper processes go, if any were started (done or not)."""
+        if self.fast is not None:
+            for h in self.fast.helpers:
+                h.close()
 
     def release(self) -> None:
         """Drop what only the reading needed (the memo, the fast path's tables, the last chunk):

@@ -34,7 +34,8 @@ import numpy as np
 from .fastpath import FAST_KINDS, MAX_BATCH, FastPath, Win8
 
 MIN_BYTES = 96 << 20        # what must be left to read for a helper to pay for itself
-MAIN_SHARE = 0.42           # of what is left, what the reader keeps for itself (it also resolves the rest)
+MAX_HELPERS = 3             # one a CPU beside the reader's, up to this many
+MAIN_SHARE = 0.42           # of what is left, what the reader keeps beside one helper (it resolves the rest)
 WAIT_S = 60.0               # no new batch for this long from a helper still running: read on alone
 _MAGIC = b"VSHLP001"
 _HEAD = struct.Struct("<8sqqq")          # magic, start (stream offset), entries, payload bytes
@@ -45,9 +46,29 @@ _PAD = 16
 
 def enabled(left: int) -> bool:
     """Whether a helper may read part of the `left` bytes still to be read, here."""
+    return helpers_for(left) > 0
+
+
+def helpers_for(left: int) -> int:
+    """How many helpers to read part of the `left` bytes still to be read: one a CPU beside the
+    reader's (VRAMSCOPE_PARSE_HELPERS caps it; 0 or VRAMSCOPE_PARSE_HELPER=0: none)."""
     if os.environ.get("VRAMSCOPE_PARSE_HELPER", "1") == "0" or getattr(sys, "frozen", False):
-        return False
-    return _cpus() > 1 and left >= _min_bytes()
+        return 0
+    if left < _min_bytes():
+        return 0
+    k = min(_cpus() - 1, MAX_HELPERS)
+    try:
+        k = min(k, int(os.environ.get("VRAMSCOPE_PARSE_HELPERS", k)))
+    except ValueError:
+        pass
+    return max(0, k)
+
+
+def main_share(k: int) -> float:
+    """Of what is left, the share the reader decodes itself beside `k` helpers: decoding an
+    entry costs a helper about what it costs the reader, and resolving one the helper decoded
+    costs the reader about a quarter of that, so its part shrinks as helpers are added."""
+    return MAIN_SHARE / max(1, k)
 
 
 def _cpus() -> int:
@@ -242,12 +263,13 @@ class Helper:
         self.taken = 0             # entries taken from it (for the tests)
 
     @classmethod
-    def start(cls, file_path: str, st: os.stat_result, target: int, fast: FastPath) -> "Helper | None":
+    def start(cls, file_path: str, st: os.stat_result, target: int, stop: int | None,
+              fast: FastPath) -> "Helper | None":
         """Launch a helper on `file_path` (the file `st` describes: the helper reads nothing
-        from another) from stream offset `target` for the shape `fast` has learned; None where
-        one cannot be started."""
+        from another) from stream offset `target` (to the entries that begin before `stop`, or
+        to the end) for the shape `fast` has learned; None where one cannot be started."""
         spec = json.dumps({"keys": list(fast.shape), "key_bytes": [b.hex() for b in fast.key_bytes],
-                           "identity": _identity(st)})
+                           "identity": _identity(st), "stop": stop})
         if not sys.executable:
             return None
         fd = -1
@@ -425,9 +447,12 @@ def run_helper(file_path: str, target: int, out_path: str, spec: dict) -> None:
         new_lists: list = []
         batch = 256
         p = 0
+        stop = spec.get("stop")
         while True:
             if os.getppid() != parent:           # the reader is gone: so is the need for us
                 return
+            if stop is not None and reg.base + p >= stop:
+                return                           # the next helper's part
             if p + _SLACK > reg.data_end and not reg.eof:
                 p = reg.refill(p)
             if p >= reg.data_end:
@@ -442,8 +467,13 @@ def run_helper(file_path: str, target: int, out_path: str, spec: dict) -> None:
                 else:
                     p = fp._cands_hi
                 continue
-            c_ext = cands[:batch + 1].astype(np.int64)
-            c = c_ext[:batch]
+            take = batch
+            if stop is not None:                 # entries that begin in our part only
+                take = min(take, int(np.searchsorted(cands, stop - reg.base)))
+                if take == 0:
+                    return
+            c_ext = cands[:take + 1].astype(np.int64)
+            c = c_ext[:take]
             fields, _memo_inc, ok, end = fp._structure(c, c_ext[1:])
             n = fp._chained(c, ok, end)
             if n == 0:

@@ -33,6 +33,7 @@ def with_helper(monkeypatch):
     monkeypatch.setenv("VRAMSCOPE_PARSE_HELPER_MIN", "0")
     monkeypatch.delenv("VRAMSCOPE_PARSE_HELPER", raising=False)
     monkeypatch.setattr(prefetch, "_cpus", lambda: 2)
+    monkeypatch.delenv("VRAMSCOPE_PARSE_HELPERS", raising=False)
     taken: list[int] = []
     close = prefetch.Helper.close
 
@@ -76,6 +77,17 @@ def test_a_generated_file_reads_the_same_with_a_helper(generated, with_helper, m
             assert (helped.traces[d].columns[col] == arr).all(), col
 
 
+def test_three_helpers_read_their_parts_and_the_file_reads_the_same(generated, with_helper, monkeypatch):
+    monkeypatch.setattr(prefetch, "_cpus", lambda: 8)
+    helped = read_snapshot(str(generated))
+    assert len(with_helper) == prefetch.MAX_HELPERS == 3
+    assert all(t > 5_000 for t in with_helper), with_helper         # each did a part
+    assert sum(with_helper) > 40_000
+    alone = _without_helper(generated, monkeypatch)
+    assert fuzzing.snapshot_signature(helped) == fuzzing.snapshot_signature(alone)
+    assert all(helped.stack_frames_list(s) == alone.stack_frames_list(s) for s in range(helped.n_stacks))
+
+
 def test_entries_the_helper_cannot_take_are_read_by_the_reader(tmp_path, with_helper, monkeypatch):
     # a new frame dict inside a list every 40 entries all along: each such entry needs the
     # interpreter (the helper has no memo), so the helper's part is full of gaps the reader fills
@@ -93,8 +105,8 @@ def test_a_helper_that_fails_leaves_the_reader_to_read_on(generated, with_helper
     # the helper dies at once (a bad argument): the reader waits for nothing and reads it all
     real_start = prefetch.Helper.start.__func__
 
-    def broken(cls, file_path, st, target, fast):
-        return real_start(cls, file_path + ".missing", st, target, fast)
+    def broken(cls, file_path, st, target, stop, fast):
+        return real_start(cls, file_path + ".missing", st, target, stop, fast)
     monkeypatch.setattr(prefetch.Helper, "start", classmethod(broken))
     helped = read_snapshot(str(generated))
     assert with_helper == [0]
@@ -133,15 +145,22 @@ def test_a_batch_the_reader_never_lands_on_is_dropped():
     assert h.take(200).start == 200 and h.take(300) is None
 
 
-def test_no_helper_where_it_cannot_pay(monkeypatch):
+def test_helpers_where_they_can_pay_one_a_cpu(monkeypatch):
     monkeypatch.delenv("VRAMSCOPE_PARSE_HELPER_MIN", raising=False)
+    monkeypatch.delenv("VRAMSCOPE_PARSE_HELPERS", raising=False)
     monkeypatch.setattr(prefetch, "_cpus", lambda: 2)
-    assert prefetch.enabled(prefetch.MIN_BYTES) and not prefetch.enabled(prefetch.MIN_BYTES - 1)
+    assert prefetch.helpers_for(prefetch.MIN_BYTES) == 1 and prefetch.helpers_for(prefetch.MIN_BYTES - 1) == 0
     monkeypatch.setattr(prefetch, "_cpus", lambda: 1)
-    assert not prefetch.enabled(1 << 40)
-    monkeypatch.setattr(prefetch, "_cpus", lambda: 8)
+    assert prefetch.helpers_for(1 << 40) == 0
+    monkeypatch.setattr(prefetch, "_cpus", lambda: 3)
+    assert prefetch.helpers_for(1 << 40) == 2
+    monkeypatch.setattr(prefetch, "_cpus", lambda: 64)
+    assert prefetch.helpers_for(1 << 40) == prefetch.MAX_HELPERS
+    assert prefetch.main_share(1) > prefetch.main_share(3) > 0
+    monkeypatch.setenv("VRAMSCOPE_PARSE_HELPERS", "1")
+    assert prefetch.helpers_for(1 << 40) == 1
     monkeypatch.setenv("VRAMSCOPE_PARSE_HELPER", "0")
-    assert not prefetch.enabled(1 << 40)
+    assert prefetch.helpers_for(1 << 40) == 0
 
 
 def _framed(n_entries: int, seed: int) -> bytes:
