@@ -250,3 +250,40 @@ def test_the_iteration_around_an_entry_is_found_by_search_as_by_a_scan():
         assert d.da.iteration_at(i) is scan, i
         if scan is not None:
             assert d.zoom_around(i) == d.zoom_around(i, scan.start_index, scan.end_index), i
+
+
+def test_the_reserved_curve_is_read_from_its_changes_exactly():
+    """Reserved bytes change only at segment events: the viewer keeps them as their changes
+    (lod.StepCurve), not a value an entry; every value, block extreme and range query is the
+    dense curve's."""
+    from helpers import DATA
+    from vramscope.classifiers import analyze as _analyze
+    from vramscope.parsers import open_snapshot as _open
+    from vramscope.viewer.model.lod import MinMaxPyramid, StepCurve
+    import numpy as _np
+    checked = 0
+    for path in sorted(DATA.glob("**/*.pickle")):
+        try:
+            an = _analyze(_open(str(path), use_cache=False))
+        except Exception:
+            continue
+        for da in an.devices.values():
+            lm = da.live
+            if lm.reserved_start is None or len(lm.live_after) < 64 or not len(lm.reserved_change_index):
+                continue
+            dense = _np.asarray(lm.reserved_after)
+            sc = StepCurve(len(dense), lm.reserved_start, lm.reserved_change_index, lm.reserved_change_value)
+            assert (sc.take(_np.arange(len(dense))) == dense).all()
+            assert sc[len(dense) - 1] == int(dense[-1])
+            live = _np.asarray(lm.live_after)
+            p_dense, p_sparse = MinMaxPyramid([live, dense]), MinMaxPyramid([live, sc])
+            assert all((x == y).all() for x, y in zip(p_dense.levels_max, p_sparse.levels_max))
+            assert all((x == y).all() for x, y in zip(p_dense.levels_min, p_sparse.levels_min))
+            rng = _np.random.default_rng(1)
+            a = rng.integers(0, len(dense), 300)
+            b = _np.minimum(a + rng.integers(1, len(dense) + 1, 300), len(dense))
+            assert all((x == y).all() for x, y in zip(p_dense.query(a, b), p_sparse.query(a, b)))
+            checked += 1
+        if checked >= 6:
+            break
+    assert checked >= 3

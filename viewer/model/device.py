@@ -30,7 +30,7 @@ from ...present.stacks import Stacks
 from ...present.words import finding_detail, finding_title
 from .segments import SegmentBands
 from .alloc_stack import AllocStack
-from .lod import MinMaxPyramid
+from .lod import MinMaxPyramid, StepCurve, values_at
 
 
 
@@ -111,9 +111,11 @@ class DeviceData:
         self.size = np.asarray(t.columns["size"])
         self.live = np.asarray(da.live.live_after)
         self.start_bytes = int(da.live.start_bytes)
-        res = getattr(da.live, "reserved_after", None)
-        self.reserved = None if res is None else np.asarray(res)
-        self.reserved_start = None if res is None else int(da.live.reserved_start)
+        lm = da.live
+        # reserved bytes (None: no allocator segments), as their changes: not a value an entry
+        self.reserved = None if lm.reserved_start is None else \
+            StepCurve(n, lm.reserved_start, lm.reserved_change_index, lm.reserved_change_value)
+        self.reserved_start = None if lm.reserved_start is None else int(lm.reserved_start)
         self.peak_bytes = int(da.live.peak_bytes)
         self.peak_index = int(da.live.peak_index)
         self._step(progress, "timeline", 0.1)
@@ -363,7 +365,7 @@ class DeviceData:
     @staticmethod
     def _values(curve, start, i):
         i = np.asarray(i, dtype=np.int64)
-        out = np.asarray(curve)[np.maximum(i, 0)].astype(np.float64) if len(curve) else np.zeros(len(i))
+        out = values_at(curve, np.maximum(i, 0)).astype(np.float64) if len(curve) else np.zeros(len(i))
         out[i < 0] = start
         return out
 
