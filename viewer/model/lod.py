@@ -74,7 +74,7 @@ def values_at(curve, idx) -> np.ndarray:
 class MinMaxPyramid:
     """Exact max/min over index ranges of K curves, plus the index of curve 0's max."""
 
-    def __init__(self, curves: list[np.ndarray]):
+    def __init__(self, curves: list):
         self.curves = curves
         self.k = len(curves)
         n = len(curves[0]) if curves else 0
