@@ -40,6 +40,11 @@ from bench_parse import PICKLE_CHILD, run_measured  # noqa: E402
 # what `--before DIR` runs on another checkout (PYTHONPATH=DIR), and this one beside it
 COARSE_CHILD = r"""
 import json, os, sys, tempfile, time
+try:                                    # as the command line does (a checkout before it: nothing)
+    from vramscope.common.memory import one_malloc_arena
+    one_malloc_arena()
+except ImportError:
+    pass
 def peak():
     try:
         for line in open("/proc/self/status"):
@@ -84,6 +89,11 @@ sys.stdout.write(json.dumps({"wall": wall, "cpu": cpu, "rss": rss, "code": vrams
 
 STAGES_CHILD = r"""
 import json, sys
+try:                                    # as the command line does (a checkout before it: nothing)
+    from vramscope.common.memory import one_malloc_arena
+    one_malloc_arena()
+except ImportError:
+    pass
 from vramscope.services.stages import run_stages
 c = run_stages(sys.argv[1])
 sys.stdout.write(json.dumps({"wall": c.wall, "cpu": c.cpu, "rss": c.rss}) + "\n")
