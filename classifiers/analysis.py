@@ -157,7 +157,9 @@ class DeviceAnalysis:
                 self._guessed = False
             else:
                 codes = np.where(guessed, self.category, len(CATEGORIES)).astype(np.uint8)
-                self._guessed = Composition(codes, self.allocs, self.n_entries, len(CATEGORIES) + 1)
+                # the same rows' events: the entry -> row codes are shared with `composition`'s
+                self._guessed = Composition(codes, self.allocs, self.n_entries, len(CATEGORIES) + 1,
+                                            codes=self.composition().codes)
         return self._guessed if isinstance(self._guessed, Composition) else None
 
     def guessed_by_category(self, indices, dtype=np.int64) -> np.ndarray | None:

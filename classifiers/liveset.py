@@ -64,7 +64,8 @@ class Composition:
 
     CHECKPOINT = 64
 
-    def __init__(self, category: np.ndarray, allocs, n_entries: int, n_categories: int | None = None):
+    def __init__(self, category: np.ndarray, allocs, n_entries: int, n_categories: int | None = None,
+                 codes: np.ndarray | None = None):
         self.n = n = int(n_entries)
         # (`n_categories`: other codes than the categories', e.g. one bin more for "the rest")
         self.n_categories = C = len(CATEGORIES) if n_categories is None else int(n_categories)
@@ -76,12 +77,13 @@ class Composition:
         self.no_event = np.iinfo(code_t).min     # an entry that allocates and frees nothing
         # each entry is one action: an alloc starts one row, a free ends at most one
         # (parsers.allocations pairs them), so the codes never collide
-        codes = np.full(n, self.no_event, dtype=code_t)
-        rows = np.arange(n_rows, dtype=code_t)
         has_a, has_f = ai >= 0, fi >= 0
-        codes[ai[has_a]] = rows[has_a]
-        codes[fi[has_f]] = ~rows[has_f]
-        self.codes = codes
+        if codes is None or len(codes) != n or codes.dtype != code_t:
+            codes = np.full(n, self.no_event, dtype=code_t)
+            rows = np.arange(n_rows, dtype=code_t)
+            codes[ai[has_a]] = rows[has_a]
+            codes[fi[has_f]] = ~rows[has_f]
+        self.codes = codes        # (another Composition's of the same rows may be handed in: shared)
         pre = ~has_a
         self.start = np.bincount(self._category[pre], weights=self._size[pre].astype(np.float64),
                                  minlength=C)[:C].round().astype(np.int64)
