@@ -1,21 +1,24 @@
-"""A helper process that decodes the later part of a big trace while the reader does the rest.
+"""Helper processes that decode the later parts of a big trace while the reader does the rest.
 
 The fast path (fastpath.py) spends most of its time on work that needs only the bytes: finding
 where entries start, decoding their fields, and telling apart the frames lists by their raw
 bytes. On a file of hundreds of megabytes, once the reader has learned the shape of the trace
-entries, `Helper.start` launches `python -m vramscope.parsers.prefetch` on the file from a
-point about halfway through what is left; it decodes every run of entries from there with the
-same code (`FastPath._structure`, `FastPath._chained`), gives each distinct frames list an id,
-and appends the batches to a scratch file. Everything that needs the reader's state (the memo:
-which object each reference names, the strings and stacks interned, the memo slots the entries
-take) stays here: when the reader reaches the start of a batch the helper wrote, exactly there,
+entries, it starts one helper a CPU beside its own (up to MAX_HELPERS): `Helper.start` launches
+`python -m vramscope.parsers.prefetch` on the file for a part of what is left (the reader keeps
+the first `main_share`; the helpers share the rest, each stopping where the next one's part
+begins). A helper decodes every run of entries of its part with the same code
+(`FastPath._structure`, `FastPath._chained`), gives each distinct frames list an id, and appends
+the batches to a scratch file. Everything that needs the reader's state (the memo: which object
+each reference names, the strings and stacks interned, the memo slots the entries take) stays
+here: when the reader reaches the start of a batch a helper wrote, exactly there,
 `FastPath.consume` checks and resolves it as it would a batch of its own, and the reader jumps
-past it (`Interpreter.jump`). A batch the reader never lands on is dropped; where the helper
-stopped or failed, the reader reads on by itself. The result is the one a reading without the
-helper gives (tests/test_prefetch.py), only sooner on a machine with a second core.
+past it (`Interpreter.jump`). A batch the reader never lands on is dropped; where a helper
+stopped or failed, the reader reads on by itself. The result is the one a reading without
+helpers gives, stacks in the same order (tests/test_prefetch.py), only sooner.
 
-Off with VRAMSCOPE_PARSE_HELPER=0; only for plain files (Deframed over a seekable file), not in
-a frozen app, and where the machine has more than one CPU for us.
+Off with VRAMSCOPE_PARSE_HELPER=0 (VRAMSCOPE_PARSE_HELPERS=N: at most N); only for plain files
+(Deframed over a seekable file), not in a frozen app, and where this process may run on more
+than one CPU.
 """
 from __future__ import annotations
 
@@ -89,7 +92,7 @@ def _min_bytes() -> int:
 # -- the batches, as written and read back ---------------------------------------------------
 
 def _layout(shape: tuple) -> list[tuple[str, str, str]]:
-    """(key, part, dtype) of the arrays a batch holds after `c` and `end`, in order."""
+    """(key, part, dtype) of the arrays a batch holds after `end`, in order."""
     out = []
     for key in shape:
         kind = FAST_KINDS[key]
@@ -107,14 +110,14 @@ def _layout(shape: tuple) -> list[tuple[str, str, str]]:
 
 
 class Batch:
-    """Entries the helper decoded: positions (stream offsets), fields as `_structure` gives
-    them, the bytes of their inline strings (`strings`) and the helper's frames lists by id
-    (`lists`, shared by every batch of one helper)."""
+    """Entries the helper decoded: where each ends (stream offsets; the first begins at
+    `start`), fields as `_structure` gives them, the bytes of their inline strings (`strings`)
+    and the helper's frames lists by id (`lists`, shared by every batch of one helper)."""
 
     def __init__(self, start: int, n: int, arrays: dict, strings: bytes, lists: list, shape: tuple):
         self.start, self.n = start, n
         self.shape = shape
-        self.c, self.end = arrays["c"], arrays["end"]
+        self.end = arrays["end"]
         self.arrays = arrays
         self.strings = strings
         self.lists = lists
@@ -145,12 +148,13 @@ class Batch:
         return fields, memo_inc
 
 
-def write_batch(out, start: int, n: int, c, end, fields: dict, shape: tuple, buf: bytes, base: int,
+def write_batch(out, start: int, n: int, end, fields: dict, shape: tuple, buf: bytes, base: int,
                 uid_of: dict, new_lists: list) -> None:
-    """Append one batch (the first n entries decoded at `c`, positions in `buf`, which starts
-    at stream offset `base`) to `out`; frames lists get ids from `uid_of` (new ones also go to
-    `new_lists` as (uid, bytes) to be written with this batch)."""
-    parts = [c[:n].astype("<i8") + base, end[:n].astype("<i8") + base]
+    """Append one batch (its first n entries decoded, the first at stream offset `start`; `end`
+    and the fields' positions in `buf`, which starts at stream offset `base`) to `out`; frames
+    lists get ids from `uid_of` (new ones also go to `new_lists` as (uid, bytes) to be written
+    with this batch)."""
+    parts = [end[:n].astype("<i8") + base]
     strings: list = []
     spos = 0
     new_lists.clear()
@@ -224,7 +228,7 @@ def read_batch(body: bytes, start: int, n: int, shape: tuple, lists: list) -> Ba
         pos += nb
         return a
 
-    arrays: dict = {"c": take("<i8"), "end": take("<i8")}
+    arrays: dict = {"end": take("<i8")}
     for key, part, dtype in _layout(shape):
         arrays[key, part] = take(dtype)
     strings = take("u1").tobytes()
@@ -240,7 +244,7 @@ def read_batch(body: bytes, start: int, n: int, shape: tuple, lists: list) -> Ba
     for key, part, _ in _layout(shape):
         if len(arrays[key, part]) != n:
             raise ValueError("a helper batch's arrays disagree")
-    if len(arrays["c"]) != n or len(arrays["end"]) != n:
+    if len(arrays["end"]) != n:
         raise ValueError("a helper batch's arrays disagree")
     return Batch(start, n, arrays, strings, lists, shape)
 
@@ -283,14 +287,14 @@ class Helper:
                                     stderr=subprocess.DEVNULL, close_fds=True,
                                     pass_fds=(fd,) if os.name == "posix" else ())
         except (OSError, ValueError):
-            if fd >= 0:
-                os.close(fd)
             return None
+        finally:
+            if fd >= 0:
+                os.close(fd)            # (the helper has its own copy, or opens the file by name)
         helper = cls(proc, path, target, tuple(fast.shape))
         try:
             helper.fh = open(path, "rb")
             if os.name == "posix":
-                os.close(fd)
                 os.unlink(path)
         except OSError:
             helper.close()
@@ -302,30 +306,17 @@ class Helper:
         when none will come."""
         if self.done:
             return False
-        waited = 0.0
+        since = time.monotonic()
         while True:
-            running = self.proc.poll() is None
+            running = self.proc.poll() is None       # (before the read: all it wrote is there)
             got = self._try_read()
             if got is not None:
                 self.queue.append(got)
                 return True
-            if not running:
-                if self._try_read_final():
-                    return True
-                self.close()
-                return False
-            if waited > WAIT_S:
+            if not running or time.monotonic() - since > WAIT_S:
                 self.close()
                 return False
             time.sleep(0.002)
-            waited += 0.002
-
-    def _try_read_final(self) -> bool:
-        got = self._try_read()
-        if got is not None:
-            self.queue.append(got)
-            return True
-        return False
 
     def _try_read(self) -> Batch | None:
         try:
@@ -480,7 +471,7 @@ def run_helper(file_path: str, target: int, out_path: str, spec: dict) -> None:
                 p = int(c[0]) + 1
                 batch = 256
                 continue
-            write_batch(out, reg.base + int(c[0]), n, c, end, fields, fp.shape, reg.buf, reg.base, uid_of,
+            write_batch(out, reg.base + int(c[0]), n, end, fields, fp.shape, reg.buf, reg.base, uid_of,
                         new_lists)
             p = int(end[n - 1])
             if n == len(c):

@@ -136,7 +136,7 @@ def test_a_helper_let_go_half_way_leaves_the_rest_to_the_reader(generated, with_
 def test_a_batch_the_reader_never_lands_on_is_dropped():
     h = prefetch.Helper.__new__(prefetch.Helper)
     h.target, h.done, h.queue = 100, True, []
-    h.queue = [prefetch.Batch(s, 1, {"c": [s], "end": [s + 10]}, b"", [], ()) for s in (100, 150, 200)]
+    h.queue = [prefetch.Batch(s, 1, {"end": [s + 10]}, b"", [], ()) for s in (100, 150, 200)]
     assert h.take(50) is None and len(h.queue) == 3          # before the helper's part: untouched
     assert h.take(120) is None                               # 100 passed without landing on it
     assert [b.start for b in h.queue] == [150, 200]
