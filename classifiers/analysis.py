@@ -424,7 +424,11 @@ def analyze(snap: Snapshot, progress: Progress | None = None, rules_path=None,
                 progress.update(k + 1)
             devices[dev] = _analyze_device(snap, dev, facts, rules, rule_names, clock)
         if fp:
-            cache.save(snap, fp, devices, rule_names)
+            # a big analysis is written on a thread while the caller goes on (cache.save_later)
+            if sum(len(da.allocs) for da in devices.values()) >= structure_module.BACKGROUND_ROWS:
+                cache.save_later(snap, fp, devices, rule_names)
+            else:
+                cache.save(snap, fp, devices, rule_names)
     else:
         for da in devices.values():
             _attach(da, snap, facts, rule_names)

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from ..common.later import Later, in_order
 from ..parsers import Allocations, LiveModel
 from ..parsers.cache import (
     artifact_names,
@@ -155,6 +156,31 @@ def _source(da, where):
     return {"live": da.live, "allocs": da.allocs, "da": da, "timeline": da.timeline}[where]
 
 
+_SAVING: list = []           # Later jobs of `save_later` not yet waited for
+
+
+def save_later(snap, fp: str, devices: dict, rule_names: list) -> None:
+    """`save` on a thread (one the interpreter waits for before it exits): the caller goes on
+    with what it shows (the summary document, the viewer's model) while the arrays are written.
+    `load` and the next save wait for it first. Nothing it reads changes once the analysis is
+    returned."""
+    wait_saved()
+    job: Later = Later(lambda: save(snap, fp, devices, rule_names))
+    _SAVING.append(job)
+    in_order([job], name="vramscope-analysis-cache", daemon=False)
+
+
+def wait_saved() -> None:
+    """Wait for the saves `save_later` started (one that failed stored nothing: the next
+    analysis runs again, as after any failed save)."""
+    while _SAVING:
+        job = _SAVING.pop(0)
+        try:
+            job.get()
+        except Exception:      # an unexpected error writing the cache: it is only a cache
+            pass
+
+
 def save(snap, fp: str, devices: dict, rule_names: list) -> bool:
     """Store the analysis of every device (arrays first, the manifest last). False when
     nothing was stored (no cache entry, unwritable, or results JSON cannot hold exactly)."""
@@ -236,6 +262,7 @@ def load(snap, fp: str, rule_names: list) -> dict | None:
     """{device: DeviceAnalysis} from the cache, or None (absent, stale or damaged)."""
     if not snap.cache_entry or fp is None:
         return None
+    wait_saved()
     raw = read_artifact(snap, _manifest_name(fp))
     if not raw:
         return None

@@ -385,3 +385,25 @@ def test_typed_results_rebuild_exactly_and_refuse_wrong_types():
         from_plain(Peak, {**plain, "advice": [{"lever": 3}]})
     with pytest.raises(ValueError):
         from_plain(Peak, {k: v for k, v in plain.items() if k != "phase"})
+
+
+def test_a_big_analysis_is_stored_on_a_thread_and_read_back_the_same(cache_dir, monkeypatch):
+    # (big: every analysis, here) the caller goes on while the arrays are written; the next
+    # read waits for the writing, and finds exactly what a fresh analysis gives
+    from vramscope.classifiers import cache as analysis_cache
+    from vramscope.classifiers import structure as structure_module
+    monkeypatch.setattr(structure_module, "BACKGROUND_ROWS", 0)
+    started = []
+    save_later = analysis_cache.save_later
+
+    def recording(*a):
+        save_later(*a)
+        started.append(list(analysis_cache._SAVING))
+    monkeypatch.setattr(analysis_cache, "save_later", recording)
+    path = FILES[sorted(FILES)[0]]
+    want = fresh(path)
+    first = analyze(open_snapshot(str(path)))
+    assert not first.from_cache and len(started) == 1 and len(started[0]) == 1
+    again = analyze(open_snapshot(str(path)))
+    assert again.from_cache and not analysis_cache._SAVING       # waited for, then read
+    assert_same_analysis(again, want)

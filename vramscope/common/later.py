@@ -43,12 +43,13 @@ class Later(Generic[T]):
         return self._result  # type: ignore[return-value]
 
 
-def in_order(jobs: list[Later], name: str = "vramscope-later") -> threading.Thread:
-    """Run `jobs` one after another on a new (daemon) thread."""
+def in_order(jobs: list[Later], name: str = "vramscope-later", daemon: bool = True) -> threading.Thread:
+    """Run `jobs` one after another on a new thread (`daemon=False`: one the interpreter
+    waits for before it exits, for work that must not be cut short)."""
     def work():
         for job in jobs:
             job.run()
-    th = threading.Thread(target=work, name=name, daemon=True)
+    th = threading.Thread(target=work, name=name, daemon=daemon)
     th.start()
     return th
 
