@@ -668,15 +668,10 @@ class FastPath:
 
     def _inline_list_sids(self, fields: dict, n: int, base: int) -> tuple[dict, int]:
         """Stack ids of the inline frames lists of the first n entries, interned by their raw
-        bytes, and how many entries the fast path may take: up to the first whose list is not
-        memo references only (an end guessed wrong, a frame dict pickled inside), then up to
-        the first whose list refers to memo slot `base` or beyond (the interpreter resolves
-        those in order)."""
-        r = self.r
-        buf = r.buf
-        by_bytes = r.stack_by_bytes
-        get = by_bytes.get
-        looked = []
+        bytes, and how many entries the fast path may take (`_cut_and_intern`)."""
+        buf = self.r.buf
+        get = self.r.stack_by_bytes.get
+        looked, out = [], {}
         for key in self.shape:
             if FAST_KINDS[key] != "list":
                 continue
@@ -686,78 +681,69 @@ class FastPath:
             b_list = stop[where].tolist()
             # map over slices: a quarter faster than a list comprehension of buf[a:b]
             sids = list(map(get, map(buf.__getitem__, map(slice, a_list, b_list)), repeat(-1)))
-            looked.append((key, where, a_list, b_list, sids))
-            if -1 in sids:      # before anything is interned: where the lists stop being lists
-                for i, sid in enumerate(sids):
-                    if sid == -1 and where[i] < n and not _only_refs(buf[a_list[i]:b_list[i]]):
-                        n = int(where[i])
-                        break
-        out = {}
-        for key, where, a_list, b_list, sids in looked:
-            if -1 in sids:
-                for i, sid in enumerate(sids):
-                    if sid != -1:
-                        continue
-                    if where[i] >= n:
-                        break
-                    key_b = buf[a_list[i]:b_list[i]]
-                    known = by_bytes.get(key_b)
-                    if known is None:
-                        known = r.stack_from_ref_bytes(key_b, base)
-                        if known is None:
-                            n = int(where[i])
-                            break
-                        by_bytes[key_b] = known
-                    sids[i] = known
-            out[key] = (where, np.asarray(sids, dtype=np.int32))
-        return out, n
+            looked.append((where, lambda i, a=a_list, b=b_list: buf[a[i]:b[i]], sids))
+            out[key] = (where, sids)
+        n = self._cut_and_intern(looked, n, base)
+        return {key: (where, np.asarray(sids, dtype=np.int32)) for key, (where, sids) in out.items()}, n
 
     def _list_sids_by_uid(self, fields: dict, n: int, base: int, uniq: list) -> tuple[dict, int]:
         """`_inline_list_sids` for a batch the helper decoded: each inline list given by the id
         of its bytes (`uniq[uid]`), so a distinct list is looked up once, not once an entry. The
         same cuts and the same stacks interned in the same order: a list's first entry stands
         for all of its entries (they share its bytes, so its lookup and its checks)."""
-        r = self.r
-        by_bytes = r.stack_by_bytes
-        looked = []
+        get = self.r.stack_by_bytes.get
+        looked, out = [], {}
         for key in self.shape:
             if FAST_KINDS[key] != "list":
                 continue
             inline, uid = fields[key][1][:n], fields[key][2]
             where = np.flatnonzero(inline)
             us, first, inv = np.unique(uid[where], return_index=True, return_inverse=True)
-            order = np.argsort(first, kind="stable").tolist()     # the distinct lists, as first met
-            keys = [uniq[u] for u in us.tolist()]
-            sid_u = [by_bytes.get(b, -1) for b in keys]
-            first_l = first.tolist()
-            for x in order:          # before anything is interned: where the lists stop being lists
-                if sid_u[x] == -1:
-                    at = int(where[first_l[x]])
-                    if at >= n:
+            order = np.argsort(first, kind="stable")                # the distinct lists, as first met
+            keys = [uniq[u] for u in us[order].tolist()]
+            sids = [get(k, -1) for k in keys]
+            looked.append((where[first[order]], keys.__getitem__, sids))
+            out[key] = (where, order, inv, sids)
+        n = self._cut_and_intern(looked, n, base)
+        result = {}
+        for key, (where, order, inv, sids) in out.items():
+            by_u = np.empty(len(sids), dtype=np.int32)
+            by_u[order] = sids
+            result[key] = (where, by_u[inv.reshape(-1)])
+        return result, n
+
+    def _cut_and_intern(self, looked: list, n: int, base: int) -> int:
+        """For each list key's (entry of each list in order, its bytes by position, its stack id
+        or -1: filled in here): how many entries the fast path may take, up to the first whose
+        list is not memo references only (an end guessed wrong, a frame dict pickled inside),
+        then up to the first whose list refers to memo slot `base` or beyond (the interpreter
+        resolves those in order); the others' new stacks interned, in that order."""
+        r = self.r
+        by_bytes = r.stack_by_bytes
+        for at, bytes_of, sids in looked:      # before anything is interned: where lists stop being lists
+            if -1 in sids:
+                for i, sid in enumerate(sids):
+                    if sid == -1 and at[i] < n and not _only_refs(bytes_of(i)):
+                        n = int(at[i])
                         break
-                    if not _only_refs(keys[x]):
-                        n = at
-                        break
-            looked.append((key, where, order, keys, sid_u, first_l, inv))
-        out = {}
-        for key, where, order, keys, sid_u, first_l, inv in looked:
-            for x in order:
-                if sid_u[x] != -1:
+        for at, bytes_of, sids in looked:
+            if -1 not in sids:
+                continue
+            for i, sid in enumerate(sids):
+                if sid != -1:
                     continue
-                at = int(where[first_l[x]])
-                if at >= n:
+                if at[i] >= n:
                     break
-                known = by_bytes.get(keys[x])
+                key_b = bytes_of(i)
+                known = by_bytes.get(key_b)
                 if known is None:
-                    known = r.stack_from_ref_bytes(keys[x], base)
+                    known = r.stack_from_ref_bytes(key_b, base)
                     if known is None:
-                        n = at
+                        n = int(at[i])
                         break
-                    by_bytes[keys[x]] = known
-                sid_u[x] = known
-            sids = np.asarray(sid_u, dtype=np.int32)[inv.reshape(-1)] if len(sid_u) else np.zeros(0, np.int32)
-            out[key] = (where, sids)
-        return out, n
+                    by_bytes[key_b] = known
+                sids[i] = known
+        return n
 
     def consume(self, batch, device: int) -> tuple[int, int]:
         """Take entries the helper process decoded (`batch`, read at the position the

@@ -634,19 +634,9 @@ class Deframed:
             got = len(self._raw)
             self._raw, self._off = b"", 0
         while got < n:
+            if self.active and self.raw_pos == self.next_frame and self._past_header(self.READ):
+                continue
             avail = len(self._raw) - self._off
-            if self.active and self.raw_pos == self.next_frame:
-                if avail < 9:            # the header (or the end) straddles two reads
-                    self._raw = self._raw[self._off:] + self.fh.read(max(self.READ, 9))
-                    self._off = 0
-                    avail = len(self._raw)
-                hdr = self._raw[self._off:self._off + 9]
-                if len(hdr) == 9 and hdr[0] == 0x95:
-                    self._off += 9
-                    self.raw_pos += 9
-                    self.next_frame = self.raw_pos + int.from_bytes(hdr[1:], "little")
-                    continue
-                self.active = False      # not a FRAME: framing ends, the rest is data
             if not avail:
                 self._raw = self.fh.read(max(self.READ, n - got))
                 self._off = 0
@@ -665,6 +655,23 @@ class Deframed:
         return out
 
 
+    def _past_header(self, read_ahead: int) -> bool:
+        """At the start of a frame: step over its FRAME header, reading what is missing of its
+        nine bytes (`read_ahead` more with them, in one read); False where what is there is not
+        a FRAME: framing ends, the rest is data."""
+        avail = len(self._raw) - self._off
+        if avail < 9:                    # the header (or the end) straddles two reads
+            self._raw = self._raw[self._off:] + self.fh.read(max(read_ahead, 9 - avail))
+            self._off = 0
+        hdr = self._raw[self._off:self._off + 9]
+        if len(hdr) == 9 and hdr[0] == 0x95:
+            self._off += 9
+            self.raw_pos += 9
+            self.next_frame = self.raw_pos + int.from_bytes(hdr[1:], "little")
+            return True
+        self.active = False
+        return False
+
     def skip(self, n: int) -> None:
         """Step over the next n bytes of the stream without reading them (past FRAME headers:
         nine bytes read at each, the frames themselves sought over)."""
@@ -675,19 +682,9 @@ class Deframed:
                 raise ValueError("skip into the first two bytes")
             n -= len(head)
         while n > 0:
+            if self.active and self.raw_pos == self.next_frame and self._past_header(0):
+                continue
             avail = len(self._raw) - self._off
-            if self.active and self.raw_pos == self.next_frame:
-                if avail < 9:
-                    self._raw = self._raw[self._off:] + self.fh.read(9 - avail)
-                    self._off = 0
-                    avail = len(self._raw)
-                hdr = self._raw[self._off:self._off + 9]
-                if len(hdr) == 9 and hdr[0] == 0x95:
-                    self._off += 9
-                    self.raw_pos += 9
-                    self.next_frame = self.raw_pos + int.from_bytes(hdr[1:], "little")
-                    continue
-                self.active = False
             take = n if not self.active else min(n, self.next_frame - self.raw_pos)
             if avail:
                 take = min(take, avail)
