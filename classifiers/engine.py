@@ -307,10 +307,14 @@ def _autocast_copies(size, stack, category, pre, never, ai, n_pass, todo, ok, au
     # where a size is also an activation's, the copy is the one made right before an allocation of
     # the same stack and another size (the op's output follows its casts)
     order = np.flatnonzero(ai >= 0)
-    order = order[np.argsort(ai[order], kind="stable")]
+    ai_sorted = ai[order]
+    if len(order) > 1 and not bool((ai_sorted[1:] >= ai_sorted[:-1]).all()):
+        # (rows come in the order of their allocation, so only version chains' roots reorder them)
+        by_ai = np.argsort(ai_sorted, kind="stable")
+        order, ai_sorted = order[by_ai], ai_sorted[by_ai]
     same_op = np.zeros(len(cand), dtype=bool)
     if len(order):
-        pos = np.searchsorted(ai[order], ai[cand], side="right")
+        pos = np.searchsorted(ai_sorted, ai[cand], side="right")
         nxt = order[np.minimum(pos, len(order) - 1)]
         same_op = (pos < len(order)) & (stack[nxt] == stack[cand]) & (stack[cand] > 0) & (size[nxt] != size[cand])
         same_op &= ~dropout_marked[np.maximum(stack[cand], 0)]        # a dropout's mask comes before its output too

@@ -21,9 +21,11 @@ PEAK_TYPES = ("quantization", "model_load", "forward", "loss", "backward_start",
 I_ACT = CATEGORY_CODE["activations"]
 
 
-def peak_type(da, facts, index: int) -> str:
+def peak_type(da, facts, index: int, backward_share: dict | None = None) -> str:
     """DESIGN.md §4 type of a peak reached at trace entry `index` ("other" for the start
-    state, index -1, or an index outside the trace)."""
+    state, index -1, or an index outside the trace). `backward_share`: {entry: share of its
+    backward's consumed activations freed by it} found for many entries at once
+    (`_backward_shares`), where `index` is one of them."""
     if index < 0 or index >= len(da.trace_action):
         return "other"
     t = da.timeline
@@ -52,6 +54,8 @@ def peak_type(da, facts, index: int) -> str:
     if ph == P_OPTIMIZER:
         return "optimizer_step"
     if ph == P_BACKWARD:
+        if backward_share is not None and index in backward_share:
+            return _backward_word(backward_share[index])
         return _backward_kind(da, index)
     return "other"
 
@@ -77,6 +81,10 @@ def _backward_kind(da, index: int) -> str:
         f = float(sz[consumed & (fi <= index)].sum()) / total
     else:
         f = (index - s0) / max(1, s1 - s0)
+    return _backward_word(f)
+
+
+def _backward_word(f: float) -> str:
     if f < 0.02:
         return "backward_start"
     if f >= 0.98:
@@ -84,18 +92,62 @@ def _backward_kind(da, index: int) -> str:
     return "backward_top" if f < 0.5 else "backward_bottom"
 
 
+def _backward_shares(da, indices: np.ndarray) -> dict[int, float]:
+    """`_backward_kind`'s share for each of the trace entries `indices` in backward, in one pass
+    over the rows freed in their backward runs (one call per iteration scanned its run's rows
+    once per iteration: 0.4 s for 5,000 iterations at 10^7 events), exactly as it finds it: the
+    bytes of the run's consumed activations (made before the run began) freed up to the entry,
+    over all of them, else how far the entry is into its run."""
+    t = da.timeline
+    idx = np.unique(np.asarray(indices, dtype=np.int64))
+    idx = idx[(idx >= 0) & (idx < len(t.phase))]
+    idx = idx[t.phase[idx] == P_BACKWARD]
+    if not len(idx):
+        return {}
+    seg = t.segment[idx]
+    s0 = np.searchsorted(t.segment, seg, side="left")
+    s1 = np.searchsorted(t.segment, seg, side="right") - 1
+    a = da.allocs
+    order, sorted_fi = da.free_order()
+    dt = sorted_fi.dtype
+    # rows freed in the runs asked about: each run's range of the free order, each row once
+    runs, first = np.unique(seg, return_index=True)
+    lo = np.searchsorted(sorted_fi, s0[first].astype(dt))
+    hi = np.searchsorted(sorted_fi, (s1[first] + 1).astype(dt))
+    n_run = hi - lo
+    pos = np.repeat(lo - np.cumsum(n_run) + n_run, n_run) + np.arange(int(n_run.sum()))
+    rows = order[pos]
+    run_s0 = np.repeat(s0[first], n_run)
+    ai = a.alloc_index[rows]
+    consumed = (da.category[rows] == I_ACT) & (ai >= 0) & (ai < run_s0)
+    w = np.where(consumed, a.size[rows], 0).astype(np.int64)
+    csum = np.concatenate(([0], np.cumsum(w)))                  # exact: integer bytes
+    base = np.concatenate(([0], np.cumsum(n_run)))[:-1]        # each run's start in `rows`
+    r = np.searchsorted(runs, seg)                              # each entry's run
+    total = csum[base[r] + n_run[r]] - csum[base[r]]
+    upto = np.searchsorted(sorted_fi, idx.astype(dt), side="right") - lo[r]
+    part = csum[base[r] + upto] - csum[base[r]]
+    out = {}
+    for k, tot, pa, a0, a1 in zip(idx.tolist(), total.tolist(), part.tolist(), s0.tolist(), s1.tolist()):
+        out[k] = float(pa) / float(tot) if tot > 0 else (k - a0) / max(1, a1 - a0)
+    return out
+
+
 def with_peaks(da, facts, iterations) -> tuple[Iteration, ...]:
     """The iterations with their own peak (bytes, entry, type) filled in."""
     live = da.live.live_after
-    out = []
+    peaks = []
     for it in iterations:
         s, e = it.start_index, it.end_index
-        if e < s or not len(live):
+        peaks.append(-1 if e < s or not len(live) else s + int(np.argmax(live[s:e + 1])))
+    shares = _backward_shares(da, np.asarray([k for k in peaks if k >= 0], dtype=np.int64))
+    out = []
+    for it, k in zip(iterations, peaks):
+        if k < 0:
             out.append(it)
             continue
-        k = s + int(np.argmax(live[s:e + 1]))
         out.append(dataclasses.replace(it, peak_bytes=int(live[k]), peak_index=k,
-                                       peak_type=peak_type(da, facts, k)))
+                                       peak_type=peak_type(da, facts, k, shares)))
     return tuple(out)
 
 

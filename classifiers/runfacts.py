@@ -72,7 +72,7 @@ class _Ctx:
         self.size = np.asarray(a.size, dtype=np.int64)
         self.stack = np.asarray(a.stack, dtype=np.int64)
         self.action = np.asarray(da.trace_action)
-        self.tstack = np.asarray(da.trace_stack, dtype=np.int64)
+        self.tstack = np.asarray(da.trace_stack)           # stack ids: int32 at most, as the trace has them
         self.phase = da.timeline.phase
         self.n_allocs = int(np.count_nonzero(self.action == A_ALLOC))
         lengths = sfacts.stacks.lengths if sfacts is not None else None
