@@ -306,23 +306,26 @@ def _autocast_copies(size, stack, category, pre, never, ai, n_pass, todo, ok, au
     by_marker = autocast_marked[np.maximum(stack[cand], 0)] & (stack[cand] > 0)
     # where a size is also an activation's, the copy is the one made right before an allocation of
     # the same stack and another size (the op's output follows its casts)
+    # only candidates of half a weight matrix's size can be copies: what follows looks at those
+    # (a size's counts are the same among them, every candidate of the size being one)
+    hc = cand[half]
     order = np.flatnonzero(ai >= 0)
     ai_sorted = ai[order]
     if len(order) > 1 and not bool((ai_sorted[1:] >= ai_sorted[:-1]).all()):
         # (rows come in the order of their allocation, so only version chains' roots reorder them)
         by_ai = np.argsort(ai_sorted, kind="stable")
         order, ai_sorted = order[by_ai], ai_sorted[by_ai]
-    same_op = np.zeros(len(cand), dtype=bool)
+    same_op = np.zeros(len(hc), dtype=bool)
     if len(order):
-        pos = np.searchsorted(ai_sorted, ai[cand], side="right")
+        pos = np.searchsorted(ai_sorted, ai[hc], side="right")
         nxt = order[np.minimum(pos, len(order) - 1)]
-        same_op = (pos < len(order)) & (stack[nxt] == stack[cand]) & (stack[cand] > 0) & (size[nxt] != size[cand])
-        same_op &= ~dropout_marked[np.maximum(stack[cand], 0)]        # a dropout's mask comes before its output too
+        same_op = (pos < len(order)) & (stack[nxt] == stack[hc]) & (stack[hc] > 0) & (size[nxt] != size[hc])
+        same_op &= ~dropout_marked[np.maximum(stack[hc], 0)]        # a dropout's mask comes before its output too
     # per size: about one per weight of twice the size in every forward pass, of all the size's
     # candidates or of those made right before their op's output
     n_pass = max(1, n_pass)
     w_counts = dict(zip(*[x.tolist() for x in np.unique(mats, return_counts=True)]))
-    c_sizes, c_inv = np.unique(size[cand], return_inverse=True)
+    c_sizes, c_inv = np.unique(size[hc], return_inverse=True)
     c_all = np.bincount(c_inv, minlength=len(c_sizes))
     c_same = np.bincount(c_inv, weights=same_op.astype(np.float64), minlength=len(c_sizes))
 
@@ -341,7 +344,9 @@ def _autocast_copies(size, stack, category, pre, never, ai, n_pass, todo, ok, au
         sum(w_counts.get(int(s) * 2, 0) for s in c_sizes[counted_same].tolist())
     if not by_marker.any() and (hit < 0.75 * (len(mats) - crowded) or hit < max(2, 0.25 * len(mats))):
         return out
-    out[np.flatnonzero(ok)] = half & (by_marker | counted[c_inv] | (counted_same[c_inv] & same_op))
+    is_copy = by_marker.copy()
+    is_copy[half] |= counted[c_inv] | (counted_same[c_inv] & same_op)
+    out[np.flatnonzero(ok)] = half & is_copy
     return out
 
 
