@@ -197,8 +197,6 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
     action = np.asarray(trace.columns["action"])
     sid = np.asarray(trace.columns["stack"])
     n = len(action)
-    ev = np.full(n, -1, dtype=np.int8)
-    evm = np.full(n, -1, dtype=np.int16)
     if n == 0:
         return Timeline(np.zeros(0, np.uint8), np.zeros(0, np.int32), np.zeros(0, np.int32))
 
@@ -226,11 +224,20 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
         del bump
         use &= ~bump_at | (stack_timeline[np.maximum(sid, 0)] == P_OPTIMIZER)
     s = np.where(use, sid, 0)
-    ev[:] = np.where(use, stack_timeline[s], -1)
-    evm[:] = np.where(use, stack_marker[s], -1)
-    del s
-    # the free(s) written just before a bump are the same update
-    bi = np.flatnonzero(bump_at & use)
+    # stack 0 (no frames) names no phase: the tables with -1 there, so one gather does
+    tl0 = np.asarray(stack_timeline, dtype=np.int8).copy()
+    mk0 = np.asarray(stack_marker, dtype=np.int16).copy()
+    if len(tl0):
+        tl0[0] = -1
+        mk0[0] = -1
+        ev = tl0[s]
+        evm = mk0[s]
+    else:
+        ev = np.full(n, -1, dtype=np.int8)
+        evm = np.full(n, -1, dtype=np.int16)
+    del s, tl0, mk0
+    # the free(s) written just before a bump are the same update (bumps: profiler-converted runs)
+    bi = np.flatnonzero(bump_at & use) if profiler_like else np.zeros(0, dtype=np.int64)
     for k in (1, 2):
         j = bi - k
         ok = (j >= 0) & np.isin(action[np.maximum(j, 0)], (A_FREE_REQUESTED, A_FREE))
@@ -287,8 +294,14 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
     pa = prev_anchor(anchor)
     na = np.where(anchor, idx, n)[::-1]
     na = np.minimum.accumulate(na, out=na)[::-1]
-    A = np.where(pa >= 0, ev[np.maximum(pa, 0)], -1).astype(np.int8)
-    B = np.where(na < n, ev[np.minimum(na, n - 1)], -1).astype(np.int8)
+    # the phase of the anchor before and after each entry: `ev` with a -1 after its end, which
+    # index -1 (no anchor before) and index n (none after) both read
+    ev_pad = np.empty(n + 1, dtype=np.int8)
+    ev_pad[:n] = ev
+    ev_pad[n] = -1
+    A = ev_pad[pa]
+    B = ev_pad[na]
+    del ev_pad
     # a stretch leading into a forward is the next batch being prepared, from its first
     # allocation on; the frees before that still close the previous phase
     del na
