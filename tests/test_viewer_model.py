@@ -304,3 +304,32 @@ def test_the_guessed_bands_share_the_event_codes_and_say_the_same():
     assert own.codes is not g.codes
     idx = _np.arange(-1, da.n_entries, 7)
     assert (own.at(idx) == g.at(idx)).all()
+
+
+def test_the_allocator_and_the_size_order_built_on_a_thread_are_those_built_in_line(monkeypatch):
+    """On a big run DeviceData builds the allocator's history and the rows by size on a thread
+    beside the curves: the same arrays as built in line on a small one."""
+    from helpers import DATA
+    from vramscope.viewer.model import device as device_module
+    path = str(DATA / "expandable.pickle")
+
+    def built(rows_from: int):
+        monkeypatch.setattr(device_module, "BACKGROUND_ROWS", rows_from)
+        an = analyze(open_snapshot(path, use_cache=False), use_cache=False)
+        dev = an.primary_device()
+        return DeviceData(an.snapshot, an, dev)
+
+    started = []
+    real = device_module.in_order
+    monkeypatch.setattr(device_module, "in_order", lambda jobs, name: started.append(name) or real(jobs, name=name))
+    on_thread = built(0)
+    assert started == ["vramscope-device"]
+    in_line = built(10 ** 12)
+    assert started == ["vramscope-device"]
+    assert in_line.allocator.known and len(in_line.allocator.address)
+    for name in ("start", "end", "address", "size", "stream", "expandable", "small"):
+        assert np.array_equal(getattr(on_thread.allocator, name), getattr(in_line.allocator, name)), name
+    assert np.array_equal(on_thread.rows_by_size, in_line.rows_by_size)
+    assert on_thread.rows_by_size.dtype == np.int32
+    sizes = np.asarray(in_line.allocs.size)[in_line.rows_by_size]
+    assert (sizes[:-1] >= sizes[1:]).all()

@@ -24,7 +24,9 @@ import numpy as np
 
 from ...classifiers import CATEGORIES, Finding, Iteration
 from ...classifiers.evidence import E_GUESS
+from ...classifiers.structure import BACKGROUND_ROWS
 from ...classifiers.timeaxis import XAxis, x_axis
+from ...common.later import Later, in_order
 from ...common.units import fmt_seconds
 from ...present.stacks import Stacks
 from ...present.words import finding_detail, finding_title
@@ -103,6 +105,18 @@ class DeviceData:
         self.device = device
         da = analysis.devices[device]
         self.da = da
+        # on a big run, the allocator's history and the table's order by size on a thread beside
+        # the curves and the composition (neither reads what the other builds)
+        al = da.allocs
+        idx_t = np.int32 if len(al) < (1 << 31) else np.int64
+        by_size: Later[np.ndarray] = Later(
+            lambda: np.argsort(-np.asarray(al.size, dtype=np.int64), kind="stable").astype(idx_t))
+        history = Later(lambda: analysis.allocator(device))     # the analysis' AllocatorHistory
+        if len(al) >= BACKGROUND_ROWS:
+            in_order([history, by_size], name="vramscope-device")
+        else:
+            history.run()
+            by_size.run()
         self.categories = tuple(CATEGORIES)
         self.n_categories = len(self.categories)
         t = snap.trace(device)
@@ -142,7 +156,6 @@ class DeviceData:
         self._step(progress, "timeline", 0.3)
 
         # the allocation rows and their categories (the analysis')
-        al = da.allocs
         self.allocs = al
         self.category = np.asarray(da.category)
         self.rule = np.asarray(da.rule)
@@ -155,15 +168,14 @@ class DeviceData:
         self.da.guessed_composition()     # (the pale bands: the bytes that are a guess)
         self._step(progress, "timeline", 0.7)
 
-        idx_t = np.int32 if self.n_rows < (1 << 31) else np.int64
-        # the allocations table opens sorted by size: sort here, off the GUI thread
-        self.rows_by_size = np.argsort(-np.asarray(al.size, dtype=np.int64), kind="stable").astype(idx_t)
+        # the allocations table opens sorted by size: sorted here (above), off the GUI thread
+        self.rows_by_size = by_size.get()
         self.cat_present = np.bincount(self.category, minlength=self.n_categories) > 0
         self._step(progress, "timeline", 0.8)
 
         self._rank: np.ndarray | None = None
         self._alloc_stack: AllocStack | None = None
-        self.allocator = analysis.allocator(device)      # the analysis' AllocatorHistory
+        self.allocator = history.get()
         self.segments = SegmentBands(self.allocator, self.n)
         self.stacks = stacks or Stacks(analysis)
         self.iterations: list[Iteration] = list(da.iterations)
