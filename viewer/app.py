@@ -83,6 +83,13 @@ def run_viewer(path: str | None, screenshot: str | None = None, device: int | No
             print("vramscope: error: --screenshot needs a snapshot FILE", file=sys.stderr)
             return 2
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    loading = None
+    if screenshot and path and not os.path.isdir(path):
+        # the snapshot read and analyzed on a thread while Qt, the app and the window are set up
+        from ..common.later import Later, in_order
+        from .model.load import load as load_early
+        loading = Later(lambda: load_early(path, device, use_cache))
+        in_order([loading], name="vramscope-load")
     from PySide6.QtWidgets import QApplication
 
     from ..parsers import Cancelled, SnapshotError
@@ -101,7 +108,7 @@ def run_viewer(path: str | None, screenshot: str | None = None, device: int | No
                 first = folder.result.primary()
                 assert first is not None    # load_folder raises NoRanks on a folder without one
                 path = first.file
-            result = load(path, device, use_cache)
+            result = loading.get() if loading is not None else load(path, device, use_cache)
         except SnapshotError as e:
             print(f"vramscope: {e.one_line()}", file=sys.stderr)
             return 3
