@@ -450,6 +450,10 @@ def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | Non
     t = snap.trace(dev)
     with stage(clock, "allocations"):
         allocs = allocations(snap, dev)
+        # each column of the trace is let go (DeviceTrace.release) once the stages that read it
+        # whole are done: read again from then on only here and there (an OOM's request, a
+        # moment's time), its pages would stay in the highest memory of every stage after
+        t.release(("addr",))
         # live bytes after each entry: on a thread beside classify on a big run (classify asks
         # for them only where the phases come from memory's periodicity)
         find_live = Later(lambda: live_model(snap, dev, rows=allocs))
@@ -460,6 +464,7 @@ def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | Non
     with stage(clock, "classify"):
         tl, cl = classify_device(snap, t, allocs, lambda: find_live.get().live_after, facts, rules, dev)
         live = find_live.get()
+        t.release(("size", "stream"))
     torch_category = None
     rules_category = None
     if "category" in t.columns:
@@ -494,6 +499,7 @@ def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | Non
                        by_evidence=evidence_totals(by_ev))
     with stage(clock, "run facts"):
         da.run = run_facts(da, facts)
+    t.release(("time_us",))           # (see the "addr" column's release above)
     # the blocks' structure (what the levers simulate on) on a thread, beside what follows (the
     # live bytes per category, which the summary reads, stay for after the levers: built beside
     # them they held 70-100 MB more at the highest memory of a cold summary at 10^7)

@@ -9,7 +9,8 @@ from . import numbers
 from .errors import NotASnapshotError
 from .metadata import METADATA_KEY, RunMetadata, read_metadata
 from .sink import TracesList
-from .tables import ACTIONS, BLOCK_STATES, COMPONENT_KEY, HOST_DEVICE, LIVE_BLOCK_STATES, PROFILER_CATEGORIES
+from .tables import (ACTIONS, BLOCK_STATES, COMPONENT_KEY, HOST_DEVICE, LIVE_BLOCK_STATES, PROFILER_CATEGORIES,
+                     release_mapped)
 from .values import DROPPED
 
 SEGMENT_COLUMNS = {
@@ -36,6 +37,14 @@ class DeviceTrace:
 
     def __len__(self) -> int:
         return len(self.columns["action"])
+
+    def release(self, names) -> int:
+        """Hand back the memory this process holds of the columns `names` where they are
+        mapped from the cache (the OS keeps their pages in its file cache: a later read maps
+        them again, from memory, with the same values); how many were let go. A stage calls
+        this once it is done with a column, so what it read does not count in the highest
+        memory of the stages after it. In-memory columns stay as they are."""
+        return sum(release_mapped(self.columns[k]) for k in names if k in self.columns)
 
     def __getattr__(self, name):
         cols = self.__dict__.get("columns")

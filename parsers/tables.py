@@ -6,6 +6,7 @@ stack a tuple of frame ids, innermost first).
 """
 from __future__ import annotations
 
+import mmap
 import os
 import re
 import zlib
@@ -287,6 +288,26 @@ class ColumnFile:
             except OSError:
                 pass
             self._fh = None
+
+
+def release_mapped(arr) -> bool:
+    """Drop this process's pages of a read-only memory-mapped column (`map_column`) or of the
+    mapping a view of one shares: madvise(MADV_DONTNEED) on a shared read-only file mapping
+    takes them out of the resident set and nothing else (the file's pages stay in the OS's
+    cache; the next read faults them back in, unchanged). False where `arr` is not mapped, or
+    the platform cannot."""
+    base, mm = arr, None
+    while base is not None and mm is None:
+        mm = getattr(base, "_mmap", None)
+        base = getattr(base, "base", None)
+    advice = getattr(mmap, "MADV_DONTNEED", None)
+    if mm is None or advice is None or not hasattr(mm, "madvise"):
+        return False
+    try:
+        mm.madvise(advice)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def map_column(path: str, dtype, n: int) -> np.ndarray:
