@@ -314,6 +314,19 @@ class DeviceAnalysis:
         ends = np.r_[change - 1, len(ph) - 1]
         return [(int(s), int(e), PHASE_NAMES[int(ph[s])]) for s, e in zip(starts, ends)]
 
+    def phase_runs(self, name: str) -> list[tuple[int, int]]:
+        """[(start_index, end_index)] of the runs of phase `name`, in order: `phase_ranges`'
+        of that name, found without a tuple for every run of every phase (a long run has
+        tens of thousands)."""
+        ph = self.timeline.phase
+        if not len(ph) or name not in PHASE_NAMES:
+            return []
+        change = np.flatnonzero(ph[1:] != ph[:-1]) + 1
+        starts = np.r_[0, change]
+        ends = np.r_[change - 1, len(ph) - 1]
+        mine = ph[starts] == PHASE_NAMES.index(name)
+        return list(zip(starts[mine].tolist(), ends[mine].tolist()))
+
     def free_order(self) -> tuple[np.ndarray, np.ndarray]:
         """(rows sorted by free index, their free indices), computed once."""
         if self._free_order is None:

@@ -273,9 +273,7 @@ def _grad_mode(c: _Ctx) -> tuple[bool | None, str, str]:
     # alive at the end of each forward pass: saved for a backward (grad on) or freed as the next
     # op consumed them (no_grad)
     shares = []
-    for s, e, name in c.da.phase_ranges():
-        if name != "forward":
-            continue
+    for s, e in c.da.phase_runs("forward"):
         rows = fwd[(c.ai[fwd] >= s) & (c.ai[fwd] <= e)]
         if len(rows) < 4:
             continue

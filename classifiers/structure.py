@@ -298,7 +298,7 @@ class _Paths:
 
 # -- finding the blocks ---------------------------------------------------------------------------
 def _forward_passes(da) -> list[tuple[int, int]]:
-    return [(s, e) for s, e, name in da.phase_ranges() if name == "forward"]
+    return da.phase_runs("forward")
 
 
 def _calls(paths, rows_stack, depth, node_path, tiny=None, group=None) -> list:

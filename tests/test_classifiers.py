@@ -184,6 +184,10 @@ def test_live_by_category_agrees_with_by_category_at_and_live_bytes():
     runs = da.phase_ranges()
     assert runs[0][0] == 0 and runs[-1][1] == len(da.live.live_after) - 1
     assert {r[2] for r in runs} >= {"forward", "backward", "optimizer"}
+    from vramscope.classifiers.timeline import PHASE_NAMES
+    for name in PHASE_NAMES:        # one phase's runs, found on their own, are those of all runs
+        assert da.phase_runs(name) == [(s, e) for s, e, n in runs if n == name]
+    assert da.phase_runs("forward") and da.phase_runs("no such phase") == []
 
 
 def test_summary_json_keeps_the_cli_contract():
