@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..common.arrays import unique_inverse
 from ..parsers.tables import A_ALLOC, A_OOM
 from .categories import CATEGORIES, CATEGORY_CODE
 from .evidence import E_NONE, EVIDENCE_CODE, row_evidence
@@ -239,7 +240,7 @@ def _parameter_sized(size: np.ndarray, stack: np.ndarray, category: np.ndarray, 
     cand = todo[ok]
     sized = np.isin(size[cand], psizes)
     st = stack[cand].astype(np.int64)
-    ust, inv = np.unique(st, return_inverse=True)
+    ust, inv = unique_inverse(st)
     n = np.bincount(inv)
     hits = np.bincount(inv, weights=sized.astype(np.float64))
     loop = (hits >= PARAM_LOOP_SHARE * n) & (hits >= PARAM_LOOP_PER_ITER * max(1, n_iterations)) & (ust >= 0)

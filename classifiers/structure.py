@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..common.arrays import unique_inverse
 from ..common.later import Later
 from ..common.units import fmt_bytes as _fmt_bytes
 
@@ -310,7 +311,7 @@ def _calls(paths, rows_stack, depth, node_path, tiny=None, group=None) -> list:
     of the same file, called from other lines)."""
     if not len(rows_stack):
         return []
-    u, inv = np.unique(rows_stack, return_inverse=True)
+    u, inv = unique_inverse(rows_stack)
     under_u, sig_u, site_u, line_u = paths.node_arrays(u, depth, node_path)
     under = under_u[inv]
     if tiny is not None:
@@ -412,7 +413,7 @@ def _find_block_node(da, paths, passes):
     # bytes per tree node over every forward pass (per stack first: a few thousand stacks)
     rows = np.concatenate(pass_rows) if pass_rows else np.zeros(0, dtype=np.int64)
     st = np.asarray(a.stack)[rows]
-    u, inv = np.unique(st, return_inverse=True)
+    u, inv = unique_inverse(st)
     b = np.bincount(inv, weights=size[rows].astype(np.float64)) if len(rows) else np.zeros(0)
     total = float(b.sum())
     node_bytes: dict = {}
@@ -695,7 +696,7 @@ def _recompute_windows(da, paths, block_key, ai, stacks, alloc_phase, end_of) ->
     if not cand.any():
         return []
     pos = np.flatnonzero(cand)
-    u, inv = np.unique(st[pos], return_inverse=True)
+    u, inv = unique_inverse(st[pos])
     ok_u = np.zeros(len(u), dtype=bool)
     sig_u = np.zeros(len(u), dtype=np.int64)
     line_u = np.zeros(len(u), dtype=np.int64)
@@ -773,7 +774,7 @@ def _seq2_rows(da, paths, calls, recomputes, size, ai, fi, stacks, batch, alloc_
     if paths is None or not calls:
         return seq2, "no blocks: everything that grows with the sequence is taken to grow linearly"
     rows = np.concatenate([c.rows for c in tuple(calls) + tuple(recomputes)])
-    u, inv = np.unique(stacks[rows], return_inverse=True)
+    u, inv = unique_inverse(stacks[rows])
     sm_sizes, sm_fn = set(), set()
     sm_u = np.array([paths.path(int(sid))[4] for sid in u.tolist()], dtype=bool)
     sm_rows = rows[sm_u[inv]]
