@@ -307,7 +307,7 @@ def test_the_guessed_bands_share_the_event_codes_and_say_the_same():
 
 
 def test_the_allocator_and_the_size_order_built_on_a_thread_are_those_built_in_line(monkeypatch):
-    """On a big run DeviceData builds the allocator's history and the rows by size on a thread
+    """On a big run DeviceData builds the x axis, the allocator's history and the rows by size on a thread
     beside the curves: the same arrays as built in line on a small one."""
     from helpers import DATA
     from vramscope.viewer.model import device as device_module
@@ -330,6 +330,7 @@ def test_the_allocator_and_the_size_order_built_on_a_thread_are_those_built_in_l
     for name in ("start", "end", "address", "size", "stream", "expandable", "small"):
         assert np.array_equal(getattr(on_thread.allocator, name), getattr(in_line.allocator, name)), name
     assert np.array_equal(on_thread.rows_by_size, in_line.rows_by_size)
+    assert on_thread.x_axis == in_line.x_axis and on_thread.time_axis == in_line.time_axis
     assert on_thread.rows_by_size.dtype == np.int32
     sizes = np.asarray(in_line.allocs.size)[in_line.rows_by_size]
     assert (sizes[:-1] >= sizes[1:]).all()

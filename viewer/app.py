@@ -101,27 +101,29 @@ def run_viewer(path: str | None, screenshot: str | None = None, device: int | No
 
     if screenshot and path:
         folder = None
-        try:
-            if os.path.isdir(path):          # a folder of per-rank snapshots: its overview and first rank
-                from .ranks_part import load_folder
-                folder = load_folder(path, use_cache)
-                first = folder.result.primary()
-                assert first is not None    # load_folder raises NoRanks on a folder without one
-                path = first.file
-            result = loading.get() if loading is not None else load(path, device, use_cache)
-        except SnapshotError as e:
-            print(f"vramscope: {e.one_line()}", file=sys.stderr)
-            return 3
-        except (Cancelled, KeyboardInterrupt):
-            print("vramscope: interrupted", file=sys.stderr)
-            return 130
-        if device is not None and result.analysis is not None and device not in result.analysis.devices:
-            devs = ", ".join(str(d) for d in sorted(result.analysis.devices)) or "none"
-            print(f"vramscope view: error: no device {device} in {path} (devices with data: {devs})", file=sys.stderr)
-            return 2
+        # the window built while the thread still reads (it shows nothing until given the result)
         win = MainWindow(persist=False, use_cache=use_cache)
         win.screen_fit.enabled = False       # a picture of a fixed size, whatever the screen (offscreen: 800x800)
         try:
+            try:
+                if os.path.isdir(path):          # a folder of per-rank snapshots: its overview and first rank
+                    from .ranks_part import load_folder
+                    folder = load_folder(path, use_cache)
+                    first = folder.result.primary()
+                    assert first is not None    # load_folder raises NoRanks on a folder without one
+                    path = first.file
+                result = loading.get() if loading is not None else load(path, device, use_cache)
+            except SnapshotError as e:
+                print(f"vramscope: {e.one_line()}", file=sys.stderr)
+                return 3
+            except (Cancelled, KeyboardInterrupt):
+                print("vramscope: interrupted", file=sys.stderr)
+                return 130
+            if device is not None and result.analysis is not None and device not in result.analysis.devices:
+                devs = ", ".join(str(d) for d in sorted(result.analysis.devices)) or "none"
+                print(f"vramscope view: error: no device {device} in {path} (devices with data: {devs})",
+                      file=sys.stderr)
+                return 2
             win.apply_result(result)
             if folder is not None:           # on a window laid out (a panel hidden before cannot be raised)
                 win.resize(*SCREENSHOT_SIZE)

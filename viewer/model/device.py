@@ -112,11 +112,14 @@ class DeviceData:
         by_size: Later[np.ndarray] = Later(
             lambda: np.argsort(-np.asarray(al.size, dtype=np.int64), kind="stable").astype(idx_t))
         history = Later(lambda: analysis.allocator(device))     # the analysis' AllocatorHistory
+        # the x axis it starts with: classifiers/timeaxis.py's rule (entries when seconds would
+        # squeeze the run: one long pause, a slow first iteration, a crowded stretch)
+        axis: Later[XAxis] = Later(lambda: x_axis(da))
         if len(al) >= BACKGROUND_ROWS:
-            in_order([history, by_size], name="vramscope-device")
+            in_order([axis, history, by_size], name="vramscope-device")
         else:
-            history.run()
-            by_size.run()
+            for job in (axis, history, by_size):
+                job.run()
         self.categories = tuple(CATEGORIES)
         self.n_categories = len(self.categories)
         t = snap.trace(device)
@@ -146,9 +149,7 @@ class DeviceData:
         # the time stamps, monotonic (empty without times); `tkey` the same, None without times
         self.times: np.ndarray = tus if self.has_time else np.zeros(0, dtype=np.int64)
         self.tkey: np.ndarray | None = self.times if self.has_time else None
-        # the x axis it starts with: classifiers/timeaxis.py's rule (entries when seconds would
-        # squeeze the run: one long pause, a slow first iteration, a crowded stretch)
-        self.x_axis: XAxis = x_axis(da)
+        self.x_axis: XAxis = axis.get()       # (found above, on the thread on a big run)
         self.time_axis = self.has_time and self.x_axis.seconds
 
         curves = [self.live] + ([self.reserved] if self.reserved is not None else [])
