@@ -328,11 +328,10 @@ class DeviceAnalysis:
         return list(zip(starts[mine].tolist(), ends[mine].tolist()))
 
     def free_order(self) -> tuple[np.ndarray, np.ndarray]:
-        """(rows sorted by free index, their free indices), computed once."""
+        """(rows sorted by free index, their free indices), computed once (on a big run, on
+        the live model's thread while the rows are classified)."""
         if self._free_order is None:
-            fi = self.allocs.free_index
-            order = np.argsort(fi, kind="stable")
-            self._free_order = (order, fi[order])
+            self._free_order = free_order_of(self.allocs)
         return self._free_order
 
     # -- findings ---------------------------------------------------------------------------
@@ -410,6 +409,13 @@ class Analysis:
         return ([first] if first is not None else []) + sorted(d for d in self.devices if d != first)
 
 
+def free_order_of(allocs) -> tuple[np.ndarray, np.ndarray]:
+    """(rows sorted by free index, stable, their free indices): DeviceAnalysis.free_order."""
+    fi = allocs.free_index
+    order = np.argsort(fi, kind="stable")
+    return order, fi[order]
+
+
 def analyze(snap: Snapshot, progress: Progress | None = None, rules_path=None,
             rules: RuleSet | None = None, use_cache: bool = True, clock: StageClock | None = None) -> Analysis:
     """Classify and analyze every device of `snap` (see the module docstring).
@@ -470,8 +476,11 @@ def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | Non
         # live bytes after each entry: on a thread beside classify on a big run (classify asks
         # for them only where the phases come from memory's periodicity)
         find_live = Later(lambda: live_model(snap, dev, rows=allocs))
-        if len(allocs) >= structure_module.BACKGROUND_ROWS:
-            in_order([find_live], name="vramscope-live")
+        # ... and the rows in free order the iterations' peak types read, after it
+        find_free_order = Later(lambda: free_order_of(allocs))
+        big = len(allocs) >= structure_module.BACKGROUND_ROWS
+        if big:
+            in_order([find_live, find_free_order], name="vramscope-live")
         else:
             find_live.run()
     with stage(clock, "classify"):
@@ -499,6 +508,8 @@ def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | Non
                         evidence=cl.evidence, rules_category=rules_category, torch_category=torch_category,
                         torch_component=torch_component)
     _attach(da, snap, facts, rule_names)
+    if big:
+        da._free_order = find_free_order.get()
     with stage(clock, "peaks"):
         da.iterations = tuple(tl.iterations)      # numbered; each one's own peak below
         tus = np.asarray(t.columns["time_us"])

@@ -68,3 +68,29 @@ def test_a_job_that_raises_raises_where_its_result_is_taken():
     with pytest.raises(ValueError):
         jobs[0].get()
     assert jobs[1].get() == 42                       # the next one ran all the same
+
+
+def test_the_free_order_found_beside_classify_is_the_one_found_on_demand(monkeypatch):
+    """On a big run the rows in free order (what the iterations' peak types read) are found on
+    the live model's thread while the rows are classified: the same order as found on demand,
+    and the same analysis."""
+    from vramscope.classifiers import analysis as analysis_module
+    from vramscope.classifiers import analyze
+    from vramscope.parsers import open_snapshot
+    from vramscope.services.summary import summary_document
+    path = str(DATA / "cuda_full.pickle")
+    import threading
+    found_on = []
+    real = analysis_module.free_order_of
+    monkeypatch.setattr(analysis_module, "free_order_of",
+                        lambda allocs: found_on.append(threading.current_thread().name) or real(allocs))
+    monkeypatch.setattr(structure_module, "BACKGROUND_ROWS", 0)
+    an = analyze(open_snapshot(path, use_cache=False), use_cache=False)
+    da = an.devices[an.primary_device()]
+    assert found_on == ["vramscope-live"]                # found ahead, once, not on demand
+    order, sorted_fi = da._free_order
+    ref_order, ref_fi = analysis_module.free_order_of(da.allocs)
+    assert np.array_equal(order, ref_order) and np.array_equal(sorted_fi, ref_fi)
+    monkeypatch.setattr(structure_module, "BACKGROUND_ROWS", 10 ** 12)
+    in_line = analyze(open_snapshot(path, use_cache=False), use_cache=False)
+    assert summary_document(in_line) == summary_document(an)
