@@ -258,10 +258,17 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
                     if hi > lo:
                         ev[lo:hi] = PHASE_CODE[r.phase]
 
-    idx = np.arange(n, dtype=np.int32 if n < 2**31 - 1 else np.int64)
+    idx_t = np.int32 if n < 2**31 - 1 else np.int64
+
+    def positions_where(mask, other):
+        """Each entry's index where `mask`, else `other`: one array of n (no index array kept
+        beside the phases through all of this: 40 MB at 10^7 entries)."""
+        out = np.arange(n, dtype=idx_t)
+        out[~mask] = other
+        return out
 
     def prev_anchor(mask):
-        out = np.where(mask, idx, -1)
+        out = positions_where(mask, -1)
         return np.maximum.accumulate(out, out=out)          # in place: one array of n, not two
 
     # the autograd engine's thread: empty frames right after forward/backward evidence, in a
@@ -292,7 +299,7 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
 
     anchor = ev >= 0
     pa = prev_anchor(anchor)
-    na = np.where(anchor, idx, n)[::-1]
+    na = positions_where(anchor, n)[::-1]
     na = np.minimum.accumulate(na, out=na)[::-1]
     # the phase of the anchor before and after each entry: `ev` with a -1 after its end, which
     # index -1 (no anchor before) and index n (none after) both read
