@@ -411,9 +411,16 @@ def classify_device(snap, trace, allocs, live_after, sfacts: SnapshotFacts, rule
                         np.asarray(blocking, dtype=np.int16), rules, sfacts.profiler_like, live_after)
     n = len(allocs)
     root, last = version_chains(allocs, sfacts.profiler_like)
-    ai = allocs.alloc_index[root]
-    fi = allocs.free_index[last]
-    stk = allocs.stack[root]
+    # without version chains (a CUDA trace) every row is its own chain: its columns as they are
+    # (read only here), not a copy of each through the identity
+    chained = bool(sfacts.profiler_like and n)
+
+    def of_root(col):
+        return col[root] if chained else col
+    ai = of_root(allocs.alloc_index)
+    fi = allocs.free_index[last] if chained else allocs.free_index
+    stk = of_root(allocs.stack)
+    size_r, addr_r = of_root(allocs.size), of_root(allocs.addr)
     st0 = np.maximum(stk, 0)
     pre = ai < 0
     phase_e = tl.phase
@@ -456,7 +463,7 @@ def classify_device(snap, trace, allocs, live_after, sfacts: SnapshotFacts, rule
     frameless_pre = pre & (sfacts.stacks.lengths[st0] == 0)
     traced = bool(n_ent) and bool((np.asarray(trace.columns["action"]) == A_ALLOC).any())
     qsizes = quantized_sizes(allocs, sfacts, frameless_pre)
-    size_q = np.isin(allocs.size[root], list(qsizes)) if qsizes else np.zeros(n, dtype=bool)
+    size_q = np.isin(size_r, list(qsizes)) if qsizes else np.zeros(n, dtype=bool)
 
     # how many other allocations were made while it lived (never freed: a lot)
     if n_ent:
@@ -487,7 +494,7 @@ def classify_device(snap, trace, allocs, live_after, sfacts: SnapshotFacts, rule
     category = np.full(n, UNKNOWN, dtype=np.uint8)
     rule = np.zeros(n, dtype=np.int16)
     # classify chain roots, then copy to the other versions
-    todo = np.flatnonzero(root == np.arange(n))
+    todo = np.flatnonzero(root == np.arange(n)) if chained else np.arange(n)
     st_todo = st0[todo]                 # kept beside todo: compressed with it, not gathered again
     for ri, r in enumerate(rules.rules):
         if not len(todo):
@@ -519,23 +526,23 @@ def classify_device(snap, trace, allocs, live_after, sfacts: SnapshotFacts, rule
         if r.size_match == "quantized":
             ok &= size_q[todo]
         elif r.size_match == "parameters":
-            ok &= _parameter_sized(allocs.size[root], stk, category, pre, fi < 0, todo, ok, len(tl.iterations))
+            ok &= _parameter_sized(size_r, stk, category, pre, fi < 0, todo, ok, len(tl.iterations))
         elif r.size_match == "optimizer_moments":
-            ok &= _optimizer_moments(allocs.size[root], allocs.addr[root], category, pre, todo, ok,
+            ok &= _optimizer_moments(size_r, addr_r, category, pre, todo, ok,
                                      len(tl.iterations), bool((phase_e == PHASE_CODE["optimizer"]).any()))
         elif r.size_match == "gradients":
-            ok &= _gradient_sized(allocs.size[root], category, pre, todo, ok, len(tl.iterations))
+            ok &= _gradient_sized(size_r, category, pre, todo, ok, len(tl.iterations))
         elif r.size_match == "autocast_copy":
             fwd = (phase_e == PHASE_CODE["forward"]).astype(np.int8)
             n_pass = int(np.count_nonzero(np.diff(np.r_[0, fwd]) == 1))
             none_marked = np.zeros(sfacts.stacks.n_stacks + 1, dtype=bool)
-            ok &= _autocast_copies(allocs.size[root], stk, category, pre, fi < 0, ai, n_pass, todo, ok,
+            ok &= _autocast_copies(size_r, stk, category, pre, fi < 0, ai, n_pass, todo, ok,
                                    sfacts.has_marker.get("autocast_cast", none_marked),
                                    sfacts.has_marker.get("dropout_op", none_marked))
         elif r.size_match == "cublas_workspace":
-            ok &= _workspace_sized(allocs.size[root], todo, ok, sfacts.profiler_like)
+            ok &= _workspace_sized(size_r, todo, ok, sfacts.profiler_like)
         elif r.size_match in ("fours_weights", "fours_gradients", "fours_moments"):
-            ok &= _fours(allocs.size[root], allocs.addr[root], frameless_pre, todo, ok, traced, r.size_match)
+            ok &= _fours(size_r, addr_r, frameless_pre, todo, ok, traced, r.size_match)
         if r.trace is not None:
             ok &= traced == r.trace
         hit = todo[ok]
@@ -547,9 +554,10 @@ def classify_device(snap, trace, allocs, live_after, sfacts: SnapshotFacts, rule
     levels = np.array([E_NONE] + [EVIDENCE_CODE[r.evidence] for r in rules.rules], dtype=np.uint8)
     evidence = row_evidence(rule, levels, sfacts.stacks.lengths[st0] > 0, pre, fi < 0, phase_from_stack)
     evidence[category == UNKNOWN] = E_NONE          # what no rule could tell rests on nothing
-    category = category[root]
-    rule = rule[root]
-    evidence = evidence[root]
+    if chained:
+        category = category[root]
+        rule = rule[root]
+        evidence = evidence[root]
     idx_t = np.int32 if n < 2**31 - 1 else np.int64
     return tl, Classified(category, rule, evidence, root.astype(idx_t), last.astype(idx_t), row_phase, free_phase, it_a, it_f)
 
