@@ -169,8 +169,14 @@ class DeviceAnalysis:
         return None if g is None else g.at(indices, dtype)[:, :len(CATEGORIES)]
 
     def by_category_at(self, index: int) -> dict[str, int]:
-        """Live bytes per category right after entry `index` (-1: at the start), non-zero only."""
-        return self.composition().by_category(index)
+        """Live bytes per category right after entry `index` (-1: at the start), non-zero only:
+        the composition's where it is built (the viewer's, for many moments at once), else
+        summed over the rows live then (one moment, one pass: a `summary` reads the end's,
+        without building the composition of every moment, 0.3 s at 10^7 events)."""
+        if self._composition is not None:
+            return self._composition.by_category(index)
+        per = by_category_evidence_at(self.category, self.evidence, self.allocs, index)
+        return {c: sum(e.values()) for c, e in per.items() if sum(e.values())}
 
     def category_series(self) -> list[CategorySeries]:
         """Per category code: its live bytes over the trace, as the entries where it changes."""

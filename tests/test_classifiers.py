@@ -190,6 +190,22 @@ def test_live_by_category_agrees_with_by_category_at_and_live_bytes():
     assert da.phase_runs("forward") and da.phase_runs("no such phase") == []
 
 
+@pytest.mark.parametrize("name", ["annotated_210.pickle", "oom.pickle", "cuda_full.pickle", "multi_device.pickle"])
+def test_one_moment_by_its_live_rows_is_the_composition_at_it(name):
+    """by_category_at before the composition is built (a summary's end state: the rows live
+    then) says what the composition says once built, at every moment asked."""
+    an = analyze(open_snapshot(str(require(DATA / name)), use_cache=False), use_cache=False)   # (fresh: its own)
+    for da in an.devices.values():
+        n = len(da.live.live_after)
+        idx = sorted({-1, 0, n // 3, n // 2, max(da.peak.index, 0), n - 1})
+        assert da._composition is None
+        by_rows = [da.by_category_at(i) for i in idx]
+        assert da._composition is None                 # nothing built for one moment
+        comp = da.composition()
+        assert by_rows == [comp.by_category(i) for i in idx]
+        assert any(by_rows)
+
+
 def test_summary_json_keeps_the_cli_contract():
     an = data("oom.pickle")
     s = summary_document(an)
