@@ -293,16 +293,21 @@ def to_plain(obj: Any) -> Any:
     t = type(obj)
     if t in _SCALARS:
         return obj
+    # (a scalar inside is taken as it is, without a call: most values are)
     if t is list or t is tuple:
-        return [to_plain(v) for v in obj]
+        return [v if type(v) in _SCALARS else to_plain(v) for v in obj]
     if t is dict:
-        return {k: to_plain(v) for k, v in obj.items()}
+        return {k: v if type(v) in _SCALARS else to_plain(v) for k, v in obj.items()}
     names = _FIELD_NAMES.get(t, _UNSEEN)
     if names is _UNSEEN:
         names = tuple(f.name for f in dataclasses.fields(t)) if dataclasses.is_dataclass(t) else None
         _FIELD_NAMES[t] = names
     if names is not None:
-        return {n: to_plain(getattr(obj, n)) for n in names}
+        out = {}
+        for n in names:
+            v = getattr(obj, n)
+            out[n] = v if type(v) in _SCALARS else to_plain(v)
+        return out
     if isinstance(obj, (list, tuple)):
         return [to_plain(v) for v in obj]
     if isinstance(obj, dict):
