@@ -115,8 +115,9 @@ class DeviceData:
         # the x axis it starts with: classifiers/timeaxis.py's rule (entries when seconds would
         # squeeze the run: one long pause, a slow first iteration, a crowded stretch)
         axis: Later[XAxis] = Later(lambda: x_axis(da))
-        if len(al) >= BACKGROUND_ROWS:
-            in_order([axis, history, by_size], name="vramscope-device")
+        if len(al) >= BACKGROUND_ROWS:         # (two threads: a CPU each where there are more)
+            in_order([axis, by_size], name="vramscope-device")
+            in_order([history], name="vramscope-allocator")
         else:
             for job in (axis, history, by_size):
                 job.run()
