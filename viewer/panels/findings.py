@@ -23,6 +23,7 @@ from ..theme import muted_text
 
 # -- findings ------------------------------------------------------------------------------
 _FULL_TEXT = Qt.ItemDataRole.UserRole + 1
+_PENDING = Qt.ItemDataRole.UserRole + 2       # a group whose rows are made when first opened: its key
 BREAK_AFTER = "=:,/"          # where a word wider than a line may break
 
 
@@ -86,6 +87,7 @@ class FindingsPanel(QWidget):
 
     activated = Signal(int)        # index into DeviceData.findings
 
+    SHOWN_OPEN = 20            # a group of more iteration peaks opens closed (its rows made when opened)
     GROUPS = (("peak", "Peak"), ("oom", "Out of memory"), ("stale_gradients", "Stale gradients"), ("leak", "Leaks"),
               ("iteration_peak", "Iteration peaks"))
 
@@ -117,11 +119,18 @@ class FindingsPanel(QWidget):
         self._wrap_timer.setSingleShot(True)
         self._wrap_timer.setInterval(30)
         self._wrap_timer.timeout.connect(self._wrap_all)
-        self.tree.itemExpanded.connect(lambda *_: self._wrap_timer.start())
+        self._pending: dict[int, tuple] = {}      # key -> a group whose rows are made when first opened
+        self.tree.itemExpanded.connect(self._on_expanded)
         # the viewport's width is what the lines must fit (a scroll bar coming or going
         # changes it without resizing the panel)
         self.tree.viewport().installEventFilter(self)
         self._wrapped_width = -1
+
+    def _on_expanded(self, item: QTreeWidgetItem) -> None:
+        key = item.data(0, _PENDING)
+        if key is not None and key in self._pending:
+            self._fill_pending(key=key)
+        self._wrap_timer.start()
 
     def eventFilter(self, obj, ev):
         if obj is self.tree.viewport() and ev.type() == QEvent.Type.Resize:
@@ -182,6 +191,7 @@ class FindingsPanel(QWidget):
     def set_data(self, data: DeviceData | None):
         self.data = data
         self._chosen = None
+        self._pending.clear()
         self.tree.clear()
         self.items = []
         if data is None:
@@ -207,18 +217,16 @@ class FindingsPanel(QWidget):
             f0.setBold(True)
             group.setFont(0, f0)
             self.tree.addTopLevelItem(group)
-            for k, f in fs:
-                it = _item(f.title)
-                it.setData(0, Qt.ItemDataRole.UserRole, k)
-                for line in self.detail_lines(f, data):
-                    sub = _item(line)
-                    sub.setData(0, Qt.ItemDataRole.UserRole, k)
-                    sub.setForeground(0, muted)
-                    it.addChild(sub)
-                group.addChild(it)
-                self.items.append(it)
-                it.setExpanded(kind in ("peak", "oom", "leak"))
-            group.setExpanded(len(fs) <= 20 or kind != "iteration_peak")
+            if kind == "iteration_peak" and len(fs) > self.SHOWN_OPEN:
+                # a long run's iteration peaks (thousands): their rows made when the group is
+                # first opened, or one of them is navigated to (0.25 s at 5,000 of them)
+                group.setChildIndicatorPolicy(QTreeWidgetItem.ChildIndicatorPolicy.ShowIndicator)
+                key = len(self._pending) + 1
+                group.setData(0, _PENDING, key)
+                self._pending[key] = (group, kind, fs, muted)
+                continue
+            self._fill(group, kind, fs, muted)
+            group.setExpanded(True)
         n_it = len(data.iterations)
         run = run_words(data.da.run.to_json())        # what kind of run it was: summary's 'run' line
         self.summary.setText((f"<b>Run:</b> {html_text(run)}<br>" if run else "")
@@ -228,9 +236,34 @@ class FindingsPanel(QWidget):
                                 "vramscope summary FILE --json, devices[].run")
         self._wrap_all()
 
+    def _fill(self, group: QTreeWidgetItem, kind: str, fs: list, muted) -> None:
+        """The rows of one group's findings (each one's title, then its lines)."""
+        data = self.data
+        for k, f in fs:
+            it = _item(f.title)
+            it.setData(0, Qt.ItemDataRole.UserRole, k)
+            for line in self.detail_lines(f, data):
+                sub = _item(line)
+                sub.setData(0, Qt.ItemDataRole.UserRole, k)
+                sub.setForeground(0, muted)
+                it.addChild(sub)
+            group.addChild(it)
+            self.items.append(it)
+            it.setExpanded(kind in ("peak", "oom", "leak"))
+
+    def _fill_pending(self, key: int | None = None, k: int | None = None) -> None:
+        """Make the rows of a group left to fill: the one of `key` (being opened), or the one
+        holding finding `k` (navigated to)."""
+        for pk, (g, kind, fs, muted) in list(self._pending.items()):
+            if pk == key or (k is not None and any(j == k for j, _ in fs)):
+                del self._pending[pk]
+                self._fill(g, kind, fs, muted)
+
     def select(self, k: int):
         """Make finding k the current one and scroll it into view, whole where it fits (its
         title and its lines: a selected leak stayed scrolled out of view at 1024x700)."""
+        if self._pending:
+            self._fill_pending(k=k)
         for it in self.items:
             if it.data(0, Qt.ItemDataRole.UserRole) == k:
                 parent = it.parent()
