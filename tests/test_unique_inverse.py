@@ -34,6 +34,12 @@ def test_unique_inverse_is_np_unique(dtype, case):
     assert np.array_equal(inv, einv.reshape(-1)) and np.array_equal(u[inv], v)
 
 
+def test_unsigned_values_past_the_signed_range_go_to_np_unique():
+    v = np.array([2**64 - 1, 2**64 - 3, 2**64 - 1], dtype=np.uint64)
+    u, inv = unique_inverse(v)
+    assert u.tolist() == [2**64 - 3, 2**64 - 1] and inv.tolist() == [1, 0, 1]
+
+
 def test_floats_go_to_np_unique():
     v = np.array([0.5, 0.25, 0.5])
     u, inv = unique_inverse(v)

@@ -30,7 +30,7 @@ def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.unique(v, return_inverse=True)
     lo, hi = int(v.min()), int(v.max())
     span = hi - lo + 1
-    if span > max(1 << 16, 2 * len(v)):
+    if span > max(1 << 16, 2 * len(v)) or hi > np.iinfo(np.intp).max:
         return np.unique(v, return_inverse=True)
     k = v.astype(np.intp) - lo if lo else v
     present = np.zeros(span, dtype=bool)
