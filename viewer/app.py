@@ -88,7 +88,8 @@ def run_viewer(path: str | None, screenshot: str | None = None, device: int | No
         # the snapshot read and analyzed on a thread while Qt, the app and the window are set up
         from ..common.later import Later, in_order
         from .model.load import load as load_early
-        loading = Later(lambda: load_early(path, device, use_cache))
+        early: str = path
+        loading = Later(lambda: load_early(early, device, use_cache))
         in_order([loading], name="vramscope-load")
     from PySide6.QtWidgets import QApplication
 
