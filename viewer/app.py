@@ -83,14 +83,31 @@ def run_viewer(path: str | None, screenshot: str | None = None, device: int | No
             print("vramscope: error: --screenshot needs a snapshot FILE", file=sys.stderr)
             return 2
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    loading = None
     if screenshot and path and not os.path.isdir(path):
-        # the snapshot read and analyzed on a thread while Qt, the app and the window are set up
+        # the snapshot read and analyzed on a thread while Qt, the app and the window are set up;
+        # left any other way than with its result (Ctrl-C, an error), the reading is cancelled
+        # and waited for (its helper processes stopped), not cut off at the interpreter's exit
         from ..common.later import Later, in_order
+        from ..parsers import Progress
         from .model.load import load as load_early
         early: str = path
-        loading = Later(lambda: load_early(early, device, use_cache))
+        progress = Progress()
+        loading: Later = Later(lambda: load_early(early, device, use_cache, progress))
         in_order([loading], name="vramscope-load")
+        try:
+            return _run_viewer(path, screenshot, device, use_cache, loading)
+        finally:
+            if not loading.wait(0):
+                progress.cancel()
+                loading.wait(CANCEL_WAIT_S)
+    return _run_viewer(path, screenshot, device, use_cache, None)
+
+
+CANCEL_WAIT_S = 10.0       # for a cancelled read to stop (it looks at the flag every batch)
+
+
+def _run_viewer(path: str | None, screenshot: str | None, device: int | None, use_cache: bool,
+                loading) -> int:
     from PySide6.QtWidgets import QApplication
 
     from ..parsers import Cancelled, SnapshotError

@@ -36,6 +36,10 @@ class Later(Generic[T]):
         finally:
             self._done.set()
 
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait (at most `timeout` seconds) for it to have run; whether it has."""
+        return self._done.wait(timeout)
+
     def get(self) -> T:
         self._done.wait()
         if self._error is not None:
