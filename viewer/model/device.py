@@ -151,10 +151,6 @@ class DeviceData:
         self.times: np.ndarray = tus if self.has_time else np.zeros(0, dtype=np.int64)
         self.tkey: np.ndarray | None = self.times if self.has_time else None
         self.x_axis: XAxis = axis.get()       # (found above, on the thread on a big run)
-        # the times were read whole just now (their order, the axis' rule); from here they are
-        # read a moment at a time: their pages handed back (DeviceTrace.release) before the
-        # composition is built, out of the highest memory of the open (80 MB at 10^7 entries)
-        t.release(("time_us",))
         self.time_axis = self.has_time and self.x_axis.seconds
 
         curves = [self.live] + ([self.reserved] if self.reserved is not None else [])
@@ -186,7 +182,6 @@ class DeviceData:
         self.stacks = stacks or Stacks(analysis)
         self.iterations: list[Iteration] = list(da.iterations)
         self.findings = self._build_findings()
-        t.release(("addr", "size", "stream"))      # (the allocator's history has read them)
         self._step(progress, "timeline", 1.0)
 
     @staticmethod
