@@ -56,3 +56,38 @@ def test_the_reading_done_is_taken_as_it_is(monkeypatch, tmp_path):
     assert app_module.run_viewer(FILE, str(out), use_cache=False) == 0
     assert out.stat().st_size > 10_000
     assert calls == ["vramscope-load", False]
+
+
+def test_a_file_that_does_not_read_is_said_at_once_without_a_window(monkeypatch, tmp_path, capsys):
+    """An unreadable file fails the reading within milliseconds: said (exit 3) before a window
+    is built for it; one that fails only once the window is up is said the same way."""
+    import vramscope.viewer.window as window_module
+    bad = tmp_path / "not_a_snapshot.pickle"
+    bad.write_bytes(b"\x80\x04this is not a pickle")
+    built: list = []
+    real_window = window_module.MainWindow
+
+    def counted_window(*args, **kwargs):
+        built.append(1)
+        return real_window(*args, **kwargs)
+
+    monkeypatch.setattr(window_module, "MainWindow", counted_window)
+    real_loading = app_module._run_viewer
+
+    def after_the_reading(path, screenshot, device, use_cache, loading):
+        assert loading is not None
+        loading.wait(30)                      # (failed by now: as it would be on any machine)
+        return real_loading(path, screenshot, device, use_cache, loading)
+
+    monkeypatch.setattr(app_module, "_run_viewer", after_the_reading)
+    out = tmp_path / "shot.png"
+    assert app_module.run_viewer(str(bad), str(out)) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("vramscope: ") and "Traceback" not in err[0]
+    assert built == [] and not out.exists()
+
+    monkeypatch.setattr(app_module, "_run_viewer", real_loading)
+    monkeypatch.setattr(app_module, "_failed_early", lambda loading: None)   # failing late, the same words
+    assert app_module.run_viewer(str(bad), str(out)) == 3
+    late = capsys.readouterr().err.strip().splitlines()
+    assert late == err and built == [1] and not out.exists()

@@ -106,11 +106,34 @@ def run_viewer(path: str | None, screenshot: str | None = None, device: int | No
 CANCEL_WAIT_S = 10.0       # for a cancelled read to stop (it looks at the flag every batch)
 
 
+def _failed_early(loading) -> int | None:
+    """The exit code of an early reading that has already failed (a file that does not read
+    says so at once, without a window built for it); None while it reads, or once it has
+    read, or where it failed otherwise (left to the reading's own handling below)."""
+    from ..parsers import Cancelled, SnapshotError
+    if loading is None or not loading.wait(0):
+        return None
+    try:
+        loading.get()
+    except SnapshotError as e:
+        print(f"vramscope: {e.one_line()}", file=sys.stderr)
+        return 3
+    except Cancelled:
+        print("vramscope: interrupted", file=sys.stderr)
+        return 130
+    except BaseException:       # (raised again where the result is taken)
+        return None
+    return None
+
+
 def _run_viewer(path: str | None, screenshot: str | None, device: int | None, use_cache: bool,
                 loading) -> int:
     from PySide6.QtWidgets import QApplication
 
     from ..parsers import Cancelled, SnapshotError
+    failed = _failed_early(loading)       # (Qt's import gave the reading time to fail)
+    if failed is not None:
+        return failed
     if screenshot and QApplication.instance() is None:
         quiet_platform_noise()     # our own process: keep stderr for what matters
     app = make_app()
@@ -119,6 +142,9 @@ def _run_viewer(path: str | None, screenshot: str | None, device: int | None, us
 
     if screenshot and path:
         folder = None
+        failed = _failed_early(loading)
+        if failed is not None:
+            return failed
         # the window built while the thread still reads (it shows nothing until given the result)
         win = MainWindow(persist=False, use_cache=use_cache)
         win.screen_fit.enabled = False       # a picture of a fixed size, whatever the screen (offscreen: 800x800)
