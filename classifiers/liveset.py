@@ -63,6 +63,7 @@ class Composition:
     """
 
     CHECKPOINT = 64
+    ROWS_AT_ONCE = 1 << 20      # rows read at a time while building: bounded temporaries
 
     def __init__(self, category: np.ndarray, allocs, n_entries: int, n_categories: int | None = None,
                  codes: np.ndarray | None = None):
@@ -77,14 +78,17 @@ class Composition:
         self.no_event = np.iinfo(code_t).min     # an entry that allocates and frees nothing
         # each entry is one action: an alloc starts one row, a free ends at most one
         # (parsers.allocations pairs them), so the codes never collide
-        has_a, has_f = ai >= 0, fi >= 0
+        step = self.ROWS_AT_ONCE
         if codes is None or len(codes) != n or codes.dtype != code_t:
             codes = np.full(n, self.no_event, dtype=code_t)
-            rows = np.arange(n_rows, dtype=code_t)
-            codes[ai[has_a]] = rows[has_a]
-            codes[fi[has_f]] = ~rows[has_f]
+            for r in range(0, n_rows, step):
+                a, f = ai[r:r + step], fi[r:r + step]
+                rows = np.arange(r, r + len(a), dtype=code_t)
+                has_a, has_f = a >= 0, f >= 0
+                codes[a[has_a]] = rows[has_a]
+                codes[f[has_f]] = ~rows[has_f]
         self.codes = codes        # (another Composition's of the same rows may be handed in: shared)
-        pre = ~has_a
+        pre = ai < 0
         self.start = np.bincount(self._category[pre], weights=self._size[pre].astype(np.float64),
                                  minlength=C)[:C].round().astype(np.int64)
         # checkpoints from the rows, not the entries: each alloc adds its size to its
@@ -92,7 +96,6 @@ class Composition:
         # exact far beyond any GPU's bytes), then one running sum over the blocks
         nb = -(-n // self.CHECKPOINT)
         sums = np.zeros((nb + 1) * C, dtype=np.float64)
-        step = 1 << 20                                # rows at a time: bounded temporaries
         for r in range(0, n_rows, step):
             cat = self._category[r:r + step].astype(np.int64)
             size = self._size[r:r + step].astype(np.float64)

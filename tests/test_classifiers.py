@@ -206,6 +206,24 @@ def test_one_moment_by_its_live_rows_is_the_composition_at_it(name):
         assert any(by_rows)
 
 
+def test_the_composition_built_a_few_rows_at_a_time_is_the_one_built_at_once(monkeypatch):
+    """Composition reads the rows a part at a time (its temporaries bounded on a big run): the
+    codes, start and checkpoints, and so every moment, are those read in one part."""
+    from vramscope.classifiers.liveset import Composition
+    an = analyze(open_snapshot(str(require(DATA / "cuda_full.pickle")), use_cache=False), use_cache=False)
+    da = an.devices[an.primary_device()]
+    whole = Composition(da.category, da.allocs, da.n_entries)
+    monkeypatch.setattr(Composition, "ROWS_AT_ONCE", 7)
+    assert len(da.allocs) > 7 * 10
+    parts = Composition(da.category, da.allocs, da.n_entries)
+    assert np.array_equal(parts.codes, whole.codes) and np.array_equal(parts.start, whole.start)
+    assert np.array_equal(parts.checkpoints, whole.checkpoints)
+    idx = np.arange(-1, da.n_entries)
+    assert np.array_equal(parts.at(idx), whole.at(idx))
+    assert (whole.codes != whole.no_event).sum() == (np.asarray(da.allocs.alloc_index) >= 0).sum() + \
+        (np.asarray(da.allocs.free_index) >= 0).sum()
+
+
 def test_summary_json_keeps_the_cli_contract():
     an = data("oom.pickle")
     s = summary_document(an)
