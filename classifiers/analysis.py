@@ -31,6 +31,7 @@ allocation, peak_type, phase_ranges, findings, summary, ...), documented on each
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -384,9 +385,12 @@ class Analysis:
     host: HostMemory | None = None       # pinned host memory (2.14): its own space, never a GPU's
     _allocators: dict[int, AllocatorHistory] = field(default_factory=dict, repr=False)
 
-    def allocator(self, device: int) -> AllocatorHistory:
+    def allocator(self, device: int, made: AllocatorHistory | None = None) -> AllocatorHistory:
         """The caching allocator of `device` over the trace (classifiers/allocator.py): its
-        segments and blocks at any entry, built on first use."""
+        segments and blocks at any entry, built on first use (`made`: one already built for
+        this device's analysis, beside it: kept unless there is one already)."""
+        if made is not None and made.da is self.devices.get(device):
+            self._allocators.setdefault(device, made)
         if device not in self._allocators:
             from .allocator import AllocatorHistory
             self._allocators[device] = AllocatorHistory(self.snapshot, self.devices[device])
@@ -423,12 +427,19 @@ def free_order_of(allocs) -> tuple[np.ndarray, np.ndarray]:
 
 
 def analyze(snap: Snapshot, progress: Progress | None = None, rules_path=None,
-            rules: RuleSet | None = None, use_cache: bool = True, clock: StageClock | None = None) -> Analysis:
+            rules: RuleSet | None = None, use_cache: bool = True, clock: StageClock | None = None,
+            beside: Callable[[DeviceAnalysis], object] | None = None) -> Analysis:
     """Classify and analyze every device of `snap` (see the module docstring).
 
     When `snap` came from the column cache (`snap.cache_entry`) and `use_cache` is true,
     the results are read from, or stored into, that cache entry (classifiers/cache.py),
-    keyed by our code and the rules: identical to a fresh analysis, without its cost."""
+    keyed by our code and the rules: identical to a fresh analysis, without its cost.
+
+    `beside(da)`: called once for each device analyzed here (not read from the cache) as soon
+    as its rows are classified (their categories, rules and evidence, the live bytes, the
+    iterations' bounds: none of which a later stage changes), before its peaks, run facts,
+    leaks and levers: for a caller to start work of its own on them, on a thread, while the
+    analysis goes on (the viewer's model of the device: viewer/model/device.py)."""
     explicit = rules
     rules = rules or load_rules(rules_path)
     devs = list(snap.devices)
@@ -447,7 +458,7 @@ def analyze(snap: Snapshot, progress: Progress | None = None, rules_path=None,
         for k, dev in enumerate(devs):
             if progress is not None:
                 progress.update(k + 1)
-            devices[dev] = _analyze_device(snap, dev, facts, rules, rule_names, clock)
+            devices[dev] = _analyze_device(snap, dev, facts, rules, rule_names, clock, beside)
         if fp:
             # a big analysis is written on a thread while the caller goes on (cache.save_later)
             if sum(len(da.allocs) for da in devices.values()) >= structure_module.BACKGROUND_ROWS:
@@ -471,7 +482,8 @@ def _attach(da: DeviceAnalysis, snap: Snapshot, facts: SnapshotFacts, rule_names
     da.skipped_actions = skipped_actions(snap, da.device)
 
 
-def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | None = None) -> DeviceAnalysis:
+def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | None = None,
+                    beside: Callable[[DeviceAnalysis], object] | None = None) -> DeviceAnalysis:
     t = snap.trace(dev)
     with stage(clock, "allocations"):
         allocs = allocations(snap, dev)
@@ -516,8 +528,10 @@ def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | Non
     _attach(da, snap, facts, rule_names)
     if big:
         da._free_order = find_free_order.get()
+    da.iterations = tuple(tl.iterations)          # numbered; each one's own peak below
+    if beside is not None:
+        beside(da)
     with stage(clock, "peaks"):
-        da.iterations = tuple(tl.iterations)      # numbered; each one's own peak below
         tus = np.asarray(t.columns["time_us"])
         p = live.peak_index
         it = da.iteration_at(p)

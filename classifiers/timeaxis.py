@@ -81,10 +81,9 @@ def choose_x_axis(time_us, iterations=()) -> XAxis:
     span = int(t[-1] - t[0])
     if span <= 0:
         return XAxis("entries", "no_times", False)
-    gaps = np.diff(t)
-    k = int(np.argmax(gaps))
-    base = XAxis("entries", "one_pause", True, span_us=span, pause_us=int(gaps[k]), pause_before=k + 1)
-    if gaps[k] > PAUSE_SHARE * span:
+    k, pause = _longest_gap(t)
+    base = XAxis("entries", "one_pause", True, span_us=span, pause_us=pause, pause_before=k + 1)
+    if pause > PAUSE_SHARE * span:
         return base
 
     its = [it for it in iterations if 0 <= it.start_index <= it.end_index < n]
@@ -105,8 +104,8 @@ def choose_x_axis(time_us, iterations=()) -> XAxis:
 
         # the longest gaps, as many as there are iterations: when they hold most of the run,
         # the work between them is a sliver of a seconds axis
-        g = min(len(its), len(gaps))
-        idle = int(np.partition(gaps, len(gaps) - g)[len(gaps) - g:].sum())
+        g = min(len(its), n - 1)
+        idle = _longest_gaps_sum(t, g)
         if idle * SQUEEZE > (SQUEEZE - 1) * span:
             return replace(base, reason="idle", idle_us=idle, idle_gaps=g,
                            entries_share=1.0, seconds_share=(span - idle) / span)
@@ -115,21 +114,61 @@ def choose_x_axis(time_us, iterations=()) -> XAxis:
     w = (n - 1) // 2
     if w < 1:
         return replace(base, unit="seconds", reason="even")
-    d = t[w:] - t[:n - w]
-    i = int(np.argmin(d))
-    e_share, s_share = (w + 1) / n, float(d[i]) / span
+    i, shortest = _shortest_stretch(t, w)
+    e_share, s_share = (w + 1) / n, float(shortest) / span
     crowded = s_share * SQUEEZE < e_share
     return replace(base, unit="entries" if crowded else "seconds", reason="crowded" if crowded else "even",
                    first=i, last=i + w, entries_share=e_share, seconds_share=s_share)
 
 
-def x_axis(da) -> XAxis:
-    """The x axis for one device of an analysis (a DeviceAnalysis)."""
+# The passes over the times, a part at a time: no full-length temporaries (at 10^7 entries the
+# gaps alone were 80 MB, made while the viewer's open held its most memory).
+_PART = 1 << 20
+
+
+def _longest_gap(t: np.ndarray) -> tuple[int, int]:
+    """(k, t[k + 1] - t[k]) of the longest gap between two entries, the first such."""
+    best_k, best = 0, None
+    for lo in range(0, len(t) - 1, _PART):
+        g = np.diff(t[lo:lo + _PART + 1])
+        j = int(np.argmax(g))
+        if best is None or int(g[j]) > best:
+            best_k, best = lo + j, int(g[j])
+    return best_k, int(best or 0)
+
+
+def _longest_gaps_sum(t: np.ndarray, g: int) -> int:
+    """The sum of the `g` longest gaps between two entries."""
+    if g <= 0:
+        return 0
+    top: list[np.ndarray] = []
+    for lo in range(0, len(t) - 1, _PART):
+        part = np.diff(t[lo:lo + _PART + 1])
+        top.append(part if len(part) <= g else np.partition(part, len(part) - g)[len(part) - g:])
+    cand = np.concatenate(top)
+    return int(np.partition(cand, len(cand) - g)[len(cand) - g:].sum())
+
+
+def _shortest_stretch(t: np.ndarray, w: int) -> tuple[int, int]:
+    """(i, t[i + w] - t[i]) of the shortest stretch of w entries, the first such."""
+    best_i, best = 0, None
+    m = len(t) - w
+    for lo in range(0, m, _PART):
+        d = t[lo + w:min(lo + _PART, m) + w] - t[lo:min(lo + _PART, m)]
+        j = int(np.argmin(d))
+        if best is None or int(d[j]) < best:
+            best_i, best = lo + j, int(d[j])
+    return best_i, int(best or 0)
+
+
+def x_axis(da, iterations=None) -> XAxis:
+    """The x axis for one device of an analysis (a DeviceAnalysis), over its iterations (or
+    `iterations`: the same bounds, taken before the analysis gave them their peaks)."""
     cols = da.snapshot.trace(da.device).columns if da.snapshot is not None else {}
     tus = cols.get("time_us")
     if tus is None:
         return XAxis("entries", "no_times", False)
-    return choose_x_axis(np.asarray(tus), da.iterations)
+    return choose_x_axis(np.asarray(tus), da.iterations if iterations is None else iterations)
 
 
 __all__ = ["XAxis", "AXIS_REASONS", "SQUEEZE", "PAUSE_SHARE", "choose_x_axis", "x_axis"]

@@ -160,3 +160,40 @@ def test_number_ranges():
     assert number_ranges([2, 3, 4]) == "2-4"
     assert number_ranges([1, 3, 4, 5, 7]) == "1, 3-5, 7"
     assert number_ranges([]) == ""
+
+
+def _rule_passes_whole(t: np.ndarray, g: int, w: int) -> tuple:
+    """The rule's three passes over the times as one numpy expression each (what timeaxis.py
+    did before reading the times a part at a time)."""
+    gaps = np.diff(t)
+    k = int(np.argmax(gaps))
+    idle = int(np.partition(gaps, len(gaps) - g)[len(gaps) - g:].sum())
+    d = t[w:] - t[:len(t) - w]
+    i = int(np.argmin(d))
+    return (k, int(gaps[k])), idle, (i, int(d[i]))
+
+
+@pytest.mark.parametrize("part", [1, 2, 3, 7, 64, 1 << 20])
+def test_the_rules_passes_a_part_at_a_time_are_those_over_the_whole(monkeypatch, part):
+    """The longest gap (the first of equals), the sum of the longest gaps and the shortest
+    stretch (the first of equals), read a part of the times at a time: the same as read whole,
+    on steps with many equal gaps, and the axis chosen from them the same."""
+    from vramscope.classifiers import timeaxis
+    rng = np.random.default_rng(part)
+    monkeypatch.setattr(timeaxis, "_PART", part)
+    for n in (2, 3, 5, 50, 301):
+        for step in (rng.integers(0, 4, n - 1), rng.integers(0, 1000, n - 1)):
+            t = np.r_[0, np.cumsum(step)].astype(np.int64)
+            w = (n - 1) // 2
+            for g in {1, min(3, n - 1), n - 1}:
+                (k, gap), idle, (i, d) = _rule_passes_whole(t, g, max(w, 1) if n > 2 else 1)
+                assert timeaxis._longest_gap(t) == (k, gap)
+                assert timeaxis._longest_gaps_sum(t, g) == idle
+                if w >= 1:
+                    assert timeaxis._shortest_stretch(t, w) == (i, d)
+    t = np.r_[np.arange(500) * 8, 4000 + np.arange(500)]
+    two = its((0, 499), (500, 999))
+    monkeypatch.setattr(timeaxis, "_PART", 1 << 20)
+    whole = choose_x_axis(t, two), choose_x_axis(np.arange(1000) * 10)
+    monkeypatch.setattr(timeaxis, "_PART", part)
+    assert (choose_x_axis(t, two), choose_x_axis(np.arange(1000) * 10)) == whole

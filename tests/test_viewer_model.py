@@ -334,3 +334,41 @@ def test_the_allocator_and_the_size_order_built_on_a_thread_are_those_built_in_l
     assert on_thread.rows_by_size.dtype == np.int32
     sizes = np.asarray(in_line.allocs.size)[in_line.rows_by_size]
     assert (sizes[:-1] >= sizes[1:]).all()
+
+
+def test_the_times_and_allocator_begun_beside_the_analysis_are_those_made_after(monkeypatch):
+    """The viewer's load begins the device's times, x axis and allocator history as soon as the
+    analysis has classified its rows (analyze's `beside`), on a thread on a big run, while the
+    analysis goes on: the model is the one made after the analysis, and the allocator's history
+    made then is the analysis' own. `beside` is called once per device analyzed, before its run
+    facts, and not for an analysis read from the cache."""
+    from helpers import DATA
+    from vramscope.classifiers import analysis as analysis_module
+    from vramscope.viewer.model import device as device_module
+    from vramscope.viewer.model.load import load
+    path = str(DATA / "expandable.pickle")
+    monkeypatch.setattr(device_module, "BACKGROUND_ROWS", 0)
+    threads: list = []
+    real = device_module.in_order
+    monkeypatch.setattr(device_module, "in_order", lambda jobs, name: threads.append(name) or real(jobs, name=name))
+    called: list = []
+    real_prep = device_module.DevicePrep.beside_analysis
+
+    def seen(snap, da):
+        called.append((da.device, da.run.kind.value))     # (run facts not found yet: the default)
+        return real_prep(snap, da)
+    monkeypatch.setattr(device_module.DevicePrep, "beside_analysis", staticmethod(seen))
+    early = load(path, use_cache=False)
+    assert threads[0] == "vramscope-device-early" and "vramscope-allocator" not in threads
+    assert called == [(early.device, None)] and early.analysis.devices[early.device].run.kind.value is not None
+    after = DeviceData(early.snapshot, early.analysis, early.device)     # made after, in full
+    assert early.data.allocator is early.analysis.allocator(early.device)
+    assert early.data.allocator.known and len(early.data.allocator.address)
+    for name in ("start", "end", "address", "size", "stream", "expandable", "small"):
+        assert np.array_equal(getattr(early.data.allocator, name), getattr(after.allocator, name)), name
+    assert early.data.x_axis == after.x_axis and early.data.time_axis == after.time_axis
+    assert np.array_equal(early.data.times, after.times) and early.data.t0 == after.t0
+    assert np.array_equal(early.data.rows_by_size, after.rows_by_size)
+    calls: list = []
+    analysis_module.analyze(early.snapshot, beside=calls.append, use_cache=False)
+    assert len(calls) == 1

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...classifiers import CATEGORIES, Finding, Iteration
+from ...classifiers.allocator import AllocatorHistory
 from ...classifiers.evidence import E_GUESS
 from ...classifiers.structure import BACKGROUND_ROWS
 from ...classifiers.timeaxis import XAxis, x_axis
@@ -97,30 +98,81 @@ class FindingView:
         return self.finding.subject
 
 
+# -- what the view reads of the analysis' first stages, made beside the rest -------------
+class DevicePrep:
+    """Two parts of a device's view that read nothing the analysis finds after it has
+    classified the device's rows, and hold little memory: the times and the x axis
+    (classifiers/timeaxis.py's rule over the iterations' bounds), and the allocator's history.
+    The viewer's load starts one as soon as the analysis has classified the device (`analyze(
+    ..., beside=...)`): on a big run they are made on a thread while the analysis finds its
+    peaks, run facts and levers, and DeviceData takes them from here (otherwise it makes them
+    itself). The composition and the table's size order, which hold tens of MB more, stay for
+    after the analysis: made beside its levers, they raised the open's highest memory."""
+
+    def __init__(self, snap, da):
+        t = snap.trace(da.device)
+        iterations = da.iterations              # their bounds: later stages add only their peaks
+        self.da = da
+        self.big = len(da.allocs) >= BACKGROUND_ROWS
+        self.times: Later[tuple] = Later(lambda: _times(t, da, iterations))
+        self.history: Later[AllocatorHistory] = Later(lambda: AllocatorHistory(snap, da))
+
+    @classmethod
+    def beside_analysis(cls, snap, da) -> DevicePrep:
+        """Started while the analysis goes on: on a thread on a big run, here on a small one."""
+        prep = cls(snap, da)
+        if prep.big:
+            in_order([prep.times, prep.history], name="vramscope-device-early")
+        else:
+            prep.times.run()
+            prep.history.run()
+        return prep
+
+
+def _times(t, da, iterations) -> tuple[bool, np.ndarray, int, XAxis]:
+    """(the trace has times, the time stamps made monotonic (empty without times), the first
+    one (0 without), the x axis it starts with). The times are read whole here (their order,
+    the axis' rule), then a moment at a time: their pages handed back (DeviceTrace.release)."""
+    n = len(t)
+    tus = np.asarray(t.columns["time_us"])
+    has_time = bool(n) and int(tus.min()) >= 0
+    axis = x_axis(da, iterations)
+    if not has_time:
+        return False, np.zeros(0, dtype=np.int64), 0, axis
+    if n > 1 and not bool(np.all(tus[1:] >= tus[:-1])):
+        tus = np.maximum.accumulate(tus)     # out-of-order stamps: keep the axis monotonic
+    t.release(("time_us",))
+    return True, tus, int(tus[0]), axis
+
+
 # -- the device model -----------------------------------------------------------------
 class DeviceData:
-    def __init__(self, snap, analysis, device: int, progress=None, stacks: Stacks | None = None):
+    def __init__(self, snap, analysis, device: int, progress=None, stacks: Stacks | None = None,
+                 prep: DevicePrep | None = None):
         self.snap = snap
         self.analysis = analysis
         self.device = device
         da = analysis.devices[device]
         self.da = da
-        # on a big run, the allocator's history and the table's order by size on a thread beside
-        # the curves and the composition (neither reads what the other builds)
+        # on a big run, the table's order by size on a thread beside the curves and the
+        # composition, and the times and the allocator's history on another (neither reads
+        # what the other builds), unless begun beside the analysis (`prep`)
         al = da.allocs
         idx_t = np.int32 if len(al) < (1 << 31) else np.int64
         by_size: Later[np.ndarray] = Later(
             lambda: np.argsort(-np.asarray(al.size, dtype=np.int64), kind="stable").astype(idx_t))
-        history = Later(lambda: analysis.allocator(device))     # the analysis' AllocatorHistory
-        # the x axis it starts with: classifiers/timeaxis.py's rule (entries when seconds would
-        # squeeze the run: one long pause, a slow first iteration, a crowded stretch)
-        axis: Later[XAxis] = Later(lambda: x_axis(da))
-        if len(al) >= BACKGROUND_ROWS:         # (two threads: a CPU each where there are more)
-            in_order([axis, by_size], name="vramscope-device")
-            in_order([history], name="vramscope-allocator")
+        if prep is None or prep.da is not da:
+            prep = DevicePrep(snap, da)
+            if prep.big:                   # (two threads: a CPU each where there are more)
+                in_order([prep.times, by_size], name="vramscope-device")
+                in_order([prep.history], name="vramscope-allocator")
+            else:
+                for job in (prep.times, prep.history, by_size):
+                    job.run()
+        elif prep.big:
+            in_order([by_size], name="vramscope-device")
         else:
-            for job in (axis, history, by_size):
-                job.run()
+            by_size.run()
         self.categories = tuple(CATEGORIES)
         self.n_categories = len(self.categories)
         t = snap.trace(device)
@@ -138,19 +190,10 @@ class DeviceData:
         self.peak_index = int(da.live.peak_index)
         self._step(progress, "timeline", 0.1)
 
-        # x axis: seconds since the first event, or the entry index
-        tus = np.asarray(t.columns["time_us"])
-        self.has_time = bool(n) and int(tus.min()) >= 0
-        if self.has_time:
-            if n > 1 and not bool(np.all(tus[1:] >= tus[:-1])):
-                tus = np.maximum.accumulate(tus)     # out-of-order stamps: keep the axis monotonic
-            self.t0 = int(tus[0])
-        else:
-            self.t0 = 0
-        # the time stamps, monotonic (empty without times); `tkey` the same, None without times
-        self.times: np.ndarray = tus if self.has_time else np.zeros(0, dtype=np.int64)
+        # x axis: seconds since the first event, or the entry index; the time stamps, monotonic
+        # (empty without times); `tkey` the same, None without times
+        self.has_time, self.times, self.t0, self.x_axis = prep.times.get()
         self.tkey: np.ndarray | None = self.times if self.has_time else None
-        self.x_axis: XAxis = axis.get()       # (found above, on the thread on a big run)
         self.time_axis = self.has_time and self.x_axis.seconds
 
         curves = [self.live] + ([self.reserved] if self.reserved is not None else [])
@@ -177,7 +220,7 @@ class DeviceData:
 
         self._rank: np.ndarray | None = None
         self._alloc_stack: AllocStack | None = None
-        self.allocator = history.get()
+        self.allocator = analysis.allocator(device, made=prep.history.get())
         self.segments = SegmentBands(self.allocator, self.n)
         self.stacks = stacks or Stacks(analysis)
         self.iterations: list[Iteration] = list(da.iterations)

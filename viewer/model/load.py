@@ -12,7 +12,7 @@ from ...parsers import Progress, Snapshot, open_snapshot
 from ...present.stacks import Stacks
 from ...services.compare import compare_analyses, compare_devices
 from .compare import CompareResult
-from .device import DeviceData
+from .device import DeviceData, DevicePrep
 
 
 @dataclass
@@ -39,11 +39,19 @@ def load(path: str, device: int | None = None, use_cache: bool = True,
     snap = open_snapshot(path, progress=progress, use_cache=use_cache)
     progress.check()
     progress.start("analyzing", 1.0)
-    an = analyze(snap, progress=progress)
+    # the device's times and allocator history made as soon as its rows are classified, while
+    # the analysis goes on: for the device asked for, else the only one (with several, the one
+    # shown is known once all are analyzed: its model is all made after)
+    preps: dict[int, DevicePrep] = {}
+
+    def beside(da) -> None:
+        if da.device == device or (device is None and len(snap.devices) == 1):
+            preps[da.device] = DevicePrep.beside_analysis(snap, da)
+    an = analyze(snap, progress=progress, beside=beside)
     progress.check()
     dev = pick_device(an, device)
     stacks = Stacks(an)
-    data = DeviceData(snap, an, dev, progress, stacks) if dev is not None else None
+    data = DeviceData(snap, an, dev, progress, stacks, preps.get(dev)) if dev is not None else None
     return LoadResult(path, snap, an, dev, data, stacks)
 
 
