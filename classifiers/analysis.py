@@ -177,7 +177,8 @@ class DeviceAnalysis:
         if self._composition is not None:
             return self._composition.by_category(index)
         per = by_category_evidence_at(self.category, self.evidence, self.allocs, index)
-        return {c: sum(e.values()) for c, e in per.items() if sum(e.values())}
+        totals = {c: sum(e.values()) for c, e in per.items()}
+        return {c: b for c, b in totals.items() if b}
 
     def category_series(self) -> list[CategorySeries]:
         """Per category code: its live bytes over the trace, as the entries where it changes."""
@@ -311,14 +312,18 @@ class DeviceAnalysis:
         k = int(it[index]) if 0 <= index < len(it) else -1
         return self.iterations[k] if 0 <= k < len(self.iterations) else None
 
+    def _phase_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """(first entry, last entry) of each run of equal phase over the trace, in order."""
+        ph = self.timeline.phase
+        change = np.flatnonzero(ph[1:] != ph[:-1]) + 1
+        return np.r_[0, change], np.r_[change - 1, len(ph) - 1]
+
     def phase_ranges(self) -> list[tuple[int, int, str]]:
         """[(start_index, end_index, phase name)] runs of equal phase over the trace."""
         ph = self.timeline.phase
         if not len(ph):
             return []
-        change = np.flatnonzero(ph[1:] != ph[:-1]) + 1
-        starts = np.r_[0, change]
-        ends = np.r_[change - 1, len(ph) - 1]
+        starts, ends = self._phase_bounds()
         return [(int(s), int(e), PHASE_NAMES[int(ph[s])]) for s, e in zip(starts, ends)]
 
     def phase_runs(self, name: str) -> list[tuple[int, int]]:
@@ -328,9 +333,7 @@ class DeviceAnalysis:
         ph = self.timeline.phase
         if not len(ph) or name not in PHASE_NAMES:
             return []
-        change = np.flatnonzero(ph[1:] != ph[:-1]) + 1
-        starts = np.r_[0, change]
-        ends = np.r_[change - 1, len(ph) - 1]
+        starts, ends = self._phase_bounds()
         mine = ph[starts] == PHASE_NAMES.index(name)
         return list(zip(starts[mine].tolist(), ends[mine].tolist()))
 
