@@ -161,6 +161,11 @@ def test_each_run_starts_on_timeaxis_rule_and_after_a_swap_the_other_on_its_own(
     w.timeline.plot.setFocus()
     qt.keyClick(w.timeline.plot, Qt.Key.Key_T)                    # seconds, on request
     assert d.time_axis
+    assert w.statusBar().currentMessage() == "x axis in seconds (T: entries)"      # not the opening's why
+    qt.keyClick(w.timeline.plot, Qt.Key.Key_T)
+    assert not d.time_axis and w.statusBar().currentMessage() == "x axis in entries (T: seconds)"
+    qt.keyClick(w.timeline.plot, Qt.Key.Key_T)
+    assert d.time_axis
     even = str(DATA / "cuda_wrapped.pickle")
     monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (even, "")))
     with qt.waitSignal(w.compared, timeout=LOAD_TIMEOUT):

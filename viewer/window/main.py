@@ -776,6 +776,8 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage("This trace has no time stamps: the x axis is the entry index", 6000)
             return
         self.timeline.set_time_axis(on)
+        # (the hint shown on opening says why the axis began in entries: not left saying so)
+        self.statusBar().showMessage("x axis in seconds (T: entries)" if on else "x axis in entries (T: seconds)", 4000)
 
     def _on_legend(self):
         if self.data is not None:
