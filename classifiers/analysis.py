@@ -461,7 +461,7 @@ def analyze(snap: Snapshot, progress: Progress | None = None, rules_path=None,
         for k, dev in enumerate(devs):
             if progress is not None:
                 progress.update(k + 1)
-            devices[dev] = _analyze_device(snap, dev, facts, rules, rule_names, clock, beside)
+            devices[dev] = _analyze_device(snap, dev, facts, rules, rule_names, clock, beside, fp)
         if fp:
             # a big analysis is written on a thread while the caller goes on (cache.save_later)
             if sum(len(da.allocs) for da in devices.values()) >= structure_module.BACKGROUND_ROWS:
@@ -486,7 +486,8 @@ def _attach(da: DeviceAnalysis, snap: Snapshot, facts: SnapshotFacts, rule_names
 
 
 def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | None = None,
-                    beside: Callable[[DeviceAnalysis], object] | None = None) -> DeviceAnalysis:
+                    beside: Callable[[DeviceAnalysis], object] | None = None,
+                    fp: str | None = None) -> DeviceAnalysis:
     t = snap.trace(dev)
     with stage(clock, "allocations"):
         allocs = allocations(snap, dev)
@@ -532,6 +533,9 @@ def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | Non
     if big:
         da._free_order = find_free_order.get()
     da.iterations = tuple(tl.iterations)          # numbered; each one's own peak below
+    if big and fp:
+        # the arrays the cache keeps are final here: written beside the stages that follow
+        cache.save_arrays_later(snap, fp, dev, da)
     if beside is not None:
         beside(da)
     with stage(clock, "peaks"):

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import weakref
 import zlib
 from pathlib import Path
 
@@ -157,6 +158,20 @@ def _source(da, where):
 
 
 _SAVING: list = []           # Later jobs of `save_later` not yet waited for
+_EARLY: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # DeviceAnalysis -> Later of its arrays
+
+
+def save_arrays_later(snap, fp: str | None, dev: int, da) -> None:
+    """Write the device's arrays on a thread of their own (one the interpreter waits for)
+    while the analysis goes on: called once its rows are classified, after which no stage
+    changes an array `save` writes. `save` then writes the rest (the manifest, last), naming
+    them: on a big run most of what a save writes is no longer written after the analysis,
+    where a `summary` waited for it before it could exit."""
+    if not snap.cache_entry or fp is None:
+        return
+    job: Later = Later(lambda: (fp, _write_arrays(snap, fp, dev, da)))
+    _EARLY[da] = job
+    in_order([job], name="vramscope-analysis-cache-arrays", daemon=False)
 
 
 def save_later(snap, fp: str, devices: dict, rule_names: list) -> None:
@@ -181,6 +196,35 @@ def wait_saved() -> None:
             pass
 
 
+def _write_arrays(snap, fp: str, dev: int, da) -> dict | None:
+    """Write the device's arrays; {name: [dtype, length]} of those written, None on failure."""
+    arrays = {}
+    for name, (where, attr, _) in _ARRAYS.items():
+        src = _source(da, where)
+        arr = getattr(src, attr, None) if src is not None else None
+        if arr is None:
+            continue
+        arr = np.asarray(arr)
+        if arr.size and not write_artifact_array(snap, _array_name(fp, dev, name), arr):
+            return None
+        arrays[name] = [arr.dtype.str, int(arr.shape[0]) if arr.ndim else -1]
+    return arrays
+
+
+def _arrays_of(snap, fp: str, dev: int, da) -> dict | None:
+    """The device's arrays written for this save: by `save_arrays_later` where it ran (waited
+    for), else now."""
+    early = _EARLY.pop(da, None)
+    if early is not None:
+        try:
+            got_fp, arrays = early.get()
+            if got_fp == fp and arrays is not None:
+                return arrays
+        except Exception:      # (written again below: it is only a cache)
+            pass
+    return _write_arrays(snap, fp, dev, da)
+
+
 def save(snap, fp: str, devices: dict, rule_names: list) -> bool:
     """Store the analysis of every device (arrays first, the manifest last). False when
     nothing was stored (no cache entry, unwritable, or results JSON cannot hold exactly)."""
@@ -191,16 +235,9 @@ def save(snap, fp: str, devices: dict, rule_names: list) -> bool:
     try:
         for dev, da in devices.items():
             n = len(snap.trace(dev))
-            arrays = {}
-            for name, (where, attr, _) in _ARRAYS.items():
-                src = _source(da, where)
-                arr = getattr(src, attr, None) if src is not None else None
-                if arr is None:
-                    continue
-                arr = np.asarray(arr)
-                if arr.size and not write_artifact_array(snap, _array_name(fp, dev, name), arr):
-                    return False
-                arrays[name] = [arr.dtype.str, int(arr.shape[0]) if arr.ndim else -1]
+            arrays = _arrays_of(snap, fp, dev, da)
+            if arrays is None:
+                return False
             tl = da.timeline
             devices_json[str(dev)] = {
                 "n": n, "rows": len(da.allocs), "arrays": arrays,

@@ -407,3 +407,56 @@ def test_a_big_analysis_is_stored_on_a_thread_and_read_back_the_same(cache_dir, 
     again = analyze(open_snapshot(str(path)))
     assert again.from_cache and not analysis_cache._SAVING       # waited for, then read
     assert_same_analysis(again, want)
+
+
+def test_a_big_analysis_writes_its_arrays_while_it_goes_on(cache_dir, monkeypatch):
+    """On a big run each device's arrays are written on a thread as soon as its rows are
+    classified (they are final then), before the analysis ends: the save after it writes each
+    array no more, only the manifest; read back, the analysis is a fresh one's. Where that
+    early writing failed, the save writes the arrays itself, and the analysis is stored whole."""
+    import threading
+    from vramscope.classifiers import cache as analysis_cache
+    from vramscope.classifiers import structure as structure_module
+    monkeypatch.setattr(structure_module, "BACKGROUND_ROWS", 0)
+    real = analysis_cache.write_artifact_array
+    writes: list = []
+    saving: list = []
+
+    def counted(snap, name, arr):
+        writes.append((name, threading.current_thread().name, len(saving)))
+        return real(snap, name, arr)
+    monkeypatch.setattr(analysis_cache, "write_artifact_array", counted)
+    save_later = analysis_cache.save_later
+    monkeypatch.setattr(analysis_cache, "save_later", lambda *a: saving.append(1) or save_later(*a))
+    path = FILES["multi_device"]
+    want = fresh(path)
+    first = analyze(open_snapshot(str(path)))
+    analysis_cache.wait_saved()
+    assert not first.from_cache and len(first.devices) >= 2
+    names = [n for n, _, _ in writes]
+    assert len(names) == len(set(names)) and len(names) >= 2 * 5          # each array once, every device's
+    assert {th for _, th, _ in writes} == {"vramscope-analysis-cache-arrays"}
+    again = analyze(open_snapshot(str(path)))
+    assert again.from_cache
+    assert_same_analysis(again, want)
+
+    # the early writing fails: written again by the save, stored whole
+    import shutil
+    shutil.rmtree(_entry(path))
+    writes.clear()
+    fails = {"left": 1}
+
+    def failing_once(snap, name, arr):
+        on_early = threading.current_thread().name == "vramscope-analysis-cache-arrays"
+        if on_early and fails["left"]:
+            fails["left"] -= 1
+            return False
+        writes.append(name)
+        return real(snap, name, arr)
+    monkeypatch.setattr(analysis_cache, "write_artifact_array", failing_once)
+    second = analyze(open_snapshot(str(path)))
+    analysis_cache.wait_saved()
+    assert not second.from_cache and not fails["left"]
+    third = analyze(open_snapshot(str(path)))
+    assert third.from_cache
+    assert_same_analysis(third, want)
