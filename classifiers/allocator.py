@@ -56,23 +56,42 @@ def rounded(size: np.ndarray) -> np.ndarray:
 
 
 def small_pool(seg_addr: np.ndarray, seg_size: np.ndarray, alloc_addr: np.ndarray,
-               alloc_size: np.ndarray) -> np.ndarray:
+               alloc_size: np.ndarray, part: int = 1 << 18) -> np.ndarray:
     """bool per segment (or mapped piece): the small pool's. Its segments are 2 MiB and never
     hold a request over 1 MiB; size alone cannot tell, since an expandable large-pool segment
-    grows by 2 MiB pages too (a 2 MiB piece of one was called small pool)."""
+    grows by 2 MiB pages too (a 2 MiB piece of one was called small pool). The requests are
+    read `part` at a time (a run of millions of big requests: bounded temporaries)."""
     small = np.asarray(seg_size) == SMALL_SEGMENT
     idx = np.flatnonzero(small)
-    big = np.asarray(alloc_size) > SMALL_ALLOC_MAX
-    if not len(idx) or not big.any():
+    if not len(idx):
         return small
-    order = np.argsort(np.asarray(alloc_addr)[big], kind="stable")
-    starts = np.asarray(alloc_addr)[big][order]
-    reach = np.maximum.accumulate((starts + np.asarray(alloc_size)[big][order]))
+    a_addr, a_size = np.asarray(alloc_addr), np.asarray(alloc_size)
     p0 = np.asarray(seg_addr)[idx]
-    hi = np.searchsorted(starts, p0 + SMALL_SEGMENT, side="left")     # big ones starting before its end
-    overlaps = (hi > 0) & (reach[np.maximum(hi - 1, 0)] > p0)           # ... one of which reaches into it
+    overlaps = np.zeros(len(idx), dtype=bool)
+    for lo in range(0, len(a_size), part):
+        size = a_size[lo:lo + part]
+        big = size > SMALL_ALLOC_MAX
+        if not big.any():
+            continue
+        start = a_addr[lo:lo + part][big]
+        order = np.argsort(start, kind="stable")
+        starts = start[order]
+        reach = np.maximum.accumulate(starts + size[big][order])
+        hi = np.searchsorted(starts, p0 + SMALL_SEGMENT, side="left")     # big ones starting before its end
+        overlaps |= (hi > 0) & (reach[np.maximum(hi - 1, 0)] > p0)         # ... one of which reaches into it
     small[idx[overlaps]] = False
     return small
+
+
+def _segment_events(ev: np.ndarray, cols, stream_col: np.ndarray, up_mask: np.ndarray, act: np.ndarray,
+                    part: int = 1 << 16):
+    """(entry, address, size, maps or allocates, stream, a mapping) of each segment event `ev`,
+    in order, as Python values made `part` events at a time."""
+    for lo in range(0, len(ev), part):
+        e = ev[lo:lo + part]
+        yield from zip(e.tolist(), np.asarray(cols["addr"][e], dtype=np.int64).tolist(),
+                       np.asarray(cols["size"][e], dtype=np.int64).tolist(), up_mask[e].tolist(),
+                       stream_col[e].tolist(), np.isin(act[e], (A_SEGMENT_MAP, A_SEGMENT_UNMAP)).tolist())
 
 
 # -- typed results -------------------------------------------------------------------------------
@@ -180,20 +199,17 @@ class AllocatorHistory:
         act = np.asarray(da.trace_action)
         stream_col = np.asarray(cols["stream"]) if "stream" in cols else np.zeros(n, dtype=np.int64)
         up_mask = (act == A_SEGMENT_ALLOC) | (act == A_SEGMENT_MAP)
-        ev = np.flatnonzero(up_mask | (act == A_SEGMENT_FREE) | (act == A_SEGMENT_UNMAP))
-        ev_addr = np.asarray(cols["addr"][ev], dtype=np.int64).tolist()
-        ev_size = np.asarray(cols["size"][ev], dtype=np.int64).tolist()
-        ev_up = up_mask[ev].tolist()
-        ev_stream = stream_col[ev].tolist()
+        events = np.flatnonzero(up_mask | (act == A_SEGMENT_FREE) | (act == A_SEGMENT_UNMAP))
         big = n + 1
         # Address ranges, not whole segments: an expandable segment maps and unmaps pieces of
         # itself, and an unmap may cover several maps or part of one. A free or unmap of a
         # range nobody mapped in the trace was mapped before it began. Segment events are
-        # rare (one per thousands of entries), so a plain loop over them is cheap.
-        ev_map = np.isin(act[ev], (A_SEGMENT_MAP, A_SEGMENT_UNMAP)).tolist()
+        # rare (one per thousands of entries, one in 25 in a run that maps and unmaps all the
+        # time), so a plain loop over them is cheap: their fields made Python values a part at
+        # a time (at once, 400,000 events' took 140 MB)
         out: list[tuple[int, int, int, int, int, bool]] = []   # (start, end, address, size, stream, mapped)
         live: dict[int, tuple[int, int, int, bool]] = {}       # start address -> (end address, entry, stream, mapped)
-        for e, a, n_bytes, up, st, mapped in zip(ev.tolist(), ev_addr, ev_size, ev_up, ev_stream, ev_map):
+        for e, a, n_bytes, up, st, mapped in _segment_events(events, cols, stream_col, up_mask, act):
             b = a + n_bytes
             if up:
                 live[a] = (b, e, st, mapped)

@@ -144,7 +144,8 @@ def _longest_gaps_sum(t: np.ndarray, g: int) -> int:
     top: list[np.ndarray] = []
     for lo in range(0, len(t) - 1, _PART):
         part = np.diff(t[lo:lo + _PART + 1])
-        top.append(part if len(part) <= g else np.partition(part, len(part) - g)[len(part) - g:])
+        # (a copy: a view would keep each part's whole partitioned array alive)
+        top.append(part if len(part) <= g else np.partition(part, len(part) - g)[len(part) - g:].copy())
     cand = np.concatenate(top)
     return int(np.partition(cand, len(cand) - g)[len(cand) - g:].sum())
 

@@ -149,6 +149,40 @@ def test_small_pool_is_told_by_what_a_segment_holds_not_by_its_size_alone():
     alloc_size = np.array([4096, 1 * MiB, 3 * MiB // 2, 5 * MiB, 8 * MiB])
     assert small_pool(seg_addr, seg_size, alloc_addr, alloc_size).tolist() == [True, False, False, False, False]
     assert small_pool(seg_addr, seg_size, alloc_addr[:1], alloc_size[:1]).tolist() == [True] * 4 + [False]
+    for part in (1, 2, 3):          # the requests read a few at a time: the same answer
+        assert small_pool(seg_addr, seg_size, alloc_addr, alloc_size, part).tolist() == \
+            [True, False, False, False, False]
+
+
+def test_small_pool_and_the_segment_events_read_by_parts_are_as_read_whole():
+    """On random segments and requests (reaching across pieces, in any address order), the
+    small pool found reading the requests a part at a time is the one found reading them whole;
+    and the allocator's history of a real expandable run is the same whatever part its segment
+    events are made Python values in."""
+    from vramscope.classifiers import allocator as allocator_module
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        k = int(rng.integers(1, 40))
+        seg_addr = np.sort(rng.integers(0, 200, k)) * MiB
+        seg_size = np.where(rng.random(k) < 0.7, SMALL_SEGMENT, 20 * MiB)
+        m = int(rng.integers(1, 300))
+        alloc_addr = rng.integers(0, 200 * MiB, m)
+        alloc_size = rng.integers(1, 6 * MiB, m)
+        whole = small_pool(seg_addr, seg_size, alloc_addr, alloc_size, part=1 << 30)
+        for part in (1, 7, 64):
+            assert np.array_equal(small_pool(seg_addr, seg_size, alloc_addr, alloc_size, part), whole)
+    an = analysis(DATA / "expandable.pickle")
+    dev = an.primary_device()
+    whole = allocator_module.AllocatorHistory(an.snapshot, an.devices[dev])
+    real = allocator_module._segment_events
+    try:
+        allocator_module._segment_events = lambda *a: real(*a, part=3)
+        parts = allocator_module.AllocatorHistory(an.snapshot, an.devices[dev])
+    finally:
+        allocator_module._segment_events = real
+    assert whole.known and len(whole.start) > 3
+    for name in ("start", "end", "address", "size", "stream", "expandable", "small"):
+        assert np.array_equal(getattr(parts, name), getattr(whole, name)), name
 
 
 @pytest.mark.parametrize("name", ["oom.pickle", "keep_loss.pickle", "streams"])
