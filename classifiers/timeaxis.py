@@ -162,14 +162,13 @@ def _shortest_stretch(t: np.ndarray, w: int) -> tuple[int, int]:
     return best_i, int(best or 0)
 
 
-def x_axis(da, iterations=None) -> XAxis:
-    """The x axis for one device of an analysis (a DeviceAnalysis), over its iterations (or
-    `iterations`: the same bounds, taken before the analysis gave them their peaks)."""
+def x_axis(da) -> XAxis:
+    """The x axis for one device of an analysis (a DeviceAnalysis)."""
     cols = da.snapshot.trace(da.device).columns if da.snapshot is not None else {}
     tus = cols.get("time_us")
     if tus is None:
         return XAxis("entries", "no_times", False)
-    return choose_x_axis(np.asarray(tus), da.iterations if iterations is None else iterations)
+    return choose_x_axis(np.asarray(tus), da.iterations)
 
 
 __all__ = ["XAxis", "AXIS_REASONS", "SQUEEZE", "PAUSE_SHARE", "choose_x_axis", "x_axis"]

@@ -26,7 +26,7 @@ from ...classifiers import CATEGORIES, Finding, Iteration
 from ...classifiers.allocator import AllocatorHistory
 from ...classifiers.evidence import E_GUESS
 from ...classifiers.structure import BACKGROUND_ROWS
-from ...classifiers.timeaxis import XAxis, x_axis
+from ...classifiers.timeaxis import XAxis, choose_x_axis
 from ...common.later import Later, in_order
 from ...common.units import fmt_seconds
 from ...present.stacks import Stacks
@@ -135,12 +135,12 @@ def _times(t, da, iterations) -> tuple[bool, np.ndarray, int, XAxis]:
     the axis' rule), then a moment at a time: their pages handed back (DeviceTrace.release)."""
     n = len(t)
     tus = np.asarray(t.columns["time_us"])
-    has_time = bool(n) and int(tus.min()) >= 0
-    axis = x_axis(da, iterations)
-    if not has_time:
-        return False, np.zeros(0, dtype=np.int64), 0, axis
+    if not (n and int(tus.min()) >= 0):
+        return False, np.zeros(0, dtype=np.int64), 0, XAxis("entries", "no_times", False)
     if n > 1 and not bool(np.all(tus[1:] >= tus[:-1])):
         tus = np.maximum.accumulate(tus)     # out-of-order stamps: keep the axis monotonic
+    # the rule over these times (made monotonic once, here, not again inside it)
+    axis = choose_x_axis(tus, iterations)
     t.release(("time_us",))
     return True, tus, int(tus[0]), axis
 
