@@ -267,3 +267,40 @@ def test_a_collapsed_group_is_wrapped_when_it_is_opened(qt, window):
         for line in it.text(0).split("\n"):
             assert fm.horizontalAdvance(line) <= avail + 2, line
     assert "\n" in child.text(0)
+
+
+def test_a_picture_taken_at_once_shows_the_findings_wrapped_at_the_panels_width(qt, window, tmp_path, monkeypatch):
+    """The findings re-wrap a moment (a timer) after a resize; `--screenshot` gives the window
+    its size and grabs it at once, and showed a state-only dump's findings wrapped at the width
+    the panel had before (a word or two a line). `settle` wraps what is pending now, and the
+    picture is taken after it."""
+    from PySide6.QtGui import QFontMetrics
+    from vramscope.viewer import app as app_module
+    from vramscope.viewer.panels.findings import _FULL_TEXT, wrap_text
+    open_and_wait(qt, window, str(DATA / "state_only_noframes.pickle"))
+    panel = window.findings_panel
+    tree = panel.tree
+    qt.waitUntil(lambda: not panel._wrap_timer.isActive(), timeout=3000)
+    items = []
+    stack = [(tree.topLevelItem(k), 0) for k in range(tree.topLevelItemCount())]
+    while stack:
+        it, depth = stack.pop()
+        if it.data(0, _FULL_TEXT) is not None:
+            items.append((it, depth))
+            it.setText(0, "stale")                  # as wrapped at a width the panel no longer has
+        if it.isExpanded():
+            stack.extend((it.child(k), depth + 1) for k in range(it.childCount()))
+    assert len(items) >= 2
+    panel._wrapped_width = -1
+    panel._wrap_timer.start()                       # a re-wrap pending, as right after a resize
+    window.settle()
+    assert not panel._wrap_timer.isActive() and panel._wrapped_width == tree.viewport().width()
+    width = tree.viewport().width() - 8
+    for it, depth in items:
+        full = it.data(0, _FULL_TEXT)
+        assert it.text(0) == wrap_text(full, QFontMetrics(it.font(0)), width - tree.indentation() * (depth + 1))
+    order: list = []
+    monkeypatch.setattr(window, "settle", lambda: order.append("settle"))
+    monkeypatch.setattr(window, "grab", lambda: order.append("grab") or tree.grab())
+    app_module.render_screenshot(window, str(tmp_path / "shot.png"))
+    assert order == ["settle", "grab"]

@@ -68,6 +68,8 @@ def render_screenshot(window, out: str) -> bool:
     process_events(app)
     window.timeline.refresh_now()
     process_events(app)
+    window.settle()
+    process_events(app)
     window.timeline.hide_hover()
     return window.grab().save(out, "PNG")
 

@@ -142,6 +142,14 @@ class FindingsPanel(QWidget):
         super().resizeEvent(ev)
         self._wrap_timer.start()
 
+    def settle(self) -> None:
+        """Wrap now what a resize left to be wrapped in a moment (`_wrap_timer`): a picture
+        taken at once (`--screenshot`) shows the lines at the panel's width, not at the width
+        it had before the window took its size."""
+        if self._wrap_timer.isActive() or self.tree.viewport().width() != self._wrapped_width:
+            self._wrap_timer.stop()
+            self._wrap_all()
+
     def _wrap_all(self):
         """Break every line at the tree's width (Qt's own word wrap in a tree keeps one row
         height and cuts the text): the rows grow to the lines they hold."""

@@ -925,6 +925,11 @@ class MainWindow(QMainWindow):
         elif self.table_panel.has_only():
             self.table_panel.clear_only()
 
+    def settle(self) -> None:
+        """Do now what the panels leave for a moment after a resize (the findings' wrapping):
+        before a picture of the window is taken."""
+        self.findings_panel.settle()
+
     def preview(self):
         """The whole run with the peak under the cursor and its allocation selected
         (what a screenshot shows)."""
