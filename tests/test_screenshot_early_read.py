@@ -74,10 +74,10 @@ def test_a_file_that_does_not_read_is_said_at_once_without_a_window(monkeypatch,
     monkeypatch.setattr(window_module, "MainWindow", counted_window)
     real_loading = app_module._run_viewer
 
-    def after_the_reading(path, screenshot, device, use_cache, loading):
-        assert loading is not None
-        loading.wait(30)                      # (failed by now: as it would be on any machine)
-        return real_loading(path, screenshot, device, use_cache, loading)
+    def after_the_reading(path, screenshot, device, use_cache, begun):
+        assert begun is not None
+        begun.job.wait(30)                    # (failed by now: as it would be on any machine)
+        return real_loading(path, screenshot, device, use_cache, begun)
 
     monkeypatch.setattr(app_module, "_run_viewer", after_the_reading)
     out = tmp_path / "shot.png"

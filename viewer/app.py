@@ -85,38 +85,33 @@ def run_viewer(path: str | None, screenshot: str | None = None, device: int | No
             print("vramscope: error: --screenshot needs a snapshot FILE", file=sys.stderr)
             return 2
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    if screenshot and path and not os.path.isdir(path):
-        # the snapshot read and analyzed on a thread while Qt, the app and the window are set up;
-        # left any other way than with its result (Ctrl-C, an error), the reading is cancelled
-        # and waited for (its helper processes stopped), not cut off at the interpreter's exit
-        from ..common.later import Later, in_order
-        from ..parsers import Progress
-        from .model.load import load as load_early
-        early: str = path
-        progress = Progress()
-        loading: Later = Later(lambda: load_early(early, device, use_cache, progress))
-        in_order([loading], name="vramscope-load")
+    if path and os.path.isfile(path):
+        # the snapshot read and analyzed on a thread while Qt, the app and the window are set up
+        # (the window follows it with its progress and Cancel); left any other way than with its
+        # result (Ctrl-C, an error, the window closed), the reading is cancelled and waited for
+        # (its helper processes stopped), not cut off at the interpreter's exit
+        from .model.load import Begun
+        begun = Begun(path, device, use_cache)
         try:
-            return _run_viewer(path, screenshot, device, use_cache, loading)
+            return _run_viewer(path, screenshot, device, use_cache, begun)
         finally:
-            if not loading.wait(0):
-                progress.cancel()
-                loading.wait(CANCEL_WAIT_S)
+            if not begun.done():
+                begun.cancel(wait=CANCEL_WAIT_S)
     return _run_viewer(path, screenshot, device, use_cache, None)
 
 
 CANCEL_WAIT_S = 10.0       # for a cancelled read to stop (it looks at the flag every batch)
 
 
-def _failed_early(loading) -> int | None:
+def _failed_early(begun) -> int | None:
     """The exit code of an early reading that has already failed (a file that does not read
     says so at once, without a window built for it); None while it reads, or once it has
     read, or where it failed otherwise (left to the reading's own handling below)."""
     from ..parsers import Cancelled, SnapshotError
-    if loading is None or not loading.wait(0):
+    if begun is None or not begun.done():
         return None
     try:
-        loading.get()
+        begun.job.get()
     except SnapshotError as e:
         print(f"vramscope: {e.one_line()}", file=sys.stderr)
         return 3
@@ -129,13 +124,14 @@ def _failed_early(loading) -> int | None:
 
 
 def _run_viewer(path: str | None, screenshot: str | None, device: int | None, use_cache: bool,
-                loading) -> int:
+                begun) -> int:
     from PySide6.QtWidgets import QApplication
 
     from ..parsers import Cancelled, SnapshotError
-    failed = _failed_early(loading)       # (Qt's import gave the reading time to fail)
-    if failed is not None:
-        return failed
+    if screenshot:
+        failed = _failed_early(begun)     # (Qt's import gave the reading time to fail)
+        if failed is not None:
+            return failed
     if screenshot and QApplication.instance() is None:
         quiet_platform_noise()     # our own process: keep stderr for what matters
     app = make_app()
@@ -144,7 +140,7 @@ def _run_viewer(path: str | None, screenshot: str | None, device: int | None, us
 
     if screenshot and path:
         folder = None
-        failed = _failed_early(loading)
+        failed = _failed_early(begun)
         if failed is not None:
             return failed
         # the window built while the thread still reads (it shows nothing until given the result)
@@ -158,7 +154,7 @@ def _run_viewer(path: str | None, screenshot: str | None, device: int | None, us
                     first = folder.result.primary()
                     assert first is not None    # load_folder raises NoRanks on a folder without one
                     path = first.file
-                result = loading.get() if loading is not None else load(path, device, use_cache)
+                result = begun.job.take() if begun is not None else load(path, device, use_cache)
             except SnapshotError as e:
                 print(f"vramscope: {e.one_line()}", file=sys.stderr)
                 return 3
@@ -188,6 +184,8 @@ def _run_viewer(path: str | None, screenshot: str | None, device: int | None, us
 
     win = MainWindow(use_cache=use_cache)
     win.show()
-    if path:
+    if begun is not None:
+        win.open_begun(begun)
+    elif path:
         win.open_path(path, device)
     return int(app.exec())

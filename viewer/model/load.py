@@ -5,10 +5,12 @@ The window's worker (viewer/worker.py) runs these; each reports through the GUI-
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from ...classifiers import Analysis, analyze
-from ...parsers import Progress, Snapshot, open_snapshot
+from ...common.later import Later, in_order
+from ...parsers import Cancelled, Progress, Snapshot, open_snapshot
 from ...present.stacks import Stacks
 from ...services.compare import compare_analyses, compare_devices
 from .compare import CompareResult
@@ -53,6 +55,60 @@ def load(path: str, device: int | None = None, use_cache: bool = True,
     stacks = Stacks(an)
     data = DeviceData(snap, an, dev, progress, stacks, preps.get(dev)) if dev is not None else None
     return LoadResult(path, snap, an, dev, data, stacks)
+
+
+class Begun:
+    """A file's opening begun on a thread of its own before Qt and the window are set up (the
+    command line's `vramscope FILE`, `view FILE [--screenshot]`: at 10^7 events Qt's import and the
+    window take a second, spent beside the reading instead of before it). Its progress goes to
+    whoever `follow`s it, from the moment they do; `cancel` stops it."""
+
+    def __init__(self, path: str, device: int | None = None, use_cache: bool = True):
+        self.path = os.path.abspath(path)
+        self._to: Progress | None = None
+        self._last: tuple[str, float, float] | None = None
+        self.progress = Progress(self._report)
+        path_, progress = self.path, self.progress
+        self.job: Later[LoadResult] = Later(lambda: load(path_, device, use_cache, progress))
+        in_order([self.job], name="vramscope-load")
+
+    def _report(self, label: str, done: float, total: float) -> None:       # on the reading's thread
+        self._last = (label, done, total)
+        to = self._to
+        if to is not None:
+            try:
+                _relay(to, label, done, total)
+            except Cancelled:             # the follower was cancelled: so is the reading, at its next check
+                self.progress.cancel()
+
+    def follow(self, progress: Progress) -> LoadResult:
+        """Wait for the result (on the window's worker), its progress reported through
+        `progress`; when `progress` is cancelled, so is the reading (Cancelled raised here)."""
+        self._to = progress
+        last = self._last
+        if last is not None:
+            _relay(progress, *last)
+        while not self.job.wait(0.05):
+            if progress.cancelled:
+                self.cancel()
+                raise Cancelled()
+        return self.job.take()
+
+    def done(self) -> bool:
+        return self.job.wait(0)
+
+    def cancel(self, wait: float = 0.0) -> None:
+        """Stop the reading; with `wait`, wait that long for it to have stopped (its helper
+        processes are stopped by it, not cut off at the interpreter's exit)."""
+        self.progress.cancel()
+        if wait:
+            self.job.wait(wait)
+
+
+def _relay(to: Progress, label: str, done: float, total: float) -> None:
+    if label != to.label or total != to.total:
+        to.start(label, total)
+    to.update(done)
 
 
 def switch_device(result: LoadResult, device: int, progress: Progress | None = None) -> LoadResult:

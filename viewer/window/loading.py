@@ -45,6 +45,7 @@ class Loading:
         self.worker = Worker(window)
         self.progress = ProgressDialog(window, self.worker)
         self.pending = "open"                 # what the worker is doing: "open" or "compare"
+        self.begun = None                     # a reading begun before the window, followed by the worker
         self.worker.finished.connect(self._on_loaded)
         self.worker.failed.connect(self._on_failed)
         self.worker.cancelled.connect(self._on_cancelled)
@@ -67,8 +68,23 @@ class Loading:
                     f"Opening {os.path.basename(path)}…")
         self.win.statusBar().showMessage(f"Opening {path}…")
 
+    def open_begun(self, begun):
+        """`open_path` for a file whose reading began before the window (model/load.py Begun):
+        the worker follows it, with this window's progress and Cancel."""
+        self.submit("open", begun.follow, f"Opening {os.path.basename(begun.path)}…")
+        self.begun = begun
+        self.win.statusBar().showMessage(f"Opening {begun.path}…")
+
+    def _let_go_begun(self):
+        """A reading begun before the window, no longer wanted (cancelled, replaced, the window
+        closed): stopped, even where the worker was cancelled before it began to follow it."""
+        begun, self.begun = self.begun, None
+        if begun is not None and not begun.done():
+            begun.cancel()
+
     def submit(self, what: str, fn: Callable[[Progress], object], label: str):
         """Run a load ("open") or a comparison ("compare") on the worker, with progress."""
+        self._let_go_begun()
         self.win.close_error()
         self.pending = what
         self.worker.submit(fn)
@@ -106,6 +122,7 @@ class Loading:
 
     # -- outcomes ------------------------------------------------------------------------------
     def _on_loaded(self, result):
+        self.begun = None
         self.progress.hide()
         self.win.statusBar().clearMessage()
         if isinstance(result, CompareResult):
@@ -116,6 +133,7 @@ class Loading:
             self.win.apply_result(result)
 
     def _on_failed(self, msg: str):
+        self._let_go_begun()
         self.progress.hide()
         self.sync_device_choice()
         comparing = self.pending == "compare"
@@ -126,11 +144,13 @@ class Loading:
         self.win.show_error(title, msg)
 
     def _on_cancelled(self):
+        self._let_go_begun()
         self.progress.hide()
         self.sync_device_choice()
         self.win.statusBar().showMessage("Loading cancelled", 5000)
 
     def shutdown(self):
+        self._let_go_begun()
         self.worker.shutdown()
         self.progress.hide()
 

@@ -269,6 +269,10 @@ class MainWindow(QMainWindow):
         """Open a file in the background (a newer request replaces an older one)."""
         self.loading.open_path(path, device)
 
+    def open_begun(self, begun):
+        """`open_path` for a file whose reading began before the window (model/load.py Begun)."""
+        self.loading.open_begun(begun)
+
     def show_device(self, dev: int):
         self.loading.show_device(dev)
 

@@ -46,6 +46,13 @@ class Later(Generic[T]):
             raise self._error
         return self._result  # type: ignore[return-value]
 
+    def take(self) -> T:
+        """`get()`, and the result no longer held here (a big one is freed with its last user)."""
+        try:
+            return self.get()
+        finally:
+            self._result = None
+
 
 def in_order(jobs: list[Later], name: str = "vramscope-later", daemon: bool = True) -> threading.Thread:
     """Run `jobs` one after another on a new thread (`daemon=False`: one the interpreter
