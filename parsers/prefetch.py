@@ -213,7 +213,7 @@ def write_batch(out, start: int, n: int, end, fields: dict, shape: tuple, buf: b
     out.write(_HEAD.pack(_MAGIC, start, n, int(lengths.sum()) + 8 * len(parts)))
     for nb, p in zip(lengths.tolist(), parts):
         out.write(struct.pack("<q", nb))
-        out.write(memoryview(np.ascontiguousarray(p)).cast("B"))
+        out.write(np.ascontiguousarray(p).data.cast("B"))
     out.flush()
 
 
