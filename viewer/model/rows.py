@@ -156,6 +156,10 @@ class RowView:
 
     def _apply(self):
         d = self.data
+        if self.only is None and self.categories is None and self.min_size <= 0 and not self.text.strip():
+            self._mask = None                      # nothing filtered: the sorted rows as they are
+            self.rows = self._perm
+            return
         mask = np.ones(self.n, dtype=bool) if self.only is None else self.only.copy()
         if self.categories is not None:
             allowed = np.zeros(256, dtype=bool)
@@ -186,9 +190,13 @@ class RowView:
     def positions_of(self, rows) -> np.ndarray:
         """Where each of `rows` is shown (-1 if filtered out), one pass over the view."""
         rows = np.asarray(rows, dtype=np.int64)
-        inv = np.full(self.n, -1, dtype=np.int64)
-        inv[self.rows] = np.arange(len(self.rows))
         ok = (rows >= 0) & (rows < self.n)
         out = np.full(len(rows), -1, dtype=np.int64)
+        if len(rows) <= 4:                # a current row and a selection: a look each, no inverse of n
+            for i in np.flatnonzero(ok).tolist():
+                out[i] = self.position_of(int(rows[i]))
+            return out
+        inv = np.full(self.n, -1, dtype=np.int64)
+        inv[self.rows] = np.arange(len(self.rows))
         out[ok] = inv[rows[ok]]
         return out

@@ -396,7 +396,13 @@ class SpansItem(_ViewSpanning):
         self.starts = np.asarray(starts, dtype=float)[order]
         self.ends = np.asarray(ends, dtype=float)[order]
         palette: dict[int, int] = {}
-        idx = [palette.setdefault(QColor(c).rgba(), len(palette)) for c in colors]
+        seen: dict[int, int] = {}        # by the colour object: thousands of spans, a few shades
+        idx = []
+        for c in colors:
+            k = seen.get(id(c))
+            if k is None:
+                k = seen[id(c)] = palette.setdefault(QColor(c).rgba(), len(palette))
+            idx.append(k)
         self.colors = [QColor.fromRgba(rgba) for rgba in palette]
         self.color_of = np.asarray(idx, dtype=np.int64)[order] if len(idx) else np.zeros(0, dtype=np.int64)
         labels = labels or [""] * len(order)
