@@ -15,7 +15,8 @@ _CAT = {c: i for i, c in enumerate(CATEGORIES)}
 
 def scale_rows(rw, sel: np.ndarray, f: float) -> None:
     """Scale the sizes of the rows `sel` of the rewritten run by `f` (rounded to whole bytes)."""
-    rw.size[sel] = np.rint(rw.size[sel].astype(np.float64) * f).astype(np.int64)
+    size = rw.sizes_to_change()
+    size[sel] = np.rint(size[sel].astype(np.float64) * f).astype(np.int64)
 
 
 def block_matrices(da, st: Structure, facts) -> tuple[list, int | None]:
