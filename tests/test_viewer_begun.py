@@ -110,3 +110,23 @@ def test_the_command_begins_reading_a_file_before_the_window(monkeypatch, tmp_pa
     got.clear()
     assert app_module.run_viewer(str(folder), use_cache=False) == 0    # a folder: the Ranks panel's own
     assert got == [(False, "MainThread")]
+
+
+def test_a_screenshot_of_a_missing_file_is_said_at_once_without_a_window(monkeypatch, tmp_path, capsys):
+    import vramscope.viewer.window as window_module
+    from vramscope.viewer import app as app_module
+    built: list = []
+    monkeypatch.setattr(window_module, "MainWindow", lambda *a, **k: built.append(1))
+    real = app_module._run_viewer
+
+    def after_the_reading(path, screenshot, device, use_cache, begun):
+        assert begun is not None                       # begun for a path that is not a folder
+        begun.job.wait(30)
+        return real(path, screenshot, device, use_cache, begun)
+
+    monkeypatch.setattr(app_module, "_run_viewer", after_the_reading)
+    out = tmp_path / "shot.png"
+    assert app_module.run_viewer(str(tmp_path / "missing.pickle"), str(out)) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "missing.pickle" in err[0] and "Traceback" not in err[0]
+    assert built == [] and not out.exists()

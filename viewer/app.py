@@ -85,7 +85,7 @@ def run_viewer(path: str | None, screenshot: str | None = None, device: int | No
             print("vramscope: error: --screenshot needs a snapshot FILE", file=sys.stderr)
             return 2
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    if path and os.path.isfile(path):
+    if path and not os.path.isdir(path):
         # the snapshot read and analyzed on a thread while Qt, the app and the window are set up
         # (the window follows it with its progress and Cancel); left any other way than with its
         # result (Ctrl-C, an error, the window closed), the reading is cancelled and waited for
