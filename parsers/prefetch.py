@@ -92,7 +92,9 @@ def _min_bytes() -> int:
 # -- the batches, as written and read back ---------------------------------------------------
 
 def _layout(shape: tuple) -> list[tuple[str, str, str]]:
-    """(key, part, dtype) of the arrays a batch holds after `end`, in order."""
+    """(key, part, dtype) of the arrays a batch holds after `end`, in order. A key's `present`
+    is written empty where every entry of the batch has the key, and a string key's `sstart`
+    and `slen` hold its inline strings only (read_batch gives back arrays of every entry)."""
     out = []
     for key in shape:
         kind = FAST_KINDS[key]
@@ -162,7 +164,9 @@ def write_batch(out, start: int, n: int, end, fields: dict, shape: tuple, buf: b
         f = fields[key]
         kind = FAST_KINDS[key]
         if part == "present":
-            parts.append(np.asarray(f[-1][:n], dtype=dtype))
+            present = np.asarray(f[-1][:n], dtype=dtype)
+            # every entry has the key (the usual case): nothing written, read back as all
+            parts.append(present[:0] if bool(present.all()) else present)
         elif part in ("val", "ref"):
             parts.append(np.asarray(f[0][:n]).astype(dtype))
         elif part == "inline":
@@ -170,16 +174,16 @@ def write_batch(out, start: int, n: int, end, fields: dict, shape: tuple, buf: b
         elif part in ("a", "b"):
             parts.append(np.asarray(f[2 if part == "a" else 3][:n], dtype=dtype))
         elif part == "sstart":
+            # of the inline strings only (most entries name theirs by a memo reference)
             inl = np.flatnonzero(f[1][:n])
-            starts = np.zeros(n, dtype="<i8")
-            lens = np.zeros(n, dtype="<i8")
+            starts = np.zeros(len(inl), dtype="<i8")
+            lens = np.zeros(len(inl), dtype="<i8")
             if len(inl):
                 a_l, l_l = f[2][inl].tolist(), f[3][inl].tolist()
                 texts = [buf[x:x + ln] for x, ln in zip(a_l, l_l)]
-                lens[inl] = l_l
-                offs = np.zeros(len(inl), dtype="<i8")
-                np.cumsum(l_l[:-1], out=offs[1:])
-                starts[inl] = offs + spos
+                lens[:] = l_l
+                np.cumsum(l_l[:-1], out=starts[1:])
+                starts += spos
                 spos += sum(l_l)
                 strings += texts
             parts.append(starts)
@@ -245,8 +249,18 @@ def read_batch(body: bytes, start: int, n: int, shape: tuple, lists: list) -> Ba
             raise ValueError("helper list ids out of order")
         lists.append(blob[at:at + ln])
         at += ln
-    for key, part, _ in _layout(shape):
-        if len(arrays[key, part]) != n:
+    for key, part, dtype in _layout(shape):
+        got = arrays[key, part]
+        if part == "present" and len(got) == 0:
+            arrays[key, part] = np.ones(n, dtype=dtype)            # every entry has the key
+        elif part in ("sstart", "slen"):                           # of the inline strings only
+            inline = arrays[key, "inline"]
+            if len(inline) != n or len(got) != int(np.count_nonzero(inline)):
+                raise ValueError("a helper batch's arrays disagree")
+            full = np.zeros(n, dtype=dtype)
+            full[inline.astype(bool)] = got
+            arrays[key, part] = full
+        elif len(got) != n:
             raise ValueError("a helper batch's arrays disagree")
     if len(arrays["end"]) != n:
         raise ValueError("a helper batch's arrays disagree")

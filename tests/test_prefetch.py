@@ -220,3 +220,77 @@ def test_the_cache_entry_names_the_whole_file_when_a_helper_read_part_of_it(gene
     assert with_helper and with_helper[0] > 20_000
     with open(generated, "rb") as fh:
         assert (seen["crc32"], seen["size"]) == crc32_file(fh)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_batch_reads_back_as_it_was_written(seed):
+    """write_batch / read_batch: every field of every entry as the helper decoded it, whether a
+    key is on every entry (its presence then not written) or not, and whatever share of the
+    strings is inline (their offsets written for those only)."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    shape = ("action", "addr", "size", "frames", "pool_id", "user_metadata")
+    n = int(rng.integers(1, 300))
+    buf = bytes(rng.integers(0, 256, 4096, dtype=np.uint8))
+
+    def present(p_absent):
+        return rng.random(n) >= p_absent
+
+    def str_field(p_inline, p_absent):
+        inline = rng.random(n) < p_inline
+        starts = rng.integers(0, 4000, n)
+        lens = rng.integers(0, 60, n)
+        return (rng.integers(0, 1 << 20, n), inline, starts, lens, np.zeros(n, np.int64), present(p_absent))
+
+    lists = rng.integers(0, 4000, n)
+    fields = {
+        "action": str_field(rng.choice([0.0, 0.05, 1.0]), 0.0),
+        "addr": (rng.integers(-(1 << 62), 1 << 62, n), present(0.0)),
+        "size": (rng.integers(0, 1 << 40, n), present(rng.choice([0.0, 0.3]))),
+        "frames": (rng.integers(0, 1 << 20, n), rng.random(n) < 0.5, lists, lists + rng.integers(0, 3, n) * 2,
+                   np.zeros(n, np.int64), present(rng.choice([0.0, 0.1]))),
+        "pool_id": (rng.integers(0, 1 << 20, n), rng.random(n) < 0.5, rng.integers(0, 9, n), rng.integers(0, 9, n),
+                    np.zeros(n, np.int64), present(0.5)),
+        "user_metadata": str_field(0.5, rng.choice([0.0, 0.9])),
+    }
+    end = np.sort(rng.integers(0, 1 << 30, n))
+    out = io.BytesIO()
+    uid_of: dict = {}
+    prefetch.write_batch(out, 1000, n, end, fields, shape, buf, 7, uid_of, [])
+    body = out.getvalue()[prefetch._HEAD.size:]
+    batch = prefetch.read_batch(body, 1000, n, shape, [])
+    got, _ = batch.fields(shape)
+    assert (batch.end == end + 7).all()
+    for key in shape:
+        f, g = fields[key], got[key]
+        assert (g[-1] == f[-1]).all(), key                                  # present
+        if key in ("addr", "size"):
+            assert (g[0] == f[0]).all()
+            continue
+        assert (g[0] == f[0]).all() and (g[1] == f[1]).all(), key           # ref, inline
+        inl = np.flatnonzero(f[1])
+        if key in ("action", "user_metadata"):                              # the inline strings' bytes
+            assert [batch.strings[a:a + ln] for a, ln in zip(g[2][inl].tolist(), g[3][inl].tolist())] == \
+                [buf[a:a + ln] for a, ln in zip(f[2][inl].tolist(), f[3][inl].tolist())]
+        elif key == "frames":                                               # each inline list's bytes
+            assert [batch.lists[u] for u in g[2][inl].tolist()] == \
+                [buf[a:b] for a, b in zip(f[2][inl].tolist(), f[3][inl].tolist())]
+        else:
+            assert (g[2] == f[2]).all() and (g[3] == f[3]).all()
+
+
+def test_a_batch_whose_offsets_disagree_with_its_strings_is_refused():
+    import numpy as np
+    shape = ("action",)
+    n = 4
+    f = (np.arange(n), np.array([True, False, True, False]), np.array([0, 0, 5, 0]), np.array([3, 0, 2, 0]),
+         np.zeros(n, np.int64), np.ones(n, bool))
+    out = io.BytesIO()
+    prefetch.write_batch(out, 0, n, np.arange(n) + 10, {"action": f}, shape, b"abcdefgh", 0, {}, [])
+    body = bytearray(out.getvalue()[prefetch._HEAD.size:])
+    prefetch.read_batch(bytes(body), 0, n, shape, [])                    # as written: reads
+    # the inline flags say one string more than the offsets written for them
+    arrays_at = 8 + 8 * n + 8 + 4 * n + 8                                # end, ref, then the inline flags
+    body[arrays_at + 1] = 1
+    with pytest.raises(ValueError):
+        prefetch.read_batch(bytes(body), 0, n, shape, [])
