@@ -59,6 +59,8 @@ class Rewrite:
         self.n_entries = len(da.timeline.phase) if da.timeline is not None else 0
         self.fk = _keys(fi)
         self._size0 = np.asarray(a.size, dtype=np.int64)
+        self._size_read = self._size0.view()       # the recorded sizes, read-only (no copy)
+        self._size_read.flags.writeable = False
         self._size: np.ndarray | None = None       # the sizes once a lever changes one (sizes_to_change)
         # read-only here (a lever changes sizes, frees and rows kept, never these): no copies
         self.cat = np.asarray(da.category, dtype=np.uint8)
@@ -73,11 +75,7 @@ class Rewrite:
         """The rows' sizes (read-only): the recorded ones until a lever changes one, without a
         copy of them for the levers that move lifetimes only (27 MB at 10^7 events, at the
         highest memory of a cold `summary` and of the viewer's open)."""
-        if self._size is not None:
-            return self._size
-        v = self._size0.view()
-        v.flags.writeable = False
-        return v
+        return self._size_read if self._size is None else self._size
 
     def sizes_to_change(self) -> np.ndarray:
         """The rows' sizes, to be changed in place (copied from the recorded ones once)."""

@@ -213,9 +213,9 @@ def write_batch(out, start: int, n: int, end, fields: dict, shape: tuple, buf: b
     parts.append(np.asarray([len(b) for _, b in new_lists], dtype="<i8"))
     parts.append(np.frombuffer(b"".join(b for _, b in new_lists), dtype="u1"))
     # each part written from its own memory (a batch is a few MB: no copy of it made whole)
-    lengths = np.asarray([p.nbytes for p in parts], dtype="<i8")
-    out.write(_HEAD.pack(_MAGIC, start, n, int(lengths.sum()) + 8 * len(parts)))
-    for nb, p in zip(lengths.tolist(), parts):
+    lengths = [p.nbytes for p in parts]
+    out.write(_HEAD.pack(_MAGIC, start, n, sum(lengths) + 8 * len(parts)))
+    for nb, p in zip(lengths, parts):
         out.write(struct.pack("<q", nb))
         out.write(np.ascontiguousarray(p).data.cast("B"))
     out.flush()
