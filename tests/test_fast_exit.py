@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from helpers import DATA, REPO
 
 FILE = str(DATA / "clean_loop.pickle")
@@ -65,12 +67,62 @@ def test_later_exit_handlers_and_waited_threads_run_first():
     assert "torn down" not in lines          # what is alive at the end is not freed one by one
 
 
-def test_an_output_that_cannot_be_flushed_is_not_passed_over(tmp_path):
+@pytest.mark.parametrize("args", [["summary", FILE], ["summary", FILE, "--json"], ["allocations", FILE],
+                                  ["--version"], ["--help"], ["summary", "--help"]])
+def test_an_output_that_cannot_be_written_is_said_in_one_line_and_exits_2(args):
+    """`vramscope summary f > out.txt` on a full disk (/dev/full): one line saying the output
+    could not be written, exit 2 (as for an output path that cannot be written), never 0, never
+    "internal error" (a bug of ours) and never a traceback; a short output too (written only at
+    the end), and argparse's --help."""
     if not os.path.exists("/dev/full"):
-        return
-    code = (f"import sys\nimport vramscope.__main__ as m\nsys.argv = ['vramscope', 'summary', {FILE!r}]\n"
-            "m.entry()\n")
+        pytest.skip("no /dev/full here")
+    code = f"import sys\nimport vramscope.__main__ as m\nsys.argv = ['vramscope'] + {args!r}\nm.entry()\n"
     with open("/dev/full", "w") as full:
         p = subprocess.run([sys.executable, "-c", code], stdout=full, stderr=subprocess.PIPE, text=True, cwd=REPO,
                            env=dict(os.environ, VRAMSCOPE_CACHE_DIR=""), timeout=300)
-    assert p.returncode != 0 and "Traceback" not in p.stderr
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.count("\n") == 1 and "cannot write the output: No space left on device" in p.stderr, p.stderr
+    assert "internal error" not in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_closed_pipe_is_still_a_quiet_end():
+    """`vramscope allocations f | head -1`: the rows head takes, exit 0, nothing on stderr (a
+    closed pipe is not a write error to report)."""
+    code = f"import sys\nimport vramscope.__main__ as m\nsys.argv = ['vramscope', 'allocations', {FILE!r}]\nm.entry()\n"
+    p = subprocess.run(f"{sys.executable} -c \"$CODE\" | head -1; exit ${{PIPESTATUS[0]}}", shell=True,
+                       executable="/bin/bash", capture_output=True, text=True, cwd=REPO, timeout=300,
+                       env=dict(os.environ, VRAMSCOPE_CACHE_DIR="", CODE=code))
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    assert p.stdout.startswith("device,index,")
+
+
+def test_main_writes_through_the_stream_it_was_given(capsys):
+    """Under a test's capture (no file behind stdout) the verbs write to the captured stream as
+    before, and stdout is the same object after main() as before it."""
+    from vramscope.cli import main
+    before = sys.stdout
+    assert main(["summary", FILE]) == 0
+    assert sys.stdout is before
+    assert "trace entries" in capsys.readouterr().out
+
+
+def test_the_guarded_output_raises_output_error_but_keeps_broken_pipes():
+    import errno
+
+    from vramscope.cli import _Output
+    from vramscope.cli.errors import OutputError
+    if os.path.exists("/dev/full"):
+        fd = os.open("/dev/full", os.O_WRONLY)
+        try:
+            with pytest.raises(OutputError) as e:
+                _Output(fd, "w", closefd=False).write(b"x")
+            assert e.value.errno == errno.ENOSPC
+        finally:
+            os.close(fd)
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        with pytest.raises(BrokenPipeError):
+            _Output(w, "w", closefd=False).write(b"x")
+    finally:
+        os.close(w)

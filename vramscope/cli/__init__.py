@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import io
 import os
 import re
 import sys
 
 from . import allocations, check, compare, export, ranks, report, summary, view, whatif
-from .errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
+from .errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, OutputError, UsageError
 
 VERBS = {m.__name__.rsplit(".", 1)[1]: m for m in (summary, allocations, compare, report, export, whatif, check,
                                                    ranks, view)}
@@ -26,9 +27,10 @@ EPILOG = """\
 also:
   vramscope FILE            open FILE in the desktop viewer (as `vramscope view FILE`)
 
-exit codes: 0 success, 1 a limit broken (check; nothing else exits 1), 2 usage error,
-3 bad input (not a snapshot, unsafe, truncated, corrupt), 4 internal error (a bug of
-vramscope: please report it), 130 interrupted. Errors are one line on stderr.
+exit codes: 0 success, 1 a limit broken (check; nothing else exits 1), 2 usage error (or
+an output that cannot be written), 3 bad input (not a snapshot, unsafe, truncated,
+corrupt), 4 internal error (a bug of vramscope: please report it), 130 interrupted.
+Errors are one line on stderr.
 """
 
 
@@ -77,7 +79,79 @@ def _tolerant_streams() -> None:
             pass
 
 
+class _Output(io.FileIO):
+    """Standard output's file, whose failed writes (other than a closed pipe) raise OutputError:
+    a full disk under `vramscope summary f > out.txt` is said as such, not as a bug of ours."""
+
+    def write(self, b):
+        try:
+            return super().write(b)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise OutputError(e.errno, e.strerror) from None
+
+
+def _guarded_stdout():
+    """Standard output as a stream over `_Output` (same file, encoding, errors and buffering);
+    returns the stream it replaces, to be put back, or None where stdout is not a plain file
+    (a test's capture, a closed stream)."""
+    old = sys.stdout
+    try:
+        fd = old.fileno()
+        line_buffering = old.line_buffering
+        encoding, errors = old.encoding, old.errors
+    except (AttributeError, OSError, ValueError):
+        return None
+    try:
+        old.flush()
+    except (OSError, ValueError):
+        return None
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(_Output(fd, "w", closefd=False)), encoding=encoding,
+                                  errors=errors, line_buffering=line_buffering)
+    return old
+
+
 def main(argv=None) -> int:
+    old_stdout = _guarded_stdout()
+    try:
+        return _main(argv)
+    except SystemExit:                    # argparse's --help and --version: their text written first
+        if old_stdout is not None:
+            try:
+                sys.stdout.flush()
+            except OutputError as e:
+                print(f"vramscope: error: cannot write the output: {e.strerror or e}", file=sys.stderr)
+                _quiet_stdout()
+                return EXIT_USAGE
+        raise
+    finally:
+        if old_stdout is not None:
+            guarded, sys.stdout = sys.stdout, old_stdout
+            try:
+                guarded.flush()           # (empty here but after an error said already)
+            except (OSError, ValueError):
+                pass
+
+
+def _dispatch(argv: list[str]) -> int:
+    """Parse the (routed) command line and run its verb: its exit code."""
+    parser = build_parser()
+    if not argv:
+        parser.print_help()
+        return EXIT_OK
+    args = parser.parse_args(argv)
+    if args.version:
+        from .. import __version__
+        print(f"vramscope {__version__}")
+        return EXIT_OK
+    if args.verb is None:
+        parser.print_help()
+        return EXIT_OK
+    return args.run(args)
+
+
+def _main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _tolerant_streams()
     from ..classifiers.rules import RulesError
@@ -87,21 +161,15 @@ def main(argv=None) -> int:
     verb = f"vramscope {argv[0]}" if argv and argv[0] in VERBS else "vramscope"     # what any error names
     try:
         argv = _route(argv)
-        parser = build_parser()
-        if not argv:
-            parser.print_help()
-            return EXIT_OK
-        if argv[0] in VERBS:
+        if argv and argv[0] in VERBS:
             verb = f"vramscope {argv[0]}"
-        args = parser.parse_args(argv)
-        if args.version:
-            from .. import __version__
-            print(f"vramscope {__version__}")
-            return EXIT_OK
-        if args.verb is None:
-            parser.print_help()
-            return EXIT_OK
-        return args.run(args)
+        code = _dispatch(argv)
+        sys.stdout.flush()               # here, where a write that fails is said (OutputError)
+        return code
+    except OutputError as e:
+        print(f"{verb}: error: cannot write the output: {e.strerror or e}", file=sys.stderr)
+        _quiet_stdout()
+        return EXIT_USAGE
     except UsageError as e:
         print(f"{verb}: error: {_one_line(e)}", file=sys.stderr)
         return EXIT_USAGE

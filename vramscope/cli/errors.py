@@ -12,3 +12,8 @@ class UsageError(Exception):
 
 class NoDisplayError(UsageError):
     """The viewer was asked for where no window can open."""
+
+
+class OutputError(OSError):
+    """The command's output could not be written (a full disk, a closed terminal): exit 2, like
+    an output path that cannot be written; never taken for a bug of ours."""
