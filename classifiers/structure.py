@@ -436,12 +436,16 @@ def _find_block_node(da, paths, passes):
         counts, ok = [], True
         for rows in sample:
             cl = _calls(paths, stacks[rows], d, p, size[rows] <= TINY)
+            if not cl:
+                # a pass that never runs through this node (the model called from elsewhere: an
+                # evaluation loop's forward) says nothing of how often the node repeats
+                continue
             counts.append(len(cl))
             if len(cl) < 2 or np.median([len(c) for c in cl]) < 3 or \
                     not _alike([size[rows[c]].sum() for c in cl]):
                 ok = False
                 break
-        if not ok or len(set(counts)) != 1:
+        if not ok or len(counts) < min(2, len(sample)) or len(set(counts)) != 1:
             continue
         cover = node_bytes[p]
         if best is None or cover > best[0] * 1.02:
@@ -583,7 +587,7 @@ def _build(da) -> Structure:
                                      ends.tolist()):
             calls.append(BlockCall(b, p, f, la, e, all_rows[c]))
         per_pass = np.bincount(p_of, minlength=len(pass_rows)).astype(np.int64)
-        counts = per_pass[lens > 0].tolist()
+        counts = per_pass[per_pass > 0].tolist()      # the passes that run through the blocks
         name, frame = _block_name(paths, node_path)
         count = int(np.bincount(counts).argmax()) if counts else 0
         recomputes = _recompute_windows(da, paths, _block_function(paths, stacks, calls, node_path), ai, stacks,
