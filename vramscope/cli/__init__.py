@@ -121,9 +121,7 @@ def main(argv=None) -> int:
             try:
                 sys.stdout.flush()
             except OutputError as e:
-                print(f"vramscope: error: cannot write the output: {e.strerror or e}", file=sys.stderr)
-                _quiet_stdout()
-                return EXIT_USAGE
+                return _output_failed("vramscope", e)
         raise
     finally:
         if old_stdout is not None:
@@ -167,9 +165,7 @@ def _main(argv=None) -> int:
         sys.stdout.flush()               # here, where a write that fails is said (OutputError)
         return code
     except OutputError as e:
-        print(f"{verb}: error: cannot write the output: {e.strerror or e}", file=sys.stderr)
-        _quiet_stdout()
-        return EXIT_USAGE
+        return _output_failed(verb, e)
     except UsageError as e:
         print(f"{verb}: error: {_one_line(e)}", file=sys.stderr)
         return EXIT_USAGE
@@ -190,6 +186,13 @@ def _main(argv=None) -> int:
             raise
         print(f"{verb}: {internal_error_text(e)}", file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _output_failed(verb: str, e: OutputError) -> int:
+    """Say that the output could not be written (one line); the rest of it goes nowhere."""
+    print(f"{verb}: error: cannot write the output: {e.strerror or e}", file=sys.stderr)
+    _quiet_stdout()
+    return EXIT_USAGE
 
 
 def _quiet_stdout() -> None:
