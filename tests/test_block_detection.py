@@ -57,3 +57,22 @@ def test_opt_125m_zeroth_order_run_shows_its_twelve_decoder_layers():
     assert st.blocks is not None and st.blocks.count == 12, st.notes
     assert st.blocks.passes >= 2 and st.notes[0].startswith("12 modeling_opt.py:forward blocks")
     assert all(a.lever != "checkpointing" for a in da.peak.advice)
+
+
+def test_one_pass_alone_is_not_taken_for_blocks(monkeypatch):
+    """A node seen repeating in one sampled pass while the other sampled passes never run it is
+    not taken for the run's blocks: at least two passes must show them (where two were sampled).
+    Device 0 of multi_device_oom with its passes cut to a stretch before the first (two rows,
+    nothing of the model) and the first (which runs both layers): no blocks. Given the first pass
+    alone, both layers are found."""
+    da, _ = _structure(DATA / "multi_device_oom.pickle")[0]
+    real = structure_module._forward_passes
+    first = real(da)[0]
+    before = (0, first[0] - 1)
+    ai = np.asarray(da.allocs.alloc_index)
+    assert int(((ai >= before[0]) & (ai <= before[1])).sum()) > 0          # a pass with rows
+    monkeypatch.setattr(structure_module, "_forward_passes", lambda d: [before, first] if d is da else real(d))
+    st = structure_module._build(da)
+    assert st.blocks is None and st.notes[0] == "no repeated block (layer) found in the stacks"
+    monkeypatch.setattr(structure_module, "_forward_passes", lambda d: [first] if d is da else real(d))
+    assert structure_module._build(da).blocks.count == 2
