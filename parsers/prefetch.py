@@ -67,6 +67,13 @@ def helpers_for(left: int) -> int:
     return max(0, k)
 
 
+def reading_fills_every_cpu(size: int) -> bool:
+    """Whether reading a `size`-byte file keeps every CPU here busy with its thread and its
+    helpers (on one CPU it has no helper: nothing else could run beside it anyway)."""
+    k = helpers_for(size)
+    return k > 0 and _cpus() - 1 - k <= 0
+
+
 def main_share(k: int) -> float:
     """Of what is left, the share the reader decodes itself beside `k` helpers: decoding an
     entry costs a helper about what it costs the reader, and resolving one the helper decoded

@@ -22,7 +22,7 @@ FILE = str(DATA / "cuda_full.pickle")
 def test_a_screenshot_left_early_cancels_its_reading_and_waits(monkeypatch, tmp_path):
     seen: dict = {}
 
-    def slow_load(path, device, use_cache, progress):
+    def slow_load(path, device, use_cache, progress, on_read=None):
         seen["thread"] = threading.current_thread().name
         while not progress.cancelled:
             time.sleep(0.005)
@@ -45,9 +45,9 @@ def test_the_reading_done_is_taken_as_it_is(monkeypatch, tmp_path):
     calls: list = []
     real = load_module.load
 
-    def counted(path, device, use_cache, progress):
+    def counted(path, device, use_cache, progress, on_read=None):
         calls.append(threading.current_thread().name)
-        out = real(path, device, use_cache, progress)
+        out = real(path, device, use_cache, progress, on_read)
         calls.append(progress.cancelled)
         return out
 
@@ -91,3 +91,49 @@ def test_a_file_that_does_not_read_is_said_at_once_without_a_window(monkeypatch,
     assert app_module.run_viewer(str(bad), str(out)) == 3
     late = capsys.readouterr().err.strip().splitlines()
     assert late == err and built == [1] and not out.exists()
+
+
+@pytest.mark.parametrize("fills", [True, False])
+def test_the_window_waits_for_the_reading_only_where_the_reading_fills_every_cpu(monkeypatch, tmp_path, fills):
+    """Where the reading keeps every CPU busy (its thread and its helpers: 2 to 4 CPUs), the
+    window of a screenshot, which nobody sees until its picture is taken, is built once the
+    file is read, beside the analysis (one CPU): built beside the reading it slowed the reading
+    by as much as it took. Where a CPU is left over, it is built beside the reading."""
+    order: list = []
+    real = load_module.load
+    real_app = app_module.make_app
+    app_begun = threading.Event()
+
+    def traced(path, device, use_cache, progress, on_read=None):
+        def read():
+            # a read that ends once the window is begun, or after 3 s where it waits for the read
+            app_begun.wait(3)
+            order.append("read")
+            if on_read is not None:
+                on_read()
+        return real(path, device, use_cache, progress, read)
+
+    def app():
+        order.append("app")
+        app_begun.set()
+        return real_app()
+
+    monkeypatch.setattr(load_module, "load", traced)
+    monkeypatch.setattr(app_module, "make_app", app)
+    monkeypatch.setattr(app_module, "_reading_takes_every_cpu", lambda path: fills)
+    out = tmp_path / "shot.png"
+    assert app_module.run_viewer(FILE, str(out), use_cache=False) == 0
+    assert out.stat().st_size > 10_000
+    assert order == (["read", "app"] if fills else ["app", "read"])
+
+
+def test_the_reading_fills_every_cpu_with_its_helpers(monkeypatch):
+    from vramscope.parsers import prefetch
+    big = 1 << 30
+    for cpus, fills in ((1, False), (2, True), (4, True), (5, False), (16, False)):
+        monkeypatch.setattr(prefetch, "_cpus", lambda c=cpus: c)
+        assert prefetch.reading_fills_every_cpu(big) is fills, cpus
+    monkeypatch.setattr(prefetch, "_cpus", lambda: 2)
+    assert prefetch.reading_fills_every_cpu(1 << 20) is False        # too small for a helper: a CPU left
+    monkeypatch.setenv("VRAMSCOPE_PARSE_HELPER", "0")
+    assert prefetch.reading_fills_every_cpu(big) is False

@@ -42,7 +42,7 @@ def test_the_window_shows_what_it_would_have_opened_itself(qt, window):
 def test_cancel_in_the_window_stops_the_reading(qt, window, monkeypatch):
     seen: dict = {}
 
-    def slow_load(path, device, use_cache, progress):
+    def slow_load(path, device, use_cache, progress, on_read=None):
         seen["thread"] = threading.current_thread().name
         progress.start("parsing", 1.0)
         while not progress.cancelled:
@@ -66,7 +66,7 @@ def test_cancel_before_the_worker_follows_stops_the_reading_too(qt, window, monk
     begun before the window is stopped all the same."""
     stopped = threading.Event()
 
-    def slow_load(path, device, use_cache, progress):
+    def slow_load(path, device, use_cache, progress, on_read=None):
         while not progress.cancelled:
             time.sleep(0.005)
         stopped.set()

@@ -93,11 +93,24 @@ def run_viewer(path: str | None, screenshot: str | None = None, device: int | No
         from .model.load import Begun
         begun = Begun(path, device, use_cache)
         try:
+            if screenshot and _reading_takes_every_cpu(path):
+                # nobody sees this window before its picture is taken: it is built while the
+                # analysis runs (on one CPU), not while the reading keeps every CPU busy, where
+                # it slowed the reading by as much as it took (2 CPUs, 10^7 events: ~0.5 s)
+                begun.wait_read()
             return _run_viewer(path, screenshot, device, use_cache, begun)
         finally:
             if not begun.done():
                 begun.cancel(wait=CANCEL_WAIT_S)
     return _run_viewer(path, screenshot, device, use_cache, None)
+
+
+def _reading_takes_every_cpu(path: str) -> bool:
+    from ..parsers.prefetch import reading_fills_every_cpu
+    try:
+        return reading_fills_every_cpu(os.path.getsize(path))
+    except OSError:
+        return False
 
 
 CANCEL_WAIT_S = 10.0       # for a cancelled read to stop (it looks at the flag every batch)

@@ -6,6 +6,8 @@ The window's worker (viewer/worker.py) runs these; each reports through the GUI-
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...classifiers import Analysis, analyze
@@ -35,10 +37,13 @@ def pick_device(analysis: Analysis, wanted: int | None) -> int | None:
 
 
 def load(path: str, device: int | None = None, use_cache: bool = True,
-         progress: Progress | None = None) -> LoadResult:
-    """Open, analyze and model one snapshot (any thread). Raises SnapshotError, Cancelled."""
+         progress: Progress | None = None, on_read: Callable[[], object] | None = None) -> LoadResult:
+    """Open, analyze and model one snapshot (any thread). Raises SnapshotError, Cancelled.
+    `on_read()`: called once the file is read, before its analysis."""
     progress = progress or Progress()
     snap = open_snapshot(path, progress=progress, use_cache=use_cache)
+    if on_read is not None:
+        on_read()
     progress.check()
     progress.start("analyzing", 1.0)
     # the device's times and allocator history made as soon as its rows are classified, while
@@ -68,8 +73,15 @@ class Begun:
         self._to: Progress | None = None
         self._last: tuple[str, float, float] | None = None
         self.progress = Progress(self._report)
-        path_, progress = self.path, self.progress
-        self.job: Later[LoadResult] = Later(lambda: load(path_, device, use_cache, progress))
+        self._read = threading.Event()
+        path_, progress, read = self.path, self.progress, self._read
+
+        def job() -> LoadResult:
+            try:
+                return load(path_, device, use_cache, progress, on_read=read.set)
+            finally:
+                read.set()
+        self.job: Later[LoadResult] = Later(job)
         in_order([self.job], name="vramscope-load")
 
     def _report(self, label: str, done: float, total: float) -> None:       # on the reading's thread
@@ -96,6 +108,11 @@ class Begun:
 
     def done(self) -> bool:
         return self.job.wait(0)
+
+    def wait_read(self) -> None:
+        """Wait until the file is read (its analysis begun), or the reading has ended otherwise."""
+        while not self._read.wait(0.1):      # (a timeout: Ctrl-C is seen between two waits)
+            pass
 
     def cancel(self, wait: float = 0.0) -> None:
         """Stop the reading; with `wait`, wait that long for it to have stopped (its helper
