@@ -27,6 +27,7 @@ from ...classifiers.allocator import AllocatorHistory
 from ...classifiers.evidence import E_GUESS
 from ...classifiers.structure import BACKGROUND_ROWS
 from ...classifiers.timeaxis import XAxis, choose_x_axis
+from ...common.arrays import stable_order
 from ...common.later import Later, in_order
 from ...common.units import fmt_seconds
 from ...present.stacks import Stacks
@@ -158,9 +159,7 @@ class DeviceData:
         # composition, and the times and the allocator's history on another (neither reads
         # what the other builds), unless begun beside the analysis (`prep`)
         al = da.allocs
-        idx_t = np.int32 if len(al) < (1 << 31) else np.int64
-        by_size: Later[np.ndarray] = Later(
-            lambda: np.argsort(-np.asarray(al.size, dtype=np.int64), kind="stable").astype(idx_t))
+        by_size: Later[np.ndarray] = Later(lambda: stable_order(al.size, descending=True))
         if prep is None or prep.da is not da:
             prep = DevicePrep(snap, da)
             if prep.big:                   # (two threads: a CPU each where there are more)

