@@ -364,10 +364,12 @@ def _models(c: _Ctx) -> tuple[Fact, Fact]:
         return _fact(None, "none", why), _fact(None, "none", why)
     framed = w[c.row_frames[w]]
     families: dict = {}
+    sure: dict = {}             # family -> whether any of its rows is a weight by evidence, not a guess
     if len(framed) and c.sf is not None:
         sites = _build_sites(c, c.stack[framed])
         for r, s in zip(framed.tolist(), sites):
             families.setdefault(s, []).append(int(c.size[r]))
+            sure[s] = sure.get(s, False) or bool(c.evidenced[r])
     # frameless weights (made before recording): one family, or two where a set of them has
     # gradients and another, of other shapes, has none (a model trained before, alive beside one
     # that only runs forward; not adapters on a frozen base)
@@ -397,6 +399,14 @@ def _models(c: _Ctx) -> tuple[Fact, Fact]:
     distinct = sorted(set(shapes), key=shapes.index)
     twice = len(distinct) < len(shapes)
     held_ev = "stack"
+    # a second family of the same shapes whose tensors are weights only by a guess (made in an
+    # __init__ that is not torch.nn's, or by code outside the model): per-parameter state (an
+    # estimator's or a hand-written optimizer's buffers, one beside each weight) reads the same
+    # as a copy of the model; which one it is, the frames do not say
+    per_shape: dict = {}
+    for k, sh in zip(big_f, shapes):
+        per_shape.setdefault(sh, []).append(sure.get(k, True))
+    guessed_copy = twice and not any(sum(v) >= 2 for v in per_shape.values() if len(v) >= 2)
     if not twice and len(distinct) == 1:
         cnt = _counts(distinct[0])
         # a model has some shape once (an embedding, a final norm: an odd count); held twice, none
@@ -422,13 +432,17 @@ def _models(c: _Ctx) -> tuple[Fact, Fact]:
     words = {k: v + " (" + " + ".join(_fmt(b) for b in sizes) + " of weights)" for k, v in words.items()}
     models = _fact(n, ev, words.get(n, f"{n} families of weight shapes, built by different calls ("
                                        + " + ".join(_fmt(b) for b in sizes) + " of weights)"))
-    if twice:
+    if twice and guessed_copy:
+        why = ("two calls built the same weight shapes, one of them outside torch.nn (its tensors weights only "
+               "by a guess): the model held twice (a copy, EMA), or a buffer beside each parameter (an "
+               "estimator's or a hand-written optimizer's state); the frames do not say which")
+    elif twice:
         why = ("every weight shape comes an even number of times, the embeddings and final norms too: the "
                "model's parameters are held twice (a copy, EMA, or a second load)" if held_ev == "guess" else
                "two calls built the same weight shapes: the model is held twice (a copy, EMA, a reference model)")
     else:
         why = "no family of weight shapes appears twice"
-    held = _fact(twice, held_ev if twice else ev, why)
+    held = _fact(None, "none", why) if guessed_copy else _fact(twice, held_ev if twice else ev, why)
     return models, held
 
 

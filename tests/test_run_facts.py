@@ -216,6 +216,33 @@ def test_two_models_and_a_model_held_twice(tmp_path):
     assert r.models_alive.value == 1 and r.model_held_twice.value is False
 
 
+def test_a_buffer_beside_each_parameter_made_outside_torch_nn_is_not_called_a_second_model(tmp_path):
+    """DeComFL: a zeroth-order estimator keeps a buffer the shape of each parameter, made in its
+    own __init__ (torch.zeros_like over the parameters). Weights only by a guess, it reads the same
+    as a copy of the model: whether the model is held twice is unknown, not yes; one model."""
+    est = [("/home/u/proj/estimators/adam_forward.py", 168, "<listcomp>"),
+           ("/home/u/proj/estimators/adam_forward.py", 167, "__init__"),
+           ("/home/u/proj/main.py", 70, "setup")]
+
+    def run(sn, d):
+        w = model(d, (4 * MiB,) * 5 + (2 * MiB,), line=20)
+        for n in (4 * MiB,) * 5 + (2 * MiB,):
+            d.alloc(n, est, "weights")
+        fwd(d)
+        del w
+    r = facts(tmp_path, run)
+    assert r.models_alive.value == 1
+    assert r.model_held_twice.value is None and r.model_held_twice.evidence == "none"
+    assert "buffer beside each parameter" in r.model_held_twice.why
+
+    def copied(sn, d):                     # the same shapes built again by torch.nn: held twice, as before
+        model(d, (4 * MiB,) * 5 + (2 * MiB,), line=20)
+        model(d, (4 * MiB,) * 5 + (2 * MiB,), line=22)
+        fwd(d)
+    r = facts(tmp_path, copied, "c.pickle")
+    assert r.models_alive.value == 1 and r.model_held_twice.value is True and r.model_held_twice.evidence == "stack"
+
+
 def test_flat_parameter_buffers_leave_the_number_of_models_unknown(tmp_path):
     """verl: vLLM's weights are tensors of one family, the Megatron actor's and critic's live in flat
     buffers whose shapes say nothing: one family seen is not one model."""
