@@ -548,15 +548,18 @@ def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | Non
                        type=da.peak_type(p), by_category={c: sum(e.values()) for c, e in by_ev.items()},
                        iteration=it.number if it is not None else None, phase=da.phase_at(p),
                        by_evidence=evidence_totals(by_ev))
-    with stage(clock, "run facts"):
-        da.run = run_facts(da, facts)
-    t.release(("time_us",))           # (see the "addr" column's release above)
-    # the blocks' structure (what the levers simulate on) on a thread, beside what follows (the
-    # live bytes per category, which the summary reads, stay for after the levers: built beside
-    # them they held 70-100 MB more at the highest memory of a cold summary at 10^7)
-    find_structure = structure_module.later(da)
+    # the blocks' structure (what the levers simulate on) on a thread, beside what follows, the
+    # run's facts first (it reads them at one place, waiting for them there: structure.py
+    # `_run_facts`). The live bytes per category, which the summary reads, stay for after the
+    # levers: built beside them they held 70-100 MB more at the highest memory of a cold summary
+    find_run: Later[RunFacts] = Later(lambda: run_facts(da, facts))
+    find_structure = structure_module.later(da, run=find_run)
     if find_structure is not None:
         in_order([find_structure], name="vramscope-structure")
+    with stage(clock, "run facts"):
+        find_run.run()
+        da.run = find_run.get()
+    t.release(("time_us",))           # (see the "addr" column's release above)
     with stage(clock, "peaks"):
         da.iterations = with_peaks(da, facts, tl.iterations)
         tl.iterations = list(da.iterations)

@@ -67,10 +67,13 @@ class _Ctx:
     def __init__(self, da, sfacts):
         self.da, self.sf = da, sfacts
         a = da.allocs
-        self.ai = np.asarray(a.alloc_index, dtype=np.int64)
-        self.fi = np.asarray(a.free_index, dtype=np.int64)
+        # the rows' entries and stacks as the allocations hold them (int32 below 2^31): read only
+        # here, compared and used as indices, never shifted or summed (no int64 copies: 80 MB at
+        # 10^7 events, made while the blocks' structure is found beside)
+        self.ai = np.asarray(a.alloc_index)
+        self.fi = np.asarray(a.free_index)
         self.size = np.asarray(a.size, dtype=np.int64)
-        self.stack = np.asarray(a.stack, dtype=np.int64)
+        self.stack = np.asarray(a.stack)
         self.action = np.asarray(da.trace_action)
         self.tstack = np.asarray(da.trace_stack)           # stack ids: int32 at most, as the trace has them
         self.phase = da.timeline.phase

@@ -113,19 +113,31 @@ class Structure:
 
 _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _PENDING: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # da -> Later being run
+_RUN: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()       # da -> its run facts' Later
 BACKGROUND_ROWS = 200_000      # allocations from which finding the structure on a thread pays
 
 
-def later(da) -> Later | None:
+def later(da, run: Later | None = None) -> Later | None:
     """The structure of `da` as a job for a thread (common.later), for `structure(da)` to take
-    (waiting for it if need be): on a big run, once what it reads is final (the run's facts
-    among them); what it finds is what `structure(da)` would find. None on a small run, or one
-    found or being found already."""
+    (waiting for it if need be): on a big run, once its rows are classified and its peak found;
+    `run`: the job finding the run's facts meanwhile (on the caller's thread), which the structure
+    waits for where it reads them (`_run_facts`). What it finds is what `structure(da)` would
+    find. None on a small run, or one found or being found already."""
     if da in _CACHE or da in _PENDING or len(da.allocs) < BACKGROUND_ROWS:
         return None
+    if run is not None:
+        _RUN[da] = run
     job: Later = Later(lambda: _build(da))
     _PENDING[da] = job
     return job
+
+
+def _run_facts(da):
+    """The run's facts (None where none were found): waited for while they are being found."""
+    job = _RUN.pop(da, None)
+    if job is not None:
+        return job.get()
+    return getattr(da, "run", None)
 
 
 def structure(da) -> Structure:
@@ -787,8 +799,8 @@ def _seq2_rows(da, paths, calls, recomputes, size, ai, fi, stacks, batch, alloc_
         caller = [k for k in paths.path(int(sid))[0] if not paths.key_text[k].endswith("softmax")]
         if caller:
             sm_fn.add(caller[-1])
-    if not sm_sizes and da.facts is not None and da.facts.profiler_like and getattr(da, "run", None) is not None \
-            and da.run.model_kind == "transformer":
+    if not sm_sizes and da.facts is not None and da.facts.profiler_like and (run := _run_facts(da)) is not None \
+            and run.model_kind == "transformer":
         return seq2, ("REFUSE: attention in a fused call (scaled_dot_product_attention) on the CPU, whose math path "
                       "makes the scores inside it where its frames cannot show them: whether they grow with the "
                       "square of the sequence cannot be told from this trace, so no prediction is made")

@@ -94,3 +94,54 @@ def test_the_free_order_found_beside_classify_is_the_one_found_on_demand(monkeyp
     monkeypatch.setattr(structure_module, "BACKGROUND_ROWS", 10 ** 12)
     in_line = analyze(open_snapshot(path, use_cache=False), use_cache=False)
     assert summary_document(in_line) == summary_document(an)
+
+
+
+def test_the_structure_thread_reads_the_run_facts_being_found(monkeypatch):
+    """On a big run the structure's thread starts beside the run's facts (analysis.py); where it
+    reads them (structure.py `_run_facts`: attention inside a fused call of a profiler trace) it
+    waits for those being found, never the empty ones a device starts with."""
+    import threading
+    from vramscope.classifiers.results import RunFacts
+    an = analysis_of(DATA / "levers/dev/llama_tied.base.pickle")
+    da = an.devices[an.primary_device()]
+    structure_module._CACHE.pop(da, None)
+    monkeypatch.setattr(structure_module, "BACKGROUND_ROWS", 0)
+    gate = threading.Event()
+    facts = RunFacts(model_kind="transformer")
+    find_run = Later(lambda: gate.wait(10) and facts)
+    job = structure_module.later(da, run=find_run)
+    assert job is not None
+    reader = Later(lambda: structure_module._run_facts(da))
+    in_order([reader])
+    assert not reader.wait(0.3)                  # waiting for the facts being found
+    gate.set()
+    find_run.run()
+    assert reader.get() is facts
+    assert structure_module._run_facts(da) is da.run          # once taken: the device's own
+    in_order([job])
+    assert structure_module.structure(da).blocks is not None
+
+
+def test_the_analysis_begins_the_structure_before_the_run_facts(monkeypatch):
+    """The structure's thread is started before the run's facts are found, not after them."""
+    import threading
+    from vramscope.classifiers import analysis as analysis_module
+    from vramscope.classifiers import analyze
+    from vramscope.parsers import open_snapshot
+    begun = threading.Event()
+    waited: list = []
+    real_build, real_facts = structure_module._build, analysis_module.run_facts
+
+    def build(da):
+        begun.set()
+        return real_build(da)
+
+    def facts(da, sf):
+        waited.append(begun.wait(10))            # (the structure's thread has begun meanwhile)
+        return real_facts(da, sf)
+    monkeypatch.setattr(structure_module, "_build", build)
+    monkeypatch.setattr(analysis_module, "run_facts", facts)
+    monkeypatch.setattr(structure_module, "BACKGROUND_ROWS", 0)
+    an = analyze(open_snapshot(str(DATA / "cuda_full.pickle"), use_cache=False), use_cache=False)
+    assert waited == [True] * len(an.devices) and an.devices[an.primary_device()].run.recorded.value == "trace"
