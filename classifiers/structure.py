@@ -133,7 +133,7 @@ def later(da, run: Later | None = None) -> Later | None:
 
 
 def _run_facts(da):
-    """The run's facts (None where none were found): waited for while they are being found."""
+    """The run's facts: those being found beside (waited for), else the device's own."""
     job = _RUN.pop(da, None)
     if job is not None:
         return job.get()
