@@ -308,8 +308,7 @@ class DeviceAnalysis:
         return PHASE_NAMES[int(ph[index])] if 0 <= index < len(ph) else "pre"
 
     def iteration_at(self, index: int) -> Iteration | None:
-        it = self.timeline.iteration
-        k = int(it[index]) if 0 <= index < len(it) else -1
+        k = self.timeline.iteration_of(index) if 0 <= index < len(self.timeline.phase) else -1
         return self.iterations[k] if 0 <= k < len(self.iterations) else None
 
     def _phase_bounds(self) -> tuple[np.ndarray, np.ndarray]:

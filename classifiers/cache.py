@@ -7,8 +7,8 @@ that changes with any of those: the entry itself is keyed by the file's identity
 the rules in effect (the shipped files and the user's file, or the content of a RuleSet
 passed in). In the entry:
 
-  art-an-<fp>-d<dev>-<array>.npy  one per large array (live bytes per entry, the phase,
-                                   segment and iteration of every entry, every column of
+  art-an-<fp>-d<dev>-<array>.npy  one per large array (live bytes per entry, the phase of
+                                   every entry and where its runs start, every column of
                                    the allocation rows and their category, rule, chain and
                                    phase): memory-mapped read-only on reopen, so a reopen
                                    reads only the pages it uses, and they are file pages
@@ -55,7 +55,8 @@ from .results import Iteration, Leak, Oom, Peak, RunFacts, StaleGradients, from_
 from .rules import user_rules_path
 from .timeline import PHASE_NAMES, Timeline
 
-FORMAT = 5                # 2: typed results (results.py), iterations numbered from 1; 4: evidence; 5: components
+FORMAT = 6                # 2: typed results (results.py), iterations numbered from 1; 4: evidence; 5: components;
+                          # 6: the timeline's runs as their first entries, not an id per entry
 PREFIX = "an-"
 KEEP = 2                  # analyses kept per snapshot (under different keys)
 
@@ -80,8 +81,7 @@ _ARRAYS = {
     "torch_component": ("da", "torch_component", "rows"),
     "oom_indices": ("da", "oom_indices", None),
     "phase": ("timeline", "phase", "n"),
-    "segment": ("timeline", "segment", "n"),
-    "iteration": ("timeline", "iteration", "n"),
+    "seg_start": ("timeline", "seg_start", None),
 }
 _LIVE_SCALARS = ("start_bytes", "end_bytes", "peak_bytes", "peak_index", "reserved_start", "reserved_end",
                  "reserved_peak")
@@ -352,9 +352,13 @@ def _load(snap, fp, rule_names, man) -> dict:
         allocs = Allocations(dev, arrs["alloc_index"], arrs["free_index"], arrs["addr"], arrs["size"],
                              arrs["stack"], snap.trace(dev).columns.get("time_us"))
         iterations = from_plain(tuple[Iteration, ...], info["iterations"])
-        _check(all(0 <= it.start_index <= it.end_index < n for it in iterations), "iterations")
+        _check(all(0 <= it.start_index <= it.end_index < n for it in iterations)
+               and all(a.end_index < b.start_index for a, b in zip(iterations, iterations[1:])), "iterations")
+        ss = arrs["seg_start"]
+        _check((len(ss) == 0) == (n == 0) and (not len(ss) or (int(ss[0]) == 0 and _within(ss, 0, n)))
+               and bool(np.all(ss[1:] > ss[:-1])), "runs")
         tli = info["timeline"]
-        tl = Timeline(arrs["phase"], arrs["segment"], arrs["iteration"], list(iterations),
+        tl = Timeline(arrs["phase"], ss, list(iterations),
                       first_start=int(tli["first_start"]),
                       frees_carry_alloc_frames=bool(tli["frees_carry_alloc_frames"]))
         peak = from_plain(Peak, info["peak"])

@@ -430,10 +430,13 @@ def classify_device(snap, trace, allocs, live_after, sfacts: SnapshotFacts, rule
     if n_ent:
         row_phase = np.where(pre, -1, phase_e[aic]).astype(np.int16)
         free_phase = np.where(fi < 0, P_NEVER, phase_e[fic]).astype(np.uint8)
-        seg_a = tl.segment[aic]
-        seg_f = tl.segment[fic]
-        it_a = np.where(pre, -1, tl.iteration[aic]).astype(np.int32)
-        it_f = np.where(fi < 0, -1, tl.iteration[fic]).astype(np.int32)
+        ids = tl.segment_ids()              # (per entry, made here and dropped: not kept by the timeline)
+        seg_a = ids[aic]
+        seg_f = ids[fic]
+        ids = tl.iteration_ids()
+        it_a = np.where(pre, -1, ids[aic]).astype(np.int32)
+        it_f = np.where(fi < 0, -1, ids[fic]).astype(np.int32)
+        del ids
     else:
         row_phase = np.full(n, -1, dtype=np.int16)
         free_phase = np.full(n, P_NEVER, dtype=np.uint8)
@@ -455,7 +458,7 @@ def classify_device(snap, trace, allocs, live_after, sfacts: SnapshotFacts, rule
         is_shown = phase_e != PHASE_CODE["none"]
         k = int(np.argmax(is_shown))                    # the first entry of a phase, if any
         if is_shown[k]:
-            run_phase, run_seg = int(phase_e[k]), int(tl.segment[k])
+            run_phase, run_seg = int(phase_e[k]), int(tl.segment_of(k))
             freed[pre & (fi >= 0) & (seg_f == run_seg) & (stl == run_phase)] = F_SAME
     del traced_freed, seg_a, seg_f, stl
     first = tl.first_start

@@ -38,7 +38,7 @@ def find_leaks(da, rule_names, min_bytes: int = 1) -> tuple[Leak, ...]:
     is_root = root == np.arange(len(a))
     ai = a.alloc_index
     fi = a.free_index[last]
-    it_a = np.where(ai >= 0, da.timeline.iteration[np.clip(ai, 0, max(len(live) - 1, 0))], -1)
+    it_a = np.where(ai >= 0, da.timeline.iteration_ids()[np.clip(ai, 0, max(len(live) - 1, 0))], -1)
     cand = is_root & (ai >= 0) & (it_a >= 0)
     # model weights made step by step (loading inside the first iterations) are not a leak
     cand &= (da.category != CATEGORY_CODE["weights"]) & (da.category != CATEGORY_CODE["quantization"])

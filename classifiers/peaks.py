@@ -41,7 +41,7 @@ def peak_type(da, facts, index: int, backward_share: dict | None = None) -> str:
     marker = facts.stack_marker[sid] if sid > 0 else -1
     mname = facts.phase_markers[marker] if marker >= 0 else None
     quant = sid > 0 and "quantization" in facts.has_marker and bool(facts.has_marker["quantization"][sid])
-    it = int(t.iteration[index]) if len(t.iteration) else -1
+    it = t.iteration_of(index) if 0 <= index < len(t.phase) else -1
     ph = int(t.phase[index]) if len(t.phase) else P_NONE
     if it < 0 and (t.first_start < 0 or index < t.first_start):
         # before training (or no iterations at all)
@@ -63,9 +63,7 @@ def peak_type(da, facts, index: int, backward_share: dict | None = None) -> str:
 def _backward_kind(da, index: int) -> str:
     """Where in backward: by the share of this backward's saved activations already freed."""
     t = da.timeline
-    seg = t.segment[index]
-    s0 = int(np.searchsorted(t.segment, seg, side="left"))
-    s1 = int(np.searchsorted(t.segment, seg, side="right")) - 1
+    s0, s1 = (int(x) for x in t.segment_bounds(t.segment_of(index)))
     a = da.allocs
     order, sorted_fi = da.free_order()
     # keys in the column's own dtype: int64 keys would make numpy copy the int32 column
@@ -104,9 +102,8 @@ def _backward_shares(da, indices: np.ndarray) -> dict[int, float]:
     idx = idx[t.phase[idx] == P_BACKWARD]
     if not len(idx):
         return {}
-    seg = t.segment[idx]
-    s0 = np.searchsorted(t.segment, seg, side="left")
-    s1 = np.searchsorted(t.segment, seg, side="right") - 1
+    seg = t.segment_of(idx)
+    s0, s1 = t.segment_bounds(seg)
     a = da.allocs
     order, sorted_fi = da.free_order()
     dt = sorted_fi.dtype

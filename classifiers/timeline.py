@@ -41,12 +41,60 @@ PHASE_CODE = {n: i for i, n in enumerate(PHASE_NAMES)}
 
 @dataclass
 class Timeline:
+    """The phase of every entry; the runs of equal phase ("segments") and the iterations as
+    bounds, not as an id per entry (two int32 per entry were 80 MB at 10^7 events, kept for
+    the analysis' whole life): `segment_of` / `iteration_of` look a few entries up, and
+    `segment_ids` / `iteration_ids` make the id of every entry for a pass over all rows, for
+    the caller to drop."""
     phase: np.ndarray          # uint8 per entry (P_*)
-    segment: np.ndarray        # int32 per entry: id of the run of equal phase it belongs to
-    iteration: np.ndarray      # int32 per entry: Iteration.number - 1, -1 outside iterations
-    iterations: list = field(default_factory=list)   # results.Iteration (peaks not filled in yet)
+    seg_start: np.ndarray      # int64 per run of equal phase (as first found): its first entry, ascending from 0
+    iterations: list = field(default_factory=list)   # results.Iteration (peaks not filled in yet), in order
     first_start: int = -1      # entry where the first iteration starts (-1: no iterations)
     frees_carry_alloc_frames: bool = False
+    _bounds: tuple = field(default=(None, None, None), init=False, repr=False, compare=False)
+
+    # -- runs of equal phase --------------------------------------------------------------
+    def segment_ids(self) -> np.ndarray:
+        """int32 per entry: the run of equal phase it belongs to (numbered from 0)."""
+        ids = np.zeros(len(self.phase), dtype=np.int32)
+        ids[self.seg_start[1:]] = 1
+        return np.cumsum(ids, out=ids)
+
+    def segment_of(self, index):
+        """The run of each of the entries `index` (an int or an array of them, in the trace)."""
+        return np.searchsorted(self.seg_start, index, side="right") - 1
+
+    def segment_bounds(self, seg):
+        """(first entry, last entry) of the runs `seg` (an int or an array of them)."""
+        ends = np.r_[self.seg_start[1:] - 1, len(self.phase) - 1]
+        return self.seg_start[seg], ends[seg]
+
+    # -- iterations -----------------------------------------------------------------------
+    def _iteration_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """(first entry, last entry) of each iteration, made once per list of iterations
+        (the analysis replaces the list by one with its peaks filled in)."""
+        its = self.iterations
+        if self._bounds[0] is not its:
+            self._bounds = (its, np.fromiter((it.start_index for it in its), dtype=np.int64, count=len(its)),
+                            np.fromiter((it.end_index for it in its), dtype=np.int64, count=len(its)))
+        return self._bounds[1], self._bounds[2]
+
+    def iteration_ids(self) -> np.ndarray:
+        """int32 per entry: its iteration's `number - 1`, -1 outside every iteration."""
+        ids = np.full(len(self.phase), -1, dtype=np.int32)
+        for k, it in enumerate(self.iterations):
+            ids[it.start_index:it.end_index + 1] = k
+        return ids
+
+    def iteration_of(self, index):
+        """`iteration_ids()` at the entries `index` (an int or an array of them), found by a
+        search of the iterations' bounds."""
+        starts, ends = self._iteration_bounds()
+        k = np.searchsorted(starts, index, side="right") - 1
+        kc = np.maximum(k, 0)
+        inside = (k >= 0) & (np.asarray(index) <= ends[kc]) if len(ends) else np.zeros(np.shape(k), bool)
+        out = np.where(inside, k, -1)
+        return int(out) if np.ndim(out) == 0 else out.astype(np.int32)
 
 
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
@@ -198,7 +246,7 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
     sid = np.asarray(trace.columns["stack"])
     n = len(action)
     if n == 0:
-        return Timeline(np.zeros(0, np.uint8), np.zeros(0, np.int32), np.zeros(0, np.int32))
+        return Timeline(np.zeros(0, np.uint8), np.zeros(0, np.int64))
 
     # do frees carry their own (free-site) frames?
     paired = allocs.free_index >= 0
@@ -331,13 +379,7 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
     seg_end = np.r_[change - 1, n - 1].astype(np.int64)
     seg_phase = phase[seg_start].astype(np.int16)
     nseg = len(seg_start)
-    segment = np.zeros(n, dtype=np.int32)
-    if len(change):
-        segment[change] = 1
-    np.cumsum(segment, out=segment)
-
-    iteration = np.full(n, -1, dtype=np.int32)
-    tl = Timeline(phase, segment, iteration, frees_carry_alloc_frames=frees_carry_alloc)
+    tl = Timeline(phase, seg_start, frees_carry_alloc_frames=frees_carry_alloc)
     has = {p: bool((seg_phase == p).any()) for p in (P_FORWARD, P_BACKWARD, P_OPTIMIZER)}
     if not any(has.values()):
         # no phase evidence at all and (almost) no frames to tell: iterations from the
@@ -348,7 +390,6 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
         its: list[Iteration] = []
         for k in range(1, len(ends)):
             s0, e0 = ends[k - 1] + 1, ends[k]
-            iteration[s0:e0 + 1] = len(its)
             its.append(Iteration(len(its) + 1, s0, e0, int(tus[s0]) if tus[s0] >= 0 else None,
                                  int(tus[e0]) if tus[e0] >= 0 else None, {}, 0, source="periodicity"))
         tl.iterations = its
@@ -401,8 +442,7 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
     last_train = int(np.flatnonzero(seg_phase != P_NONE)[-1])
     ent_end = np.r_[ent_start[1:] - 1, seg_end[last_train]]
     tus = np.asarray(trace.columns["time_us"])
-    its = _iterations(ent_start, ent_end, segment, seg_start, seg_end, seg_phase, train_fwd, phase,
-                      iteration, tus)
+    its = _iterations(ent_start, ent_end, seg_start, seg_end, seg_phase, train_fwd, phase, tus)
     tl.iterations = its
     tl.first_start = its[0].start_index if its else -1
     return tl
@@ -411,18 +451,16 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
 _PHASE_NAMES = ("inputs", "forward", "backward", "optimizer", "eval", "unwind")
 
 
-def _iterations(ent_start, ent_end, segment, seg_start, seg_end, seg_phase, train_fwd, phase, iteration,
-                tus) -> list:
+def _iterations(ent_start, ent_end, seg_start, seg_end, seg_phase, train_fwd, phase, tus) -> list:
     """The iterations over entry ranges [ent_start, ent_end] (empty ones dropped), all at once
-    over (iteration, segment) pairs: `iteration` numbered, the NONE runs that lead into a
-    training forward inside an iteration marked inputs in `phase`, each iteration's phase
-    ranges and micro-batches (training forwards)."""
+    over (iteration, segment) pairs: numbered, the NONE runs that lead into a training
+    forward inside an iteration marked inputs in `phase`, each iteration's phase ranges and
+    micro-batches (training forwards)."""
     keep = np.flatnonzero(ent_end >= ent_start)
     s0, e0 = ent_start[keep], ent_end[keep]
     k_its = len(keep)
-    for k, (a, b) in enumerate(zip(s0.tolist(), e0.tolist())):
-        iteration[a:b + 1] = k
-    g0, g1 = segment[s0].astype(np.int64), segment[e0].astype(np.int64)
+    g0 = np.searchsorted(seg_start, s0, side="right") - 1      # the runs they begin and end in
+    g1 = np.searchsorted(seg_start, e0, side="right") - 1
     counts = g1 - g0 + 1
     it = np.repeat(np.arange(k_its), counts)                       # each pair's iteration
     first = np.cumsum(counts) - counts

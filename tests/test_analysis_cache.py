@@ -67,8 +67,10 @@ def assert_same_analysis(got, want):
             assert getattr(g.live, k) == getattr(w.live, k), f"device {dev} live.{k}"
         for k in ("live_after", "reserved_change_index", "reserved_change_value", "reserved_after"):
             _same_array(getattr(g.live, k), getattr(w.live, k), f"device {dev} live.{k}")
-        for k in ("phase", "segment", "iteration"):
+        for k in ("phase", "seg_start"):
             _same_array(getattr(g.timeline, k), getattr(w.timeline, k), f"device {dev} timeline.{k}")
+        for k in ("segment_ids", "iteration_ids"):
+            _same_array(getattr(g.timeline, k)(), getattr(w.timeline, k)(), f"device {dev} timeline.{k}")
         assert g.timeline.first_start == w.timeline.first_start
         assert g.timeline.frees_carry_alloc_frames == w.timeline.frees_carry_alloc_frames
         assert g.timeline.iterations == w.timeline.iterations
@@ -283,8 +285,23 @@ def _damage_cases():
     def empty_json(entry, fp):
         (entry / f"art-an-{fp}.json").write_bytes(b"")
 
+    def runs_out_of_order(entry, fp):         # the runs' first entries must ascend from 0
+        f = entry / f"art-an-{fp}-d0-seg_start.npy"
+        a = np.load(f)
+        assert len(a) > 2
+        a[1], a[2] = a[2], a[1]
+        np.save(f, a)
+
+    def iterations_overlap(entry, fp):        # an entry in two iterations
+        f = entry / f"art-an-{fp}.json"
+        man = orjson.loads(f.read_bytes())
+        its = man["devices"]["0"]["iterations"]
+        assert len(its) > 1
+        its[0]["end_index"] = its[1]["start_index"]
+        f.write_bytes(orjson.dumps(man))
+
     return [truncate_npy, truncate_small_npy, bad_codes, garbage_header, missing_npy, garbage_json, wrong_json,
-            json_list, empty_json]
+            json_list, empty_json, runs_out_of_order, iterations_overlap]
 
 
 @pytest.mark.parametrize("damage", _damage_cases(), ids=lambda f: f.__name__)

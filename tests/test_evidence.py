@@ -118,7 +118,7 @@ def test_allocate_then_free_churn_at_one_site_is_not_a_leak():
     assert da.leaks == ()
     # what made it look like one: the site's allocations outlive their iteration ...
     site = rows_where(an, da, lambda fr: any(f[0] == want["site"][0] and f[1] == want["site"][1] for f in fr))
-    kept = site[[da.allocs.free_index[r] > da.iterations[min(int(da.timeline.iteration[da.allocs.alloc_index[r]]) + 1,
+    kept = site[[da.allocs.free_index[r] > da.iterations[min(da.timeline.iteration_of(int(da.allocs.alloc_index[r])) + 1,
                                                                len(da.iterations) - 1)].end_index for r in site]]
     assert len(kept) >= 4
     # ... but every one of them is freed, and live memory at iteration ends goes up and down

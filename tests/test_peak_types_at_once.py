@@ -18,9 +18,10 @@ def _share_one_at_a_time(da, index: int) -> float:
     """`_backward_kind`'s share, read back from the word's cut points is too coarse: recomputed
     here as it does, on the rows freed in the entry's run."""
     t = da.timeline
-    seg = t.segment[index]
-    s0 = int(np.searchsorted(t.segment, seg, side="left"))
-    s1 = int(np.searchsorted(t.segment, seg, side="right")) - 1
+    ids = t.segment_ids()
+    seg = ids[index]
+    s0 = int(np.searchsorted(ids, seg, side="left"))
+    s1 = int(np.searchsorted(ids, seg, side="right")) - 1
     a = da.allocs
     rows = np.flatnonzero((a.free_index >= s0) & (a.free_index <= s1))
     ai = a.alloc_index[rows]
@@ -72,7 +73,8 @@ def test_activations_made_inside_the_run_are_not_counted_as_consumed(monkeypatch
     t, a = da.timeline, da.allocs
     ok = (a.alloc_index >= 0) & (a.free_index >= 0)
     ai, fi = np.maximum(a.alloc_index, 0), np.maximum(a.free_index, 0)
-    inside = ok & (t.phase[ai] == P_BACKWARD) & (t.segment[ai] == t.segment[fi])
+    ids = t.segment_ids()
+    inside = ok & (t.phase[ai] == P_BACKWARD) & (ids[ai] == ids[fi])
     assert inside.any()
     cat = da.category.copy()
     cat[inside] = peaks.I_ACT
