@@ -49,7 +49,7 @@ from . import cache
 from .carried import apply_carried
 from .categories import CATEGORIES
 from .evidence import E_GUESS, EVIDENCE, bytes_by_evidence
-from .engine import SnapshotFacts, classify_device, stack_pass
+from .engine import SnapshotFacts, classify_device, stack_pass, timeline_of
 from .leaks import find_leaks, leak_rows
 from .metadata import RowMetadata, group_rows, row_metadata
 from .pools import PoolFootprint, pool_footprints
@@ -78,7 +78,7 @@ from .results import (
 from .rules import RuleSet, load_rules
 from . import structure as structure_module
 from .stale import stale_gradients
-from .timeline import PHASE_NAMES, Timeline
+from .timeline import PHASE_NAMES, Timeline, guess_frees_carry_alloc_frames
 from .torch_tags import TORCH_RULES, combine, component_rows, component_tags, profiler_tags
 
 if TYPE_CHECKING:       # imported where used: a cached `vramscope summary` never needs the allocator
@@ -421,6 +421,9 @@ class Analysis:
         return ([first] if first is not None else []) + sorted(d for d in self.devices if d != first)
 
 
+_TIMELINE_BESIDE_ENTRIES = 500_000     # trace entries from which the timeline is built beside the pairing
+
+
 def free_order_of(allocs) -> tuple[np.ndarray, np.ndarray]:
     """(rows sorted by free index, stable, their free indices): DeviceAnalysis.free_order."""
     fi = allocs.free_index
@@ -488,16 +491,30 @@ def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | Non
                     beside: Callable[[DeviceAnalysis], object] | None = None,
                     fp: str | None = None) -> DeviceAnalysis:
     t = snap.trace(dev)
+    # live bytes after each entry: on a thread beside classify on a big run (classify asks
+    # for them only where the phases come from memory's periodicity), once the rows are paired
+    rows: list[Allocations] = []
+    find_live = Later(lambda: live_model(snap, dev, rows=rows[0]))
+
+    def live_after():
+        return find_live.get().live_after
+    # the timeline (phases, iterations) on a thread beside the pairing of the rows, on a big run
+    # (it reads them only for whether frees carry their allocation's frames: guessed from the
+    # trace's first entries, and built again in classify where the rows say otherwise)
+    begun = None
+    if len(t) >= _TIMELINE_BESIDE_ENTRIES and not facts.profiler_like:
+        guess = guess_frees_carry_alloc_frames(t)
+        if guess is not None:
+            begun = Later(lambda: timeline_of(snap, t, None, live_after, facts, rules, dev, guess))
+            in_order([begun], name="vramscope-timeline")
     with stage(clock, "allocations"):
         allocs = allocations(snap, dev)
+        rows.append(allocs)
         # each column of the trace is let go (DeviceTrace.release) once the stages that read it
         # whole are done: read again from then on only here and there (an OOM's request, a
         # moment's time), its pages would stay in the highest memory of every stage after
         t.release(("addr",))
-        # live bytes after each entry: on a thread beside classify on a big run (classify asks
-        # for them only where the phases come from memory's periodicity)
-        find_live = Later(lambda: live_model(snap, dev, rows=allocs))
-        # ... and the rows in free order the iterations' peak types read, after it
+        # ... and the rows in free order the iterations' peak types read, after the live bytes
         find_free_order = Later(lambda: free_order_of(allocs))
         big = len(allocs) >= structure_module.BACKGROUND_ROWS
         if big:
@@ -505,7 +522,7 @@ def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | Non
         else:
             find_live.run()
     with stage(clock, "classify"):
-        tl, cl = classify_device(snap, t, allocs, lambda: find_live.get().live_after, facts, rules, dev)
+        tl, cl = classify_device(snap, t, allocs, live_after, facts, rules, dev, begun)
         live = find_live.get()
         t.release(("size", "stream"))
     torch_category = None

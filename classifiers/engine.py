@@ -24,7 +24,7 @@ from .categories import CATEGORIES, CATEGORY_CODE
 from .evidence import E_NONE, EVIDENCE_CODE, row_evidence
 from .rules import Matcher, RuleSet
 from .stacks import KIND_PYTHON, StackFacts
-from .timeline import P_NEVER, P_PRE, PHASE_CODE, build_timeline, version_bumps
+from .timeline import P_NEVER, P_PRE, PHASE_CODE, Timeline, build_timeline, frees_carry_alloc_frames, version_bumps
 
 F_SAME, F_LATER_PHASE, F_LATER_ITER, F_NEVER = range(4)
 FREED_CODE = {"same_phase": F_SAME, "later_phase": F_LATER_PHASE, "later_iteration": F_LATER_ITER,
@@ -402,13 +402,33 @@ def _one_of(codes: list) -> np.ndarray:
     return table
 
 
-def classify_device(snap, trace, allocs, live_after, sfacts: SnapshotFacts, rules: RuleSet, device: int):
-    """-> (Timeline, Classified). `live_after()`: the live bytes after each entry (LiveModel's),
-    asked for only where the phases must be found from memory's periodicity."""
+def timeline_of(snap, trace, allocs, live_after, sfacts: SnapshotFacts, rules: RuleSet, device: int,
+                frees_carry_alloc: bool | None = None) -> Timeline:
+    """The device's phases and iterations (timeline.build_timeline) from the snapshot's stack
+    facts. `allocs` may be None where `frees_carry_alloc` is given and the file is not
+    profiler-converted: then it can be built beside the rows' pairing."""
     marker_idx = {m: i for i, m in enumerate(sfacts.phase_markers)}
     blocking = [marker_idx[m] for m in ("model_load", "construct") if m in marker_idx]
-    tl = build_timeline(snap, device, trace, allocs, sfacts.stack_timeline, sfacts.stack_marker,
-                        np.asarray(blocking, dtype=np.int16), rules, sfacts.profiler_like, live_after)
+    return build_timeline(snap, device, trace, allocs, sfacts.stack_timeline, sfacts.stack_marker,
+                          np.asarray(blocking, dtype=np.int16), rules, sfacts.profiler_like, live_after,
+                          frees_carry_alloc)
+
+
+def classify_device(snap, trace, allocs, live_after, sfacts: SnapshotFacts, rules: RuleSet, device: int,
+                    begun=None):
+    """-> (Timeline, Classified). `live_after()`: the live bytes after each entry (LiveModel's),
+    asked for only where the phases must be found from memory's periodicity. `begun`: a
+    `Later` of the timeline begun before the rows were paired, on a guess of whether frees carry
+    their allocation's frames (timeline.guess_frees_carry_alloc_frames): taken where the rows
+    give the same answer, else built again here with theirs."""
+    tl = begun.get() if begun is not None else None
+    exact = None
+    if tl is not None:
+        exact = frees_carry_alloc_frames(allocs, np.asarray(trace.columns["stack"]), sfacts.profiler_like)
+        if tl.frees_carry_alloc_frames != exact:
+            tl = None
+    if tl is None:
+        tl = timeline_of(snap, trace, allocs, live_after, sfacts, rules, device, exact)
     n = len(allocs)
     root, last = version_chains(allocs, sfacts.profiler_like)
     # without version chains (a CUDA trace) every row is its own chain: its columns as they are

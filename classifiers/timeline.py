@@ -29,7 +29,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..parsers.tables import A_ALLOC, A_FREE, A_FREE_REQUESTED, A_OOM
+from ..parsers.tables import A_ALLOC, A_FREE, A_FREE_COMPLETED, A_FREE_REQUESTED, A_OOM
 from .results import Iteration, Region
 
 P_NONE, P_INPUTS, P_FORWARD, P_BACKWARD, P_OPTIMIZER, P_PRE = range(6)
@@ -236,12 +236,49 @@ def unwinding(phase: np.ndarray) -> tuple[int, int] | None:
     return (int(k[-1]) + 1 if len(k) else 0, n - 1)
 
 
+def frees_carry_alloc_frames(allocs, sid: np.ndarray, profiler_like: bool) -> bool:
+    """Whether the trace's frees carry the frames of the allocation they end, not their own
+    (the free's site): a profiler-converted file, or one where most allocations and the frees
+    paired with them (`allocs`) share a stack."""
+    if profiler_like:
+        return True
+    paired = allocs.free_index >= 0
+    paired &= allocs.alloc_index >= 0
+    if not paired.any():
+        return True
+    return float(np.mean(sid[allocs.alloc_index[paired]] == sid[allocs.free_index[paired]])) > 0.5
+
+
+def guess_frees_carry_alloc_frames(trace, entries: int = 1 << 17) -> bool | None:
+    """`frees_carry_alloc_frames` read off the trace's first `entries` entries alone (each alloc
+    paired with the next free at its address there), before the rows are paired: a guess, for
+    building the timeline beside the pairing, which the caller checks against the answer of
+    all the rows once they are paired. None where those entries pair nothing."""
+    action = np.asarray(trace.columns["action"])[:entries]
+    addr = np.asarray(trace.columns["addr"])[:entries]
+    sid = np.asarray(trace.columns["stack"])[:entries]
+    frees = (action == A_FREE_COMPLETED) | (action == A_FREE)
+    if not frees.any():
+        frees = action == A_FREE_REQUESTED          # (a trace recorded without completions)
+    ev = np.flatnonzero(frees | (action == A_ALLOC))
+    if len(ev) < 2:
+        return None
+    ev = ev[np.lexsort((ev, addr[ev]))]             # by address, then time
+    is_alloc = action[ev] == A_ALLOC
+    pair = is_alloc[:-1] & ~is_alloc[1:] & (addr[ev[:-1]] == addr[ev[1:]])
+    if not pair.any():
+        return None
+    return float(np.mean(sid[ev[:-1][pair]] == sid[ev[1:][pair]])) > 0.5
+
+
 def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, blocking_markers,
-                   rules, profiler_like: bool, live_after: Callable[[], np.ndarray] | None = None) -> Timeline:
+                   rules, profiler_like: bool, live_after: Callable[[], np.ndarray] | None = None,
+                   frees_carry_alloc: bool | None = None) -> Timeline:
     """`stack_timeline`: int8 per stack, the timeline phase of its phase marker (-1 none);
     `stack_marker`: int16 per stack, index of its phase marker (-1 none);
     `blocking_markers`: marker indices that stop an iteration's start from reaching back
-    (model loading)."""
+    (model loading). `frees_carry_alloc`: `frees_carry_alloc_frames` where the caller has it
+    (then `allocs` is read only in a profiler-converted file, and may be None otherwise)."""
     action = np.asarray(trace.columns["action"])
     sid = np.asarray(trace.columns["stack"])
     n = len(action)
@@ -249,14 +286,8 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
         return Timeline(np.zeros(0, np.uint8), np.zeros(0, np.int64))
 
     # do frees carry their own (free-site) frames?
-    paired = allocs.free_index >= 0
-    paired &= allocs.alloc_index >= 0
-    same = 1.0
-    if paired.any():
-        ai = allocs.alloc_index[paired]
-        fi = allocs.free_index[paired]
-        same = float(np.mean(sid[ai] == sid[fi]))
-    frees_carry_alloc = profiler_like or same > 0.5
+    if frees_carry_alloc is None:
+        frees_carry_alloc = frees_carry_alloc_frames(allocs, sid, profiler_like)
     use = action == A_ALLOC
     if not frees_carry_alloc:
         use |= (action == A_FREE_REQUESTED) | (action == A_FREE)
