@@ -508,7 +508,11 @@ def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | Non
             begun = Later(lambda: timeline_of(snap, t, None, live_after, facts, rules, dev, guess))
             in_order([begun], name="vramscope-timeline")
     with stage(clock, "allocations"):
-        allocs = allocations(snap, dev)
+        try:
+            allocs = allocations(snap, dev)
+        except BaseException as e:       # the timeline's thread may be waiting for the live bytes
+            find_live.give_up(e)
+            raise
         rows.append(allocs)
         # each column of the trace is let go (DeviceTrace.release) once the stages that read it
         # whole are done: read again from then on only here and there (an OOM's request, a

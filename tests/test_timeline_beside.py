@@ -85,3 +85,38 @@ def test_a_profiler_converted_file_is_built_in_order(monkeypatch, calls):
     an = _fresh("fit_b2.pickle")
     assert an.facts.profiler_like
     assert calls == [threading.main_thread().name]
+
+
+def _frameless(name):
+    from test_classifiers import _strip_frames
+    return _strip_frames(open_snapshot(str(DATA / name), use_cache=False))
+
+
+def test_phases_from_periodicity_wait_on_the_thread_for_the_live_bytes(monkeypatch, calls):
+    """Without frames the timeline reads the live bytes, made once the rows are paired: its thread
+    waits for them and finds the same iterations."""
+    from vramscope.classifiers import load_rules
+    rules = load_rules(use_user_rules=False)
+    want = analyze(_frameless("leak.pickle"), rules=rules, use_cache=False)
+    assert want.devices[0].iterations and want.devices[0].iterations[0].source == "periodicity"
+    calls.clear()
+    monkeypatch.setattr(analysis_module, "_TIMELINE_BESIDE_ENTRIES", 0)
+    got = analyze(_frameless("leak.pickle"), rules=rules, use_cache=False)
+    assert calls == ["vramscope-timeline"]
+    assert_same_analysis(got, want)
+
+
+def test_a_pairing_that_fails_lets_the_timeline_thread_end(monkeypatch):
+    from vramscope.classifiers import load_rules
+    monkeypatch.setattr(analysis_module, "_TIMELINE_BESIDE_ENTRIES", 0)
+
+    def broken(snap, dev):
+        raise RuntimeError("pairing failed")
+    monkeypatch.setattr(analysis_module, "allocations", broken)
+    before = {t for t in threading.enumerate() if t.name == "vramscope-timeline"}
+    with pytest.raises(RuntimeError, match="pairing failed"):
+        analyze(_frameless("leak.pickle"), rules=load_rules(use_user_rules=False), use_cache=False)
+    for t in threading.enumerate():
+        if t.name == "vramscope-timeline" and t not in before:
+            t.join(10)
+            assert not t.is_alive()

@@ -36,6 +36,13 @@ class Later(Generic[T]):
         finally:
             self._done.set()
 
+    def give_up(self, error: BaseException) -> None:
+        """Mark it as ended with `error`, unrun: for whoever waits for a job that never will be."""
+        if not self._done.is_set():
+            self._fn = None
+            self._error = error
+            self._done.set()
+
     def wait(self, timeout: float | None = None) -> bool:
         """Wait (at most `timeout` seconds) for it to have run; whether it has."""
         return self._done.wait(timeout)
