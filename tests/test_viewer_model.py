@@ -193,6 +193,24 @@ def test_rows_sort_and_filter(synth):
     assert len(v.rows) == 0
 
 
+def test_rows_positions_of_few_and_many(synth, monkeypatch):
+    """Where rows are shown: one look per distinct row for a few (a table's current row comes as
+    one index per column: 8 of one row), an inverse of the view for many; the same answers."""
+    v = RowView(synth)
+    v.set_filter(None, 1 << 20, "")                 # some rows filtered out
+    shown, hidden = int(v.rows[7]), int(np.flatnonzero(synth.allocs.size < 1 << 20)[0])
+    looks: list[int] = []
+    one = RowView.position_of
+    monkeypatch.setattr(RowView, "position_of", lambda self, r: looks.append(r) or one(self, r))
+    assert v.positions_of([shown] * 8).tolist() == [7] * 8
+    assert looks == [shown]                          # one look, not an inverse of every row
+    few = [shown, hidden, -1, synth.n_rows, shown]
+    assert v.positions_of(few).tolist() == [7, -1, -1, -1, 7]
+    many = few + [int(r) for r in v.rows[:6]]
+    assert v.positions_of(many).tolist() == [7, -1, -1, -1, 7, 0, 1, 2, 3, 4, 5]
+    assert v.positions_of([]).tolist() == []
+
+
 def test_findings_and_state_only(tmp_path):
     p = write_snapshot(tmp_path / "s.pickle", 300)
     snap = open_snapshot(p, use_cache=False)

@@ -192,9 +192,12 @@ class RowView:
         rows = np.asarray(rows, dtype=np.int64)
         ok = (rows >= 0) & (rows < self.n)
         out = np.full(len(rows), -1, dtype=np.int64)
-        if len(rows) <= 4:                # a current row and a selection: a look each, no inverse of n
-            for i in np.flatnonzero(ok).tolist():
-                out[i] = self.position_of(int(rows[i]))
+        wanted, which = np.unique(rows[ok], return_inverse=True)
+        if len(wanted) <= 4:
+            # a current row and a selection (a table's keeps one index per column of a row: 8
+            # of one row): a look each, no inverse of n (0.09 s at 3.3 million rows)
+            found = np.array([self.position_of(int(r)) for r in wanted.tolist()], dtype=np.int64)
+            out[ok] = found[which] if len(wanted) else -1
             return out
         inv = np.full(self.n, -1, dtype=np.int64)
         inv[self.rows] = np.arange(len(self.rows))
