@@ -28,7 +28,13 @@ PEAK_TYPE_WORDS = {
     "backward_end": "at the end of backward",
     "optimizer_step": "in the optimizer step",
     "oom": "right before an out-of-memory error",
-    "other": "outside a recognised phase",
+    "other": "outside the model's passes",
+}
+
+# The phase a peak of type "other" fell in, where the trace tells (the types name the others)
+OTHER_PHASE_WORDS = {
+    "inputs": "while the next batch was prepared",
+    "unwind": "while an out-of-memory error unwound",
 }
 
 # What each lever asks the user to do (classifiers/levers.py names them and estimates them)
@@ -509,8 +515,8 @@ def finding_detail(f: Finding, where: str = "") -> str:
         when = moment_text(s.index)
         if s.iteration is not None:
             when += f", {iteration_text(s.iteration)}"
-        if s.phase and s.phase != "pre":            # ("pre": the start state, no phase of a run)
-            when += f", {s.phase} phase"
+        if s.type == "other" and s.phase in OTHER_PHASE_WORDS:     # (any other type names its phase)
+            when += f", {OTHER_PHASE_WORDS[s.phase]}"
         top = sorted(s.by_category.items(), key=lambda kv: -kv[1])[:3]
         text = f"highest live memory {when}" + (": " + ", ".join(
             category_bytes_text(k, v, s.by_category_evidence.get(k)) for k, v in top) if top else "")
@@ -533,7 +539,8 @@ def finding_detail(f: Finding, where: str = "") -> str:
 
 __all__ = ["RECORD_HINT", "EVIDENCE_WORDS", "evidence_words", "evidence_text", "category_evidence_note", "guess_note",
            "category_bytes_text", "guessed_text",
-           "PEAK_TYPE_WORDS", "LEVER_WORDS", "COMPARE_X_TITLES", "count_words", "peak_words", "scaled_peak_words",
+           "PEAK_TYPE_WORDS", "OTHER_PHASE_WORDS", "LEVER_WORDS", "COMPARE_X_TITLES", "count_words", "peak_words",
+           "scaled_peak_words",
            "trainable_params_words", "advice_text", "oom_suggestions", "oom_diagnosis",
            "process_limit", "device_free_text",
            "freed_note", "stale_gradients_text", "leak_text", "LEAK_CAUSE_WORDS", "error_text", "internal_error_text",

@@ -1,0 +1,46 @@
+"""A peak's moment is told one way: the Findings' title names its type (DESIGN.md §4) and the
+detail under it adds the phase only where the type leaves it out ("other": a peak outside the
+model's passes, while the next batch was prepared or an OOM unwound). Before, the title of
+DeComFL's peak said "outside a recognised phase" and its detail "inputs phase"."""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from vramscope.present.words import OTHER_PHASE_WORDS, PEAK_TYPE_WORDS, finding_detail, finding_title
+
+from helpers import DATA, analysis_of, real_snapshots, require, shared
+
+
+def _peaks(an):
+    for da in an.devices.values():
+        yield next(f for f in da.findings() if f.kind == "peak")
+
+
+def test_decomfl_peak_title_and_detail_agree():
+    an = analysis_of(require(shared("ZidongLiu+DeComFL__memory.pickle")))
+    f = next(_peaks(an))
+    assert (f.subject.type, f.subject.phase) == ("other", "inputs")      # what the trace says of that moment
+    title, detail = finding_title(f), finding_detail(f)
+    assert PEAK_TYPE_WORDS["other"] in title and "recognised" not in title
+    assert OTHER_PHASE_WORDS["inputs"] in detail
+    assert "inputs phase" not in detail
+
+
+@pytest.mark.parametrize("phase", ["inputs", "unwind", "none", "pre", "forward"])
+def test_the_detail_adds_a_phase_only_to_a_peak_typed_other(phase):
+    f = next(_peaks(analysis_of(require(DATA / "oom.pickle"))))
+    for typ in ("other", "forward", "model_load"):
+        g = dataclasses.replace(f, subject=dataclasses.replace(f.subject, type=typ, phase=phase))
+        detail = finding_detail(g)
+        said = [w for w in OTHER_PHASE_WORDS.values() if w in detail]
+        assert said == ([OTHER_PHASE_WORDS[phase]] if typ == "other" and phase in OTHER_PHASE_WORDS else [])
+        assert not re.search(r"\b(none|inputs|pre|unwind|forward) phase\b", detail)
+
+
+def test_no_real_peak_says_a_bare_phase_name():
+    for path in real_snapshots():
+        for f in _peaks(analysis_of(path)):
+            assert not re.search(r"\b\w+ phase\b", finding_detail(f)), path.name
