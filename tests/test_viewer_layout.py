@@ -304,3 +304,43 @@ def test_a_picture_taken_at_once_shows_the_findings_wrapped_at_the_panels_width(
     monkeypatch.setattr(window, "grab", lambda: order.append("grab") or tree.grab())
     app_module.render_screenshot(window, str(tmp_path / "shot.png"))
     assert order == ["settle", "grab"]
+
+
+def test_rows_stepped_in_a_narrow_window_keep_the_table_and_the_selection_header(qt):
+    """800x500: the table, the Findings and the Selection are tabs of one group. ↓ in the table
+    used to raise the Selection over it: the table went from under the keys, the focus fell
+    into the Selection, and that scrolled its header (category, size, rule) out of sight."""
+    from PySide6.QtCore import QPoint, Qt
+    from PySide6.QtWidgets import QApplication
+    w = new_window(qt)
+    w.resize(800, 500)
+    open_and_wait(qt, w, DATA / "oom_step3.pickle")
+    layout_settled(qt, w)
+    assert w.dock_layout.narrow and w.docks["selection"] in w.tabifiedDockWidgets(w.docks["allocations"])
+    w.activateWindow()
+    qt.waitUntil(lambda: QApplication.activeWindow() is w, timeout=2000)
+    view = w.table_panel.table
+    qt.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(40, view.rowHeight(0) // 2))
+    rows = [w.selected_row]
+    for _ in range(3):
+        qt.keyClick(QApplication.focusWidget(), Qt.Key.Key_Down)
+        qt.wait(20)
+        rows.append(w.selected_row)
+    assert len(set(rows)) == 4                                   # every ↓ stepped to the next row...
+    assert w.on_screen("allocations") and QApplication.focusWidget() is view     # ...in the table, still shown
+    # the Selection, brought forward by its tab, shows the last row's header at its top
+    bar, i = _dock_tab(w, "Selection")
+    qt.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(i).center())
+    qt.waitUntil(lambda: w.on_screen("selection"), timeout=2000)
+    qt.wait(20)
+    pane = w.docks["selection"].widget()
+    assert pane.verticalScrollBar().value() == 0
+    header = w.stack_panel.header
+    assert header.isVisible() and pane.viewport().rect().contains(header.mapTo(pane.viewport(), QPoint(0, 0)))
+    # chosen elsewhere (the keys on the plot, no tab beside the Selection): brought forward, at its top
+    pane.verticalScrollBar().setValue(pane.verticalScrollBar().maximum())
+    w.timeline.setFocus()
+    w.select_row(rows[0], source="api")
+    qt.waitUntil(lambda: w.on_screen("selection"), timeout=2000)
+    qt.wait(20)
+    assert pane.verticalScrollBar().value() == 0

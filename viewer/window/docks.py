@@ -200,6 +200,25 @@ class Docks(QObject):
             return
         self._retries = 0
 
+    def show_selection(self, forward: bool = True):
+        """The Selection pane for a newly selected allocation: its header at the top, and
+        (`forward`) the pane brought forward, unless that would hide the panel the keyboard is
+        in (in a narrow window the table, the Findings and the Selection are tabs of one group:
+        raising it took the table away from under the arrow keys, and the keyboard's focus fell
+        into the Selection, which scrolled its header out of sight to show it)."""
+        w, sel = self.win, self.docks["selection"]
+        focus = QApplication.focusWidget()
+        beside = w.tabifiedDockWidgets(sel)
+        if forward and not (focus is not None and any(d.isAncestorOf(focus) for d in beside if d.isVisible())):
+            sel.raise_()
+        QTimer.singleShot(0, self.win, self._selection_settled)
+
+    def _selection_settled(self):
+        pane = self.docks["selection"].widget()
+        if isinstance(pane, QScrollArea):
+            pane.verticalScrollBar().setValue(0)
+        self.keep_selection_room()
+
     def keep_selection_room(self, frames: int = 5):
         """The Selection pane shows its header and `frames` frames when the right column has
         the room (the Findings above it give way, down to a third of the column)."""

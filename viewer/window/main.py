@@ -880,9 +880,8 @@ class MainWindow(QMainWindow):
         if row >= 0:
             if source in ("table", "moment"):
                 self.show_row(row)
-            if source != "timeline":
-                self.docks["selection"].raise_()
-            QTimer.singleShot(0, self, self.dock_layout.keep_selection_room)     # its header and five frames
+            # its header, five frames where there is room, and forward unless chosen on the plot
+            self.dock_layout.show_selection(forward=source != "timeline")
 
     def show_row(self, row: int):
         """Move the timeline to an allocation's lifetime, with context around it."""
