@@ -207,3 +207,25 @@ def test_ctrl_tab_steps_through_a_panels_controls(qt, window):
             break
     assert any(cb in seen for cb in panel.levers.values()), "Ctrl+Tab never reached a lever"
     assert focused_panel(w) == "whatif"
+
+
+def test_down_from_the_search_goes_on_to_the_rows_it_kept(qt, window):
+    """Ctrl+F, a few letters, ↓: the table has the keyboard on the first row kept (selected,
+    as a click selects it), the filter applied at once; ↓ again steps to the next row. Before,
+    ↓ did nothing in the field and only Tab, Tab reached the table."""
+    w = window
+    d = open_and_wait(qt, w, LORA)
+    w.activateWindow()
+    qt.waitUntil(w.isActiveWindow, timeout=5000)
+    panel = w.table_panel
+    press(qt, Qt.Key.Key_F, CTRL)
+    assert QApplication.focusWidget() is panel.text
+    for ch in "lora":
+        qt.keyClick(panel.text, ch)
+    press(qt, Qt.Key.Key_Down)
+    assert QApplication.focusWidget() is panel.table
+    assert not panel._timer.isActive() and panel.model.rowCount() < d.n_rows      # filtered, now
+    first = panel.model.row_id(0)
+    assert w.selected_row == first and panel.current_row() == first
+    press(qt, Qt.Key.Key_Down)
+    assert w.selected_row == panel.model.row_id(1) != first

@@ -7,6 +7,7 @@ import numpy as np
 
 from PySide6.QtCore import (
     QAbstractTableModel,
+    QEvent,
     QModelIndex,
     QSignalBlocker,
     QSize,
@@ -338,6 +339,29 @@ class AllocationsPanel(QWidget):
         self.min_size.textChanged.connect(lambda _: self._timer.start())
         self.text.returnPressed.connect(self.apply_filter)
         self.min_size.returnPressed.connect(self.apply_filter)
+        # ↓ (or Page Down) from a filter field goes on to the rows it kept, as in a search box
+        for field in (self.text, self.min_size):
+            field.installEventFilter(self)
+            field.setToolTip(field.toolTip() + " · ↓ goes to the table")
+
+    def eventFilter(self, obj, ev):
+        if obj in (self.text, self.min_size) and ev.type() == QEvent.Type.KeyPress \
+                and ev.key() in (Qt.Key.Key_Down, Qt.Key.Key_PageDown) \
+                and ev.modifiers() == Qt.KeyboardModifier.NoModifier:
+            self.to_rows()
+            return True
+        return super().eventFilter(obj, ev)
+
+    def to_rows(self):
+        """The keyboard on the table, the filter typed so far applied, on its current row (the
+        first where none is: selected, as a click on it would)."""
+        if self._timer.isActive():
+            self._timer.stop()
+            self.apply_filter()
+        self.table.setFocus(Qt.FocusReason.ShortcutFocusReason)
+        if not self.table.currentIndex().isValid() and self.model.rowCount() > 0:
+            self.table.setCurrentIndex(self.model.index(0, 0))
+            self.table.selectRow(0)
 
     def _fit_columns(self, data: DeviceData | None):
         """Column widths from what they will show (the font's metrics on the widest texts of
