@@ -55,8 +55,9 @@ from .results import Iteration, Leak, Oom, Peak, RunFacts, StaleGradients, from_
 from .rules import user_rules_path
 from .timeline import PHASE_NAMES, Timeline
 
-FORMAT = 6                # 2: typed results (results.py), iterations numbered from 1; 4: evidence; 5: components;
-                          # 6: the timeline's runs as their first entries, not an id per entry
+FORMAT = 7                # 2: typed results (results.py), iterations numbered from 1; 4: evidence; 5: components;
+                          # 6: the timeline's runs as their first entries, not an id per entry;
+                          # 7: iterations' source "forward_runs" (runs without backward or optimizer)
 PREFIX = "an-"
 KEEP = 2                  # analyses kept per snapshot (under different keys)
 

@@ -64,7 +64,10 @@ class Iteration:
     end_us: int | None
     phases: dict[str, tuple[int, int]]     # inputs|forward|backward|optimizer|eval -> (first, last)
     micro_batches: int
-    source: str = "phases"          # "phases": from stacks/annotations; "periodicity": live memory alone
+    # how its bounds were found: "phases" (a backward or an optimizer step ends it, from stacks or
+    # annotations); a guess otherwise: "forward_runs" (forward runs told apart by the work between
+    # them, nothing marking an iteration's end), "periodicity" (live memory's repetition alone)
+    source: str = "phases"
     peak_bytes: int = 0
     peak_index: int = -1
     peak_type: str = "other"

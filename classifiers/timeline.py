@@ -20,7 +20,9 @@ Iterations: with optimizer steps, an iteration is everything from a forward that
 an optimizer step (or the first forward) to the end of the next optimizer step; several
 forward/backward pairs before one step are micro-batches. Without optimizer steps,
 backward ends an iteration; without either, each forward run separated by non-training
-work is one. Allocations before the first iteration are "before training".
+work is one (source "forward_runs": a guess, nothing marks where an iteration ends; one
+inference may make several such runs). Allocations before the first iteration are "before
+training".
 """
 from __future__ import annotations
 
@@ -473,7 +475,8 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
     last_train = int(np.flatnonzero(seg_phase != P_NONE)[-1])
     ent_end = np.r_[ent_start[1:] - 1, seg_end[last_train]]
     tus = np.asarray(trace.columns["time_us"])
-    its = _iterations(ent_start, ent_end, seg_start, seg_end, seg_phase, train_fwd, phase, tus)
+    its = _iterations(ent_start, ent_end, seg_start, seg_end, seg_phase, train_fwd, phase, tus,
+                      "forward_runs" if delim == P_NONE else "phases")
     tl.iterations = its
     tl.first_start = its[0].start_index if its else -1
     return tl
@@ -482,11 +485,12 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
 _PHASE_NAMES = ("inputs", "forward", "backward", "optimizer", "eval", "unwind")
 
 
-def _iterations(ent_start, ent_end, seg_start, seg_end, seg_phase, train_fwd, phase, tus) -> list:
+def _iterations(ent_start, ent_end, seg_start, seg_end, seg_phase, train_fwd, phase, tus,
+                source: str = "phases") -> list:
     """The iterations over entry ranges [ent_start, ent_end] (empty ones dropped), all at once
     over (iteration, segment) pairs: numbered, the NONE runs that lead into a training
     forward inside an iteration marked inputs in `phase`, each iteration's phase ranges and
-    micro-batches (training forwards)."""
+    micro-batches (training forwards); `source`: how their bounds were found (Iteration)."""
     keep = np.flatnonzero(ent_end >= ent_start)
     s0, e0 = ent_start[keep], ent_end[keep]
     k_its = len(keep)
@@ -523,5 +527,6 @@ def _iterations(ent_start, ent_end, seg_start, seg_end, seg_phase, train_fwd, ph
     t_start, t_end = tus[s0], tus[e0]
     for k, (a, b, ta, tb) in enumerate(zip(s0.tolist(), e0.tolist(), t_start.tolist(), t_end.tolist())):
         phases = {name: (lows[j][k], highs[j][k]) for j, name in enumerate(_PHASE_NAMES) if has[j][k]}
-        its.append(Iteration(k + 1, a, b, ta if ta >= 0 else None, tb if tb >= 0 else None, phases, micro[k]))
+        its.append(Iteration(k + 1, a, b, ta if ta >= 0 else None, tb if tb >= 0 else None, phases, micro[k],
+                             source=source))
     return its

@@ -14,6 +14,7 @@ import csv
 import io
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import orjson
@@ -21,6 +22,7 @@ import pytest
 
 from vramscope.cli import main
 from vramscope.common.units import fmt_bytes
+from vramscope.services.report_markdown import iterations_note_md
 from vramscope.present.words import peak_words
 
 from helpers import DATA, GROUNDTRUTH, NOT_A_SNAPSHOT, REPO, SHARED
@@ -85,7 +87,8 @@ def test_summary_report_csv_and_viewer_agree(path, tmp_path, capsys, monkeypatch
         when = "at the start of the trace" if pk["index"] < 0 else f"at entry {pk['index']:,}"
         assert f"| Peak live | **{fmt_bytes(pk['bytes'])}** {when}" in sec
         assert f"{peak_words(pk['type'])} (`{pk['type']}`)" in sec
-        assert f"| Iterations | {len(s['iterations'])} |" in sec
+        note = iterations_note_md([SimpleNamespace(**it) for it in s["iterations"]])      # (a guess: how found)
+        assert f"| Iterations | {len(s['iterations'])}{note} |" in sec
         assert f"| Leaks | {len(s['leaks']) or s['leaks_note']} |" in sec
         assert f"| OOMs | {len(s['ooms']) or 'none'} |" in sec
         for it in s["iterations"][:3]:

@@ -16,7 +16,8 @@ from PySide6.QtWidgets import (
 
 from ...common.units import fmt_bytes
 from ...present.markup import html as html_text
-from ...present.words import leaks_none_text, oom_diagnosis, oom_suggestions, process_limit, run_words
+from ...present.words import (iterations_note, leaks_none_text, oom_diagnosis, oom_suggestions, process_limit,
+                              run_words)
 from ..model import DeviceData, FindingView
 from ..theme import muted_text
 
@@ -237,11 +238,14 @@ class FindingsPanel(QWidget):
             group.setExpanded(True)
         n_it = len(data.iterations)
         run = run_words(data.da.run.to_json())        # what kind of run it was: summary's 'run' line
+        # how they were found, where that makes the count a guess: said briefly, whole in the tooltip
+        note = iterations_note(it.source for it in data.iterations)
         self.summary.setText((f"<b>Run:</b> {html_text(run)}<br>" if run else "")
-                             + (f"{n_it} iteration{'s' if n_it != 1 else ''} found" if n_it else
-                                "<i>No iterations found.</i>"))
+                             + (f"{n_it} iteration{'s' if n_it != 1 else ''} found" + (" (a guess)" if note else "")
+                                if n_it else "<i>No iterations found.</i>"))
         self.summary.setToolTip("What the trace shows about the run, each fact with its evidence: "
-                                "vramscope summary FILE --json, devices[].run")
+                                "vramscope summary FILE --json, devices[].run"
+                                + (f". Iterations: {note}" if note and n_it else ""))
         self._wrap_all()
 
     def _fill(self, group: QTreeWidgetItem, kind: str, fs: list, muted) -> None:

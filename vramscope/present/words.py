@@ -417,6 +417,20 @@ def moment_text(index: int) -> str:
     return "at the start of the trace" if index < 0 else f"at entry {index:,}"
 
 
+# How the iterations were found, where it makes their count a guess (results.Iteration.source)
+ITERATION_SOURCE_WORDS = {
+    "forward_runs": ("a guess: forward passes told apart by the work between them; no backward or "
+                     "optimizer step marks where an iteration ends, and one inference may make several"),
+    "periodicity": "a guess: from how live memory repeats, as no phases were recorded",
+}
+
+
+def iterations_note(sources) -> str:
+    """What makes a count of iterations a guess, from their sources ('' when a backward or an
+    optimizer step ends each one, or there are none)."""
+    return "; ".join(ITERATION_SOURCE_WORDS[s] for s in sorted(set(sources)) if s in ITERATION_SOURCE_WORDS)
+
+
 def iteration_text(number: int | None) -> str:
     return "" if number is None else f"iteration {number}"
 
@@ -546,6 +560,6 @@ __all__ = ["RECORD_HINT", "EVIDENCE_WORDS", "evidence_words", "evidence_text", "
            "freed_note", "stale_gradients_text", "leak_text", "LEAK_CAUSE_WORDS", "error_text", "internal_error_text",
            "BUG_REPORT", "signed_bytes",
            "comparison_headline", "moment_text", "device_first_reason", "device_card_text", "leak_rows_text",
-           "site_rows_text", "iteration_text", "finding_title", "finding_detail", "SEGMENT_BANDS_WORDS",
+           "site_rows_text", "ITERATION_SOURCE_WORDS", "iterations_note", "iteration_text", "finding_title", "finding_detail", "SEGMENT_BANDS_WORDS",
            "segment_pool_words", "segment_stream_words", "skipped_words", "torch_tag_words", "host_space_words", "host_card_text",
            "RESERVED_UNALLOCATED_WHY", "reserved_unallocated_words", "largest_free_words"]

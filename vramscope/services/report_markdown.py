@@ -27,6 +27,7 @@ from ..present.words import (
     guess_note,
     host_space_words,
     autocast_copies_text,
+    iterations_note,
     leaks_none_text,
     models_text,
     run_words,
@@ -38,6 +39,13 @@ from ..present.words import (
     torch_tag_words,
 )
 from .report_whatif import LeverTable, whatif_section
+
+
+def iterations_note_md(iterations) -> str:
+    """' (a guess: ...)' after a count of iterations where how they were found makes it one."""
+    note = iterations_note(it.source for it in iterations)
+    return f" ({md_text(note)})" if note else ""
+
 
 MD_LIMIT = 20_000
 STACK_FRAMES = 4
@@ -166,7 +174,7 @@ def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: s
           f"| Reserved peak | {fmt_bytes(s.reserved_peak_bytes) if s.reserved_peak_bytes is not None else 'unknown'} |",
           *([f"| Not recorded | {', '.join(s.skipped_actions)} (skip_actions): {skipped_words(s.skipped_actions)} |"]
             if s.skipped_actions else []),
-          f"| Iterations | {len(s.iterations)} |",
+          f"| Iterations | {len(s.iterations)}{iterations_note_md(s.iterations)} |",
           f"| Leaks | {len(s.leaks) or leaks_none_text(da.run)} |",
           f"| OOMs | {len(s.ooms) or 'none'} |", ""]
 

@@ -28,6 +28,7 @@ from ..present.words import (
     autocast_copies_text,
     evidence_text,
     guess_note,
+    iterations_note,
     leaks_none_text,
     models_text,
     run_words,
@@ -352,7 +353,8 @@ def summary_text(doc: SummaryJSON) -> str:
         else:
             out.append(f"  reserved peak  {fmt_bytes(d['reserved_peak_bytes'])}")
         its = d["iterations"]
-        out.append(f"  iterations     {len(its)}")
+        note = iterations_note(it["source"] for it in its)
+        out.append(f"  iterations     {len(its)}" + (f"  ({note})" if note else ""))
         for it in its:
             out.append(f"    {it['number']:>3}  peak {fmt_bytes(it['peak_bytes']):>11}  {peak_words(it['peak_type'])}")
         sg = d["stale_gradients"]
