@@ -1,6 +1,6 @@
 """A peak's moment is told one way: the Findings' title names its type (DESIGN.md §4) and the
-detail under it adds the phase only where the type leaves it out ("other": a peak outside the
-model's passes, while the next batch was prepared or an OOM unwound). Before, the title of
+detail under it adds the phase only where the type leaves it out ("other": a peak outside any
+pass the trace shows, while the next batch was prepared or an OOM unwound). Before, the title of
 DeComFL's peak said "outside a recognised phase" and its detail "inputs phase"."""
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ PEAK_TYPE_WORDS = {
     "backward_end": "at the end of backward",
     "optimizer_step": "in the optimizer step",
     "oom": "right before an out-of-memory error",
-    "other": "outside the model's passes",
+    "other": "outside any pass the trace shows",
 }
 
 # The phase a peak of type "other" fell in, where the trace tells (the types name the others)
