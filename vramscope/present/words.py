@@ -560,6 +560,7 @@ __all__ = ["RECORD_HINT", "EVIDENCE_WORDS", "evidence_words", "evidence_text", "
            "freed_note", "stale_gradients_text", "leak_text", "LEAK_CAUSE_WORDS", "error_text", "internal_error_text",
            "BUG_REPORT", "signed_bytes",
            "comparison_headline", "moment_text", "device_first_reason", "device_card_text", "leak_rows_text",
-           "site_rows_text", "ITERATION_SOURCE_WORDS", "iterations_note", "iteration_text", "finding_title", "finding_detail", "SEGMENT_BANDS_WORDS",
+           "site_rows_text", "ITERATION_SOURCE_WORDS", "iterations_note", "iteration_text", "finding_title",
+           "finding_detail", "SEGMENT_BANDS_WORDS",
            "segment_pool_words", "segment_stream_words", "skipped_words", "torch_tag_words", "host_space_words", "host_card_text",
            "RESERVED_UNALLOCATED_WHY", "reserved_unallocated_words", "largest_free_words"]
