@@ -44,3 +44,29 @@ def test_no_real_peak_says_a_bare_phase_name():
     for path in real_snapshots():
         for f in _peaks(analysis_of(path)):
             assert not re.search(r"\b\w+ phase\b", finding_detail(f)), path.name
+
+
+@pytest.mark.parametrize("name", ["state_only_noframes.pickle", "bare_list.pickle"])
+def test_a_snapshot_without_a_trace_has_its_peak_in_the_state_it_recorded(name, tmp_path):
+    """Its one moment is the state it recorded: 'at the start of the trace' named a trace that
+    is not there. The summary, the report and the Findings' detail say it alike."""
+    import json
+    import sys
+    sys.path.insert(0, str(DATA))
+    import fuzzing
+    from vramscope.viewer.model.load import DeviceData
+    path = require(DATA / name)
+    rc, out, err = fuzzing.run_cli(["summary", str(path), "--json", "--no-cache"])
+    assert rc == 0, err
+    assert all(d["run"]["recorded"]["value"] == "state_only" for d in json.loads(out)["devices"])
+    rc, out, err = fuzzing.run_cli(["summary", str(path), "--no-cache"])
+    lines = [ln for ln in out.decode().splitlines() if ln.strip().startswith("peak live")]
+    assert lines and all("in the state the snapshot recorded" in ln and "trace," not in ln for ln in lines)
+    rc, _, err = fuzzing.run_cli(["report", str(path), "-o", str(tmp_path / "r"), "--no-cache"])
+    assert rc == 0, err
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "in the state the snapshot recorded" in md and "at the start of the trace" not in md
+    an = analysis_of(path)
+    for dev in an.devices:
+        f = next(f for f in DeviceData(an.snapshot, an, dev).findings if f.finding.kind == "peak")
+        assert "in the state the snapshot recorded" in f.detail

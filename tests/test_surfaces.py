@@ -22,6 +22,7 @@ import pytest
 
 from vramscope.cli import main
 from vramscope.common.units import fmt_bytes
+from vramscope.present.words import moment_text
 from vramscope.services.report_markdown import iterations_note_md
 from vramscope.present.words import peak_words
 
@@ -84,7 +85,7 @@ def test_summary_report_csv_and_viewer_agree(path, tmp_path, capsys, monkeypatch
         sec = sections[dev]
         pk = s["peak"]
         assert f"| Allocations | {s['allocations']:,}" in sec
-        when = "at the start of the trace" if pk["index"] < 0 else f"at entry {pk['index']:,}"
+        when = moment_text(pk["index"], s["run"]["recorded"]["value"] == "state_only")
         assert f"| Peak live | **{fmt_bytes(pk['bytes'])}** {when}" in sec
         assert f"{peak_words(pk['type'])} (`{pk['type']}`)" in sec
         note = iterations_note_md([SimpleNamespace(**it) for it in s["iterations"]])      # (a guess: how found)

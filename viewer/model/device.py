@@ -585,6 +585,8 @@ class DeviceData:
         out: list[FindingView] = []
         da = self.da
         found = da.findings()
+        run = getattr(da, "run", None)
+        state_only = run is not None and run.recorded.value == "state_only"     # (its peak: the recorded state)
         rows = self.rows_of_alloc_events([f.index for f in found])      # one search for all
         for f, row in zip(found, rows.tolist()):
             leak_rows = None
@@ -602,8 +604,8 @@ class DeviceData:
                 zoom = self.zoom_around(f.index, f.subject.start_index, f.subject.end_index)
             else:
                 zoom = self.zoom_around(f.index)
-            out.append(FindingView(f, finding_title(f, where), finding_detail(f, where), zoom, row, leak_rows, place,
-                                   largest))
+            out.append(FindingView(f, finding_title(f, where), finding_detail(f, where, state_only), zoom, row,
+                                   leak_rows, place, largest))
         return out
 
     def stack_label(self, sid: int) -> str:

@@ -413,8 +413,12 @@ def freed_note() -> str:
     return "where it was freed (allocated before the trace began)"
 
 
-def moment_text(index: int) -> str:
-    return "at the start of the trace" if index < 0 else f"at entry {index:,}"
+def moment_text(index: int, state_only: bool = False) -> str:
+    """When a moment was, in words: an entry, or the state before the first (`state_only`: a
+    snapshot with no allocation in a trace, whose one moment is the state it recorded)."""
+    if index >= 0:
+        return f"at entry {index:,}"
+    return "in the state the snapshot recorded" if state_only else "at the start of the trace"
 
 
 # How the iterations were found, where it makes their count a guess (results.Iteration.source)
@@ -523,10 +527,10 @@ def finding_title(f: Finding, where: str = "") -> str:
     return f.kind
 
 
-def finding_detail(f: Finding, where: str = "") -> str:
+def finding_detail(f: Finding, where: str = "", state_only: bool = False) -> str:
     s = f.subject
     if isinstance(s, Peak):
-        when = moment_text(s.index)
+        when = moment_text(s.index, state_only)
         if s.iteration is not None:
             when += f", {iteration_text(s.iteration)}"
         if s.type == "other" and s.phase in OTHER_PHASE_WORDS:     # (any other type names its phase)

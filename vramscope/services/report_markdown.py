@@ -29,6 +29,7 @@ from ..present.words import (
     autocast_copies_text,
     iterations_note,
     leaks_none_text,
+    moment_text,
     models_text,
     run_words,
     oom_diagnosis,
@@ -161,7 +162,7 @@ def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: s
     L = [f"## Device {dev}", ""]
     if png:
         L += [f"![device {dev}: live memory by category]({png})", ""]
-    when = "at the start of the trace" if pk.index < 0 else f"at entry {pk.index:,}"
+    when = moment_text(pk.index, da.run is not None and da.run.recorded.value == "state_only")
     if pk.iteration is not None:
         when += f" (iteration {pk.iteration})"
     before = f" ({s.allocations_before_trace:,} live before the trace began)" if s.allocations_before_trace else ""

@@ -30,6 +30,7 @@ from ..present.words import (
     guess_note,
     iterations_note,
     leaks_none_text,
+    moment_text,
     models_text,
     run_words,
     oom_diagnosis,
@@ -320,7 +321,7 @@ def summary_text(doc: SummaryJSON) -> str:
         out.append(f"device {d['device']}: {d['entries']:,} trace entries, {d['allocations']:,} allocations"
                    + (f" ({d['allocations_before_trace']:,} live before the trace began)"
                       if d["allocations_before_trace"] else ""))
-        when = "at the start of the trace" if pk["index"] < 0 else f"at entry {pk['index']:,}"
+        when = moment_text(pk["index"], ((d.get("run") or {}).get("recorded") or {}).get("value") == "state_only")
         if pk["iteration"] is not None:
             when += f" (iteration {pk['iteration']})"
         if run_words(d.get("run", {})):

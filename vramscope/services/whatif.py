@@ -16,7 +16,7 @@ from ..classifiers.levers import TARGETS_DEFAULT
 from ..classifiers.whatif import LEVERS, WhatIf, what_if
 from ..classifiers.whatif import levers_left_out as _levers_left_out
 from ..common.units import fmt_bytes
-from ..present.words import peak_words
+from ..present.words import moment_text, peak_words
 
 
 def whatif_document(an: Analysis, scales: dict[str, float], levers: list[str], gpu, device: int | None,
@@ -53,8 +53,7 @@ def lever_peaks(an: Analysis, device: int, skip: dict[str, str] | None = None,
 
 
 def _moment(m: dict) -> str:
-    where = "at the start of the trace" if m["index"] < 0 else f"at entry {m['index']:,}"
-    return f"{fmt_bytes(m['bytes'])} {where}, {peak_words(m['type'])}"
+    return f"{fmt_bytes(m['bytes'])} {moment_text(m['index'])}, {peak_words(m['type'])}"
 
 
 def whatif_text(doc: dict[str, Any]) -> str:
