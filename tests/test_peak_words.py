@@ -49,7 +49,7 @@ def test_no_real_peak_says_a_bare_phase_name():
 @pytest.mark.parametrize("name", ["state_only_noframes.pickle", "bare_list.pickle"])
 def test_a_snapshot_without_a_trace_has_its_peak_in_the_state_it_recorded(name, tmp_path):
     """Its one moment is the state it recorded: 'at the start of the trace' named a trace that
-    is not there. The summary, the report and the Findings' detail say it alike."""
+    is not there. The summary, the report, whatif and the Findings' detail say it alike."""
     import json
     import sys
     sys.path.insert(0, str(DATA))
@@ -66,6 +66,12 @@ def test_a_snapshot_without_a_trace_has_its_peak_in_the_state_it_recorded(name, 
     assert rc == 0, err
     md = (tmp_path / "r" / "report.md").read_text()
     assert "in the state the snapshot recorded" in md and "at the start of the trace" not in md
+    rc, out, err = fuzzing.run_cli(["whatif", str(path), "--no-cache"])
+    assert rc == 0, err
+    assert "measured peak" in out.decode() and "at the start of the trace" not in out.decode()
+    assert "in the state the snapshot recorded" in out.decode()
+    rc, out, err = fuzzing.run_cli(["whatif", str(path), "--json", "--no-cache"])
+    assert rc == 0 and all(d["recorded"] == "state_only" for d in json.loads(out)["devices"])
     an = analysis_of(path)
     for dev in an.devices:
         f = next(f for f in DeviceData(an.snapshot, an, dev).findings if f.finding.kind == "peak")

@@ -21,11 +21,16 @@ from ..present.words import moment_text, peak_words
 
 def whatif_document(an: Analysis, scales: dict[str, float], levers: list[str], gpu, device: int | None,
                     fit: str | None = None, lora_rank: int = 8, lora_targets: str = TARGETS_DEFAULT) -> dict:
-    """{"file", "devices": [per device what_if(...).to_json()]}, the one to look at first leading."""
+    """{"file", "devices": [per device what_if(...).to_json() and "recorded", what the file holds
+    of it: "trace", "state_only" or "empty" (the run's fact)]}, the one to look at first leading."""
     devs = [device] if device is not None else an.device_order()
-    return {"file": an.snapshot.path,
-            "devices": [what_if(an, d, scales, levers, gpu, fit=fit, lora_rank=lora_rank,
-                                lora_targets=lora_targets).to_json() for d in devs]}
+    out = []
+    for d in devs:
+        doc = what_if(an, d, scales, levers, gpu, fit=fit, lora_rank=lora_rank, lora_targets=lora_targets).to_json()
+        run = getattr(an.devices[d], "run", None)
+        doc["recorded"] = str(run.recorded.value) if run is not None else "empty"
+        out.append(doc)
+    return {"file": an.snapshot.path, "devices": out}
 
 
 def levers_left_out(an: Analysis, device: int) -> dict[str, str]:
@@ -52,20 +57,21 @@ def lever_peaks(an: Analysis, device: int, skip: dict[str, str] | None = None,
     return out
 
 
-def _moment(m: dict) -> str:
-    return f"{fmt_bytes(m['bytes'])} {moment_text(m['index'])}, {peak_words(m['type'])}"
+def _moment(m: dict, state_only: bool = False) -> str:
+    return f"{fmt_bytes(m['bytes'])} {moment_text(m['index'], state_only)}, {peak_words(m['type'])}"
 
 
 def whatif_text(doc: dict[str, Any]) -> str:
     out = []
     for d in doc["devices"]:
         out.append(f"device {d['device']}")
-        out.append(f"  measured peak  {_moment(d['baseline'])}")
+        state_only = d.get("recorded") == "state_only"
+        out.append(f"  measured peak  {_moment(d['baseline'], state_only)}")
         if d["scales"] or (d["levers"] and d.get("prediction", True)):
             factors = ", ".join([f"{c} x{f:g}" for c, f in d["scales"].items()] +
                                 [lv["name"] for lv in d["levers"] if lv["applied"]])
             out.append(f"  scaled         {factors}")
-            out.append(f"  scaled peak    {_moment(d['scaled'])} "
+            out.append(f"  scaled peak    {_moment(d['scaled'], state_only)} "
                        f"({fmt_bytes(d['scaled']['bytes'] - d['baseline']['bytes'])})")
             for c, b in sorted(d["scaled"]["by_category"].items(), key=lambda kv: -kv[1]):
                 out.append(f"    {c:<13} {fmt_bytes(b):>11}")
