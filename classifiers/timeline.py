@@ -248,7 +248,12 @@ def frees_carry_alloc_frames(allocs, sid: np.ndarray, profiler_like: bool) -> bo
     paired &= allocs.alloc_index >= 0
     if not paired.any():
         return True
-    return float(np.mean(sid[allocs.alloc_index[paired]] == sid[allocs.free_index[paired]])) > 0.5
+    return _mostly_same(sid[allocs.alloc_index[paired]], sid[allocs.free_index[paired]])
+
+
+def _mostly_same(alloc_sids: np.ndarray, free_sids: np.ndarray) -> bool:
+    """Whether most paired allocs and frees share a stack: the one rule of `frees_carry_alloc_frames` and its guess."""
+    return float(np.mean(alloc_sids == free_sids)) > 0.5
 
 
 def guess_frees_carry_alloc_frames(trace, entries: int = 1 << 17) -> bool | None:
@@ -270,7 +275,7 @@ def guess_frees_carry_alloc_frames(trace, entries: int = 1 << 17) -> bool | None
     pair = is_alloc[:-1] & ~is_alloc[1:] & (addr[ev[:-1]] == addr[ev[1:]])
     if not pair.any():
         return None
-    return float(np.mean(sid[ev[:-1][pair]] == sid[ev[1:][pair]])) > 0.5
+    return _mostly_same(sid[ev[:-1][pair]], sid[ev[1:][pair]])
 
 
 def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, blocking_markers,
