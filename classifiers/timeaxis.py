@@ -141,13 +141,28 @@ def _longest_gaps_sum(t: np.ndarray, g: int) -> int:
     """The sum of the `g` longest gaps between two entries."""
     if g <= 0:
         return 0
-    top: list[np.ndarray] = []
-    for lo in range(0, len(t) - 1, _PART):
+    # only gaps at least as long as the g-th longest of a sample of them can be among the g
+    # longest of all: the parts' gaps are filtered by that bound (raised as longer ones are
+    # kept), not each part partitioned (0.54 s at 10^7 entries and 2,000 iterations: times
+    # stamped in whole microseconds make many equal gaps, which np.partition is slow on)
+    n = len(t) - 1
+    step = max(1, n // (64 * g))
+    floor = 0
+    if step > 1:
+        m = (n - 1) // step + 1
+        sample = t[1::step][:m] - t[0::step][:m]
+        if len(sample) >= g:
+            floor = int(np.partition(sample, len(sample) - g)[len(sample) - g])
+    kept = np.zeros(0, dtype=np.int64)
+    for lo in range(0, n, _PART):
         part = np.diff(t[lo:lo + _PART + 1])
-        # (a copy: a view would keep each part's whole partitioned array alive)
-        top.append(part if len(part) <= g else np.partition(part, len(part) - g)[len(part) - g:].copy())
-    cand = np.concatenate(top)
-    return int(np.partition(cand, len(cand) - g)[len(cand) - g:].sum())
+        kept = np.concatenate([kept, part[part >= floor]])
+        if len(kept) > max(4 * g, _PART):       # bounded: the g longest so far, and their floor
+            kept = np.partition(kept, len(kept) - g)[len(kept) - g:].copy()
+            floor = int(kept.min())
+    if len(kept) > g:
+        kept = np.partition(kept, len(kept) - g)[len(kept) - g:]
+    return int(kept.sum())
 
 
 def _shortest_stretch(t: np.ndarray, w: int) -> tuple[int, int]:
