@@ -66,19 +66,28 @@ def small_pool(seg_addr: np.ndarray, seg_size: np.ndarray, alloc_addr: np.ndarra
     if not len(idx):
         return small
     a_addr, a_size = np.asarray(alloc_addr), np.asarray(alloc_size)
-    p0 = np.asarray(seg_addr)[idx]
-    overlaps = np.zeros(len(idx), dtype=bool)
+    p0 = np.asarray(seg_addr)[idx].astype(np.int64)
+    by_addr = np.argsort(p0, kind="stable")
+    starts = p0[by_addr]
+    # each big request marks the segments it reaches into, [first, last) of them in address
+    # order, by +1 at the first and -1 past the last: the few segments searched for each request
+    # (not the requests sorted: 0.45 s of the viewer's open at 10^7 events)
+    marks = np.zeros(len(idx) + 1, dtype=np.int64)
     for lo in range(0, len(a_size), part):
         size = a_size[lo:lo + part]
         big = size > SMALL_ALLOC_MAX
         if not big.any():
             continue
-        start = a_addr[lo:lo + part][big]
-        order = np.argsort(start, kind="stable")
-        starts = start[order]
-        reach = np.maximum.accumulate(starts + size[big][order])
-        hi = np.searchsorted(starts, p0 + SMALL_SEGMENT, side="left")     # big ones starting before its end
-        overlaps |= (hi > 0) & (reach[np.maximum(hi - 1, 0)] > p0)         # ... one of which reaches into it
+        start = a_addr[lo:lo + part][big].astype(np.int64)
+        end = start + size[big]
+        # a segment [p, p + 2 MiB) and a request [start, end) overlap where start - 2 MiB < p < end
+        first = np.searchsorted(starts, start - SMALL_SEGMENT, side="right")
+        last = np.searchsorted(starts, end, side="left")
+        some = first < last
+        marks += np.bincount(first[some], minlength=len(marks))
+        marks -= np.bincount(last[some], minlength=len(marks))
+    overlaps = np.zeros(len(idx), dtype=bool)
+    overlaps[by_addr] = np.cumsum(marks[:-1]) > 0
     small[idx[overlaps]] = False
     return small
 

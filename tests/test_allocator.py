@@ -169,6 +169,12 @@ def test_small_pool_and_the_segment_events_read_by_parts_are_as_read_whole():
         alloc_addr = rng.integers(0, 200 * MiB, m)
         alloc_size = rng.integers(1, 6 * MiB, m)
         whole = small_pool(seg_addr, seg_size, alloc_addr, alloc_size, part=1 << 30)
+        # by definition: a 2 MiB segment is the small pool's unless a request over 1 MiB overlaps it
+        big = alloc_size > 1 * MiB
+        told = [bool(size == SMALL_SEGMENT and not np.any(big & (alloc_addr < p + SMALL_SEGMENT) &
+                                                         (alloc_addr + alloc_size > p)))
+                for p, size in zip(seg_addr.tolist(), seg_size.tolist())]
+        assert whole.tolist() == told
         for part in (1, 7, 64):
             assert np.array_equal(small_pool(seg_addr, seg_size, alloc_addr, alloc_size, part), whole)
     an = analysis(DATA / "expandable.pickle")
