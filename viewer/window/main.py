@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ...common.memory import give_back_freed_pages
 from ...common.units import fmt_bytes
 from ...present.markup import html as _esc
 from ...present.markup import middle
@@ -735,6 +736,10 @@ class MainWindow(QMainWindow):
         # given back when the progress dialog closes), unless the user is typing in a box
         if d is not None and not isinstance(self.focusWidget(), QLineEdit):
             self.timeline.plot.setFocus(Qt.FocusReason.OtherFocusReason)
+        # the reading and the analysis kept the pages they freed for their next arrays (the
+        # command line's common/memory.py keep_freed_pages): the window, open for hours, hands
+        # them back once the file is shown
+        QTimer.singleShot(0, self, give_back_freed_pages)
         self.loaded.emit()
 
     # -- views -----------------------------------------------------------------------------------

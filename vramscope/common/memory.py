@@ -15,6 +15,8 @@ from __future__ import annotations
 import sys
 
 _M_ARENA_MAX = -8          # glibc's malloc.h
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_MAX = -4
 
 
 def one_malloc_arena() -> bool:
@@ -32,4 +34,41 @@ def one_malloc_arena() -> bool:
         return False
 
 
-__all__ = ["one_malloc_arena"]
+def _glibc():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+        import os
+        if not (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"):
+            return None
+        return ctypes.CDLL(None)
+    except (OSError, AttributeError, ValueError, TypeError):
+        return None
+
+
+def keep_freed_pages() -> bool:
+    """Big blocks from the heap, and the heap's freed pages kept for the next block, not handed
+    back to the OS and faulted in afresh (glibc's M_MMAP_MAX = 0, M_TRIM_THRESHOLD = 2 GiB);
+    whether it took. To be paired with `give_back_freed_pages` once a burst of work is done."""
+    libc = _glibc()
+    if libc is None:
+        return False
+    try:
+        return bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 2 ** 31 - 1))
+    except (AttributeError, ValueError, TypeError):
+        return False
+
+
+def give_back_freed_pages() -> bool:
+    """Hand the heap's free pages back to the OS now (glibc's malloc_trim(0)); whether any went."""
+    libc = _glibc()
+    if libc is None:
+        return False
+    try:
+        return bool(libc.malloc_trim(0))
+    except (AttributeError, ValueError, TypeError):
+        return False
+
+
+__all__ = ["one_malloc_arena", "keep_freed_pages", "give_back_freed_pages"]
