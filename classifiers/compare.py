@@ -62,6 +62,7 @@ class CompareSide:
     origin_us: int | None           # start (entry 0 without iterations, -1 without entries), its time
     sites: tuple[SiteBytes, ...]    # live at the peak by code site, most bytes first; adds up to
                                     # sum(peak.by_category)
+    state_only: bool = False        # a snapshot without a trace (its run's fact): its peak is the state it recorded
 
 
 @dataclass(frozen=True)
@@ -230,7 +231,8 @@ def compare_side(da, site_of: SiteOf, time_us: np.ndarray | None = None) -> Comp
         if time_us is not None and len(time_us) and int(time_us[0]) >= 0:
             origin_us = int(time_us[0])
     return CompareSide(device=da.device, entries=n, peak=da.peak, iterations=its, origin_index=int(origin),
-                       origin_us=origin_us, sites=sites_at(da, da.peak.index, site_of))
+                       origin_us=origin_us, sites=sites_at(da, da.peak.index, site_of),
+                       state_only=bool(getattr(da, "run", None) is not None and da.run.state_only))
 
 
 # -- two sides --------------------------------------------------------------------------------

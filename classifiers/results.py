@@ -213,6 +213,11 @@ class RunFacts:
     moments_pattern: bool = False   # a state-only dump's frameless blocks come in fours (weight, gradient, 2 moments)
     autocast_copy_bytes: int = 0    # autocast's 16-bit weight copies live at the peak
     peak_evidenced_bytes: int = 0   # live at the peak with evidence torch, stack or lifetime
+
+    @property
+    def state_only(self) -> bool:
+        """A snapshot without a trace: its one moment is the state it recorded."""
+        return self.recorded.value == "state_only"
     peak_guessed_bytes: int = 0     # live at the peak that are a guess (or unknown)
 
     @property

@@ -58,21 +58,31 @@ def test_a_snapshot_without_a_trace_has_its_peak_in_the_state_it_recorded(name, 
     path = require(DATA / name)
     rc, out, err = fuzzing.run_cli(["summary", str(path), "--json", "--no-cache"])
     assert rc == 0, err
-    assert all(d["run"]["recorded"]["value"] == "state_only" for d in json.loads(out)["devices"])
+    devices = json.loads(out)["devices"]
+    assert all(d["run"]["recorded"]["value"] == "state_only" for d in devices)
+    # where it falls: in no pass of a trace that is not there ('outside any pass the trace shows')
+    assert all(d["peak"]["type_words"] == "no allocation traced" for d in devices)
     rc, out, err = fuzzing.run_cli(["summary", str(path), "--no-cache"])
     lines = [ln for ln in out.decode().splitlines() if ln.strip().startswith("peak live")]
-    assert lines and all("in the state the snapshot recorded" in ln and "trace," not in ln for ln in lines)
+    assert lines and all("in the state the snapshot recorded, no allocation traced" in ln for ln in lines)
+    assert "the trace shows" not in out.decode() and "before the trace began" not in out.decode()
+    assert "live before the snapshot was taken)" in out.decode()
     rc, _, err = fuzzing.run_cli(["report", str(path), "-o", str(tmp_path / "r"), "--no-cache"])
     assert rc == 0, err
     md = (tmp_path / "r" / "report.md").read_text()
     assert "in the state the snapshot recorded" in md and "at the start of the trace" not in md
+    assert "no allocation traced" in md and "the trace shows" not in md and "before the trace began" not in md
     rc, out, err = fuzzing.run_cli(["whatif", str(path), "--no-cache"])
     assert rc == 0, err
     assert "measured peak" in out.decode() and "at the start of the trace" not in out.decode()
-    assert "in the state the snapshot recorded" in out.decode()
+    assert "in the state the snapshot recorded, no allocation traced" in out.decode()
     rc, out, err = fuzzing.run_cli(["whatif", str(path), "--json", "--no-cache"])
     assert rc == 0 and all(d["recorded"] == "state_only" for d in json.loads(out)["devices"])
+    rc, out, err = fuzzing.run_cli(["compare", str(path), str(path), "--no-cache"])
+    assert rc == 0, err
+    assert "the trace shows" not in out.decode() and "at the start of the trace" not in out.decode()
     an = analysis_of(path)
     for dev in an.devices:
         f = next(f for f in DeviceData(an.snapshot, an, dev).findings if f.finding.kind == "peak")
         assert "in the state the snapshot recorded" in f.detail
+        assert f.title.endswith("· no allocation traced")

@@ -87,7 +87,7 @@ def test_summary_report_csv_and_viewer_agree(path, tmp_path, capsys, monkeypatch
         assert f"| Allocations | {s['allocations']:,}" in sec
         when = moment_text(pk["index"], s["run"]["recorded"]["value"] == "state_only")
         assert f"| Peak live | **{fmt_bytes(pk['bytes'])}** {when}" in sec
-        assert f"{peak_words(pk['type'])} (`{pk['type']}`)" in sec
+        assert f"{pk['type_words']} (`{pk['type']}`)" in sec
         note = iterations_note_md([SimpleNamespace(**it) for it in s["iterations"]])      # (a guess: how found)
         assert f"| Iterations | {len(s['iterations'])}{note} |" in sec
         assert f"| Leaks | {len(s['leaks']) or s['leaks_note']} |" in sec
@@ -129,6 +129,8 @@ def test_summary_report_csv_and_viewer_agree(path, tmp_path, capsys, monkeypatch
         assert [f.index for f in d.findings if f.kind == "iteration_peak"] == \
             [it["peak_index"] for it in s["iterations"]]
         assert d.device == summary["primary_device"]
+        # the Findings' peak says where it falls in the summary's words
+        assert next(f for f in d.findings if f.kind == "peak").title.endswith(f"· {s['peak']['type_words']}")
         # the viewer's rows carry the same evidence as the CSV's
         from vramscope.classifiers.evidence import EVIDENCE
         ev = np.bincount(d.da.evidence, weights=d.da.allocs.size.astype(np.float64), minlength=len(EVIDENCE))

@@ -370,3 +370,18 @@ def test_stack_of_a_block_from_before_the_trace_says_it_is_the_free_site(qt, win
     # an ordinary allocation has no such line
     window.select_row(int(np.flatnonzero(np.asarray(a.alloc_index) >= 0)[0]))
     assert "where it was freed" not in window.stack_panel.stack_text()
+
+
+def test_a_snapshot_without_a_trace_says_its_blocks_predate_the_snapshot_not_a_trace(qt, window):
+    """A state-only snapshot has no trace to begin: its blocks were made 'before the snapshot
+    was taken' (the Selection, the table), and its peak falls where 'no allocation traced'
+    (the status bar, the plot's label), not 'outside any pass the trace shows'."""
+    from vramscope.viewer.panels.table import COL_ALLOC
+    d = open_and_wait(qt, window, str(DATA / "state_only_noframes.pickle"))
+    window.select_row(0)
+    assert "allocated before the snapshot was taken" in window.stack_panel.header.text()
+    model = window.table_panel.model
+    assert model.data(model.index(0, COL_ALLOC), Qt.ItemDataRole.DisplayRole) == "before snapshot"
+    assert window.status_peak.text().endswith(", no allocation traced")
+    assert window.timeline.peak_label.toPlainText().endswith("· no allocation traced")
+    assert d.state_only

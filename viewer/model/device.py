@@ -226,6 +226,12 @@ class DeviceData:
         self.findings = self._build_findings()
         self._step(progress, "timeline", 1.0)
 
+    @property
+    def state_only(self) -> bool:
+        """A snapshot without a trace (the run's fact): its peak is the state it recorded."""
+        run = getattr(self.da, "run", None)
+        return bool(run is not None and run.state_only)
+
     @staticmethod
     def _step(progress, label, frac):
         if progress is not None:
@@ -585,8 +591,7 @@ class DeviceData:
         out: list[FindingView] = []
         da = self.da
         found = da.findings()
-        run = getattr(da, "run", None)
-        state_only = run is not None and run.recorded.value == "state_only"     # (its peak: the recorded state)
+        state_only = self.state_only
         rows = self.rows_of_alloc_events([f.index for f in found])      # one search for all
         for f, row in zip(found, rows.tolist()):
             leak_rows = None
@@ -604,7 +609,7 @@ class DeviceData:
                 zoom = self.zoom_around(f.index, f.subject.start_index, f.subject.end_index)
             else:
                 zoom = self.zoom_around(f.index)
-            out.append(FindingView(f, finding_title(f, where), finding_detail(f, where, state_only), zoom, row,
+            out.append(FindingView(f, finding_title(f, where, state_only), finding_detail(f, where, state_only), zoom, row,
                                    leak_rows, place, largest))
         return out
 

@@ -36,7 +36,7 @@ from ...classifiers.compare import DeviceComparison
 from ...common.units import fmt_bytes, fmt_seconds
 from ...present.markup import html as _esc
 from ...present.stacks import site_where
-from ...present.words import COMPARE_X_TITLES, comparison_headline, peak_words, signed_bytes
+from ...present.words import COMPARE_X_TITLES, comparison_headline, moment_text, peak_words, signed_bytes
 from ..model.compare import (
     ALIGN_ITERATION,
     ALIGN_START,
@@ -465,9 +465,9 @@ class ComparePanel(QWidget):
         text = f"<b>cuda:{self.dc.device}</b>: {_esc(comparison_headline(self.dc))}"
         for name, side in (("A", self.dc.a), ("B", self.dc.b)):
             pk = side.peak
-            when = f"entry {pk.index:,}" if pk.index >= 0 else "the start"
             it = f", iteration {pk.iteration}" if pk.iteration is not None else ""
-            text += f"<br>{name} peak at {when}{it}, {_esc(peak_words(pk.type))}"
+            text += f"<br>{name} peak {moment_text(pk.index, side.state_only)}{it}, " \
+                    f"{_esc(peak_words(pk.type, side.state_only))}"
         text += "".join(f"<br><i>note: {_esc(n)}</i>" for n in notes)
         self.headline.setText(text)
         sides = aligned_sides(r, self.dc)

@@ -9,7 +9,7 @@ from ...common.units import fmt_bytes, fmt_duration_us
 from ...present.markup import html as _esc
 from ...present.stacks import short_path
 from ...classifiers.evidence import EVIDENCE
-from ...present.words import evidence_words, freed_note, torch_tag_words
+from ...present.words import before_trace_text, evidence_words, freed_note, torch_tag_words
 from ..model import DeviceData, when_text
 from ..theme import category_color, muted_text
 
@@ -76,7 +76,7 @@ class StackPanel(QWidget):
             f"<span style='color:{col}; font-size:14pt'>■</span> <b>{name}</b> · <b>{fmt_bytes(int(a.size[row]))}</b>"
             f"<br>how sure: {_esc(evidence_words(EVIDENCE[int(d.da.evidence[row])]))}"
             f"<br>rule: <code>{_esc(d.rule_name(row))}</code>"
-            f"<br>allocated {when_text(d, ai) if ai >= 0 else 'before the trace began'} · "
+            f"<br>allocated {when_text(d, ai) if ai >= 0 else before_trace_text(d.state_only)} · "
             f"freed {when_text(d, fi) if fi >= 0 else 'never (live at the end)'}{life}")
         self.header.setToolTip(f"{name}: {int(a.size[row]):,} B at 0x{int(a.addr[row]):x}"
                                + (f"\nrule {d.rule_name(row)}: {why}" if why else ""))

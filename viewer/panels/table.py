@@ -47,7 +47,7 @@ from ..model.rows import (
     COLUMNS,
     RowView,
 )
-from ...present.words import EVIDENCE_WORDS
+from ...present.words import EVIDENCE_WORDS, before_trace_text
 from ..theme import Theme, category_color
 
 FILTER_DELAY_MS = 40
@@ -57,7 +57,8 @@ _RIGHT = int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
 _TIPS = {
     COL_CATEGORY: "What the allocation is, as classified (see the Selection panel for the rule)",
     COL_SIZE: "Requested size",
-    COL_ALLOC: "When it was allocated (before the trace: it was already live when recording began)",
+    COL_ALLOC: "When it was allocated ('before trace': already live when recording began; 'before snapshot': "
+               "a snapshot without a trace, its blocks live when it was taken)",
     COL_FREE: "When it was freed ('never': still live when the snapshot was taken)",
     COL_LIFETIME: "How long it lived (to the trace's end when never freed)",
     COL_ADDR: "Device address",
@@ -138,7 +139,7 @@ class AllocationsModel(QAbstractTableModel):
         if col == COL_SIZE:
             return fmt_bytes(int(a.size[row]))
         if col == COL_ALLOC:
-            return self._when(d, int(d.alloc_index[row]), "before trace")
+            return self._when(d, int(d.alloc_index[row]), before_trace_text(d.state_only, short=True))
         if col == COL_FREE:
             return self._when(d, int(d.free_index[row]), "never")
         if col == COL_LIFETIME:
@@ -370,7 +371,7 @@ class AllocationsPanel(QWidget):
         hh = self.table.horizontalHeader()
         pad = 18
         samples = {COL_CATEGORY: ["autograd", "quantization", "optimizer (a guess)"], COL_SIZE: ["1023.99 MiB"],
-                   COL_ALLOC: ["before trace", "999.999999 s"], COL_FREE: ["999.999999 s"],
+                   COL_ALLOC: ["before snapshot", "999.999999 s"], COL_FREE: ["999.999999 s"],
                    COL_LIFETIME: ["≥ 999 ms", "at the snapshot" if data is not None and data.n == 0 else "1.23 ms"],
                    COL_ADDR: ["0x7f0000000000"], COL_RULE: ["activations.forward"], COL_WHERE: ["train.py:88 forward"]}
         if data is not None and data.n_rows:

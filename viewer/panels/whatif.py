@@ -37,7 +37,7 @@ from ...classifiers import CATEGORIES
 from ...classifiers.whatif import COMMON_CARDS, WhatIf, WhatIfError
 from ...common.units import fmt_bytes
 from ...present.markup import html as _esc
-from ...present.words import peak_words, scaled_peak_words, trainable_params_words
+from ...present.words import moment_text, peak_words, scaled_peak_words, trainable_params_words
 from ...services.whatif import fit_factor_words
 from ..model import DeviceData
 from ..model.whatif import WhatIfSession
@@ -562,8 +562,9 @@ class WhatIfPanel(QWidget):
         change = pk.bytes - base.bytes
         # a scaled peak describes itself: at the moment the recorded run ran out of memory,
         # not "right before an out-of-memory error" (a peak scaled under the card did not)
-        words = scaled_peak_words(pk.type) if (r.scales or r.levers) else peak_words(pk.type)
-        where = f"entry {pk.index:,}" if pk.index >= 0 else "the start of the trace"
+        state_only = self.data is not None and self.data.state_only
+        words = scaled_peak_words(pk.type, state_only) if (r.scales or r.levers) else peak_words(pk.type, state_only)
+        where = moment_text(pk.index, state_only)
         self.peak_line.setText(
             f"<b>Peak {fmt_bytes(pk.bytes)}</b> {_esc(words)} ({where})"
             + ("" if not r.scales and not r.simulation else f" · measured {fmt_bytes(base.bytes)} · "

@@ -464,7 +464,7 @@ class TimelineWidget(QWidget):
         if peak is not None:
             px = float(d.x_of_index(max(peak.index, 0)))
             self.peak_marker.setData([px], [peak.bytes])
-            self.label_text(self.peak_label, f"peak {fmt_bytes(peak.bytes)} · {peak_words(peak.type)}")
+            self.label_text(self.peak_label, f"peak {fmt_bytes(peak.bytes)} · {peak_words(peak.type, d.state_only)}")
             self.peak_label.setPos(px, peak.bytes)
             self.peak_label.show()
         else:

@@ -630,7 +630,8 @@ class MainWindow(QMainWindow):
         self.status_entries.setText(f"{count_words(d.n, 'entry', 'entries')} · "
                                     f"{count_words(d.n_rows, 'allocation', 'allocations')}")
         pk = d.da.peak
-        self.status_peak.setText(f"peak {fmt_bytes(pk.bytes)}, {peak_words(pk.type)}" if pk is not None else "")
+        self.status_peak.setText(f"peak {fmt_bytes(pk.bytes)}, {peak_words(pk.type, d.state_only)}"
+                                 if pk is not None else "")
         # the peak's bytes that are a guess, said beside it (steps aside for a long message)
         guess = guessed_text(pk.by_evidence) if pk is not None else ""
         self.status_guess.setText(f"({guess})" if guess else "")

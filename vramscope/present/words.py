@@ -66,17 +66,25 @@ def count_words(n: int, one: str, many: str) -> str:
     return f"{n:,} {one if n == 1 else many}"
 
 
-def peak_words(peak_type: str) -> str:
+# A snapshot without a trace: no pass to place its peak in (its moment: moment_text's state)
+STATE_ONLY_PEAK_WORDS = "no allocation traced"
+
+
+def peak_words(peak_type: str, state_only: bool = False) -> str:
+    """Where a peak falls, in words (its type's); `state_only`: a snapshot without a trace,
+    where 'outside any pass the trace shows' would name a trace that is not there."""
+    if state_only:
+        return STATE_ONLY_PEAK_WORDS
     return PEAK_TYPE_WORDS.get(peak_type, peak_type.replace("_", " "))
 
 
-def scaled_peak_words(peak_type: str) -> str:
+def scaled_peak_words(peak_type: str, state_only: bool = False) -> str:
     """Where a what-if's peak falls, in words: the moment of the recorded run, which a scaled
     run need not share its fate with (a peak scaled down below the card did not run out of
     memory: 'right before an out-of-memory error' was the measured run's, not this one's)."""
-    if peak_type == "oom":
+    if peak_type == "oom" and not state_only:
         return "where the recorded run ran out of memory"
-    return peak_words(peak_type)
+    return peak_words(peak_type, state_only)
 
 
 def trainable_params_words(count: int, counted: bool = True) -> str:
@@ -413,6 +421,15 @@ def freed_note() -> str:
     return "where it was freed (allocated before the trace began)"
 
 
+def before_trace_text(state_only: bool = False, short: bool = False) -> str:
+    """When a block live before any traced allocation was made: before the trace began, or, in a
+    snapshot without a trace (`state_only`), before the snapshot was taken (there is no trace to
+    begin). `short`: for a table cell."""
+    if short:
+        return "before snapshot" if state_only else "before trace"
+    return "before the snapshot was taken" if state_only else "before the trace began"
+
+
 def moment_text(index: int, state_only: bool = False) -> str:
     """When a moment was, in words: an entry, or the state before the first (`state_only`: a
     snapshot with no allocation in a trace, whose one moment is the state it recorded)."""
@@ -512,10 +529,10 @@ def site_rows_text(count: int, site: str, moment: str) -> str:
 
 
 # -- findings -------------------------------------------------------------------------------
-def finding_title(f: Finding, where: str = "") -> str:
+def finding_title(f: Finding, where: str = "", state_only: bool = False) -> str:
     s = f.subject
     if isinstance(s, Peak):
-        return f"Peak {fmt_bytes(s.bytes)} · {peak_words(s.type)}"
+        return f"Peak {fmt_bytes(s.bytes)} · {peak_words(s.type, state_only)}"
     if isinstance(s, Oom):
         return f"OOM at entry {s.index:,}: {fmt_bytes(s.requested)} requested"
     if isinstance(s, StaleGradients):

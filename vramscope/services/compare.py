@@ -43,6 +43,7 @@ class CompareSideJSON(TypedDict):
     peak: ComparePeakJSON
     iterations: list[dict[str, Any]]
     origin: OriginJSON
+    state_only: bool
 
 
 class DeltaJSON(TypedDict):
@@ -107,9 +108,9 @@ def compare_devices(an_a: Analysis, dev_a: int, an_b: Analysis, dev_b: int) -> C
 
 
 def _side_json(side) -> CompareSideJSON:
-    peak: ComparePeakJSON = peak_document(side.peak)
+    peak: ComparePeakJSON = peak_document(side.peak, side.state_only)
     return {"entries": side.entries, "peak": peak, "iterations": to_plain(side.iterations),
-            "origin": {"index": side.origin_index, "time_us": side.origin_us}}
+            "origin": {"index": side.origin_index, "time_us": side.origin_us}, "state_only": side.state_only}
 
 
 def device_json(dc: DeviceComparison) -> CompareDeviceJSON:
@@ -168,7 +169,7 @@ def compare_text(doc: CompareJSON, sites: int = SITES_IN_TEXT) -> str:
             out.append(_row(cat, fmt_bytes(ca.get(cat, 0)), fmt_bytes(cb.get(cat, 0)), signed_bytes(delta)))
         for name, side in (("A", a), ("B", b)):
             pk = side["peak"]
-            when = moment_text(pk["index"]) + (f" (iteration {pk['iteration']})" if pk["iteration"] is not None else "")
+            when = moment_text(pk["index"], bool(side.get("state_only"))) + (f" (iteration {pk['iteration']})" if pk["iteration"] is not None else "")
             out.append(f"  {name} peak {when}, {pk['type_words']}")
         its = d["iterations"]
         if its:

@@ -41,7 +41,7 @@ def _opt(n: int | None) -> str:
 def _when(side) -> str:
     pk = side.peak
     it = f" (iteration {pk.iteration})" if pk.iteration is not None else ""
-    return f"{moment_text(pk.index)}{it}, {peak_words(pk.type)}"
+    return f"{moment_text(pk.index, side.state_only)}{it}, {peak_words(pk.type, side.state_only)}"
 
 
 def compare_markdown(cmp: Comparison, a_path: str, b_path: str, limits: dict, png_names: dict[int, str]) -> str:

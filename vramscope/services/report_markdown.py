@@ -22,6 +22,7 @@ from ..present.words import (
     EVIDENCE_WORDS,
     LEAK_CAUSE_WORDS,
     advice_text,
+    before_trace_text,
     category_evidence_note,
     device_free_text,
     guess_note,
@@ -162,15 +163,17 @@ def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: s
     L = [f"## Device {dev}", ""]
     if png:
         L += [f"![device {dev}: live memory by category]({png})", ""]
-    when = moment_text(pk.index, da.run is not None and da.run.recorded.value == "state_only")
+    state_only = da.run is not None and da.run.state_only
+    when = moment_text(pk.index, state_only)
     if pk.iteration is not None:
         when += f" (iteration {pk.iteration})"
-    before = f" ({s.allocations_before_trace:,} live before the trace began)" if s.allocations_before_trace else ""
+    before = f" ({s.allocations_before_trace:,} live {before_trace_text(state_only)})" \
+        if s.allocations_before_trace else ""
     L += ["| | |", "|---|---|",
           *([f"| Run | {md_text(run_words(da.run.to_json()))} |"] if run_words(da.run.to_json()) else []),
           f"| Trace entries | {s.entries:,} |",
           f"| Allocations | {s.allocations:,}{before} |",
-          f"| Peak live | **{fmt_bytes(pk.bytes)}** {when}, {peak_words(pk.type)} ({md_code(pk.type)}) |",
+          f"| Peak live | **{fmt_bytes(pk.bytes)}** {when}, {peak_words(pk.type, state_only)} ({md_code(pk.type)}) |",
           f"| Live at start / end | {fmt_bytes(s.start_live_bytes)} / {fmt_bytes(s.end_live_bytes)} |",
           f"| Reserved peak | {fmt_bytes(s.reserved_peak_bytes) if s.reserved_peak_bytes is not None else 'unknown'} |",
           *([f"| Not recorded | {', '.join(s.skipped_actions)} (skip_actions): {skipped_words(s.skipped_actions)} |"]
@@ -220,14 +223,14 @@ def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: s
             ai = [a.alloc_index for a in allocs]
             fi = [a.free_index for a in allocs]
             if len(rows) == 1:
-                born = "live before the trace began" if ai[0] < 0 else f"allocated at entry {ai[0]:,}"
+                born = f"live {before_trace_text(state_only)}" if ai[0] < 0 else f"allocated at entry {ai[0]:,}"
                 if ai[0] < 0 and fi[0] >= 0 and da.frees_record_their_own_stack():
                     born += " (the stack is where it was freed)"
                 dies = "never freed" if fi[0] < 0 else f"freed at entry {fi[0]:,}"
                 size = f"**{fmt_bytes(a0.size)}**"
             else:
                 born = (f"allocated at entries {min(ai):,}-{max(ai):,}" if min(ai) >= 0
-                        else "some live before the trace began")
+                        else f"some live {before_trace_text(state_only)}")
                 dies = "never freed" if max(fi) < 0 else ("some freed later" if min(fi) < 0 else "freed later")
                 size = f"**{fmt_bytes(a0.size * len(rows))}** ({len(rows)} x {fmt_bytes(a0.size)})"
             sure = "" if a0.evidence in ("stack", "torch") else f", {EVIDENCE_WORDS.get(a0.evidence, a0.evidence)}"

@@ -27,6 +27,7 @@ class LeverTable:
     left_out: dict[str, str]
     levers: list[tuple[str, str, WhatIf]]       # (name, title, result)
     fit: WhatIf | None
+    state_only: bool = False                    # a snapshot without a trace (the run's fact)
 
 
 def _card(base: WhatIf) -> int:
@@ -47,7 +48,8 @@ def lever_table(an: Analysis, device: int) -> LeverTable:
         if name not in left_out and name not in {n for n, _t, _r in peaks}:
             r = what_if(an, device, levers=[name], budget=base.budget, model=model, with_budget=False)
             left_out[name] = r.levers[0].why or "no prediction"
-    return LeverTable(base, left_out, peaks, fit)
+    run = an.devices[device].run
+    return LeverTable(base, left_out, peaks, fit, state_only=run is not None and run.state_only)
 
 
 def whatif_section(t: LeverTable) -> list[str]:
@@ -69,7 +71,7 @@ def whatif_section(t: LeverTable) -> list[str]:
         err = (f"{100 * band.mean:+.1f}% / {100 * band.worst_under:+.1f}% to {100 * band.worst_over:+.1f}%"
                if band is not None else ("estimate" if r.levers[0].estimate else "not validated for this run"))
         L.append(f"| {title} (`{name}`) | {fmt_bytes(r.scaled.bytes)} | {fmt_bytes(d) if d else 'none'} | "
-                 f"{peak_words(r.scaled.type)} | {cards[0] if cards else 'none of the common cards'} | {err} |")
+                 f"{peak_words(r.scaled.type, t.state_only)} | {cards[0] if cards else 'none of the common cards'} | {err} |")
     if t.left_out:
         L += ["", "Left out: " + "; ".join(f"`{n}` ({why})" for n, why in t.left_out.items()) + "."]
     fit = t.fit

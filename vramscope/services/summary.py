@@ -23,6 +23,7 @@ from ..present.stacks import Stacks
 from ..present.words import (
     LEAK_CAUSE_WORDS,
     advice_text,
+    before_trace_text,
     category_evidence_note,
     device_free_text,
     autocast_copies_text,
@@ -210,10 +211,10 @@ def metadata_document(da) -> MetadataJSON | None:
     return {"keys": keys, "by": by}
 
 
-def peak_document(peak: Peak) -> PeakDocJSON:
+def peak_document(peak: Peak, state_only: bool = False) -> PeakDocJSON:
     """A peak as every document tells it (summary, report, compare): its facts, the plain
-    words for its type, and its advice worded."""
-    return {**to_plain(peak), "type_words": peak_words(peak.type),  # type: ignore[typeddict-item]
+    words for its type (`state_only`: a snapshot without a trace), and its advice worded."""
+    return {**to_plain(peak), "type_words": peak_words(peak.type, state_only),  # type: ignore[typeddict-item]
             "advice_words": [advice_text(a, moment="at the peak") for a in peak.advice]}
 
 
@@ -234,7 +235,7 @@ def summary_document(an: Analysis, device: int | None = None, stacks: Stacks | N
              "where": stacks.where_of(a), "stack": stacks.short(a.stack, 6, a.forward_stack),
              "torch_tag": a.torch_tag, "rules_category": a.rules_category, "metadata": [list(m) for m in a.metadata]}
             for a in da.largest_live(peak.index, TOP_AT_PEAK)]
-        peak_json: PeakJSON = {**peak_document(peak), "top": top}
+        peak_json: PeakJSON = {**peak_document(peak, da.run is not None and da.run.state_only), "top": top}
         leaks: list[LeakJSON] = [{**to_plain(lk), "where": stacks.site(lk.site, lk.stack),  # type: ignore[typeddict-item]
                                   "frames": stacks.frames_text(lk.stack),
                                   "cause_words": LEAK_CAUSE_WORDS.get(lk.cause, lk.cause)} for lk in s.leaks]
@@ -318,10 +319,11 @@ def summary_text(doc: SummaryJSON) -> str:
         out.append(device_overview_text(doc))
     for d in devs:
         pk = d["peak"]
+        state_only = ((d.get("run") or {}).get("recorded") or {}).get("value") == "state_only"
         out.append(f"device {d['device']}: {d['entries']:,} trace entries, {d['allocations']:,} allocations"
-                   + (f" ({d['allocations_before_trace']:,} live before the trace began)"
+                   + (f" ({d['allocations_before_trace']:,} live {before_trace_text(state_only)})"
                       if d["allocations_before_trace"] else ""))
-        when = moment_text(pk["index"], ((d.get("run") or {}).get("recorded") or {}).get("value") == "state_only")
+        when = moment_text(pk["index"], state_only)
         if pk["iteration"] is not None:
             when += f" (iteration {pk['iteration']})"
         if run_words(d.get("run", {})):

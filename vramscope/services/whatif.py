@@ -58,7 +58,7 @@ def lever_peaks(an: Analysis, device: int, skip: dict[str, str] | None = None,
 
 
 def _moment(m: dict, state_only: bool = False) -> str:
-    return f"{fmt_bytes(m['bytes'])} {moment_text(m['index'], state_only)}, {peak_words(m['type'])}"
+    return f"{fmt_bytes(m['bytes'])} {moment_text(m['index'], state_only)}, {peak_words(m['type'], state_only)}"
 
 
 def whatif_text(doc: dict[str, Any]) -> str:
