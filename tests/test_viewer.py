@@ -376,12 +376,31 @@ def test_a_snapshot_without_a_trace_says_its_blocks_predate_the_snapshot_not_a_t
     """A state-only snapshot has no trace to begin: its blocks were made 'before the snapshot
     was taken' (the Selection, the table), and its peak falls where 'no allocation traced'
     (the status bar, the plot's label), not 'outside any pass the trace shows'."""
-    from vramscope.viewer.panels.table import COL_ALLOC
+    from vramscope.viewer.panels.table import COL_ALLOC, COL_LIFETIME
     d = open_and_wait(qt, window, str(DATA / "state_only_noframes.pickle"))
     window.select_row(0)
     assert "allocated before the snapshot was taken" in window.stack_panel.header.text()
     model = window.table_panel.model
     assert model.data(model.index(0, COL_ALLOC), Qt.ItemDataRole.DisplayRole) == "before snapshot"
+    assert model.data(model.index(0, COL_LIFETIME), Qt.ItemDataRole.DisplayRole) == "at the snapshot"
     assert window.status_peak.text().endswith(", no allocation traced")
     assert window.timeline.peak_label.toPlainText().endswith("· no allocation traced")
     assert d.state_only
+
+
+def test_a_trace_without_an_allocation_is_a_snapshot_without_a_trace_too(qt, window, tmp_path):
+    """A trace of one segment_free and no allocation (as CognitoBlocks' real snapshot) is
+    state-only by the run's facts: its rows' lifetimes are 'at the snapshot', not '≥ 0 µs'."""
+    import pickle
+    from vramscope.viewer.panels.table import COL_ALLOC, COL_LIFETIME
+    with open(DATA / "state_only_noframes.pickle", "rb") as f:
+        snap = pickle.load(f)                       # (our own fixture)
+    snap["device_traces"][0] = [{"action": "segment_free", "addr": 1 << 40, "size": 2 << 20, "stream": 0,
+                                 "time_us": 1000, "frames": []}]
+    path = tmp_path / "one_segment_free.pickle"
+    path.write_bytes(pickle.dumps(snap, protocol=4))
+    d = open_and_wait(qt, window, str(path))
+    assert d.n == 1 and d.state_only
+    model = window.table_panel.model
+    assert model.data(model.index(0, COL_ALLOC), Qt.ItemDataRole.DisplayRole) == "before snapshot"
+    assert model.data(model.index(0, COL_LIFETIME), Qt.ItemDataRole.DisplayRole) == "at the snapshot"

@@ -144,8 +144,8 @@ class AllocationsModel(QAbstractTableModel):
             return self._when(d, int(d.free_index[row]), "never")
         if col == COL_LIFETIME:
             ai, fi = int(d.alloc_index[row]), int(d.free_index[row])
-            if d.n == 0:
-                return "at the snapshot"      # a state-only snapshot: no trace, no lifetimes
+            if d.n == 0 or d.state_only:
+                return "at the snapshot"      # a state-only snapshot: no allocation traced, no lifetimes
             if d.has_time and d.n:
                 ta = int(d.times[ai]) if ai >= 0 else int(d.times[0])
                 tf = int(d.times[fi]) if fi >= 0 else int(d.times[-1])
@@ -372,7 +372,7 @@ class AllocationsPanel(QWidget):
         pad = 18
         samples = {COL_CATEGORY: ["autograd", "quantization", "optimizer (a guess)"], COL_SIZE: ["1023.99 MiB"],
                    COL_ALLOC: ["before snapshot", "999.999999 s"], COL_FREE: ["999.999999 s"],
-                   COL_LIFETIME: ["≥ 999 ms", "at the snapshot" if data is not None and data.n == 0 else "1.23 ms"],
+                   COL_LIFETIME: ["≥ 999 ms", "at the snapshot" if data is not None and (data.n == 0 or data.state_only) else "1.23 ms"],
                    COL_ADDR: ["0x7f0000000000"], COL_RULE: ["activations.forward"], COL_WHERE: ["train.py:88 forward"]}
         if data is not None and data.n_rows:
             m = self.model
