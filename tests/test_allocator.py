@@ -206,3 +206,56 @@ def test_free_requested_pairs_with_the_block_it_frees(name, tmp_path):
         if len(live):
             want[live[-1]] = e
     assert np.array_equal(got, want)
+
+
+def _segment_ranges_by_looking_at_every_one(events):
+    """The definition segment_ranges keeps: each free or unmap reaches every live range it
+    overlaps, in the order they were put in (a plain look over all of them)."""
+    out, live = [], {}
+    for e, a, n_bytes, up, st, mapped in events:
+        b = a + n_bytes
+        if up:
+            live[a] = (b, e, st, mapped)
+            continue
+        covered = 0
+        for pa in [pa for pa, (pb, _, _, _) in live.items() if pa < b and pb > a]:
+            pb, pe, pst, pm = live.pop(pa)
+            out.append((pe, e, pa, pb - pa, pst, pm))
+            covered += min(pb, b) - max(pa, a)
+            if pa < a:
+                live[pa] = (a, e, pst, pm)
+            if pb > b:
+                live[b] = (pb, e, pst, pm)
+        if n_bytes - covered > 0:
+            out.append((-1, e, a, n_bytes - covered, st, mapped))
+    return out, live
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_segment_ranges_found_by_search_are_those_of_a_look_at_every_one(seed):
+    """Maps of pages, unmaps of parts of them and across several, frees of segments mapped
+    before the trace, and (from a lost event) ranges that overlap, a zero size: the ranges
+    reached by searching the sorted starts are those, in the order, of a look at every live one."""
+    from vramscope.classifiers.allocator import segment_ranges
+    rng = np.random.default_rng(seed)
+    page = 2 * MiB
+    for trial in range(40):
+        events, live_pages = [], set()
+        overlapping = trial % 4 == 3
+        for e in range(int(rng.integers(1, 300))):
+            a = int(rng.integers(0, 64)) * page
+            n = int(rng.integers(1, 6)) * page
+            if overlapping and rng.random() < 0.1:
+                a += int(rng.integers(0, 4)) * 512 * 1024          # misaligned: overlaps a neighbour
+            if trial % 7 == 0 and rng.random() < 0.02:
+                n = 0
+            up = bool(rng.random() < 0.55)
+            if up and not overlapping:                              # a sane trace maps what is free
+                pages = set(range(a // page, (a + n) // page))
+                if pages & live_pages:
+                    continue
+                live_pages |= pages
+            elif not up and not overlapping:
+                live_pages -= set(range(a // page, (a + n) // page))
+            events.append((e, a, n, up, int(rng.integers(0, 2)), bool(rng.random() < 0.5)))
+        assert segment_ranges(iter(events)) == _segment_ranges_by_looking_at_every_one(events)
