@@ -276,14 +276,19 @@ def _grad_mode(c: _Ctx) -> tuple[bool | None, str, str]:
     # alive at the end of each forward pass: saved for a backward (grad on) or freed as the next
     # op consumed them (no_grad)
     shares = []
-    for s, e in c.da.phase_runs("forward"):
-        rows = fwd[(c.ai[fwd] >= s) & (c.ai[fwd] <= e)]
-        if len(rows) < 4:
-            continue
-        f = c.fi[rows]
-        shares.append(float(np.mean((f < 0) | (f > e))))
-        if len(shares) >= 8:
-            break
+    # each forward run's rows by a search of the forward rows' entries (ascending in row order;
+    # sorted once where not), not a pass over all of them per run: a trace of thousands of
+    # forward runs of a few allocations each (none of them enough to tell) made it quadratic
+    at = c.ai[fwd]
+    if len(at) > 1 and not bool(np.all(at[1:] >= at[:-1])):
+        o = np.argsort(at, kind="stable")
+        fwd, at = fwd[o], at[o]
+    runs = np.asarray(c.da.phase_runs("forward"), dtype=np.int64).reshape(-1, 2)
+    lo = np.searchsorted(at, runs[:, 0], side="left")
+    hi = np.searchsorted(at, runs[:, 1], side="right")
+    for k in np.flatnonzero(hi - lo >= 4)[:8].tolist():       # the first 8 runs of 4 rows or more
+        f = c.fi[fwd[lo[k]:hi[k]]]
+        shares.append(float(np.mean((f < 0) | (f > runs[k, 1]))))
     if not shares:
         return None, "none", "too few forward allocations to tell"
     share = float(np.median(shares))

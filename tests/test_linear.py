@@ -155,3 +155,51 @@ def test_the_allocator_segment_ranges_grow_linearly_with_the_live_ranges():
         return best
     small, big = cpu(5_000), cpu(20_000)
     assert big < FLOOR or big / max(small, 1e-9) <= 4 ** MAX_EXPONENT, (small, big)
+
+
+def inference(passes: int):
+    """A model run forward `passes` times with no backward: two allocations a pass (too few to
+    tell the grad mode by) but the last eight passes' six, each freed as the next op runs."""
+    sn = Snap((2, 6), context="all")
+    d = sn.device(0, base=0x7E00_0000_0000)
+    build = [(SP + "torch/nn/modules/linear.py", 106, "__init__"), (MD, 8, "__init__"), (TR, 20, "main")] + MAIN[1:]
+    for _ in range(2):
+        d.alloc(64 * 1024, build, "weights")
+    M = module_call(SP)
+    step = [(TR, 30, "step")] + MAIN
+    for p in range(passes):
+        x = d.alloc(8192, [(TR, 28, "step")] + MAIN, "inputs")
+        for k in range(6 if p >= passes - 8 else 1):
+            a = d.alloc(256 * 1024, [(MD, 20 + k, "forward")] + M + [(MD, 50, "forward")] + M + step, "activations")
+            d.free(a, [(MD, 21 + k, "forward")] + M + [(MD, 50, "forward")] + M + step)
+        d.free(x, step)
+        sn.tick(1000)
+    return sn.build()
+
+
+def test_the_grad_mode_of_many_short_forward_passes_grows_linearly(tmp_path):
+    """Without a backward, the run's kind is told by how many of a forward's allocations outlive
+    it, over the first forward runs with enough of them (runfacts.py `_grad_mode`): each run's
+    rows were found by a pass over every forward row, quadratic where thousands of runs have
+    too few (a tiled single-step NCA trace of 10^6 entries: 78 s)."""
+    from vramscope.classifiers import analyze
+    from vramscope.common.clock import StageClock
+    from vramscope.parsers import open_snapshot
+
+    def cpu(n: int) -> float:
+        p = tmp_path / f"inference_{n}.pickle"
+        p.write_bytes(pickle.dumps(inference(n), protocol=4))
+        best = math.inf
+        for _ in range(3):
+            clock = StageClock()
+            gc.disable()
+            try:
+                an = analyze(open_snapshot(str(p), use_cache=False), clock=clock, use_cache=False)
+            finally:
+                gc.enable()
+            best = min(best, clock.thread_cpu["run facts"])
+        run = an.devices[0].run
+        assert run.kind.value == "inference" and run.kind.evidence == "lifetime", run.kind
+        return best
+    small, big = cpu(4_000), cpu(16_000)
+    assert big < FLOOR or big / max(small, 1e-4) <= 4 ** MAX_EXPONENT, (small, big)
