@@ -41,7 +41,10 @@ def tile(snap: dict, events: int) -> dict:
     trace = traces[dev]
     if any("time_us" not in e for e in trace):
         raise ValueError("entries without time_us: cannot be replayed later in time")
-    span = max(e.get("addr", 0) + e.get("size", 0) for e in trace) + (1 << 30)
+    # each replay shifted by the trace's address range (not its highest address: 10^5 replays
+    # of a range near 0x7f00_0000_0000 passed 2^64)
+    addrs = [e.get("addr", 0) for e in trace]
+    span = max(a + e.get("size", 0) for a, e in zip(addrs, trace)) - min(addrs) + (1 << 30)
     t_span = trace[-1]["time_us"] - trace[0]["time_us"] + 1000
     out: list[dict] = []
     k = 0
