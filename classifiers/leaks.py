@@ -60,12 +60,15 @@ def find_leaks(da, rule_names, min_bytes: int = 1) -> tuple[Leak, ...]:
     need = max(2, math.ceil(0.5 * K))
     growth = int(end_live[-1] - end_live[0]) // max(1, K - 1)
     per_stack = []
-    for s in np.unique(ustk).tolist():
-        sel = ustk == s
-        iters = tuple(sorted(set(uit[sel].tolist())))
+    # (the keys are sorted, so each stack's (stack, iteration) pairs are one run of them: read by
+    # its bounds, not by comparing every pair with each stack, quadratic in the stacks that stay)
+    bounds = np.flatnonzero(np.r_[True, ustk[1:] != ustk[:-1], True]).tolist()
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        iters = tuple(sorted(set(uit[lo:hi].tolist())))
         if len(iters) < need:
             continue
-        per_stack.append((int(s), iters, dict(zip(uit[sel].tolist(), kb[sel].tolist())), int(kc[sel].sum())))
+        per_stack.append((int(ustk[lo]), iters, dict(zip(uit[lo:hi].tolist(), kb[lo:hi].tolist())),
+                          int(kc[lo:hi].sum())))
     leaks = []
     traced = (ai >= 0) & (it_a >= 0)
     for group in _by_site(per_stack, da.facts):
