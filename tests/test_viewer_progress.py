@@ -113,7 +113,9 @@ def test_closing_the_window_while_it_loads_leaves_no_report_behind(qt, tmp_path,
     from vramscope.viewer.window import progress as progress_mod
     from test_viewer_model import write_snapshot
     monkeypatch.setattr(progress_mod, "SHOW_AFTER_MS", 0)
-    big = write_snapshot(tmp_path / "big.pickle", 30_000, seed=3)
+    # (big enough to be still loading when the window closes: 30,000 allocations once read
+    # faster than the test looked)
+    big = write_snapshot(tmp_path / "big.pickle", 150_000, seed=3)
     from vramscope.viewer.app import make_app
     from vramscope.viewer.window import MainWindow
     make_app()
