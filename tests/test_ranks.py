@@ -654,3 +654,27 @@ def test_ctrl_c_stops_the_workers(big):
     while _session_processes(p.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _session_processes(p.pid) == []
+
+
+def test_an_error_raised_while_a_ctrl_c_unwinds_is_the_ctrl_c(tmp_path, monkeypatch, capsys):
+    """Cleaning up after a Ctrl-C can fail in turn, and that error replaces the interrupt: it
+    said 'internal error' (exit 4, and a rank listed as one) where the user had pressed Ctrl-C."""
+    from vramscope.cli import _main
+    from vramscope.common.interrupts import came_from_interrupt
+    from vramscope.services import rank_read
+
+    def unwinding(*a, **k):
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise ValueError("I/O operation on closed file")    # what a writer thread's join raised
+    with pytest.raises(ValueError) as got:
+        unwinding()
+    assert came_from_interrupt(got.value) and not came_from_interrupt(ValueError("a bug"))
+    monkeypatch.setattr(rank_read, "_read_rank", unwinding)
+    with pytest.raises(KeyboardInterrupt):
+        rank_read.read_rank(str(tmp_path / "rank0.pickle"))
+    from vramscope.cli import summary as summary_cli
+    monkeypatch.setattr(summary_cli, "run", unwinding)
+    assert _main(["summary", str(rd.DATA / "oom.pickle")]) == 130
+    assert capsys.readouterr().err == "vramscope summary: interrupted\n"

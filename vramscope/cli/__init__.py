@@ -17,6 +17,7 @@ import os
 import re
 import sys
 
+from ..common.interrupts import came_from_interrupt
 from . import allocations, check, compare, export, ranks, report, summary, view, whatif
 from .errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, OutputError, UsageError
 
@@ -182,6 +183,9 @@ def _main(argv=None) -> int:
         _quiet_stdout()
         return EXIT_OK
     except Exception as e:          # a bug of ours: one line, and the traceback on request
+        if came_from_interrupt(e):  # (a Ctrl-C whose unwinding failed in turn)
+            print(f"{verb}: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
         if os.environ.get("VRAMSCOPE_DEBUG"):
             raise
         print(f"{verb}: {internal_error_text(e)}", file=sys.stderr)

@@ -32,6 +32,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..classifiers.timeaxis import choose_x_axis
+from ..common.interrupts import came_from_interrupt
 from ..parsers import Cancelled, Progress, RunMetadata, SnapshotError, live_model, open_snapshot
 from ..parsers.cache import cache_root
 from ..present.words import BUG_REPORT, internal_error_text
@@ -89,6 +90,8 @@ def read_rank(path: str, rules_path: str | None = None, use_cache: bool = True,
     except Cancelled:
         raise
     except Exception as e:  # noqa: BLE001 - one rank's bug is that rank's error
+        if came_from_interrupt(e):           # a Ctrl-C whose unwinding failed in turn: not a bug
+            raise KeyboardInterrupt from e
         if os.environ.get("VRAMSCOPE_DEBUG"):
             raise
         return RankRead(path, error=internal_error_text(e), internal=True)
@@ -445,6 +448,18 @@ def _stop(ex: ProcessPoolExecutor) -> None:
     # the workers are gone, so let the manager finish and take it off that list
     if manager is not None:
         manager.join(5)
+        if manager.is_alive():
+            # a worker killed while it sent its answer left half a message in the answers' pipe,
+            # and the manager waits for the rest of it; once every worker is gone, this process's
+            # own end for writing is the last: closed, the manager reads the end of the pipe and
+            # finishes (it hung the exit after a Ctrl-C, in `concurrent.futures`' atexit join)
+            writer = getattr(getattr(ex, "_result_queue", None), "_writer", None)
+            if writer is not None and not any(p.is_alive() for p in procs):
+                try:
+                    writer.close()
+                except OSError:
+                    pass
+                manager.join(5)
         import concurrent.futures.process as cfp
         wakeups = getattr(cfp, "_threads_wakeups", None)
         if wakeups is not None and not manager.is_alive():
