@@ -292,6 +292,13 @@ class DeviceAnalysis:
             return -1
         return int(f[index])
 
+    @property
+    def state_only(self) -> bool:
+        """A snapshot without a trace (its run's fact, RunFacts.state_only): what every surface
+        reads to place its peak and date its blocks."""
+        run = getattr(self, "run", None)
+        return bool(run is not None and run.state_only)
+
     def frees_record_their_own_stack(self) -> bool:
         """Whether free entries carry the stack of the free, not of the allocation (torch's
         CUDA traces by default): then a block allocated before the trace and freed in it

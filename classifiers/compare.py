@@ -232,7 +232,7 @@ def compare_side(da, site_of: SiteOf, time_us: np.ndarray | None = None) -> Comp
             origin_us = int(time_us[0])
     return CompareSide(device=da.device, entries=n, peak=da.peak, iterations=its, origin_index=int(origin),
                        origin_us=origin_us, sites=sites_at(da, da.peak.index, site_of),
-                       state_only=bool(getattr(da, "run", None) is not None and da.run.state_only))
+                       state_only=da.state_only)
 
 
 # -- two sides --------------------------------------------------------------------------------

@@ -126,9 +126,8 @@ class SnapshotAnalysis:
     def __repr__(self) -> str:
         from .common.units import fmt_bytes
         from .present.words import peak_words
-        runs = {d: da.run for d, da in self.analysis.devices.items()}
         parts = [f"cuda:{d.device} peak {fmt_bytes(d.peak.bytes)} "
-                 f"{peak_words(d.peak.type, runs.get(d.device) is not None and runs[d.device].state_only)}"
+                 f"{peak_words(d.peak.type, self.analysis.devices[d.device].state_only)}"
                  + (f", {len(d.ooms)} OOM" if d.ooms else "") + (f", {len(d.leaks)} leak" if d.leaks else "")
                  for d in self.devices]
         return f"<vramscope {os.path.basename(self.path)!r}: {'; '.join(parts) or 'no device with data'}>"

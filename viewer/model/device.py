@@ -229,8 +229,7 @@ class DeviceData:
     @property
     def state_only(self) -> bool:
         """A snapshot without a trace (the run's fact): its peak is the state it recorded."""
-        run = getattr(self.da, "run", None)
-        return bool(run is not None and run.state_only)
+        return self.da.state_only
 
     @staticmethod
     def _step(progress, label, frac):

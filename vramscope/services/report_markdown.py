@@ -163,7 +163,7 @@ def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: s
     L = [f"## Device {dev}", ""]
     if png:
         L += [f"![device {dev}: live memory by category]({png})", ""]
-    state_only = da.run is not None and da.run.state_only
+    state_only = da.state_only
     when = moment_text(pk.index, state_only)
     if pk.iteration is not None:
         when += f" (iteration {pk.iteration})"

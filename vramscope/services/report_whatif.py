@@ -48,8 +48,7 @@ def lever_table(an: Analysis, device: int) -> LeverTable:
         if name not in left_out and name not in {n for n, _t, _r in peaks}:
             r = what_if(an, device, levers=[name], budget=base.budget, model=model, with_budget=False)
             left_out[name] = r.levers[0].why or "no prediction"
-    run = an.devices[device].run
-    return LeverTable(base, left_out, peaks, fit, state_only=run is not None and run.state_only)
+    return LeverTable(base, left_out, peaks, fit, state_only=an.devices[device].state_only)
 
 
 def whatif_section(t: LeverTable) -> list[str]:

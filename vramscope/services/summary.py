@@ -235,7 +235,7 @@ def summary_document(an: Analysis, device: int | None = None, stacks: Stacks | N
              "where": stacks.where_of(a), "stack": stacks.short(a.stack, 6, a.forward_stack),
              "torch_tag": a.torch_tag, "rules_category": a.rules_category, "metadata": [list(m) for m in a.metadata]}
             for a in da.largest_live(peak.index, TOP_AT_PEAK)]
-        peak_json: PeakJSON = {**peak_document(peak, da.run is not None and da.run.state_only), "top": top}
+        peak_json: PeakJSON = {**peak_document(peak, da.state_only), "top": top}
         leaks: list[LeakJSON] = [{**to_plain(lk), "where": stacks.site(lk.site, lk.stack),  # type: ignore[typeddict-item]
                                   "frames": stacks.frames_text(lk.stack),
                                   "cause_words": LEAK_CAUSE_WORDS.get(lk.cause, lk.cause)} for lk in s.leaks]
