@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..common.arrays import unique_inverse
+from ..common.arrays import isin, unique, unique_inverse
 from ..parsers.tables import A_ALLOC, A_OOM
 from .categories import CATEGORIES, CATEGORY_CODE
 from .evidence import E_NONE, EVIDENCE_CODE, row_evidence
@@ -144,8 +144,8 @@ def quantized_sizes(allocs, sfacts: SnapshotFacts, frameless_pre: np.ndarray) ->
     dq = traced & sfacts.dequant[st] & (allocs.size >= 4096)
     if not dq.any() or not frameless_pre.any():
         return set()
-    dsizes = np.unique(allocs.size[dq]).tolist()
-    pre_sizes = set(np.unique(allocs.size[frameless_pre]).tolist())
+    dsizes = unique(allocs.size[dq]).tolist()
+    pre_sizes = set(unique(allocs.size[frameless_pre]).tolist())
     best, best_score = None, 0
     for itemsize in (2, 4):
         for bits in (4, 8):
@@ -236,9 +236,9 @@ def _parameter_sized(size: np.ndarray, stack: np.ndarray, category: np.ndarray, 
     weights = (pre & never) | (category == CATEGORY_CODE["weights"])
     if not weights.any() or not ok.any():
         return out
-    psizes = np.unique(size[weights])
+    psizes = unique(size[weights])
     cand = todo[ok]
-    sized = np.isin(size[cand], psizes)
+    sized = isin(size[cand], psizes)
     st = stack[cand].astype(np.int64)
     ust, inv = unique_inverse(st)
     n = np.bincount(inv)
@@ -299,9 +299,9 @@ def _autocast_copies(size, stack, category, pre, never, ai, n_pass, todo, ok, au
     mats = size[weights & (size >= 64 * 1024)]
     if len(mats) < 2 or not ok.any():
         return out
-    halves = np.unique(mats[mats % 2 == 0] // 2)
+    halves = unique(mats[mats % 2 == 0] // 2)
     cand = todo[ok]
-    half = np.isin(size[cand], halves)
+    half = isin(size[cand], halves)
     if not half.any():
         return out
     by_marker = autocast_marked[np.maximum(stack[cand], 0)] & (stack[cand] > 0)
@@ -358,7 +358,7 @@ def _workspace_sized(size, todo, ok, profiler_like: bool) -> np.ndarray:
     if profiler_like or not ok.any():
         return out
     cand = todo[ok]
-    hit = np.isin(size[cand], CUBLAS_WORKSPACE_SIZES)
+    hit = isin(size[cand], CUBLAS_WORKSPACE_SIZES)
     if hit.any():
         u, inv, cnt = np.unique(size[cand], return_inverse=True, return_counts=True)
         hit &= cnt[inv] <= CUBLAS_WORKSPACES_AT_MOST
@@ -486,7 +486,7 @@ def classify_device(snap, trace, allocs, live_after, sfacts: SnapshotFacts, rule
     frameless_pre = pre & (sfacts.stacks.lengths[st0] == 0)
     traced = bool(n_ent) and bool((np.asarray(trace.columns["action"]) == A_ALLOC).any())
     qsizes = quantized_sizes(allocs, sfacts, frameless_pre)
-    size_q = np.isin(size_r, list(qsizes)) if qsizes else np.zeros(n, dtype=bool)
+    size_q = isin(size_r, list(qsizes)) if qsizes else np.zeros(n, dtype=bool)
 
     # how many other allocations were made while it lived (never freed: a lot)
     if n_ent:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..common.arrays import isin, unique
 from ..parsers.tables import A_ALLOC, A_OOM
 from .categories import CATEGORY_CODE
 from .evidence import E_GUESS
@@ -184,7 +185,7 @@ def _optimizer(c: _Ctx, step: Fact) -> Fact:
             # an identifier only: the name is the file's (untrusted) text, printed on every surface
             return _fact(cls, "torch", f"the optimizer step's annotation (Optimizer.step#{cls}.step)")
     if c.sf is not None:
-        opt_stacks = np.unique(np.concatenate([c.tstack[c.phase == P_OPTIMIZER], c.stack[c.da.category == _O]]))
+        opt_stacks = unique(np.concatenate([c.tstack[c.phase == P_OPTIMIZER], c.stack[c.da.category == _O]]))
         name = _optimizer_from_frames(c, opt_stacks[opt_stacks > 0])
         if name:
             return _fact(name, "stack", f"the optimizer's frames ({name})")
@@ -381,13 +382,13 @@ def _models(c: _Ctx) -> tuple[Fact, Fact]:
     # frameless weights (made before recording): one family, or two where a set of them has
     # gradients and another, of other shapes, has none (a model trained before, alive beside one
     # that only runs forward; not adapters on a frozen base)
-    rest = w[~np.isin(w, framed)]
+    rest = w[~isin(w, framed)]
     framed_sizes = set(c.size[framed].tolist())
     split_ev = "guess"
     if len(rest) and not (set(c.size[rest].tolist()) & framed_sizes):
         g_sizes = set(c.size[cat == _G].tolist())
-        with_g = rest[np.isin(c.size[rest], list(g_sizes))] if g_sizes else rest[:0]
-        without = rest[~np.isin(rest, with_g)]
+        with_g = rest[isin(c.size[rest], list(g_sizes))] if g_sizes else rest[:0]
+        without = rest[~isin(rest, with_g)]
         a, b = set(c.size[with_g].tolist()), set(c.size[without].tolist())
         big = c.size[rest].sum()
         if (len(with_g) and len(without) and not (a & b) and not c.adapters

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..common.arrays import unique_inverse
+from ..common.arrays import isin, unique, unique_inverse
 from ..common.later import Later
 from ..common.units import fmt_bytes as _fmt_bytes
 
@@ -472,7 +472,7 @@ def _block_function(paths, stacks, calls, node_path) -> int:
     block's own function (under a profiler's `nn.Module: X` node, X's forward), which its
     recompute calls again (checkpointing may call the function without the module frame)."""
     common = None
-    for sid in np.unique(np.concatenate([stacks[c.rows] for c in calls])).tolist():
+    for sid in unique(np.concatenate([stacks[c.rows] for c in calls])).tolist():
         keys = paths.path(int(sid))[0]
         if common is None:
             common = keys
@@ -661,7 +661,7 @@ def _functions(paths, stacks) -> np.ndarray:
     """int32 per row: the innermost Python function (file and function; a profiler frame's def
     line too) of its stack, -1 where it has none."""
     fid = np.full(paths.sf.n_stacks + 1, -1, dtype=np.int32)
-    for sid in np.unique(stacks[stacks >= 0]).tolist():
+    for sid in unique(stacks[stacks >= 0]).tolist():
         keys = paths.path(int(sid))[0]
         py = [k for k in keys if paths.key_text[k].count(":")]
         if py:
@@ -794,8 +794,8 @@ def _seq2_rows(da, paths, calls, recomputes, size, ai, fi, stacks, batch, alloc_
     sm_sizes, sm_fn = set(), set()
     sm_u = np.array([paths.path(int(sid))[4] for sid in u.tolist()], dtype=bool)
     sm_rows = rows[sm_u[inv]]
-    sm_sizes.update(np.unique(size[sm_rows]).tolist())
-    for sid in np.unique(stacks[sm_rows]).tolist():      # the caller depends on the stack alone
+    sm_sizes.update(unique(size[sm_rows]).tolist())
+    for sid in unique(stacks[sm_rows]).tolist():      # the caller depends on the stack alone
         caller = [k for k in paths.path(int(sid))[0] if not paths.key_text[k].endswith("softmax")]
         if caller:
             sm_fn.add(caller[-1])
@@ -824,23 +824,23 @@ def _seq2_rows(da, paths, calls, recomputes, size, ai, fi, stacks, batch, alloc_
         return seq2, ("no attention scores (softmax) in the blocks (a fused attention kernel): everything that "
                       "grows with the sequence is taken to grow linearly")
     fam = np.array(sorted(sm_sizes), dtype=np.int64)
-    in_fam = np.isin(size, fam) & batch
+    in_fam = isin(size, fam) & batch
     # made by the function that calls the softmax (or right under it)
     by_caller_u = np.array([any(k in sm_fn for k in paths.path(int(sid))[0][-3:]) for sid in u.tolist()],
                            dtype=bool)
     scores = in_fam[rows] & by_caller_u[inv]
     seq2[rows[scores]] = True
-    linear_sizes = set(np.unique(size[rows[~scores]]).tolist())
+    linear_sizes = set(unique(size[rows[~scores]]).tolist())
     in_calls = np.zeros(len(size), dtype=bool)
     in_calls[rows] = True
     later = in_fam & ~in_calls & (alloc_phase == P_BACKWARD)
     clash = np.array(sorted(set(fam.tolist()) & linear_sizes), dtype=np.int64)
-    ambiguous = later & np.isin(size, clash)
+    ambiguous = later & isin(size, clash)
     seq2 |= later & ~ambiguous
     note = ("attention scores (the softmax's output and the tensors of its size its caller makes, and their "
             "gradients) grow with the square of the sequence, everything else that grows with it linearly")
     if ambiguous.any():
-        kept = np.flatnonzero(in_calls & np.isin(size, clash) & (fi >= 0) & (fi > ai))
+        kept = np.flatnonzero(in_calls & isin(size, clash) & (fi >= 0) & (fi > ai))
         order = np.argsort(fi[kept], kind="stable")
         frees, is_s2 = fi[kept][order], seq2[kept][order]
         amb = np.flatnonzero(ambiguous)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..common.arrays import isin
 from .snapshot import Snapshot
 from .tables import (A_ALLOC, A_FREE, A_FREE_COMPLETED, A_FREE_REQUESTED, A_SEGMENT_ALLOC, A_SEGMENT_FREE,
                      A_SEGMENT_MAP, A_SEGMENT_UNMAP, LIVE_BLOCK_STATES)
@@ -178,7 +179,7 @@ def frees_at_request(snap: Snapshot, device: int) -> np.ndarray:
     addr = np.asarray(t.columns["addr"])
     blk = snap.device_blocks(device)
     live_end = blk["address"][np.isin(blk["state"], LIVE_BLOCK_STATES)]
-    pending = np.isin(addr[fr], live_end)
+    pending = isin(addr[fr], live_end)
     if pending.any():
         al = np.flatnonzero(action == A_ALLOC)
         a_addr = addr[al]
@@ -282,7 +283,7 @@ def allocations(snap: Snapshot, device: int) -> Allocations:
     live_blk = np.isin(blk["state"], LIVE_BLOCK_STATES)
     still_live_allocs = alloc_idx[free_of_alloc < 0]
     end_addrs = blk["address"][live_blk]
-    untraced = ~np.isin(end_addrs, addr[still_live_allocs])
+    untraced = ~isin(end_addrs, addr[still_live_allocs])
     pre_live_addr = end_addrs[untraced]
     pre_live_size = blk["requested_size"][live_blk][untraced]
     pre_live_stack = blk["stack"][live_blk][untraced]

@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 
+from ...common.arrays import isin
 from ..structure import R_OUTPUT, R_RECOMPUTE_SAVED, R_SAVED
 from ..timeline import P_BACKWARD, P_OPTIMIZER
 from .base import Applied, Lever, LeverError, Measured
@@ -220,7 +221,7 @@ def _adapter_branch(rw, st, da, facts, rank: int, n_mats: int, chosen: list, wid
     sides = {int(round(m * dt * ratio)): (width, m / width) for m, _k in chosen}
     cat = np.asarray(da.category)
     size = np.asarray(da.allocs.size, dtype=np.int64)
-    g = np.flatnonzero((cat == _CAT["gradients"]) & (rw.ai >= 0) & np.isin(size, list(sides)))
+    g = np.flatnonzero((cat == _CAT["gradients"]) & (rw.ai >= 0) & isin(size, list(sides)))
     ph = da.timeline.phase
     g = g[ph[rw.ai[g]] == P_BACKWARD]
     g = g[np.argsort(rw.ai[g], kind="stable")]

@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 
+from ...common.arrays import isin
 from ..categories import CATEGORIES
 from ..structure import R_OUTPUT, R_OUTSIDE_SAVED, R_RECOMPUTE_SAVED, R_SAVED, Structure
 from ..timeline import P_BACKWARD
@@ -98,7 +99,7 @@ def frozen_base(rw, st: Structure, tail: bool = True) -> None:
         out_size = rw.size[st.outputs[last[p]]]
         lo, hi = np.searchsorted(ai_outside, [cn.end + 1, e + 1])
         kept = outside[lo:hi]
-        kept = kept[np.isin(rw.size[kept], [out_size, out_size // 2])]
+        kept = kept[isin(rw.size[kept], [out_size, out_size // 2])]
         if len(kept):
             rw.fk[kept] = rw.after(e, len(kept))
 

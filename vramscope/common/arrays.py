@@ -40,6 +40,56 @@ def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (np.flatnonzero(present) + lo).astype(v.dtype), number[k]
 
 
+def unique(values: np.ndarray) -> np.ndarray:
+    """`np.unique(values)` (the distinct values, sorted) for integers without numpy's hash table:
+    numpy 2.3 and later find the distinct values of a plain `np.unique` in a hash set, which
+    takes 3 s for 3 million distinct addresses where one sort takes 0.17. Values of a range
+    narrow against their count are marked in a table; others are sorted."""
+    v = np.asarray(values).ravel()
+    if not len(v) or v.dtype.kind not in "iu":
+        return np.unique(v)
+    lo, hi = int(v.min()), int(v.max())
+    span = hi - lo + 1
+    if span <= max(1 << 16, 2 * len(v)) and hi <= np.iinfo(np.intp).max:
+        present = np.zeros(span, dtype=bool)
+        present[v.astype(np.intp) - lo if lo else v] = True
+        return (np.flatnonzero(present) + lo).astype(v.dtype)
+    s = np.sort(v)
+    keep = np.empty(len(s), dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
+def isin(element: np.ndarray, test: np.ndarray, invert: bool = False) -> np.ndarray:
+    """`np.isin(element, test, invert=invert)` for integers in time that grows with the larger
+    side alone: the test values' distinct set (`unique`), then a table over their range where it
+    is narrow, else `searchsorted`. numpy sorts both sides together where the range is wide, and
+    finds the test side's distinct values in its hash set: 18 addresses looked up among 3 million
+    took 2.8 s. np.isin itself for any other kind of value."""
+    e, t = np.asarray(element), np.asarray(test)
+    common = np.promote_types(e.dtype, t.dtype) if e.dtype.kind in "iu" and t.dtype.kind in "iu" else None
+    if common is None or common.kind not in "iu" or not e.size or not t.size:
+        return np.isin(e, t, invert=invert)
+    flat = e.ravel().astype(common, copy=False)
+    tu = unique(t.ravel().astype(common, copy=False))
+    lo, hi = int(tu[0]), int(tu[-1])
+    span = hi - lo + 1
+    if span <= max(1 << 16, 2 * (len(flat) + len(tu))) and hi <= np.iinfo(np.intp).max:
+        table = np.zeros(span, dtype=bool)
+        table[tu.astype(np.intp) - lo] = True
+        inside = (flat >= lo) & (flat <= hi)
+        out = np.zeros(len(flat), dtype=bool)
+        out[inside] = table[flat[inside].astype(np.intp) - lo]
+    else:
+        pos = np.searchsorted(tu, flat)
+        np.minimum(pos, len(tu) - 1, out=pos)
+        out = tu[pos] == flat
+    if invert:
+        np.logical_not(out, out=out)
+    return out.reshape(e.shape)
+
+
 def stable_order(key: np.ndarray, descending: bool = False) -> np.ndarray:
     """`np.argsort(key, kind="stable")` (of `-key` with `descending`: ties in their order) as
     int32 below 2^31 items, else int64, for integer keys. Where the key's range and the items'
@@ -71,4 +121,4 @@ def _argsort(k: np.ndarray, descending: bool) -> np.ndarray:
     return (len(k) - 1 - np.argsort(k[::-1], kind="stable"))[::-1]
 
 
-__all__ = ["ragged", "unique_inverse", "stable_order"]
+__all__ = ["ragged", "unique_inverse", "unique", "isin", "stable_order"]
