@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from ..common.arrays import isin
 from .categories import CATEGORIES, CATEGORY_CODE
 from .results import Leak
 from .stacks import ROLE_USER
@@ -62,28 +63,26 @@ def find_leaks(da, rule_names, min_bytes: int = 1) -> tuple[Leak, ...]:
     per_stack = []
     # (the keys are sorted, so each stack's (stack, iteration) pairs are one run of them: read by
     # its bounds, not by comparing every pair with each stack, quadratic in the stacks that stay)
+    # Each member is (stack, its iterations, its bytes in each, its count): the iterations are
+    # its run of the sorted keys (ascending, distinct), the bytes the same run of `kb`; views,
+    # not a dict per stack (a trace of 170,000 iterations held 200 MB of them)
     bounds = np.flatnonzero(np.r_[True, ustk[1:] != ustk[:-1], True]).tolist()
     for lo, hi in zip(bounds[:-1], bounds[1:]):
-        iters = tuple(sorted(set(uit[lo:hi].tolist())))
-        if len(iters) < need:
+        if hi - lo < need:
             continue
-        per_stack.append((int(ustk[lo]), iters, dict(zip(uit[lo:hi].tolist(), kb[lo:hi].tolist())),
-                          int(kc[lo:hi].sum())))
+        per_stack.append((int(ustk[lo]), uit[lo:hi], kb[lo:hi], int(kc[lo:hi].sum())))
     leaks = []
     traced = (ai >= 0) & (it_a >= 0)
     for group in _by_site(per_stack, da.facts):
         stacks_ = tuple(g[0] for g in group["members"])
-        if not _grows(a, root, fi, traced & np.isin(a.stack, stacks_), ends, len(live) - 1):
+        if not _grows(a, root, fi, traced & isin(a.stack, stacks_), ends, len(live) - 1):
             continue
-        per_it: dict[int, float] = {}
-        for _, _, by_it, _ in group["members"]:
-            for it, b in by_it.items():
-                per_it[it] = per_it.get(it, 0.0) + b
-        per = np.array([per_it[i] for i in sorted(per_it)])
+        # the members of a group leak in the same iterations: their bytes add up element-wise
+        per = np.sum([m[2] for m in group["members"]], axis=0)
         total = int(per.sum())
         if total < min_bytes:
             continue
-        sel_rows = rows[np.isin(stk, stacks_)]
+        sel_rows = rows[isin(stk, stacks_)]
         count_per_it = len(sel_rows) / max(1, len(group["iterations"]))
         cat_bytes = np.bincount(da.category[sel_rows], weights=a.size[sel_rows].astype(np.float64),
                                 minlength=len(CATEGORIES))
@@ -91,7 +90,7 @@ def find_leaks(da, rule_names, min_bytes: int = 1) -> tuple[Leak, ...]:
         graph = by_cat.get("activations", 0) + by_cat.get("autograd", 0)
         leaks.append(Leak(
             stack=group["members"][0][0], site=group["site"], stacks=stacks_,
-            bytes_per_iteration=int(np.median(per)), iterations=tuple(int(i) + 1 for i in group["iterations"]),
+            bytes_per_iteration=int(np.median(per)), iterations=tuple((group["iterations"] + 1).tolist()),
             total_bytes=total, count=sum(g[3] for g in group["members"]),
             category=CATEGORIES[int(np.argmax(cat_bytes))], by_category=by_cat,
             rule=rule_names[int(np.bincount(da.rule[sel_rows]).argmax())],
@@ -150,11 +149,12 @@ def _by_site(per_stack: list, facts) -> list[dict]:
     """Group leaking stacks into causes: the same iterations, and a user frame in common.
     The largest stack leads each group; `site` is the innermost frame all share."""
     groups: list[dict] = []
-    for member in sorted(per_stack, key=lambda m: -sum(m[2].values())):
+    for member in sorted(per_stack, key=lambda m: -float(m[2].sum())):
         sid, iters = member[0], member[1]
         frames = _user_frames(facts, sid)
         for g in groups:
-            if g["iterations"] == iters and g["common"] & set(frames):
+            if len(g["iterations"]) == len(iters) and g["common"] & set(frames) \
+                    and np.array_equal(g["iterations"], iters):
                 g["common"] &= set(frames)
                 g["members"].append(member)
                 break
@@ -171,7 +171,7 @@ def leak_rows(da, leak: Leak) -> np.ndarray:
     """The allocation rows a leak is about: made in the trace from its stacks and never
     freed."""
     a = da.allocs
-    return np.flatnonzero(np.isin(a.stack, leak.stacks) & (a.free_index < 0) & (a.alloc_index >= 0))
+    return np.flatnonzero(isin(a.stack, leak.stacks) & (a.free_index < 0) & (a.alloc_index >= 0))
 
 
 __all__ = ["find_leaks", "leak_rows"]
