@@ -34,9 +34,10 @@ def run() -> int:
 
     signal.signal(signal.SIGINT, on_ctrl_c)
     try:
-        from .common.memory import keep_freed_pages, one_malloc_arena
+        from .common.memory import fewer_collections, keep_freed_pages, one_malloc_arena
         one_malloc_arena()                   # before any thread (the reader's, the analysis's, Qt's)
         keep_freed_pages()
+        fewer_collections()
         from .cli import main
         return main()                        # from here its own handler says "interrupted"
     except BaseException as e:
