@@ -142,7 +142,14 @@ def segment_ranges(events) -> tuple[list[tuple[int, int, int, int, int, bool]], 
         return live.pop(pa)
 
     def before(x: int, inclusive: bool):
-        """The live range starting last before `x` (or at it): its start, or None."""
+        """The live range starting last before `x` (or at it): its start, or None. The last of
+        all without a search where it is (the driver mostly maps at rising addresses; an index
+        into a SortedList that grows rebuilds its positional index)."""
+        if not starts:
+            return None
+        last = starts[-1]
+        if last < x or (inclusive and last == x):
+            return last
         return next(starts.irange(maximum=x, inclusive=(True, inclusive), reverse=True), None)
 
     for e, a, n_bytes, up, st, mapped in events:
