@@ -9,6 +9,7 @@ activations are already freed.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 
 import numpy as np
 
@@ -29,13 +30,12 @@ def peak_type(da, facts, index: int, backward_share: dict | None = None) -> str:
     if index < 0 or index >= len(da.trace_action):
         return "other"
     t = da.timeline
-    live = da.live.live_after
     # the next request failed: an OOM after the peak with live memory unchanged in between
     # (a later OOM, after frees and other allocations, types its own moment, not this one)
     ooms = da.oom_indices
     if len(ooms):
-        after = ooms[ooms >= index]
-        if len(after) and bool((live[index:int(after[0]) + 1] == live[index]).all()):
+        k = int(np.searchsorted(ooms, index))
+        if k < len(ooms) and index >= _still_since(da)[k]:
             return "oom"
     sid = int(da.trace_stack[index])
     marker = facts.stack_marker[sid] if sid > 0 else -1
@@ -58,6 +58,37 @@ def peak_type(da, facts, index: int, backward_share: dict | None = None) -> str:
             return _backward_word(backward_share[index])
         return _backward_kind(da, index)
     return "other"
+
+
+_STILL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # DeviceAnalysis -> np.ndarray
+
+
+def _still_since(da) -> np.ndarray:
+    """Per OOM (`da.oom_indices`, ascending): the first entry from which live memory stays as it
+    is at the OOM, up to it. A moment is that OOM's when it is at or after it: one comparison
+    where a look at every entry up to the next OOM, for each peak typed, made a trace that ends
+    in an OOM quadratic (10^7 entries, 5,248 iterations: the iterations' peaks 0.07 -> 9.2 s)."""
+    got = _STILL.get(da)
+    if got is not None:
+        return got
+    live = da.live.live_after
+    ooms = np.asarray(da.oom_indices, dtype=np.int64)
+    out = np.zeros(len(ooms), dtype=np.int64)
+    for j, o in enumerate(ooms.tolist()):
+        o = min(max(o, 0), len(live) - 1)             # (OOMs are trace entries: inside it)
+        v, width, start = live[o], 4096, 0
+        while True:                                     # back from the OOM, in widening windows
+            lo = max(0, o + 1 - width)
+            other = np.flatnonzero(live[lo:o + 1] != v)
+            if len(other):
+                start = lo + int(other[-1]) + 1
+                break
+            if lo == 0:
+                break
+            width *= 4
+        out[j] = start
+    _STILL[da] = out
+    return out
 
 
 def _backward_kind(da, index: int) -> str:
