@@ -8,11 +8,11 @@ activations are already freed.
 """
 from __future__ import annotations
 
-import dataclasses
 import weakref
 
 import numpy as np
 
+from ..common.arrays import isin
 from .categories import CATEGORY_CODE
 from .results import Iteration
 from .timeline import P_BACKWARD, P_FORWARD, P_INPUTS, P_NONE, P_OPTIMIZER
@@ -22,42 +22,67 @@ PEAK_TYPES = ("quantization", "model_load", "forward", "loss", "backward_start",
 I_ACT = CATEGORY_CODE["activations"]
 
 
-def peak_type(da, facts, index: int, backward_share: dict | None = None) -> str:
+def peak_type(da, facts, index: int) -> str:
     """DESIGN.md §4 type of a peak reached at trace entry `index` ("other" for the start
-    state, index -1, or an index outside the trace). `backward_share`: {entry: share of its
-    backward's consumed activations freed by it} found for many entries at once
-    (`_backward_shares`), where `index` is one of them."""
-    if index < 0 or index >= len(da.trace_action):
-        return "other"
+    state, index -1, or an index outside the trace): `peak_types` of that one entry."""
+    return peak_types(da, facts, [index])[0]
+
+
+def peak_types(da, facts, indices) -> list[str]:
+    """DESIGN.md §4 type of the moment at each trace entry of `indices`, for all of them at
+    once (every iteration's peak: one call each was 6 µs, a second at 170,000 iterations).
+    The first that holds: outside the trace, "other"; the next request failed (an OOM after it
+    with live memory unchanged in between: a later OOM, after frees and other allocations,
+    types its own moment), "oom"; before training (or with no iterations) "quantization" in a
+    quantization's frames, "model_load" in a load's or construction's or outside any phase;
+    then by the entry's phase, "loss" in the loss's frames; inside backward, by the share of that
+    backward's consumed activations already freed; else "other"."""
+    idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+    out = np.full(len(idx), PEAK_TYPES.index("other"), dtype=np.int8)
+    ok = np.flatnonzero((idx >= 0) & (idx < len(da.trace_action)))
+    if not len(ok):
+        return [PEAK_TYPES[c] for c in out.tolist()]
+    i = idx[ok]
     t = da.timeline
-    # the next request failed: an OOM after the peak with live memory unchanged in between
-    # (a later OOM, after frees and other allocations, types its own moment, not this one)
-    ooms = da.oom_indices
+    code = np.full(len(i), -1, dtype=np.int8)          # decided: a PEAK_TYPES index, -1 not yet
+
+    def decide(mask, word: str) -> None:
+        code[mask & (code < 0)] = PEAK_TYPES.index(word)
+
+    ooms = np.asarray(da.oom_indices, dtype=np.int64)
     if len(ooms):
-        k = int(np.searchsorted(ooms, index))
-        if k < len(ooms) and index >= _still_since(da)[k]:
-            return "oom"
-    sid = int(da.trace_stack[index])
-    marker = facts.stack_marker[sid] if sid > 0 else -1
-    mname = facts.phase_markers[marker] if marker >= 0 else None
-    quant = sid > 0 and "quantization" in facts.has_marker and bool(facts.has_marker["quantization"][sid])
-    it = t.iteration_of(index) if 0 <= index < len(t.phase) else -1
-    ph = int(t.phase[index]) if len(t.phase) else P_NONE
-    if it < 0 and (t.first_start < 0 or index < t.first_start):
-        # before training (or no iterations at all)
-        if quant:
-            return "quantization"
-        if mname in ("model_load", "construct") or (t.first_start >= 0 and ph in (P_NONE, P_INPUTS)):
-            return "model_load"
-    if ph == P_FORWARD:
-        return "loss" if mname == "loss" else "forward"
-    if ph == P_OPTIMIZER:
-        return "optimizer_step"
-    if ph == P_BACKWARD:
-        if backward_share is not None and index in backward_share:
-            return _backward_word(backward_share[index])
-        return _backward_kind(da, index)
-    return "other"
+        k = np.searchsorted(ooms, i)
+        decide((k < len(ooms)) & (i >= _still_since(da)[np.minimum(k, len(ooms) - 1)]), "oom")
+    sid = np.asarray(da.trace_stack)[i].astype(np.int64)
+    framed = sid > 0
+    marker = np.full(len(i), -1, dtype=np.int64)
+    marker[framed] = np.asarray(facts.stack_marker)[sid[framed]]
+    names = list(facts.phase_markers)
+
+    def marked(*words: str) -> np.ndarray:
+        return isin(marker, [names.index(w) for w in words if w in names]) & (marker >= 0)
+    quant = np.zeros(len(i), dtype=bool)
+    if "quantization" in facts.has_marker:
+        quant[framed] = np.asarray(facts.has_marker["quantization"], dtype=bool)[sid[framed]]
+    in_tl = i < len(t.phase)
+    at = np.where(in_tl, i, 0)
+    ph = np.where(in_tl, t.phase[at], P_NONE) if len(t.phase) else np.full(len(i), P_NONE)
+    it = np.where(in_tl, t.iteration_of(at), -1) if len(t.phase) else np.full(len(i), -1)
+    before = (it < 0) & ((t.first_start < 0) | (i < t.first_start))
+    decide(before & quant, "quantization")
+    decide(before & (marked("model_load", "construct") | ((t.first_start >= 0) & isin(ph, (P_NONE, P_INPUTS)))),
+           "model_load")
+    forward = ph == P_FORWARD
+    decide(forward & marked("loss"), "loss")
+    decide(forward, "forward")
+    decide(ph == P_OPTIMIZER, "optimizer_step")
+    back = np.flatnonzero((ph == P_BACKWARD) & (code < 0))
+    if len(back):
+        share = _backward_shares(da, i[back])
+        code[back] = [PEAK_TYPES.index(_backward_word(share[k])) for k in i[back].tolist()]
+    decide(code < 0, "other")
+    out[ok] = code
+    return [PEAK_TYPES[c] for c in out.tolist()]
 
 
 _STILL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # DeviceAnalysis -> np.ndarray
@@ -91,28 +116,6 @@ def _still_since(da) -> np.ndarray:
     return out
 
 
-def _backward_kind(da, index: int) -> str:
-    """Where in backward: by the share of this backward's saved activations already freed."""
-    t = da.timeline
-    s0, s1 = (int(x) for x in t.segment_bounds(t.segment_of(index)))
-    a = da.allocs
-    order, sorted_fi = da.free_order()
-    # keys in the column's own dtype: int64 keys would make numpy copy the int32 column
-    # (millions of rows) on every call, 1 ms a peak at 10^7 events
-    lo, hi = np.searchsorted(sorted_fi, np.array([s0, s1 + 1], dtype=sorted_fi.dtype))
-    rows = order[lo:hi]                      # rows freed inside this backward run
-    fi = a.free_index[rows]
-    ai = a.alloc_index[rows]
-    consumed = (da.category[rows] == I_ACT) & (ai >= 0) & (ai < s0)
-    sz = a.size[rows]
-    total = float(sz[consumed].sum())
-    if total > 0:
-        f = float(sz[consumed & (fi <= index)].sum()) / total
-    else:
-        f = (index - s0) / max(1, s1 - s0)
-    return _backward_word(f)
-
-
 def _backward_word(f: float) -> str:
     if f < 0.02:
         return "backward_start"
@@ -122,7 +125,8 @@ def _backward_word(f: float) -> str:
 
 
 def _backward_shares(da, indices: np.ndarray) -> dict[int, float]:
-    """`_backward_kind`'s share for each of the trace entries `indices` in backward, in one pass
+    """The share of its backward run's consumed activations freed by each of the trace entries
+    `indices` in backward, in one pass
     over the rows freed in their backward runs (one call per iteration scanned its run's rows
     once per iteration: 0.4 s for 5,000 iterations at 10^7 events), exactly as it finds it: the
     bytes of the run's consumed activations (made before the run began) freed up to the entry,
@@ -168,7 +172,7 @@ def with_peaks(da, facts, iterations) -> tuple[Iteration, ...]:
     for it in iterations:
         s, e = it.start_index, it.end_index
         peaks.append(-1 if e < s or not len(live) else s + int(np.argmax(live[s:e + 1])))
-    shares = _backward_shares(da, np.asarray([k for k in peaks if k >= 0], dtype=np.int64))
+    types = iter(peak_types(da, facts, [k for k in peaks if k >= 0]))
     out = []
     for it, k in zip(iterations, peaks):
         if k < 0:
@@ -177,8 +181,8 @@ def with_peaks(da, facts, iterations) -> tuple[Iteration, ...]:
         # (its fields with the peak's: dataclasses.replace looked at each field, 7 µs an
         # iteration, a second at 10^5 iterations)
         out.append(type(it)(**{**it.__dict__, "peak_bytes": int(live[k]), "peak_index": k,
-                               "peak_type": peak_type(da, facts, k, shares)}))
+                               "peak_type": next(types)}))
     return tuple(out)
 
 
-__all__ = ["PEAK_TYPES", "peak_type", "with_peaks"]
+__all__ = ["PEAK_TYPES", "peak_type", "peak_types", "with_peaks"]
