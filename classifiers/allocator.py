@@ -105,6 +105,23 @@ def _segment_events(ev: np.ndarray, cols, stream_col: np.ndarray, up_mask: np.nd
                        stream_col[e].tolist(), np.isin(act[e], (A_SEGMENT_MAP, A_SEGMENT_UNMAP)).tolist())
 
 
+def _made_only(ev: np.ndarray, cols, stream_col: np.ndarray, act: np.ndarray,
+               part: int = 1 << 16) -> dict[int, tuple[int, int, int, bool]]:
+    """`segment_ranges`' live ranges where every event `ev` makes a segment or maps a range (none
+    is freed or unmapped: a run's warm-up, the caching allocator keeping what it reserved): each
+    is live at the end, {its address: (end address, entry, stream, mapped)}, the latest made at
+    an address with the first one's place in the order, as `segment_ranges` puts them; without
+    its search per event (400,000 segments made in a real trace tiled to 10^7 entries: 2.2 s)."""
+    live: dict[int, tuple[int, int, int, bool]] = {}
+    for lo in range(0, len(ev), part):
+        e = ev[lo:lo + part]
+        a = np.asarray(cols["addr"][e], dtype=np.int64)
+        b = a + np.asarray(cols["size"][e], dtype=np.int64)
+        live.update(zip(a.tolist(), zip(b.tolist(), e.tolist(), stream_col[e].tolist(),
+                                        (act[e] == A_SEGMENT_MAP).tolist())))
+    return live
+
+
 def segment_ranges(events) -> tuple[list[tuple[int, int, int, int, int, bool]], dict[int, tuple[int, int, int, bool]]]:
     """The segments' address ranges from their events `(entry, address, size, maps or allocates,
     stream, a mapping)` in order: (the ranges that ended, as (start entry, end entry, address,
@@ -300,7 +317,10 @@ class AllocatorHistory:
         big = n + 1
         # Address ranges, not whole segments (segment_ranges); the events' fields made Python
         # values a part at a time (at once, 400,000 events' took 140 MB)
-        out, live = segment_ranges(_segment_events(events, cols, stream_col, up_mask, act))
+        if up_mask[events].all():
+            out, live = [], _made_only(events, cols, stream_col, act)
+        else:
+            out, live = segment_ranges(_segment_events(events, cols, stream_col, up_mask, act))
         for pa, (pb, pe, pst, pm) in live.items():
             out.append((pe, big, pa, pb - pa, pst, pm))
         # segments of the final state that no live range covers: mapped before the trace

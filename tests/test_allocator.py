@@ -259,3 +259,23 @@ def test_segment_ranges_found_by_search_are_those_of_a_look_at_every_one(seed):
                 live_pages -= set(range(a // page, (a + n) // page))
             events.append((e, a, n, up, int(rng.integers(0, 2)), bool(rng.random() < 0.5)))
         assert segment_ranges(iter(events)) == _segment_ranges_by_looking_at_every_one(events)
+
+
+def test_segments_only_made_are_segment_ranges_answer():
+    """A trace that only makes segments (a run's warm-up) takes `_made_only`, not the search per
+    event: the same live ranges in the same order, where an address is made again (the latest's
+    end, the first's place), a range is mapped, or a size is zero."""
+    from vramscope.classifiers.allocator import _made_only, _segment_events, segment_ranges
+    from vramscope.parsers.tables import A_SEGMENT_ALLOC, A_SEGMENT_MAP
+    rng = np.random.default_rng(5)
+    for trial in range(40):
+        n = int(rng.integers(1, 400))
+        act = np.where(rng.random(n) < 0.3, A_SEGMENT_MAP, A_SEGMENT_ALLOC).astype(np.uint8)
+        addr = rng.integers(0, 60, n).astype(np.int64) * (2 << 20)      # repeats and overlaps
+        size = rng.integers(0, 4, n).astype(np.int64) * (2 << 20)
+        stream = rng.integers(0, 3, n).astype(np.int64)
+        ev = np.arange(n)
+        cols = {"addr": addr, "size": size}
+        want_out, want = segment_ranges(_segment_events(ev, cols, stream, np.ones(n, dtype=bool), act))
+        got = _made_only(ev, cols, stream, act, part=int(rng.integers(1, 64)))
+        assert want_out == [] and list(got.items()) == list(want.items())
