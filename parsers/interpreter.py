@@ -159,8 +159,12 @@ class Interpreter:
 
     def grow_memo_fast(self, count: int) -> None:
         if count > len(self.memo_fast):
-            new = np.full(max(count, 2 * len(self.memo_fast)), -1, dtype=np.int32)
-            new[:len(self.memo_fast)] = self.memo_fast
+            # (the old slots copied, only the new ones filled: each byte written once, where
+            # filling all and then copying wrote the old part twice; 26 million slots at 10^7)
+            old = len(self.memo_fast)
+            new = np.empty(max(count, 2 * old), dtype=np.int32)
+            new[:old] = self.memo_fast
+            new[old:] = -1
             self.memo_fast = new
 
     # -- memo resolution for the fast path --------------------------------------
