@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import subprocess
 import sys
 import time
@@ -298,3 +299,20 @@ def test_allocations_csv_is_valid_for_any_rule_id(capsys, tmp_path):
     # every other field is written as it is, unquoted: the usual CSV is unchanged
     plain = [ln for ln in out.splitlines() if "my,rule" not in ln and "second line" not in ln]
     assert len(plain) > len(mine) and not any('"' in ln for ln in plain)
+
+
+def test_summary_lists_a_long_runs_iterations_by_their_first_highest_and_last(capsys, tmp_path):
+    """2,000 iterations listed one a line buried the leaks and the OOM under them: past a dozen,
+    the first three, the highest peak and the last, and where the rest are; --json keeps all."""
+    from test_linear import loop           # the training loop its growth guard records
+
+    p = tmp_path / "long.pickle"
+    p.write_bytes(pickle.dumps(loop(30, oom=True), protocol=4))
+    code, out, _ = run(capsys, "summary", str(p))
+    assert code == 0
+    its = orjson.loads(run(capsys, "summary", "--json", str(p))[1])["devices"][0]["iterations"]
+    assert len(its) > 12
+    highest = max(its, key=lambda it: it["peak_bytes"])["number"]
+    listed = [int(m[1]) for m in re.finditer(r"^ +(\d+)  peak ", out, re.M)]
+    assert listed == sorted({1, 2, 3, highest, len(its)})
+    assert f"({len(listed)} of {len(its)} shown" in out and "OOM" in out.split("shown")[1]

@@ -309,6 +309,21 @@ def cached_summary_document(snap, rules_path=None) -> SummaryJSON:
     return doc
 
 
+ITERATIONS_LISTED = 12                 # the text lists every iteration up to this many
+ITERATIONS_FIRST = 3                   # ... and past it the first ones, the highest and the last
+
+
+def shown_iterations(its: list) -> list[int]:
+    """Positions of the iterations the text lists, in order: all of a dozen; of more, the first
+    three, the one with the highest peak (the first such) and the last. (A trace of 2,000 steps
+    listed 2,000 lines, and the leaks and OOMs after them.)"""
+    if len(its) <= ITERATIONS_LISTED:
+        return list(range(len(its)))
+    peaks = [it.get("peak_bytes") or 0 for it in its]
+    top = max(range(len(its)), key=peaks.__getitem__)
+    return sorted({*range(ITERATIONS_FIRST), top, len(its) - 1})
+
+
 def summary_text(doc: SummaryJSON) -> str:
     """The command line's text for a summary document."""
     out = [os.path.basename(doc["file"])]
@@ -357,9 +372,18 @@ def summary_text(doc: SummaryJSON) -> str:
             out.append(f"  reserved peak  {fmt_bytes(d['reserved_peak_bytes'])}")
         its = d["iterations"]
         note = iterations_note(it["source"] for it in its)
-        out.append(f"  iterations     {len(its)}" + (f"  ({note})" if note else ""))
-        for it in its:
-            out.append(f"    {it['number']:>3}  peak {fmt_bytes(it['peak_bytes']):>11}  {peak_words(it['peak_type'])}")
+        out.append(f"  iterations     {len(its):,}" + (f"  ({note})" if note else ""))
+        shown = shown_iterations(its)
+        width = max(3, *(len(str(its[k]["number"])) for k in shown)) if shown else 3
+        for j, k in enumerate(shown):
+            if j and k > shown[j - 1] + 1:
+                out.append("    ...")
+            it = its[k]
+            out.append(f"    {it['number']:>{width}}  peak {fmt_bytes(it['peak_bytes']):>11}  "
+                       f"{peak_words(it['peak_type'])}")
+        if len(shown) < len(its):
+            out.append(f"    ({len(shown)} of {len(its):,} shown: the first {ITERATIONS_FIRST}, the highest peak "
+                       f"and the last; `summary --json` lists every one)")
         sg = d["stale_gradients"]
         if sg is not None:
             out.append(f"  STALE GRADIENTS {sg['advice']}")
