@@ -221,7 +221,7 @@ class FindingsPanel(QWidget):
                 continue
             if not fs:
                 continue
-            group = _item(f"{label} ({len(fs)})" if len(fs) > 1 else label)
+            group = _item(f"{label} ({len(fs):,})" if len(fs) > 1 else label)
             f0 = group.font(0)
             f0.setBold(True)
             group.setFont(0, f0)
@@ -241,7 +241,7 @@ class FindingsPanel(QWidget):
         # how they were found, where that makes the count a guess: said briefly, whole in the tooltip
         note = iterations_note(it.source for it in data.iterations)
         self.summary.setText((f"<b>Run:</b> {html_text(run)}<br>" if run else "")
-                             + (f"{n_it} iteration{'s' if n_it != 1 else ''} found" + (" (a guess)" if note else "")
+                             + (f"{n_it:,} iteration{'s' if n_it != 1 else ''} found" + (" (a guess)" if note else "")
                                 if n_it else "<i>No iterations found.</i>"))
         self.summary.setToolTip("What the trace shows about the run, each fact with its evidence: "
                                 "vramscope summary FILE --json, devices[].run"
