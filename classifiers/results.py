@@ -306,21 +306,41 @@ def to_plain(obj: Any) -> Any:
         return [v if type(v) in _SCALARS else to_plain(v) for v in obj]
     if t is dict:
         return {k: v if type(v) in _SCALARS else to_plain(v) for k, v in obj.items()}
+    if t is Iteration:
+        return _iteration_plain(obj)
     names = _FIELD_NAMES.get(t, _UNSEEN)
     if names is _UNSEEN:
         names = tuple(f.name for f in dataclasses.fields(t)) if dataclasses.is_dataclass(t) else None
         _FIELD_NAMES[t] = names
     if names is not None:
-        out = {}
-        for n in names:
-            v = getattr(obj, n)
-            out[n] = v if type(v) in _SCALARS else to_plain(v)
-        return out
+        return _dataclass_plain(obj, names)
     if isinstance(obj, (list, tuple)):
         return [to_plain(v) for v in obj]
     if isinstance(obj, dict):
         return {k: to_plain(v) for k, v in obj.items()}
     return obj
+
+
+def _dataclass_plain(obj: Any, names: tuple) -> dict:
+    out = {}
+    for n in names:
+        v = getattr(obj, n)
+        out[n] = v if type(v) in _SCALARS else to_plain(v)
+    return out
+
+
+_ITERATION_FIELDS = tuple(f.name for f in dataclasses.fields(Iteration))
+
+
+def _iteration_plain(it: Iteration) -> dict:
+    """`_dataclass_plain` of an Iteration, the one result listed by the hundred thousand (a trace
+    of short forward passes): its fields copied at once, its phases' bounds made lists; a third
+    of the time (0.48 -> 0.16 s for 170,000)."""
+    out = it.__dict__.copy()
+    if tuple(out) != _ITERATION_FIELDS:       # (something else kept on it: field by field)
+        return _dataclass_plain(it, _ITERATION_FIELDS)
+    out["phases"] = {k: list(v) for k, v in it.phases.items()}
+    return out
 
 
 def from_plain(cls: Any, data: Any) -> Any:

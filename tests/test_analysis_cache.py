@@ -477,3 +477,20 @@ def test_a_big_analysis_writes_its_arrays_while_it_goes_on(cache_dir, monkeypatc
     third = analyze(open_snapshot(str(path)))
     assert third.from_cache
     assert_same_analysis(third, want)
+
+
+def test_an_iteration_is_plain_as_any_dataclass():
+    """to_plain's own conversion of an Iteration (listed by the hundred thousand) is the generic
+    one of its fields, in their order, a tuple field made a list."""
+    import dataclasses
+
+    from vramscope.classifiers.results import Iteration, _dataclass_plain, to_plain
+    names = tuple(f.name for f in dataclasses.fields(Iteration))
+    its = [Iteration(1, 0, 9, None, None, {}, 1),
+           Iteration(2, 10, 99, 5, 70, {"forward": (10, 40), "backward": (41, 90)}, 2, source="forward_runs",
+                     peak_bytes=1 << 40, peak_index=37, peak_type="forward")]
+    for it in its:
+        plain = to_plain(it)
+        assert plain == _dataclass_plain(it, names) and tuple(plain) == names
+        assert plain["phases"] == {k: list(v) for k, v in it.phases.items()}
+    assert to_plain(its) == [_dataclass_plain(it, names) for it in its]
