@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 
 def ragged(starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -40,7 +41,7 @@ def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (np.flatnonzero(present) + lo).astype(v.dtype), number[k]
 
 
-def unique(values: np.ndarray) -> np.ndarray:
+def unique(values: npt.ArrayLike) -> np.ndarray:
     """`np.unique(values)` (the distinct values, sorted) for integers without numpy's hash table:
     numpy 2.3 and later find the distinct values of a plain `np.unique` in a hash set, which
     takes 3 s for 3 million distinct addresses where one sort takes 0.17. Values of a range
@@ -61,7 +62,7 @@ def unique(values: np.ndarray) -> np.ndarray:
     return s[keep]
 
 
-def isin(element: np.ndarray, test: np.ndarray, invert: bool = False) -> np.ndarray:
+def isin(element: npt.ArrayLike, test: npt.ArrayLike, invert: bool = False) -> np.ndarray:
     """`np.isin(element, test, invert=invert)` for integers in time that grows with the larger
     side alone: the test values' distinct set (`unique`), then a table over their range where it
     is narrow, else `searchsorted`. numpy sorts both sides together where the range is wide, and
