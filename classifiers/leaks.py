@@ -61,11 +61,11 @@ def find_leaks(da, rule_names, min_bytes: int = 1) -> tuple[Leak, ...]:
     need = max(2, math.ceil(0.5 * K))
     growth = int(end_live[-1] - end_live[0]) // max(1, K - 1)
     per_stack = []
-    # (the keys are sorted, so each stack's (stack, iteration) pairs are one run of them: read by
-    # its bounds, not by comparing every pair with each stack, quadratic in the stacks that stay)
-    # Each member is (stack, its iterations, its bytes in each, its count): the iterations are
-    # its run of the sorted keys (ascending, distinct), the bytes the same run of `kb`; views,
-    # not a dict per stack (a trace of 170,000 iterations held 200 MB of them)
+    # The keys are sorted, so each stack's (stack, iteration) pairs are one run of them: read by
+    # its bounds, not by comparing every pair with each stack (quadratic in the stacks that stay).
+    # Each member is (stack, its iterations, its bytes in each, its count): its run of the keys'
+    # iterations (ascending, distinct) and of `kb`, as views, not a dict per stack (a trace of
+    # 170,000 iterations held 200 MB of them)
     bounds = np.flatnonzero(np.r_[True, ustk[1:] != ustk[:-1], True]).tolist()
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         if hi - lo < need:

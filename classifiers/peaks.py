@@ -90,9 +90,10 @@ _STILL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # DeviceAnalys
 
 def _still_since(da) -> np.ndarray:
     """Per OOM (`da.oom_indices`, ascending): the first entry from which live memory stays as it
-    is at the OOM, up to it. A moment is that OOM's when it is at or after it: one comparison
-    where a look at every entry up to the next OOM, for each peak typed, made a trace that ends
-    in an OOM quadratic (10^7 entries, 5,248 iterations: the iterations' peaks 0.07 -> 9.2 s)."""
+    is at the OOM, up to it. A moment is that OOM's when it is at or after it: one comparison,
+    where a look at every entry up to the next OOM for each peak typed made a trace that ends in
+    an OOM quadratic (10^7 entries, 5,248 iterations, an OOM at the end: their peaks 9.2 s, now
+    0.08 s)."""
     got = _STILL.get(da)
     if got is not None:
         return got
@@ -171,10 +172,10 @@ SHORT = 300               # ... which it vectorizes where the ranges average at 
 
 def first_highest(live: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """The first entry of the highest value of `live` in each range [start, end] (ends
-    inclusive), -1 for an empty range: `start + argmax(live[start:end + 1])` of each. For short
-    ranges in order that do not overlap (iterations of a few entries each), vectorized: the highest values by one
-    `np.maximum.reduceat`, then where each is first met, PART entries at a time (a call per
-    range was 2 µs, 0.19 s at 133,000 iterations). Any other ranges: a call each."""
+    inclusive), -1 for an empty range: `start + argmax(live[start:end + 1])` of each. Short
+    ranges in order that do not overlap (iterations of a few entries each) vectorized: the
+    highest values by one `np.maximum.reduceat`, then where each is first met, PART entries at a
+    time (a call per range was 2 µs, 0.19 s at 133,000 iterations). Other ranges: a call each."""
     starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
     k = len(starts)
     out = np.full(k, -1, dtype=np.int64)
