@@ -20,12 +20,13 @@ def test_the_command_line_keeps_one_arena_before_anything_else(monkeypatch, caps
     calls = []
     monkeypatch.setattr(memory, "one_malloc_arena", lambda: calls.append("arena") or True)
     monkeypatch.setattr(memory, "keep_freed_pages", lambda: calls.append("keep") or True)
+    monkeypatch.setattr(memory, "fewer_collections", lambda: calls.append("gc"))
     monkeypatch.setattr(sys, "argv", ["vramscope", "--help"])
     try:
         entry.run()
     except SystemExit:
         pass
-    assert calls == ["arena", "keep"]
+    assert calls == ["arena", "keep", "gc"]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc only")

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...common.memory import give_back_freed_pages
+from ...common import memory
 from ...common.units import fmt_bytes
 from ...present.markup import html as _esc
 from ...present.markup import middle
@@ -82,6 +82,13 @@ EXTRA_KEYS = (("Left / Right", "pan (timeline focused)"), ("Tab / Shift+Tab", "t
               ("Memory tree", "click the timeline: what holds the memory there; Return in its search: "
                               "the next match; double-click: the allocations"),
               ("Ctrl+Return in a note", "save the note"))
+
+
+def _hand_back_memory() -> None:
+    """Once a file is shown: the cycles of the one it replaced collected, then the heap's free
+    pages handed back (common/memory.py)."""
+    memory.collect_garbage()
+    memory.give_back_freed_pages()
 
 
 class MainWindow(QMainWindow):
@@ -738,9 +745,10 @@ class MainWindow(QMainWindow):
         if d is not None and not isinstance(self.focusWidget(), QLineEdit):
             self.timeline.plot.setFocus(Qt.FocusReason.OtherFocusReason)
         # the reading and the analysis kept the pages they freed for their next arrays (the
-        # command line's common/memory.py keep_freed_pages): the window, open for hours, hands
-        # them back once the file is shown
-        QTimer.singleShot(0, self, give_back_freed_pages)
+        # command line's common/memory.py keep_freed_pages) and put off the cyclic collector's
+        # passes (fewer_collections): the window, open for hours, collects the file it replaced
+        # and hands the pages back once this one is shown
+        QTimer.singleShot(0, self, _hand_back_memory)
         self.loaded.emit()
 
     # -- views -----------------------------------------------------------------------------------

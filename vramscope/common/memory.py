@@ -4,7 +4,8 @@ changes) and Python's cyclic garbage collector.
     one_malloc_arena()      # at the start of the command line and the viewer, before any thread
     keep_freed_pages()      # ... and big arrays' pages kept for the next ones
     fewer_collections()     # ... and the cyclic collector run less often
-    give_back_freed_pages() # the viewer, once a file is shown
+    collect_garbage()       # the viewer, once a file is shown: the replaced file's cycles
+    give_back_freed_pages() # ... and then the heap's free pages
 
 glibc gives each thread that allocates its own arena. The analysis runs numpy work on a second
 thread (the blocks' structure, beside the peaks, run facts and leaks: classifiers/structure.py
@@ -84,6 +85,13 @@ def fewer_collections() -> None:
     gc.set_threshold(200_000, 100, 100)
 
 
+def collect_garbage() -> int:
+    """A full collection now, of what `fewer_collections` puts off: the viewer's, once a file is
+    shown (the cycles of the file it replaced, which the rarer collections might keep for the
+    whole session); how many objects it freed."""
+    return gc.collect()
+
+
 def give_back_freed_pages() -> bool:
     """Hand the heap's free pages back to the OS now (glibc's malloc_trim(0)); whether any went."""
     libc = _glibc()
@@ -95,4 +103,4 @@ def give_back_freed_pages() -> bool:
         return False
 
 
-__all__ = ["one_malloc_arena", "keep_freed_pages", "fewer_collections", "give_back_freed_pages"]
+__all__ = ["one_malloc_arena", "keep_freed_pages", "fewer_collections", "collect_garbage", "give_back_freed_pages"]
