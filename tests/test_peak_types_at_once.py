@@ -1,6 +1,7 @@
 """The iterations' peak types found at once (classifiers/peaks.py `_backward_shares`, one pass
-over the rows freed in the backward runs) are the ones found one entry at a time
-(`_backward_kind`): the same share, so the same word, at every backward entry asked about."""
+over the rows freed in the backward runs; `peak_types`) are the ones found one entry at a time
+(recomputed here as `_backward_kind` found them before `peak_types` replaced it): the same share,
+so the same word, at every backward entry asked about."""
 from __future__ import annotations
 
 import numpy as np
@@ -45,9 +46,10 @@ def test_backward_shares_at_once_are_those_one_at_a_time(path):
     asked = np.unique(np.r_[back[:3], back[-3:], rng.choice(back, size=min(200, len(back)), replace=False)])
     shares = peaks._backward_shares(da, np.r_[asked, -1, len(da.timeline.phase)])   # outside: left out
     assert sorted(shares) == asked.tolist()
-    for k in asked.tolist():
+    typed = peaks.peak_types(da, da.facts, asked)
+    for k, word in zip(asked.tolist(), typed):
         assert shares[k] == pytest.approx(_share_one_at_a_time(da, k), abs=1e-12)
-        assert peaks._backward_word(shares[k]) == peaks._backward_kind(da, k)
+        assert word == peaks._backward_word(_share_one_at_a_time(da, k)) == peaks.peak_type(da, da.facts, k)
 
 
 def test_a_run_with_backward_peaks_gets_them_typed_as_before():
@@ -83,4 +85,4 @@ def test_activations_made_inside_the_run_are_not_counted_as_consumed(monkeypatch
     shares = peaks._backward_shares(da, asked)
     for k in asked.tolist():
         assert shares[k] == pytest.approx(_share_one_at_a_time(da, k), abs=1e-12)
-        assert peaks._backward_word(shares[k]) == peaks._backward_kind(da, k)
+        assert peaks._backward_word(shares[k]) == peaks._backward_word(_share_one_at_a_time(da, k))
