@@ -211,3 +211,22 @@ def test_whatif_json_levers_and_fit(capsys):
     assert d["fit"][0]["levers"] == ["checkpointing", "adam8bit"] and d["fit_note"]
     code = main(["whatif", str(DATA / "cuda_lora.pickle"), "--fit", "batch"])
     assert code == 2 and "--gpu" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["levers/dev/vit_sgd.base.pickle", "fit_b5_ckpt.pickle"])
+def test_lora_keeps_the_adapter_branch_gradients_of_the_adapted_matrices(name, monkeypatch):
+    """LoRA's simulated backward makes, beside each adapted matrix's gradient, the branch's own
+    tokens x in tensor, which full fine-tuning does not: found among the run's gradients by the
+    adapted sides' sizes. Without them (the sizes matching none) the peak would read lower."""
+    from vramscope.classifiers import analyze
+    from vramscope.classifiers.levers import lora
+    from vramscope.parsers import open_snapshot
+
+    def lora_peak():           # a fresh analysis each time (a lever's answer is kept with one)
+        an = analyze(open_snapshot(str(DATA / name), use_cache=False), use_cache=False)
+        return what_if(an, an.primary_device(), levers=["lora"], with_budget=False)
+    with_branch = lora_peak()
+    assert with_branch.prediction
+    monkeypatch.setattr(lora, "isin", lambda element, test, invert=False: np.zeros(np.shape(element), dtype=bool))
+    without = lora_peak()
+    assert with_branch.scaled.bytes > without.scaled.bytes
