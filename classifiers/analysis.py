@@ -31,7 +31,7 @@ allocation, peak_type, phase_ranges, findings, summary, ...), documented on each
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -105,7 +105,7 @@ class DeviceAnalysis:
     rules_category: np.ndarray | None = None
     torch_category: np.ndarray | None = None
     torch_component: np.ndarray | None = None
-    iterations: tuple[Iteration, ...] = ()
+    iterations: Sequence[Iteration] = ()  # Iterations (columns) once analyzed
     peak: Peak = NO_PEAK                 # filled by analyze()
     leaks: tuple[Leak, ...] = ()
     ooms: tuple[Oom, ...] = ()
@@ -354,8 +354,9 @@ class DeviceAnalysis:
     def leak_rows(self, leak: Leak) -> np.ndarray:
         return leak_rows(self, leak)
 
-    def findings(self) -> list[Finding]:
-        """Peak, OOMs, leaks, then each iteration's peak: the order the viewer lists them."""
+    def findings(self, iteration_peaks: bool = True) -> list[Finding]:
+        """Peak, OOMs, leaks, then each iteration's peak: the order the viewer lists them
+        (without `iteration_peaks`: the rest alone; `iteration_finding(k)` makes the k-th)."""
         out = [Finding("peak", self.peak.index, self.peak)]
         out += [Finding("oom", o.index, o) for o in self.ooms]
         if self.stale_gradients is not None:
@@ -364,8 +365,14 @@ class DeviceAnalysis:
         for lk in self.leaks:
             rows = self.leak_rows(lk)
             out.append(Finding("leak", int(self.allocs.alloc_index[rows[-1]]) if len(rows) else -1, lk))
-        out += [Finding("iteration_peak", it.peak_index, it) for it in self.iterations]
+        if iteration_peaks:
+            out += [Finding("iteration_peak", it.peak_index, it) for it in self.iterations]
         return out
+
+    def iteration_finding(self, k: int) -> Finding:
+        """The finding of iteration k's peak (k from 0), as `findings()` lists it."""
+        it = self.iterations[k]
+        return Finding("iteration_peak", it.peak_index, it)
 
     def summary(self) -> DeviceSummary:
         n = self.n_entries
@@ -559,7 +566,7 @@ def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | Non
     _attach(da, snap, facts, rule_names)
     if big:
         da._free_order = find_free_order.get()
-    da.iterations = tuple(tl.iterations)          # numbered; each one's own peak below
+    da.iterations = tl.iterations                 # numbered (Iterations); each one's own peak below
     if big and fp:
         # the arrays the cache keeps are final here: written beside the stages that follow
         cache.save_arrays_later(snap, fp, dev, da)
@@ -588,8 +595,7 @@ def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | Non
         da.run = find_run.get()
     t.release(("time_us",))           # (see the "addr" column's release above)
     with stage(clock, "peaks"):
-        da.iterations = with_peaks(da, facts, tl.iterations)
-        tl.iterations = list(da.iterations)
+        da.iterations = tl.iterations = with_peaks(da, facts, tl.iterations)
     with stage(clock, "leaks"):
         da.leaks = find_leaks(da, rule_names)
     with stage(clock, "stale gradients"):

@@ -33,6 +33,7 @@ from ..common.units import fmt_bytes
 from .categories import CATEGORIES
 from .category_live import CategoryLive
 from .evidence import E_GUESS
+from .iterations import starts_ends
 from .timeline import PHASE_NAMES
 
 TOLERANCE = 0.15                 # relative difference above which a row is flagged
@@ -385,9 +386,10 @@ def budget(an, device: int, model: CategoryLive | None = None) -> Budget:
     # (packed 4-bit weights and their constants, paired by size: the pairing is the check)
     q_rows = _live_rows(da, ref, _I["quantization"], evidenced_only=False) if counts_allowed else none
     if len(q_rows) and da.iterations:
-        its = [it for it in da.iterations if it.start_index <= ref <= it.end_index]
-        if its:     # persistent = live across the whole iteration (dequantization scratch is not)
-            s0, s1 = its[0].start_index, its[0].end_index
+        starts, ends = starts_ends(da.iterations)
+        inside = np.flatnonzero((starts <= ref) & (ref <= ends))
+        if len(inside):     # persistent = live across the whole iteration (dequantization scratch is not)
+            s0, s1 = int(starts[inside[0]]), int(ends[inside[0]])
             fi = a.free_index[q_rows]
             q_rows = q_rows[(a.alloc_index[q_rows] < s0) & ((fi < 0) | (fi > s1))]
     q_counts = _counts(size[q_rows])

@@ -51,13 +51,15 @@ from ..parsers.cache import (
 )
 from .categories import CATEGORIES
 from .evidence import EVIDENCE
-from .results import Iteration, Leak, Oom, Peak, RunFacts, StaleGradients, from_plain, to_plain
+from .iterations import Iterations
+from .results import Leak, Oom, Peak, RunFacts, StaleGradients, from_plain, to_plain
 from .rules import user_rules_path
 from .timeline import PHASE_NAMES, Timeline
 
-FORMAT = 7                # 2: typed results (results.py), iterations numbered from 1; 4: evidence; 5: components;
+FORMAT = 8                # 2: typed results (results.py), iterations numbered from 1; 4: evidence; 5: components;
                           # 6: the timeline's runs as their first entries, not an id per entry;
-                          # 7: iterations' source "forward_runs" (runs without backward or optimizer)
+                          # 7: iterations' source "forward_runs" (runs without backward or optimizer);
+                          # 8: iterations as arrays (iterations.Iterations.to_arrays)
 PREFIX = "an-"
 KEEP = 2                  # analyses kept per snapshot (under different keys)
 
@@ -84,6 +86,7 @@ _ARRAYS = {
     "phase": ("timeline", "phase", "n"),
     "seg_start": ("timeline", "seg_start", None),
 }
+_ITERATION_ARRAY = "it-"     # an-<fp>-d<dev>-it-<column>.npy: the iterations' columns (iterations.py)
 _LIVE_SCALARS = ("start_bytes", "end_bytes", "peak_bytes", "peak_index", "reserved_start", "reserved_end",
                  "reserved_peak")
 
@@ -245,7 +248,7 @@ def save(snap, fp: str, devices: dict, rule_names: list) -> bool:
                 "live": {k: getattr(da.live, k) for k in _LIVE_SCALARS},
                 "timeline": None if tl is None else {"first_start": int(tl.first_start),
                                                      "frees_carry_alloc_frames": bool(tl.frees_carry_alloc_frames)},
-                "iterations": to_plain(da.iterations), "peak": to_plain(da.peak), "leaks": to_plain(da.leaks),
+                "iterations": _write_iterations(snap, fp, dev, da.iterations), "peak": to_plain(da.peak), "leaks": to_plain(da.leaks),
                 "ooms": to_plain(da.ooms), "stale_gradients": to_plain(da.stale_gradients),
                 "run": to_plain(da.run),
             }
@@ -256,6 +259,47 @@ def save(snap, fp: str, devices: dict, rule_names: list) -> bool:
         return False
     _prune(snap, fp)
     return True
+
+
+def _write_iterations(snap, fp: str, dev: int, iterations) -> dict:
+    """Write the device's iterations as arrays (a run of short steps has a million); the
+    manifest's part: their names and what each array is (OSError when one is not written)."""
+    arrays, names = Iterations.of(iterations).to_arrays()
+    for name, arr in arrays.items():
+        if not write_artifact_array(snap, _array_name(fp, dev, _ITERATION_ARRAY + name), arr):
+            raise OSError("iterations not written")
+    return {"names": names, "arrays": sorted(arrays)}
+
+
+def load_iterations(snap, fp: str, dev: int) -> Iterations | None:
+    """The iterations of device `dev` in the analysis cached under `fp`, or None (absent,
+    stale or damaged): the cached summary document reads them from there."""
+    if not snap.cache_entry or fp is None:
+        return None
+    wait_saved()
+    raw = read_artifact(snap, _manifest_name(fp))
+    try:
+        man = orjson.loads(raw) if raw else None
+        if not (isinstance(man, dict) and man.get("format") == FORMAT and man.get("fingerprint") == fp):
+            return None
+        info = man["devices"][str(dev)]
+        return _read_iterations(snap, fp, dev, info["iterations"], info["n"])
+    except (_Mismatch, ValueError, TypeError, KeyError, IndexError, AttributeError, OSError,
+            OverflowError, orjson.JSONDecodeError):
+        return None
+
+
+def _read_iterations(snap, fp: str, dev: int, part, n: int) -> Iterations:
+    """`_write_iterations`' arrays, mapped and checked (ValueError or _Mismatch: damaged)."""
+    _check(isinstance(part, dict) and isinstance(part.get("arrays"), list) and type(n) is int, "iterations")
+    arrays: dict[str, np.ndarray] = {}
+    for name in part["arrays"]:
+        _check(isinstance(name, str) and name.isidentifier(), "iteration array name")
+        a = map_artifact_array(snap, _array_name(fp, dev, _ITERATION_ARRAY + name))
+        if a is None:
+            raise _Mismatch(f"iteration array {name}")
+        arrays[name] = a
+    return Iterations.from_arrays(arrays, part.get("names"), n)
 
 
 def _prune(snap, fp: str) -> None:
@@ -352,14 +396,12 @@ def _load(snap, fp, rule_names, man) -> dict:
         _check(-1 <= live.peak_index < n, "peak index")
         allocs = Allocations(dev, arrs["alloc_index"], arrs["free_index"], arrs["addr"], arrs["size"],
                              arrs["stack"], snap.trace(dev).columns.get("time_us"))
-        iterations = from_plain(tuple[Iteration, ...], info["iterations"])
-        _check(all(0 <= it.start_index <= it.end_index < n for it in iterations)
-               and all(a.end_index < b.start_index for a, b in zip(iterations, iterations[1:])), "iterations")
+        iterations = _read_iterations(snap, fp, dev, info["iterations"], n)     # (ValueError: damaged)
         ss = arrs["seg_start"]
         _check((len(ss) == 0) == (n == 0) and (not len(ss) or (int(ss[0]) == 0 and _within(ss, 0, n)))
                and bool(np.all(ss[1:] > ss[:-1])), "runs")
         tli = info["timeline"]
-        tl = Timeline(arrs["phase"], ss, list(iterations),
+        tl = Timeline(arrs["phase"], ss, iterations,
                       first_start=int(tli["first_start"]),
                       frees_carry_alloc_frames=bool(tli["frees_carry_alloc_frames"]))
         peak = from_plain(Peak, info["peak"])

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..common.arrays import isin
 from .categories import CATEGORIES, CATEGORY_CODE
+from .iterations import starts_ends
 from .results import Leak
 from .stacks import ROLE_USER
 
@@ -30,7 +31,7 @@ def find_leaks(da, rule_names, min_bytes: int = 1) -> tuple[Leak, ...]:
     if K < 2:
         return ()
     live = da.live.live_after
-    ends = np.array([it.end_index for it in its], dtype=np.int64)
+    ends = starts_ends(its)[1]
     end_live = live[ends]
     if end_live[-1] <= end_live[0]:
         return ()

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..common.arrays import isin
 from .categories import CATEGORY_CODE
-from .results import Iteration
+from .iterations import Iterations
 from .timeline import P_BACKWARD, P_FORWARD, P_INPUTS, P_NONE, P_OPTIMIZER
 
 PEAK_TYPES = ("quantization", "model_load", "forward", "loss", "backward_start", "backward_top",
@@ -216,26 +216,16 @@ def first_highest(live: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.
     return out
 
 
-def with_peaks(da, facts, iterations) -> tuple[Iteration, ...]:
-    """The iterations with their own peak (bytes, entry, type) filled in."""
+def with_peaks(da, facts, iterations) -> Iterations:
+    """The iterations (any sequence of them) with their own peak (bytes, entry, type) filled in."""
+    its = Iterations.of(iterations)
     live = da.live.live_after
-    peaks = first_highest(live, np.fromiter((it.start_index for it in iterations), np.int64, len(iterations)),
-                          np.fromiter((it.end_index for it in iterations), np.int64, len(iterations))).tolist()
-    types = iter(peak_types(da, facts, [k for k in peaks if k >= 0]))
-    out = []
-    for it, k in zip(iterations, peaks):
-        if k < 0:
-            out.append(it)
-            continue
-        # its fields with the peak's, copied into a new one as its __init__ would set them (a
-        # frozen dataclass without __post_init__): dataclasses.replace looked at each field, 7 µs
-        # an iteration, and a call of __init__ with them all took 2.5 µs, 0.34 s at 133,000
-        new = object.__new__(Iteration)
-        fields = new.__dict__
-        fields.update(it.__dict__)
-        fields["peak_bytes"], fields["peak_index"], fields["peak_type"] = int(live[k]), k, next(types)
-        out.append(new)
-    return tuple(out)
+    peaks = first_highest(live, its.start, its.end)
+    found = peaks >= 0
+    types = np.array(its.peak_type, dtype=object)
+    types[found] = peak_types(da, facts, peaks[found].tolist())
+    return its.with_peaks(np.where(found, live[np.maximum(peaks, 0)], its.peak_bytes) if len(live) else its.peak_bytes,
+                          np.where(found, peaks, its.peak_index), types.tolist())
 
 
 __all__ = ["PEAK_TYPES", "peak_type", "peak_types", "with_peaks"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -253,7 +254,7 @@ class DeviceSummary:
     end_live_bytes: int
     reserved_peak_bytes: int | None
     end_by_category: dict[str, int]
-    iterations: tuple[Iteration, ...]
+    iterations: Sequence[Iteration]          # iterations.Iterations: columns, an Iteration per row read
     leaks: tuple[Leak, ...]
     ooms: tuple[Oom, ...]
     stale_gradients: StaleGradients | None = None
@@ -314,6 +315,9 @@ def to_plain(obj: Any) -> Any:
         _FIELD_NAMES[t] = names
     if names is not None:
         return _dataclass_plain(obj, names)
+    plain = getattr(t, "__plain__", None)        # a result held as columns (iterations.Iterations)
+    if plain is not None:
+        return plain(obj)
     if isinstance(obj, (list, tuple)):
         return [to_plain(v) for v in obj]
     if isinstance(obj, dict):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .categories import CATEGORY_CODE
+from .iterations import Iterations
 from .results import StaleGradients
 from .timeline import PHASE_NAMES
 
@@ -30,26 +31,27 @@ def stale_gradients(da) -> StaleGradients | None:
     if models is not None and models > 1:
         return None         # the gradients may be another model's (a model trained before): the models finding says so
     ai, fi, size = a.alloc_index[rows], a.free_index[rows], a.size[rows]
-    with_fwd = [it for it in da.iterations if "forward" in it.phases]
-    if not with_fwd:
+    its = Iterations.of(da.iterations)
+    fwd_lo, _ = its.phase_bounds("forward")
+    keep = np.flatnonzero(fwd_lo >= 0)              # the iterations with a forward
+    if not len(keep):
         return None
-    starts = np.array([it.start_index for it in with_fwd], dtype=np.int64)
-    fwd = np.array([it.phases["forward"][0] for it in with_fwd], dtype=np.int64)
+    starts, fwd = its.start[keep], fwd_lo[keep]
     # a row is stale in iterations k that began after it was made (starts[k] > ai) and whose
     # forward starts before it is freed (fwd[k] < fi): a run of k, [k0, k1) (both arrays
     # increase with k); summed over rows with a difference array, one pass for all k
     k0 = np.searchsorted(starts, ai, side="right")
-    k1 = np.where(fi < 0, len(with_fwd), np.searchsorted(fwd, fi, side="left"))
+    k1 = np.where(fi < 0, len(keep), np.searchsorted(fwd, fi, side="left"))
     live = k1 > k0
     if not live.any():
         return None
-    diff = np.zeros(len(with_fwd) + 1, dtype=np.int64)
+    diff = np.zeros(len(keep) + 1, dtype=np.int64)
     np.add.at(diff, k0[live], size[live])
     np.subtract.at(diff, k1[live], size[live])
     per_it = np.cumsum(diff[:-1])
-    stale_in = [with_fwd[k].number for k in np.flatnonzero(per_it > 0).tolist()]
+    stale_in = (keep[per_it > 0] + 1).tolist()       # their numbers
     k = int(np.argmax(per_it))
-    nbytes, it = int(per_it[k]), with_fwd[k]
+    nbytes, it = int(per_it[k]), its[int(keep[k])]
     stale = (ai < it.start_index) & ((fi < 0) | (fi > fwd[k]))
     freed = fi[stale][fi[stale] >= 0]
     first, last = (int(freed.min()), int(freed.max())) if len(freed) else (-1, -1)

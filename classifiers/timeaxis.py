@@ -34,6 +34,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .iterations import Iterations, starts_ends
+
 SQUEEZE = 4.0           # a stretch given under 1/SQUEEZE of the room entries give it is squeezed
 PAUSE_SHARE = 0.5       # one gap longer than this share of the run: entries
 AXIS_REASONS = ("no_times", "one_pause", "iterations_squeezed", "idle", "crowded", "even")
@@ -86,25 +88,31 @@ def choose_x_axis(time_us, iterations=()) -> XAxis:
     if pause > PAUSE_SHARE * span:
         return base
 
-    its = [it for it in iterations if 0 <= it.start_index <= it.end_index < n]
-    if len(its) >= 2:
+    if isinstance(iterations, Iterations):
+        S, E, num = iterations.start, iterations.end, iterations.numbers
+    else:
+        S, E = starts_ends(iterations)
+        num = np.fromiter((it.number for it in iterations), np.int64, len(iterations))
+    ok = (S >= 0) & (S <= E) & (E < n)
+    S, E, num = S[ok], E[ok], num[ok]
+    if len(S) >= 2:
         # the room an iteration takes on the axis: from its start to the next one's (a pause
         # between two steps is the earlier one's), the last to its end
-        starts = [it.start_index for it in its[1:]] + [its[-1].end_index]
-        took = [int(t[e] - t[it.start_index]) for it, e in zip(its, starts)]
+        nxt = np.r_[S[1:], E[-1]]
+        took = t[nxt] - t[S]
         slow = int(np.argmax(took))
-        rest = [it for j, it in enumerate(its) if j != slow]
-        ends = [e for j, e in enumerate(starts) if j != slow]
-        e_share = sum(e - it.start_index for it, e in zip(rest, ends)) / n
-        s_share = sum(took[j] for j in range(len(its)) if j != slow) / span
+        rest = np.ones(len(S), dtype=bool)
+        rest[slow] = False
+        e_share = int((nxt[rest] - S[rest]).sum()) / n
+        s_share = int(took[rest].sum()) / span
         if s_share * SQUEEZE < e_share:
-            return replace(base, reason="iterations_squeezed", first=rest[0].start_index, last=rest[-1].end_index,
-                           entries_share=e_share, seconds_share=s_share, iterations=tuple(it.number for it in rest),
-                           slowest=its[slow].number, slowest_us=took[slow])
+            return replace(base, reason="iterations_squeezed", first=int(S[rest][0]), last=int(E[rest][-1]),
+                           entries_share=e_share, seconds_share=s_share, iterations=tuple(num[rest].tolist()),
+                           slowest=int(num[slow]), slowest_us=int(took[slow]))
 
         # the longest gaps, as many as there are iterations: when they hold most of the run,
         # the work between them is a sliver of a seconds axis
-        g = min(len(its), n - 1)
+        g = min(len(S), n - 1)
         idle = _longest_gaps_sum(t, g)
         if idle * SQUEEZE > (SQUEEZE - 1) * span:
             return replace(base, reason="idle", idle_us=idle, idle_gaps=g,

@@ -28,12 +28,14 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Callable
 
 import numpy as np
 
 from ..parsers.tables import A_ALLOC, A_FREE, A_FREE_COMPLETED, A_FREE_REQUESTED, A_OOM
-from .results import Iteration, Region
+from .iterations import NO_TIME, PHASES, Iterations, starts_ends
+from .results import Region
 
 P_NONE, P_INPUTS, P_FORWARD, P_BACKWARD, P_OPTIMIZER, P_PRE = range(6)
 P_NEVER = 6
@@ -51,7 +53,7 @@ class Timeline:
     the caller to drop."""
     phase: np.ndarray          # uint8 per entry (P_*)
     seg_start: np.ndarray      # int64 per run of equal phase (as first found): its first entry, ascending from 0
-    iterations: list = field(default_factory=list)   # results.Iteration (peaks not filled in yet), in order
+    iterations: Sequence = field(default_factory=tuple)   # Iterations (peaks not filled in yet), in order
     first_start: int = -1      # entry where the first iteration starts (-1: no iterations)
     frees_carry_alloc_frames: bool = False
     _bounds: tuple = field(default=(None, None, None, None), init=False, repr=False, compare=False)
@@ -78,15 +80,22 @@ class Timeline:
         (the analysis replaces the list by one with its peaks filled in)."""
         its = self.iterations
         if self._bounds[0] is not its:
-            self._bounds = (its, np.fromiter((it.start_index for it in its), dtype=np.int64, count=len(its)),
-                            np.fromiter((it.end_index for it in its), dtype=np.int64, count=len(its)), None)
+            self._bounds = (its, *starts_ends(its), None)
         return self._bounds[1], self._bounds[2]
 
     def iteration_ids(self) -> np.ndarray:
         """int32 per entry: its iteration's `number - 1`, -1 outside every iteration."""
         ids = np.full(len(self.phase), -1, dtype=np.int32)
-        for k, it in enumerate(self.iterations):
-            ids[it.start_index:it.end_index + 1] = k
+        starts, ends = self._iteration_bounds()
+        if len(starts) > 256:      # every iteration at once: its number at its start, carried on
+            mark = np.zeros(len(self.phase) + 1, dtype=np.int32)
+            num = np.arange(1, len(starts) + 1, dtype=np.int32)   # (+1: 0 marks nothing)
+            mark[starts] = num              # (disjoint and in order)
+            mark[ends + 1] -= num
+            ids += np.cumsum(mark[:-1], dtype=np.int32)
+            return ids
+        for k, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
+            ids[a:b + 1] = k
         return ids
 
     def iteration_of(self, index):
@@ -435,11 +444,11 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
         allocs_with_frames = np.count_nonzero((action == A_ALLOC) & (sid > 0))
         frameless = allocs_with_frames < 0.1 * max(1, int(np.count_nonzero(action == A_ALLOC)))
         ends = periodic_boundaries(live_after()) if live_after is not None and frameless else []
-        its: list[Iteration] = []
-        for k in range(1, len(ends)):
-            s0, e0 = ends[k - 1] + 1, ends[k]
-            its.append(Iteration(len(its) + 1, s0, e0, int(tus[s0]) if tus[s0] >= 0 else None,
-                                 int(tus[e0]) if tus[e0] >= 0 else None, {}, 0, source="periodicity"))
+        e = np.asarray(ends, dtype=np.int64)
+        s0, e0 = e[:-1] + 1, e[1:]
+        t0, t1 = tus[s0].astype(np.int64), tus[e0].astype(np.int64)
+        its = Iterations(s0, e0, np.where(t0 >= 0, t0, NO_TIME), np.where(t1 >= 0, t1, NO_TIME),
+                         source="periodicity")
         tl.iterations = its
         tl.first_start = its[0].start_index if its else -1
         return tl
@@ -497,11 +506,10 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
     return tl
 
 
-_PHASE_NAMES = ("inputs", "forward", "backward", "optimizer", "eval", "unwind")
 
 
 def _iterations(ent_start, ent_end, seg_start, seg_end, seg_phase, train_fwd, phase, tus,
-                source: str = "phases") -> list:
+                source: str = "phases") -> Iterations:
     """The iterations over entry ranges [ent_start, ent_end] (empty ones dropped), all at once
     over (iteration, segment) pairs: numbered, the NONE runs that lead into a training
     forward inside an iteration marked inputs in `phase`, each iteration's phase ranges and
@@ -522,26 +530,27 @@ def _iterations(ent_start, ent_end, seg_start, seg_end, seg_phase, train_fwd, ph
     nseg = len(seg_phase)
     nxt_train = np.where(last_of_it, False, train_fwd[np.minimum(g + 1, nseg - 1)])
     inp = (sp == P_NONE) & nxt_train
-    for a, b in zip(ss[inp].tolist(), se[inp].tolist()):
-        phase[a:b + 1] = P_INPUTS
+    ia, ib = ss[inp], se[inp]
+    if len(ia) > 256:        # (disjoint ranges: marked at once where there are many)
+        mark = np.zeros(len(phase) + 1, dtype=np.int8)
+        mark[ia] = 1
+        np.subtract.at(mark, ib + 1, 1)
+        phase[np.cumsum(mark[:-1], dtype=np.int8) > 0] = P_INPUTS
+    else:
+        for a, b in zip(ia.tolist(), ib.tolist()):
+            phase[a:b + 1] = P_INPUTS
     tf = train_fwd[g]
     sels = (inp, (sp == P_FORWARD) & tf, sp == P_BACKWARD, sp == P_OPTIMIZER, (sp == P_FORWARD) & ~tf,
             sp == P_UNWIND)
     big = np.iinfo(np.int64).max
-    lows, highs, has = [], [], []
-    for sel in sels:
-        lo = np.full(k_its, big, dtype=np.int64)
-        hi = np.full(k_its, -1, dtype=np.int64)
-        np.minimum.at(lo, it[sel], ss[sel])
-        np.maximum.at(hi, it[sel], se[sel])
-        lows.append(lo.tolist())
-        highs.append(hi.tolist())
-        has.append((hi >= 0).tolist())
-    micro = np.bincount(it[sels[1]], minlength=k_its).tolist()
-    its = []
-    t_start, t_end = tus[s0], tus[e0]
-    for k, (a, b, ta, tb) in enumerate(zip(s0.tolist(), e0.tolist(), t_start.tolist(), t_end.tolist())):
-        phases = {name: (lows[j][k], highs[j][k]) for j, name in enumerate(_PHASE_NAMES) if has[j][k]}
-        its.append(Iteration(k + 1, a, b, ta if ta >= 0 else None, tb if tb >= 0 else None, phases, micro[k],
-                             source=source))
+    lo = np.full((len(sels), k_its), big, dtype=np.int64)
+    hi = np.full((len(sels), k_its), -1, dtype=np.int64)
+    for j, sel in enumerate(sels):
+        np.minimum.at(lo[j], it[sel], ss[sel])
+        np.maximum.at(hi[j], it[sel], se[sel])
+    lo[hi < 0] = -1
+    micro = np.bincount(it[sels[1]], minlength=k_its)
+    t0, t1 = tus[s0].astype(np.int64), tus[e0].astype(np.int64)
+    its = Iterations(s0, e0, np.where(t0 >= 0, t0, NO_TIME), np.where(t1 >= 0, t1, NO_TIME), lo, hi, micro,
+                     source=source)
     return its

@@ -293,15 +293,26 @@ def _damage_cases():
         np.save(f, a)
 
     def iterations_overlap(entry, fp):        # an entry in two iterations
+        f = entry / f"art-an-{fp}-d0-it-end.npy"
+        a = np.load(f)
+        assert len(a) > 1
+        a[0] = np.load(entry / f"art-an-{fp}-d0-it-start.npy")[1]
+        np.save(f, a)
+
+    def iterations_miscounted(entry, fp):     # the manifest counts one iteration fewer
         f = entry / f"art-an-{fp}.json"
         man = orjson.loads(f.read_bytes())
-        its = man["devices"]["0"]["iterations"]
-        assert len(its) > 1
-        its[0]["end_index"] = its[1]["start_index"]
+        man["devices"]["0"]["iterations"]["names"]["n"] -= 1
+        f.write_bytes(orjson.dumps(man))
+
+    def iterations_unnamed(entry, fp):        # a source's name that is not a str
+        f = entry / f"art-an-{fp}.json"
+        man = orjson.loads(f.read_bytes())
+        man["devices"]["0"]["iterations"]["names"]["source"] = [1]
         f.write_bytes(orjson.dumps(man))
 
     return [truncate_npy, truncate_small_npy, bad_codes, garbage_header, missing_npy, garbage_json, wrong_json,
-            json_list, empty_json, runs_out_of_order, iterations_overlap]
+            json_list, empty_json, runs_out_of_order, iterations_overlap, iterations_miscounted, iterations_unnamed]
 
 
 @pytest.mark.parametrize("damage", _damage_cases(), ids=lambda f: f.__name__)
@@ -452,7 +463,9 @@ def test_a_big_analysis_writes_its_arrays_while_it_goes_on(cache_dir, monkeypatc
     assert not first.from_cache and len(first.devices) >= 2
     names = [n for n, _, _ in writes]
     assert len(names) == len(set(names)) and len(names) >= 2 * 5          # each array once, every device's
-    assert {th for _, th, _ in writes} == {"vramscope-analysis-cache-arrays"}
+    # the rows' arrays early; the iterations' (their peaks are found last) by the save
+    assert {th for n, th, _ in writes if "-it-" not in n} == {"vramscope-analysis-cache-arrays"}
+    assert {th for n, th, _ in writes if "-it-" in n} == {"vramscope-analysis-cache"}
     again = analyze(open_snapshot(str(path)))
     assert again.from_cache
     assert_same_analysis(again, want)
@@ -494,3 +507,28 @@ def test_an_iteration_is_plain_as_any_dataclass():
         assert plain == _dataclass_plain(it, names) and tuple(plain) == names
         assert plain["phases"] == {k: list(v) for k, v in it.phases.items()}
     assert to_plain(its) == [_dataclass_plain(it, names) for it in its]
+
+
+def test_the_cached_summary_reads_its_iterations_from_the_analysis(cache_dir, capsys):
+    """The cached summary document names the analysis cache's iterations instead of copying
+    them (a million rows at 10^7 entries); read back, `--json` is the fresh one's. With those
+    arrays gone (pruned, damaged), the document is recomputed, never printed without them."""
+    from vramscope import cli
+    path = str(FILES["example"])
+
+    def printed() -> bytes:
+        assert cli.main(["summary", path, "--json"]) == 0
+        return capsys.readouterr().out.encode()
+    first = printed()
+    assert len(orjson.loads(first)["devices"][0]["iterations"]) > 1
+    entry = _entry(FILES["example"])
+    stored = [f for f in entry.iterdir() if f.name.startswith("art-summary-")]
+    assert len(stored) == 1 and b'"iterations":"in the analysis cache"' in stored[0].read_bytes()
+    assert printed() == first                     # read back
+    gone = list(entry.glob("*-it-start.npy*"))
+    assert gone
+    for f in gone:
+        f.unlink()
+    assert acache.load_iterations(open_snapshot(path), acache.analysis_fingerprint(), 0) is None
+    assert printed() == first                     # recomputed
+    assert acache.load_iterations(open_snapshot(path), acache.analysis_fingerprint(), 0) is not None

@@ -89,9 +89,10 @@ class SnapshotAnalysis:
         return self.analysis.snapshot.metadata
 
     def summary(self) -> SummaryJSON:
-        """The `vramscope summary FILE --json [--device N]` document."""
-        from .services.summary import summary_document
-        return summary_document(self.analysis, self.device)
+        """The `vramscope summary FILE --json [--device N]` document, as plain data (lists and
+        dicts: any JSON writer takes it)."""
+        from .services.summary import plain_document, summary_document
+        return plain_document(summary_document(self.analysis, self.device))
 
     def allocations(self) -> AllocationTable:
         """One row per allocation, as `vramscope allocations FILE --csv [--device N]` writes them."""

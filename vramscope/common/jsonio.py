@@ -27,6 +27,9 @@ def _default(o: Any) -> Any:
         return o.tolist()
     if isinstance(o, (set, frozenset)):
         return sorted(o)
+    plain = getattr(type(o), "__plain__", None)     # a result held as columns (classifiers/iterations.py)
+    if plain is not None:
+        return plain(o)
     raise TypeError(f"{type(o).__name__} is not JSON serializable")
 
 

@@ -37,7 +37,7 @@ from ..parsers import Cancelled, Progress, RunMetadata, SnapshotError, live_mode
 from ..parsers.cache import cache_root
 from ..present.words import BUG_REPORT, internal_error_text
 from . import rank_cache
-from .summary import DeviceJSON, cached_summary_document
+from .summary import DeviceJSON, IterationRows, cached_summary_document
 
 # what the x-axis rule reads of an iteration (the summary document's, a dict)
 _Iteration = namedtuple("_Iteration", "number start_index end_index")
@@ -191,8 +191,9 @@ def live_envelope(snap, device: int, buckets: int = ENVELOPE_BUCKETS, iterations
     cols = snap.trace(device).columns
     times = np.asarray(cols["time_us"], dtype=np.int64) if n and "time_us" in cols else None
     if times is not None and times.min() >= 0 and times[-1] > times[0] and \
-            choose_x_axis(times, [_Iteration(it["number"], it["start_index"], it["end_index"])
-                                  if isinstance(it, dict) else it for it in iterations]).seconds:
+            choose_x_axis(times, iterations.its if isinstance(iterations, IterationRows) else
+                          [_Iteration(it["number"], it["start_index"], it["end_index"])
+                           if isinstance(it, dict) else it for it in iterations]).seconds:
         axis, x = "us", np.maximum.accumulate(times)    # a clock that steps back stays where it was
     else:
         axis, x = "entries", np.arange(n, dtype=np.int64)

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import os
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from ..classifiers.iterations import Iterations
 from ..classifiers.results import Peak, to_plain
 from ..common.jsonio import dumps, loads
 from ..common.units import fmt_bytes
@@ -175,7 +177,7 @@ class DeviceJSON(TypedDict):
     end_live_bytes: int
     reserved_peak_bytes: int | None
     end_by_category: dict[str, int]
-    iterations: list[dict[str, Any]]
+    iterations: Sequence[dict[str, Any]]    # IterationRows: a dict per iteration, made when read
     leaks: list[LeakJSON]
     ooms: list[OomJSON]
     stale_gradients: StaleGradientsJSON | None
@@ -251,7 +253,7 @@ def summary_document(an: Analysis, device: int | None = None, stacks: Stacks | N
             "allocations_before_trace": s.allocations_before_trace, "peak": peak_json,
             "start_live_bytes": s.start_live_bytes, "end_live_bytes": s.end_live_bytes,
             "reserved_peak_bytes": s.reserved_peak_bytes, "end_by_category": s.end_by_category,
-            "iterations": to_plain(s.iterations), "leaks": leaks, "ooms": ooms,
+            "iterations": IterationRows(Iterations.of(s.iterations)), "leaks": leaks, "ooms": ooms,
             "stale_gradients": None if s.stale_gradients is None else {  # type: ignore[typeddict-item]
                 **to_plain(s.stale_gradients), "where": stacks.where(s.stale_gradients.free_stack),
                 "advice": stale_gradients_text(s.stale_gradients)},
@@ -271,7 +273,10 @@ def _document_key(rules_path) -> str | None:
     """The analysis' cache key (our version, classifier and parser code, the rules) plus
     the code that words the document (this module and the presentation layer)."""
     from ..classifiers.cache import analysis_fingerprint
-    fp = analysis_fingerprint(rules_path)
+    return _document_key_of(analysis_fingerprint(rules_path))
+
+
+def _document_key_of(fp: str | None) -> str | None:
     if fp is None:
         return None
     from .. import present
@@ -290,8 +295,10 @@ def cached_summary_document(snap, rules_path=None) -> SummaryJSON:
     """`summary_document` for a whole snapshot, kept beside its cached columns: a reopen
     reads one small JSON file instead of the analysis."""
     from ..classifiers import analyze
+    from ..classifiers.cache import analysis_fingerprint, load_iterations
     from ..parsers.cache import read_artifact, write_artifact
-    key = _document_key(rules_path) if snap.cache_entry else None
+    fp = analysis_fingerprint(rules_path) if snap.cache_entry else None
+    key = _document_key_of(fp)
     name = f"summary-{key}.json" if key else None
     if name:
         raw = read_artifact(snap, name)
@@ -300,26 +307,81 @@ def cached_summary_document(snap, rules_path=None) -> SummaryJSON:
                 doc = loads(raw)
                 if isinstance(doc, dict) and isinstance(doc.get("devices"), list):
                     doc["file"] = snap.path          # the cache is keyed by content, not by path
+                    for d in doc["devices"]:
+                        # the iterations: the cached analysis' (where it is gone, all is recomputed)
+                        its = load_iterations(snap, fp, d["device"]) \
+                            if fp is not None and d["iterations"] == _IN_ANALYSIS else None
+                        if its is None:
+                            raise ValueError("iterations not cached")
+                        d["iterations"] = IterationRows(its)
                     return doc                        # type: ignore[return-value]
-            except ValueError:
+            except (ValueError, TypeError, KeyError):
                 pass                                  # damaged: recompute and overwrite
     doc = summary_document(analyze(snap, rules_path=rules_path))
     if name:
-        write_artifact(snap, name, dumps(doc))
+        stored = {**doc, "devices": [{**d, "iterations": _IN_ANALYSIS} for d in doc["devices"]]}
+        write_artifact(snap, name, dumps(stored))
     return doc
+
+
+_IN_ANALYSIS = "in the analysis cache"    # a cached document's iterations: a million rows are not copied
+
+
+def plain_document(doc: SummaryJSON) -> SummaryJSON:
+    """The document with every device's iterations as a list of dicts (what the JSON holds),
+    for a caller that keeps or writes it with anything but `common.jsonio`."""
+    return {**doc, "devices": [{**d, "iterations": list(d["iterations"])} for d in doc["devices"]]}
+
+
+class IterationRows(Sequence):
+    """A summary document's `iterations`: the dict of each iteration (`to_plain` of an
+    Iteration), made from the columns when it is read (`rows[k]`, a loop, JSON). A run of
+    1.3 million short steps made 1.3 million dicts for a text that lists five of them, and
+    a cached document of 400 MB; the cached document names the analysis cache's instead."""
+
+    def __init__(self, its: Iterations):
+        self.its = its
+
+    def __len__(self) -> int:
+        return len(self.its)
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [to_plain(it) for it in self.its[k]]
+        return to_plain(self.its[k])
+
+    def __iter__(self):
+        return iter(to_plain(self.its))
+
+    def __eq__(self, other) -> bool:
+        return list(self) == (list(other) if isinstance(other, (IterationRows, list, tuple)) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __plain__(self) -> list[dict]:
+        """What JSON writes (common/jsonio.py): every iteration's dict."""
+        return to_plain(self.its)
+
+    def sources(self) -> list[str]:
+        """Each iteration's `source`."""
+        return self.its.source
+
+    def peak_bytes(self) -> list[int]:
+        return self.its.peak_bytes.tolist()
+
 
 
 ITERATIONS_LISTED = 12                 # the text lists every iteration up to this many
 ITERATIONS_FIRST = 3                   # ... and past it the first ones, the highest and the last
 
 
-def shown_iterations(its: list) -> list[int]:
+def shown_iterations(its: Sequence) -> list[int]:
     """Positions of the iterations the text lists, in order: all of a dozen; of more, the first
     three, the one with the highest peak (the first such) and the last. (A trace of 2,000 steps
     listed 2,000 lines, and the leaks and OOMs after them.)"""
     if len(its) <= ITERATIONS_LISTED:
         return list(range(len(its)))
-    peaks = [it.get("peak_bytes") or 0 for it in its]
+    peaks = its.peak_bytes() if isinstance(its, IterationRows) else [it.get("peak_bytes") or 0 for it in its]
     top = max(range(len(its)), key=peaks.__getitem__)
     return sorted({*range(ITERATIONS_FIRST), top, len(its) - 1})
 
@@ -371,7 +433,7 @@ def summary_text(doc: SummaryJSON) -> str:
         else:
             out.append(f"  reserved peak  {fmt_bytes(d['reserved_peak_bytes'])}")
         its = d["iterations"]
-        note = iterations_note(it["source"] for it in its)
+        note = iterations_note(its.sources() if isinstance(its, IterationRows) else (it["source"] for it in its))
         out.append(f"  iterations     {len(its):,}" + (f"  ({note})" if note else ""))
         shown = shown_iterations(its)
         width = max(3, *(len(str(its[k]["number"])) for k in shown)) if shown else 3
@@ -440,5 +502,5 @@ def device_overview_text(doc: SummaryJSON) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["PeakDocJSON", "peak_document", "summary_document", "cached_summary_document", "summary_text",
+__all__ = ["IterationRows", "plain_document", "PeakDocJSON", "peak_document", "summary_document", "cached_summary_document", "summary_text",
            "device_overview_text", "host_text", "metadata_document", "SummaryJSON", "DeviceJSON", "HostJSON"]

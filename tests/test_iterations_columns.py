@@ -1,0 +1,88 @@
+"""Iterations held as columns (classifiers/iterations.py) read as the Iteration objects they
+stand for: each row, a slice, a loop, `to_plain`, and the analysis cache's columns back."""
+import dataclasses
+
+import numpy as np
+import orjson
+import pytest
+
+from vramscope.classifiers.iterations import Iterations, starts_ends
+from vramscope.classifiers.results import Iteration, _dataclass_plain, to_plain
+
+ITS = (Iteration(1, 0, 9, None, None, {}, 1),
+       Iteration(2, 10, 99, 5, 70, {"forward": (10, 40), "backward": (41, 90)}, 2, source="forward_runs",
+                 peak_bytes=1 << 40, peak_index=37, peak_type="forward"),
+       Iteration(3, 100, 180, 71, None, {"inputs": (100, 104), "forward": (105, 130), "unwind": (170, 180)}, 1,
+                 peak_bytes=12, peak_index=100, peak_type="oom"))
+NAMES = tuple(f.name for f in dataclasses.fields(Iteration))
+
+
+def many(n: int) -> tuple[Iteration, ...]:
+    """n iterations of varied phases and times (more than the loops' thresholds for lists)."""
+    rng = np.random.default_rng(n)
+    out = []
+    for k in range(n):
+        a = 100 * k
+        phases = {name: (a + 10 * j, a + 10 * j + 5) for j, name in
+                  enumerate(("inputs", "forward", "backward", "optimizer", "eval", "unwind")) if rng.random() < 0.5}
+        out.append(Iteration(k + 1, a, a + 99, None if rng.random() < 0.2 else a, a + 99, phases,
+                             int(rng.integers(0, 3)), source=("phases", "forward_runs")[k % 2],
+                             peak_bytes=int(rng.integers(0, 1 << 45)), peak_index=a + 3, peak_type="other"))
+    return tuple(out)
+
+
+@pytest.mark.parametrize("its", [ITS, many(200), ()], ids=["three", "many", "none"])
+def test_columns_read_as_the_objects(its):
+    col = Iterations.of(its)
+    assert len(col) == len(its) and bool(col) == bool(its)
+    assert tuple(col) == its                     # a loop over every row
+    assert col == its and col == list(its)
+    for k in range(len(its)):
+        assert col[k] == its[k] and col[k - len(its)] == its[k]
+        assert tuple(col[k].phases) == tuple(its[k].phases)      # the phases' order kept
+    assert col[1:-1] == its[1:-1] and col[::7] == its[::7]
+    with pytest.raises(IndexError):
+        col[len(its)]
+    assert to_plain(col) == [_dataclass_plain(it, NAMES) for it in its]
+    assert to_plain(col) == to_plain(list(its))
+    s, e = starts_ends(col)
+    assert s.tolist() == [it.start_index for it in its] and e.tolist() == [it.end_index for it in its]
+    assert starts_ends(its)[0].tolist() == s.tolist()
+
+
+def test_peaks_filled_in_keep_the_rest():
+    col = Iterations.of(ITS)
+    got = col.with_peaks(np.array([1, 2, 3]), np.array([5, 50, 150]), ["loss", "forward", "oom"])
+    for old, new, b, i, t in zip(ITS, got, (1, 2, 3), (5, 50, 150), ("loss", "forward", "oom")):
+        assert new == dataclasses.replace(old, peak_bytes=b, peak_index=i, peak_type=t)
+    assert tuple(col) == ITS                       # the first is left as it was
+
+
+def test_the_cache_arrays_come_back_checked():
+    col = Iterations.of(many(50))
+    arrays, names = col.to_arrays()
+    names = orjson.loads(orjson.dumps(names))          # (the manifest's part is JSON)
+    back = Iterations.from_arrays(arrays, names, n_entries=100 * 50)
+    assert back == col and tuple(back) == tuple(col)
+    with pytest.raises(ValueError):               # the last iteration ends past the trace
+        Iterations.from_arrays(arrays, names, n_entries=100 * 50 - 1)
+    overlapping = {**arrays, "end": arrays["end"].copy()}
+    overlapping["end"][3] = arrays["start"][4]
+    with pytest.raises(ValueError):
+        Iterations.from_arrays(overlapping, names, n_entries=10 ** 6)
+    for name, value in (("start", arrays["start"].astype(np.int32)), ("lo", arrays["lo"][:, 1:]),
+                        ("source", np.full(50, 7, dtype=np.uint8)), ("micro_batches", arrays["micro_batches"][:9])):
+        with pytest.raises(ValueError):
+            Iterations.from_arrays({**arrays, name: value}, names, n_entries=10 ** 6)
+    for bad in ({**names, "n": 49}, {**names, "source": [1, 2]}, {**names, "peak_type": []}, [], {"n": True}):
+        with pytest.raises(ValueError):
+            Iterations.from_arrays(arrays, bad, n_entries=10 ** 6)
+    with pytest.raises(ValueError):
+        Iterations.from_arrays({**arrays, "extra": arrays["start"]}, names, n_entries=10 ** 6)
+    empty = Iterations.of(())
+    assert len(Iterations.from_arrays(*empty.to_arrays(), n_entries=0)) == 0
+
+
+def test_numbers_must_run_from_one():
+    with pytest.raises(ValueError):
+        Iterations.of(ITS[1:])
