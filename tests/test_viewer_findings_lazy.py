@@ -71,3 +71,30 @@ def test_a_short_list_opens_made_and_open(qt, window):
     group = _group(w.findings_panel.tree, "Iteration peaks")
     n_it = sum(f.kind == "iteration_peak" for f in d.findings)
     assert group.isExpanded() and group.childCount() == n_it
+
+
+def test_more_peaks_than_rows_show_a_window_that_follows_navigation(qt, window, monkeypatch):
+    """A run of a million short steps: the group shows ROWS_AT_MOST rows and says how to reach
+    the rest; going to a peak past them (N / Shift+N) shows the rows around it. The findings
+    of the peaks never shown are never made (DeviceData.findings makes them when read)."""
+    monkeypatch.setattr(FindingsPanel, "SHOWN_OPEN", 1)
+    monkeypatch.setattr(FindingsPanel, "ROWS_AT_MOST", 2)
+    w = window
+    d = open_and_wait(qt, w, RUN)
+    peaks = d.findings.iteration_peaks()
+    assert len(peaks) >= 4 and not d.findings._made          # none made by the open
+    panel = w.findings_panel
+    group = _group(panel.tree, "Iteration peaks")
+    group.setExpanded(True)
+    shown = [group.child(k).data(0, Qt.ItemDataRole.UserRole) for k in range(group.childCount())]
+    assert shown[:2] == list(peaks[:2]) and shown[2] is None                 # two, then the way on
+    assert group.child(2).text(0).replace("\n", " ").startswith(f"Showing 1–2 of {len(peaks)}")
+    assert set(d.findings._made) == {0, 1}
+    last = peaks[-1]
+    panel.select(last)                                          # past the rows shown: they follow it
+    cur = panel.tree.currentItem()
+    assert cur is not None and cur.data(0, Qt.ItemDataRole.UserRole) == last
+    shown = [group.child(k).data(0, Qt.ItemDataRole.UserRole) for k in range(group.childCount() - 1)]
+    assert shown == list(peaks[-2:])
+    assert all(it.parent() is not group or it.data(0, Qt.ItemDataRole.UserRole) in shown for it in panel.items)
+    assert d.findings[last].finding.subject == d.iterations[-1]

@@ -265,7 +265,8 @@ def test_the_iteration_around_an_entry_is_found_by_search_as_by_a_scan():
     assert len(d.iterations) >= 20
     for i in range(-1, d.n + 1):
         scan = next((it for it in d.iterations if it.start_index <= i <= it.end_index), None)
-        assert d.da.iteration_at(i) is scan, i
+        assert d.da.iteration_at(i) == scan, i       # (made from the columns when asked: equal, not the same object)
+        assert (scan is None) == (d.da.iteration_at(i) is None)
         if scan is not None:
             assert d.zoom_around(i) == d.zoom_around(i, scan.start_index, scan.end_index), i
 

@@ -49,9 +49,9 @@ def test_the_findings_advice_is_the_analysis_advice_item(qt, window, monkeypatch
     # the analysis says another saving: the viewer says that one
     real = DeviceAnalysis.findings
 
-    def doctored(self):
+    def doctored(self, iteration_peaks=True):
         out = []
-        for f in real(self):
+        for f in real(self, iteration_peaks):
             s = f.subject
             if getattr(s, "advice", None):
                 s = dataclasses.replace(s, advice=tuple(dataclasses.replace(a, saves_bytes=(a.saves_bytes or 0) + 12345)

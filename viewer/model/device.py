@@ -17,7 +17,7 @@ What it adds is the view of them:
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,6 +55,42 @@ class Envelope:
     events: int                     # events inside the view
     col_comp_last: np.ndarray | None = None   # (columns, n_categories) at each bucket's last entry
     col_index_last: np.ndarray | None = None  # that entry (what-if: a second candidate per column)
+
+
+class FindingList(Sequence):
+    """The viewer's findings in their order (`DeviceAnalysis.findings`): `head`, every one
+    but the iterations' peaks, made at once; then one per iteration, made when read (by its
+    position: the list, N / Shift+N) and kept. A loop over the list makes them all: what looks
+    for a kind reads `head`, or `iteration_peaks()` for the positions of the rest."""
+
+    def __init__(self, head: list[FindingView], n_iterations: int, make: Callable[[int], FindingView]):
+        self.head = head
+        self.n_iterations = n_iterations
+        self._make = make
+        self._made: dict[int, FindingView] = {}
+
+    def __len__(self) -> int:
+        return len(self.head) + self.n_iterations
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self[i] for i in range(len(self))[k]]
+        k = int(k)
+        if k < 0:
+            k += len(self)
+        if not 0 <= k < len(self):
+            raise IndexError("finding index out of range")
+        if k < len(self.head):
+            return self.head[k]
+        j = k - len(self.head)
+        f = self._made.get(j)
+        if f is None:
+            f = self._made[j] = self._make(j)
+        return f
+
+    def iteration_peaks(self) -> range:
+        """The positions of the iterations' peaks in the list."""
+        return range(len(self.head), len(self))
 
 
 @dataclass
@@ -222,7 +258,7 @@ class DeviceData:
         self.allocator = analysis.allocator(device, made=prep.history.get())
         self.segments = SegmentBands(self.allocator, self.n)
         self.stacks = stacks or Stacks(analysis)
-        self.iterations: list[Iteration] = list(da.iterations)
+        self.iterations: Sequence[Iteration] = da.iterations      # (iterations.Iterations: columns)
         self.findings = self._build_findings()
         self._step(progress, "timeline", 1.0)
 
@@ -586,10 +622,18 @@ class DeviceData:
             lo, hi = max(0, hi - 2 * half), min(max(self.n - 1, 0), lo + 2 * half)
         return lo, hi
 
-    def _build_findings(self) -> list[FindingView]:
+    def _build_findings(self) -> FindingList:
+        """Every finding but the iterations' peaks made now; those (a million on a run of short
+        steps) when one is read (FindingList)."""
+        found = self.da.findings(iteration_peaks=False)
+        return FindingList(self._finding_views(found), len(self.iterations), self._iteration_finding)
+
+    def _iteration_finding(self, k: int) -> FindingView:
+        return self._finding_views([self.da.iteration_finding(k)])[0]
+
+    def _finding_views(self, found: list) -> list[FindingView]:
         out: list[FindingView] = []
         da = self.da
-        found = da.findings()
         state_only = self.state_only
         rows = self.rows_of_alloc_events([f.index for f in found])      # one search for all
         for f, row in zip(found, rows.tolist()):

@@ -2,6 +2,8 @@
 iteration's peak, wrapped to the panel's width; activating one navigates there."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QFontMetrics, QPalette
 from PySide6.QtWidgets import (
@@ -14,11 +16,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ...classifiers.iterations import Iterations
 from ...common.units import fmt_bytes
 from ...present.markup import html as html_text
 from ...present.words import (iterations_note, leaks_none_text, oom_diagnosis, oom_suggestions, process_limit,
                               run_words)
-from ..model import DeviceData, FindingView
+from ..model import DeviceData
 from ..theme import muted_text
 
 
@@ -89,6 +92,7 @@ class FindingsPanel(QWidget):
     activated = Signal(int)        # index into DeviceData.findings
 
     SHOWN_OPEN = 20            # a group of more iteration peaks opens closed (its rows made when opened)
+    ROWS_AT_MOST = 1000        # rows a group shows at once (a run of short steps has a million peaks)
     GROUPS = (("peak", "Peak"), ("oom", "Out of memory"), ("stale_gradients", "Stale gradients"), ("leak", "Leaks"),
               ("iteration_peak", "Iteration peaks"))
 
@@ -121,6 +125,7 @@ class FindingsPanel(QWidget):
         self._wrap_timer.setInterval(30)
         self._wrap_timer.timeout.connect(self._wrap_all)
         self._pending: dict[int, tuple] = {}      # key -> a group whose rows are made when first opened
+        self._windows: dict[int, tuple] = {}      # a group showing ROWS_AT_MOST of its rows: what it shows
         self.tree.itemExpanded.connect(self._on_expanded)
         # the viewport's width is what the lines must fit (a scroll bar coming or going
         # changes it without resizing the panel)
@@ -201,14 +206,18 @@ class FindingsPanel(QWidget):
         self.data = data
         self._chosen = None
         self._pending.clear()
+        self._windows.clear()
         self.tree.clear()
         self.items = []
         if data is None:
             self.summary.setText("")
             return
-        found: dict[str, list[tuple[int, FindingView]]] = {k: [] for k, _ in self.GROUPS}
-        for k, f in enumerate(data.findings):
-            found.setdefault(f.kind, []).append((k, f))
+        # positions in data.findings per kind; the iterations' peaks (a million on a run of
+        # short steps) as a range, their findings made only for the rows shown
+        found: dict[str, Sequence[int]] = {k: [] for k, _ in self.GROUPS}
+        for k, f in enumerate(data.findings.head):
+            found.setdefault(f.kind, []).append(k)          # type: ignore[attr-defined]
+        found["iteration_peak"] = data.findings.iteration_peaks()
         muted = muted_text(self.tree.palette())      # a diagnosis and next steps: 4.5:1 at least
         for kind, label in self.GROUPS:
             fs = found.get(kind, [])
@@ -239,7 +248,7 @@ class FindingsPanel(QWidget):
         n_it = len(data.iterations)
         run = run_words(data.da.run.to_json())        # what kind of run it was: summary's 'run' line
         # how they were found, where that makes the count a guess: said briefly, whole in the tooltip
-        note = iterations_note(it.source for it in data.iterations)
+        note = iterations_note(Iterations.of(data.iterations).source)
         self.summary.setText((f"<b>Run:</b> {html_text(run)}<br>" if run else "")
                              + (f"{n_it:,} iteration{'s' if n_it != 1 else ''} found" + (" (a guess)" if note else "")
                                 if n_it else "<i>No iterations found.</i>"))
@@ -248,10 +257,24 @@ class FindingsPanel(QWidget):
                                 + (f". Iterations: {note}" if note and n_it else ""))
         self._wrap_all()
 
-    def _fill(self, group: QTreeWidgetItem, kind: str, fs: list, muted) -> None:
-        """The rows of one group's findings (each one's title, then its lines)."""
+    def _fill(self, group: QTreeWidgetItem, kind: str, fs: Sequence[int], muted, around: int | None = None) -> None:
+        """The rows of one group's findings `fs` (positions in data.findings): each one's title,
+        then its lines. Of more than ROWS_AT_MOST, that many from the one `around` (or from the
+        first), and a row saying how to reach the rest; another one asked for refills the group."""
         data = self.data
-        for k, f in fs:
+        assert data is not None
+        if len(fs) > self.ROWS_AT_MOST:
+            self.items = [it for it in self.items if it.parent() is not group]
+            self._chosen = None
+            group.takeChildren()
+            j = 0 if around is None else max(0, fs.index(around) - self.ROWS_AT_MOST // 2)
+            j = min(j, len(fs) - self.ROWS_AT_MOST)
+            self._windows[id(group)] = (group, kind, fs, muted, j)
+            shown = fs[j:j + self.ROWS_AT_MOST]
+        else:
+            shown = fs
+        for k in shown:
+            f = data.findings[k]
             it = _item(f.title)
             it.setData(0, Qt.ItemDataRole.UserRole, k)
             for line in self.detail_lines(f, data):
@@ -262,19 +285,31 @@ class FindingsPanel(QWidget):
             group.addChild(it)
             self.items.append(it)
             it.setExpanded(kind in ("peak", "oom", "leak"))
+        if len(shown) < len(fs):
+            first = fs.index(shown[0]) + 1
+            more = _item(f"Showing {first:,}–{first + len(shown) - 1:,} of {len(fs):,}: N / Shift+N step through "
+                         "them all, a click on the timeline goes to any moment")
+            more.setFlags(Qt.ItemFlag.ItemIsEnabled)
+            more.setForeground(0, muted)
+            group.addChild(more)
+            self._wrap_timer.start()
 
     def _fill_pending(self, key: int | None = None, k: int | None = None) -> None:
         """Make the rows of a group left to fill: the one of `key` (being opened), or the one
         holding finding `k` (navigated to)."""
         for pk, (g, kind, fs, muted) in list(self._pending.items()):
-            if pk == key or (k is not None and any(j == k for j, _ in fs)):
+            if pk == key or (k is not None and k in fs):
                 del self._pending[pk]
-                self._fill(g, kind, fs, muted)
+                self._fill(g, kind, fs, muted, around=k)
+        if k is not None:            # a group showing part of its rows, asked for one not shown
+            for g, kind, fs, muted, j in list(self._windows.values()):
+                if k in fs and not j <= fs.index(k) < j + self.ROWS_AT_MOST:
+                    self._fill(g, kind, fs, muted, around=k)
 
     def select(self, k: int):
         """Make finding k the current one and scroll it into view, whole where it fits (its
         title and its lines: a selected leak stayed scrolled out of view at 1024x700)."""
-        if self._pending:
+        if self._pending or self._windows:
             self._fill_pending(k=k)
         for it in self.items:
             if it.data(0, Qt.ItemDataRole.UserRole) == k:

@@ -7,6 +7,7 @@ from PySide6.QtGui import QColor, QIcon, QPixmap
 from PySide6.QtWidgets import QLabel, QLayout, QToolButton, QWidget
 
 from ...classifiers import STACK_ORDER
+from ...classifiers.iterations import Iterations
 from ...common.units import fmt_bytes
 from ...present.words import SEGMENT_BANDS_WORDS, autocast_copies_text
 from ..model import DeviceData
@@ -159,7 +160,7 @@ class LegendBar(QWidget):
                                      "allocated before recording began, no frames, never freed (the Selection "
                                      "panel says how sure each allocation is)")
             self.lay.addWidget(self.pale_key)
-        present = {name for it in data.iterations for name in it.phases}
+        present = Iterations.of(data.iterations).phases_present()
         if present:
             order: list[str] = [p for p in ("inputs", "forward", "backward", "optimizer", "eval") if p in present]
             order += sorted(present - set(order))

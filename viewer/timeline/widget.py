@@ -18,6 +18,7 @@ from PySide6.QtGui import QBrush, QColor, QPen
 from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
 from ...classifiers import annotation_regions
+from ...classifiers.iterations import PHASES, Iterations
 from ...common.units import fmt_bytes
 from ...present.words import peak_words
 from ..model import DeviceData, Envelope
@@ -470,12 +471,12 @@ class TimelineWidget(QWidget):
         else:
             self.peak_marker.setData([], [])
             self.peak_label.hide()
-        ips = d.iterations
-        self._iter_peak_x = d.x_of_index(np.maximum([it.peak_index for it in ips], 0)) if ips else np.zeros(0)
-        self._iter_peak_y = np.array([it.peak_bytes for it in ips], dtype=float)
+        ips = Iterations.of(d.iterations)         # (columns: a run of short steps has a million)
+        self._iter_peak_x = d.x_of_index(np.maximum(ips.peak_index, 0)) if len(ips) else np.zeros(0)
+        self._iter_peak_y = ips.peak_bytes.astype(float)
         self.iter_peaks.setData([], [])
         leak_x, leak_y = [], []
-        for f in d.findings:
+        for f in d.findings.head:                  # (the OOMs and leaks: not the iterations' peaks)
             if f.kind == "oom":
                 self._marker(f.index, OOM_COLOR, "OOM", Qt.PenStyle.SolidLine)
             elif f.kind == "leak":
@@ -500,15 +501,17 @@ class TimelineWidget(QWidget):
         other = QColor("#888888")
         other.setAlpha(alpha)
         other = blend_over(other, bg)
-        if d.iterations:
-            lines = d.x_of_index([it.start_index for it in d.iterations])
-            phases = [(name, a, b) for it in d.iterations for name, (a, b) in it.phases.items()]
-            if phases:
-                starts = d.x_of_index([ps for _, ps, _ in phases])
-                ends = d.x_of_index([pe for _, _, pe in phases])
-                brushes = [shade.get(name, other) for name, _, _ in phases]
-                labels = [name for name, _, _ in phases]
-        if not d.iterations and d.has_time:
+        if len(ips):
+            lines = d.x_of_index(ips.start)
+            # every iteration's phases, in the order of its own (iteration by iteration)
+            j, k = np.nonzero(ips.hi.T >= 0)         # (iteration, phase) pairs, by iteration
+            if len(j):
+                starts = d.x_of_index(ips.lo[k, j])
+                ends = d.x_of_index(ips.hi[k, j])
+                names = np.array(PHASES, dtype=object)[k]
+                brushes = [shade.get(name, other) for name in names.tolist()]
+                labels = names.tolist()
+        if not len(ips) and d.has_time:
             # no iterations found: show the snapshot's record_function regions instead,
             # coloured by the phase the rules give their names
             rules = d.analysis.rules

@@ -12,8 +12,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Callable
 
+import numpy as np
 from PySide6.QtWidgets import QFileDialog, QInputDialog
 
+from ...classifiers.iterations import starts_ends
 from ...common.units import fmt_bytes, fmt_seconds
 from ...present.timeaxis import number_ranges
 from ...parsers import Progress
@@ -36,12 +38,13 @@ def range_words(d, first: int, last: int) -> str:
     if d.has_time:
         t0, t1 = float(d.seconds_of(first)), float(d.seconds_of(last))
         more.append(f"{fmt_seconds(t0, (t1 - t0) / 100 or None, t1)} to {fmt_seconds(t1, (t1 - t0) / 100 or None, t1)}")
-    its = [it for it in d.iterations if it.start_index <= last and it.end_index >= first]
-    if len(its) == 1 and (its[0].start_index < first or its[0].end_index > last):
-        more.append(f"part of iteration {its[0].number}")
-    elif its:
-        whole = [it.number for it in its if it.start_index >= first and it.end_index <= last]
-        part = [it.number for it in its if it.number not in whole]
+    starts, ends = starts_ends(d.iterations)      # (a run of short steps has a million: columns)
+    touch = np.flatnonzero((starts <= last) & (ends >= first))
+    inside = (starts[touch] >= first) & (ends[touch] <= last)
+    if len(touch) == 1 and not inside[0]:
+        more.append(f"part of iteration {int(touch[0]) + 1}")
+    elif len(touch):
+        whole, part = (touch[inside] + 1).tolist(), (touch[~inside] + 1).tolist()
         if whole:
             more.append(f"iteration{'s' if len(whole) > 1 else ''} {number_ranges(whole)}")
         if part:
