@@ -167,16 +167,20 @@ class Iterations(Sequence):
 
     def __plain__(self) -> list[dict]:
         """`to_plain`: the rows as the dicts an Iteration gives, made from the columns."""
-        cols = self._all()
+        return self.plain(0, len(self))
+
+    def plain(self, a: int, b: int) -> list[dict]:
+        """`to_plain` of rows a..b-1 (a part at a time: a million rows' dicts take a gigabyte)."""
+        cols = {c: getattr(self, c)[a:b].tolist() for c in _COLUMNS}
+        los, his = self.lo[:, a:b].tolist(), self.hi[:, a:b].tolist()
         out = []
         names = PHASES
         for k, (start, end, t0, t1, micro, pb, pi, src, pt) in enumerate(zip(
                 cols["start"], cols["end"], cols["start_us"], cols["end_us"], cols["micro_batches"],
-                cols["peak_bytes"], cols["peak_index"], self.source, self.peak_type)):
-            out.append({"number": k + 1, "start_index": start, "end_index": end,
+                cols["peak_bytes"], cols["peak_index"], self.source[a:b], self.peak_type[a:b])):
+            out.append({"number": a + k + 1, "start_index": start, "end_index": end,
                         "start_us": None if t0 == NO_TIME else t0, "end_us": None if t1 == NO_TIME else t1,
-                        "phases": {name: [lo[k], hi[k]] for name, lo, hi in zip(names, cols["lo"], cols["hi"])
-                                   if hi[k] >= 0},
+                        "phases": {name: [lo[k], hi[k]] for name, lo, hi in zip(names, los, his) if hi[k] >= 0},
                         "micro_batches": micro, "source": src, "peak_bytes": pb, "peak_index": pi, "peak_type": pt})
         return out
 

@@ -86,3 +86,41 @@ def test_the_cache_arrays_come_back_checked():
 def test_numbers_must_run_from_one():
     with pytest.raises(ValueError):
         Iterations.of(ITS[1:])
+
+
+class _Rows:
+    """A list that `write_pretty` writes a part at a time (as IterationRows does)."""
+
+    def __init__(self, rows, size):
+        self.rows, self.size = rows, size
+
+    def __plain_parts__(self):
+        yield []                                   # (an empty part writes nothing)
+        for a in range(0, len(self.rows), self.size):
+            yield self.rows[a:a + self.size]
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 1000])
+def test_rows_written_in_parts_are_the_whole_documents_bytes(size):
+    """`write_pretty` gives `dumps_pretty`'s bytes, rows nested at any depth, none, several lists."""
+    import io
+
+    from vramscope.common.jsonio import dumps_pretty, write_pretty
+    rows = to_plain(Iterations.of(many(7)))
+    for doc in ({"a": 1, "its": rows, "b": [1, {"c": rows[:2]}]},
+                {"devices": [{"device": 0, "iterations": rows}, {"device": 1, "iterations": []}], "x": "\ud800"},
+                rows, {"its": rows[:1]}):
+        def marked(o):
+            if isinstance(o, list) and o and o[0] is rows[0] and isinstance(o[0], dict) and "number" in o[0]:
+                return _Rows(o, size)
+            if isinstance(o, dict):
+                return {k: marked(v) for k, v in o.items()}
+            if isinstance(o, list):
+                return [marked(v) for v in o]
+            return o
+        out = io.BytesIO()
+        write_pretty(marked(doc), out)
+        assert out.getvalue() == dumps_pretty(doc)
+    out = io.BytesIO()
+    write_pretty({"its": _Rows([], size)}, out)
+    assert out.getvalue() == dumps_pretty({"its": []})

@@ -15,7 +15,7 @@ from __future__ import annotations
 import io
 from typing import IO, Any, Callable, Generic, Iterable, Protocol, Sequence, TypeVar
 
-from ..common.jsonio import dumps_pretty
+from ..common.jsonio import write_pretty
 
 D = TypeVar("D", contravariant=True)
 T = TypeVar("T")
@@ -35,7 +35,7 @@ class JsonReporter:
     """Any JSON document, indented, with a final newline (`--json`, analysis.json)."""
 
     def render(self, document: Any, out: IO[bytes]) -> None:
-        out.write(dumps_pretty(document))
+        write_pretty(document, out)
 
 
 class TextReporter(Generic[T]):

@@ -362,6 +362,11 @@ class IterationRows(Sequence):
         """What JSON writes (common/jsonio.py): every iteration's dict."""
         return to_plain(self.its)
 
+    def __plain_parts__(self, rows: int = 20_000):
+        """The same, a part at a time (common/jsonio.py write_pretty)."""
+        for a in range(0, len(self.its), rows):
+            yield self.its.plain(a, min(a + rows, len(self.its)))
+
     def sources(self) -> list[str]:
         """Each iteration's `source`."""
         return self.its.source
