@@ -40,6 +40,7 @@ from ..parsers.tables import A_FREE_REQUESTED, A_SEGMENT_ALLOC, A_SEGMENT_FREE, 
 SMALL_SEGMENT = 2 << 20        # the caching allocator's small-pool segment (kSmallBuffer)
 SMALL_ALLOC_MAX = 1 << 20      # the small pool serves requests up to 1 MiB (kSmallSize)
 ROUND = 512                    # CUDACachingAllocator kMinBlockSize
+_PART = 1 << 19                # live rows at a time (segments_at)
 
 
 def reserved_unallocated(reserved: int | None, allocated: int) -> int | None:
@@ -384,12 +385,17 @@ class AllocatorHistory:
         rows = self.da.live_rows(i)
         allocated = np.zeros(len(addr), dtype=np.int64)
         if len(addr) and len(rows):
-            ra = np.asarray(al.addr[rows], dtype=np.int64)
-            k = np.searchsorted(addr, ra, side="right") - 1
-            ok = k >= 0
-            ok[ok] = ra[ok] < addr[k[ok]] + size[k[ok]]
-            allocated = np.bincount(k[ok], weights=al.size[rows][ok].astype(np.float64),
-                                    minlength=len(addr)).astype(np.int64)
+            # a part of the live rows at a time: a moment of millions of live allocations (the
+            # moment panel's, at the peak) held 140 MB of temporaries over all of them at once
+            for s in range(0, len(rows), _PART):
+                part = rows[s:s + _PART]
+                ra = np.asarray(al.addr[part], dtype=np.int64)
+                k = np.searchsorted(addr, ra, side="right") - 1
+                ok = k >= 0
+                ok[ok] = ra[ok] < addr[k[ok]] + size[k[ok]]
+                # (float sums of sizes inside one segment: exact integers)
+                allocated += np.bincount(k[ok], weights=al.size[part][ok].astype(np.float64),
+                                         minlength=len(addr)).astype(np.int64)
         return Segments(addr, size, allocated)
 
     def state_at(self, i: int) -> AllocatorState:

@@ -336,12 +336,18 @@ class DeviceAnalysis:
         """[(start_index, end_index)] of the runs of phase `name`, in order: `phase_ranges`'
         of that name, found without a tuple for every run of every phase (a long run has
         tens of thousands)."""
+        starts, ends = self.phase_run_bounds(name)
+        return list(zip(starts.tolist(), ends.tolist()))
+
+    def phase_run_bounds(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """`phase_runs(name)` as arrays (first entries, last entries): a run of short steps has
+        a million forward runs, 185 MB as a list of tuples."""
         ph = self.timeline.phase
         if not len(ph) or name not in PHASE_NAMES:
-            return []
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         starts, ends = self._phase_bounds()
         mine = ph[starts] == PHASE_NAMES.index(name)
-        return list(zip(starts[mine].tolist(), ends[mine].tolist()))
+        return starts[mine].astype(np.int64), ends[mine].astype(np.int64)
 
     def free_order(self) -> tuple[np.ndarray, np.ndarray]:
         """(rows sorted by free index, their free indices), computed once (on a big run, on

@@ -34,6 +34,7 @@ from __future__ import annotations
 import re
 import weakref
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
@@ -413,6 +414,33 @@ def _alike_in_stages(b: np.ndarray) -> bool:
     return 1 < stages <= 4 or (stages == 1 and n >= 2)
 
 
+class _PassRows:
+    """Each forward pass's allocation rows, in allocation order: `order[lo[k]:hi[k]]` (the
+    passes are disjoint and in order). Kept as bounds, not a view per pass: a run of short
+    steps has a million passes, 160 MB of views."""
+
+    def __init__(self, order: np.ndarray, lo: np.ndarray, hi: np.ndarray):
+        self.order, self.lo, self.hi = order, lo, hi
+
+    def __len__(self) -> int:
+        return len(self.lo)
+
+    def __getitem__(self, k: int) -> np.ndarray:
+        return self.order[self.lo[k]:self.hi[k]]
+
+    def lens(self) -> np.ndarray:
+        return (self.hi - self.lo).astype(np.int64)
+
+    def all(self) -> np.ndarray:
+        """Every pass's rows, pass after pass (what concatenating them gives)."""
+        if not len(self.lo):
+            return np.zeros(0, dtype=self.order.dtype)
+        edge = np.zeros(len(self.order) + 1, dtype=np.int32)
+        np.add.at(edge, self.lo, 1)
+        np.add.at(edge, self.hi, -1)
+        return self.order[np.cumsum(edge[:-1]) > 0]
+
+
 def _find_block_node(da, paths, passes):
     """(depth, node path) of the block frame, or None."""
     a = da.allocs
@@ -420,10 +448,11 @@ def _find_block_node(da, paths, passes):
     size = np.asarray(a.size, dtype=np.int64)
     order = np.argsort(ai, kind="stable")
     ai_sorted = ai[order].astype(np.int64)
-    bounds = np.searchsorted(ai_sorted, np.array([(s, e + 1) for s, e in passes], dtype=np.int64).ravel())
-    pass_rows = [order[lo:hi] for lo, hi in bounds.reshape(-1, 2).tolist()]
+    bounds = np.fromiter(chain.from_iterable(passes), dtype=np.int64, count=2 * len(passes)).reshape(-1, 2)
+    p0, p1 = bounds[:, 0], bounds[:, 1]
+    pass_rows = _PassRows(order, np.searchsorted(ai_sorted, p0), np.searchsorted(ai_sorted, p1 + 1))
     # bytes per tree node over every forward pass (per stack first: a few thousand stacks)
-    rows = np.concatenate(pass_rows) if pass_rows else np.zeros(0, dtype=np.int64)
+    rows = pass_rows.all()
     st = np.asarray(a.stack)[rows]
     u, inv = unique_inverse(st)
     b = np.bincount(inv, weights=size[rows].astype(np.float64)) if len(rows) else np.zeros(0)
@@ -438,10 +467,11 @@ def _find_block_node(da, paths, passes):
     cands = sorted((p for p, b in node_bytes.items() if b >= MIN_SHARE * total),
                    key=lambda p: (-node_bytes[p], len(p)))
     stacks = np.asarray(a.stack)
-    sample = [r for r in pass_rows if len(r)]
+    some = np.flatnonzero(pass_rows.lens() > 0)
     # detect on up to four passes spread over the run (the first may be unusual: lazy state)
-    if len(sample) > 4:
-        sample = [sample[i] for i in np.linspace(0, len(sample) - 1, 4).astype(int).tolist()]
+    if len(some) > 4:
+        some = some[np.linspace(0, len(some) - 1, 4).astype(int)]
+    sample = [pass_rows[k] for k in some.tolist()]
     best = None
     for p in cands:
         d = len(p) - 1
@@ -551,7 +581,7 @@ def _build(da) -> Structure:
         # was held to the end of the failed step (freed by its unwinding, or not recorded at all)
         s0, e0 = passes[-1]
         free_phase[(fi < 0) & (ai >= s0) & (ai <= e0)] = P_UNWIND
-    found, pass_rows = (None, [])
+    found, pass_rows = None, _PassRows(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
     paths = None
     if da.facts is not None and passes:
         paths = _Paths(da)
@@ -580,8 +610,8 @@ def _build(da) -> Structure:
     if found is not None:
         depth, node_path = found
         # every pass at once (the stacks' paths looked up once, not once per pass), a pass's calls apart
-        lens = np.array([len(r) for r in pass_rows], dtype=np.int64)
-        all_rows = np.concatenate(pass_rows) if len(pass_rows) else np.zeros(0, dtype=np.int64)
+        lens = pass_rows.lens()
+        all_rows = pass_rows.all()
         group = np.repeat(np.arange(len(pass_rows), dtype=np.int64), lens)
         found_calls = _calls(paths, stacks[all_rows], depth, node_path, size[all_rows] <= TINY, group) \
             if len(all_rows) else []

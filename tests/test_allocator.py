@@ -280,3 +280,25 @@ def test_segments_only_made_are_segment_ranges_answer():
         a, b, e, st, mapped = _made_only(ev, cols, stream, act)
         got = list(zip(a.tolist(), zip(b.tolist(), e.tolist(), st.tolist(), mapped.tolist())))
         assert want_out == [] and got == list(want.items())
+
+
+@pytest.mark.parametrize("path", [DATA / "oom.pickle", DATA / "expandable.pickle", DATA / "multi_device.pickle"],
+                         ids=lambda p: p.name)
+def test_segments_are_counted_a_part_of_the_rows_at_a_time(path, monkeypatch):
+    """segments_at counts the live rows a part at a time (a moment of millions of live
+    allocations): every part size gives what one pass over them all gives."""
+    from vramscope.classifiers import allocator
+    an = analysis(path)
+    most = 0
+    for da in an.devices.values():
+        h = allocator.AllocatorHistory(an.snapshot, da)
+        moments = sorted({-1, da.n_entries - 1, da.peak.index, *(o.index for o in da.ooms)})
+        whole = [h.segments_at(i) for i in moments]
+        most = max(most, *(len(da.live_rows(i)) for i in moments))
+        for part in (1, 3):
+            monkeypatch.setattr(allocator, "_PART", part)
+            for i, w in zip(moments, whole):
+                got = h.segments_at(i)
+                assert np.array_equal(got.allocated, w.allocated) and np.array_equal(got.address, w.address)
+        monkeypatch.undo()
+    assert most > 3                             # (several parts, at 1 and 3 rows a part)
