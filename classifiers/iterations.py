@@ -2,10 +2,10 @@
 
 A trace of short steps has hundreds of thousands of iterations (a tiled single-step run at
 10^7 entries: 1.3 million). As objects, each with its dict of phases, they cost a microsecond
-or more apiece to make, copy, convert and cache, and a kilobyte apiece to hold: 40 s and 4 GB
-of a cold `summary` at that size. Here they are arrays, one row per iteration in order; an
-`Iteration` is made only for the rows asked for (an index, a slice, a loop over them all).
-Stages that read every iteration read the columns (`starts`, `ends`, `peak_index`, ...).
+or more apiece to make, copy, convert and cache, and a kilobyte apiece to hold: most of a cold
+`summary --json`'s 51 s and 6.5 GB at that size. Here they are arrays, one row per iteration in
+order; an `Iteration` is made only for the rows asked for (an index, a slice, a loop over them
+all). Stages that read every iteration read the columns (`start`, `end`, `peak_index`, ...).
 """
 from __future__ import annotations
 
@@ -84,20 +84,22 @@ class Iterations(Sequence):
                    lo, hi, [it.micro_batches for it in its], [it.source for it in its],
                    [it.peak_bytes for it in its], [it.peak_index for it in its], [it.peak_type for it in its])
 
-    def _all(self) -> dict[str, Any]:
-        """Every column as Python lists, for one loop over all the rows (not kept: at a million
-        rows they hold a gigabyte)."""
-        cols = {c: getattr(self, c).tolist() for c in _COLUMNS}
-        cols["lo"], cols["hi"] = self.lo.tolist(), self.hi.tolist()
+    def _lists(self, a: int, b: int) -> dict[str, Any]:
+        """Rows a..b-1 of every column as Python lists, for one loop over them (not kept: at a
+        million rows they hold a gigabyte)."""
+        cols = {c: getattr(self, c)[a:b].tolist() for c in _COLUMNS}
+        cols["lo"], cols["hi"] = self.lo[:, a:b].tolist(), self.hi[:, a:b].tolist()
         return cols
 
-    def _row(self, k: int, cols: dict[str, Any] | None = None) -> Iteration:
+    def _row(self, k: int, cols: dict[str, Any] | None = None, first: int = 0) -> Iteration:
+        """Row k as an Iteration: from the arrays, or from `cols` (`_lists` from row `first`)."""
         if cols is None:       # one row: from the arrays (a list of every row would cost more)
             vals = [int(getattr(self, c)[k]) for c in _COLUMNS]
             lo, hi = self.lo[:, k].tolist(), self.hi[:, k].tolist()
         else:
-            vals = [cols[c][k] for c in _COLUMNS]
-            lo, hi = [x[k] for x in cols["lo"]], [x[k] for x in cols["hi"]]
+            j = k - first
+            vals = [cols[c][j] for c in _COLUMNS]
+            lo, hi = [x[j] for x in cols["lo"]], [x[j] for x in cols["hi"]]
         start, end, t0, t1, micro, pb, pi = vals
         it = object.__new__(Iteration)         # (a frozen dataclass: its __init__ sets each field)
         it.__dict__.update(number=k + 1, start_index=start, end_index=end,
@@ -119,8 +121,11 @@ class Iterations(Sequence):
     def __getitem__(self, k):
         if isinstance(k, slice):
             rows = range(len(self))[k]
-            cols = self._all() if len(rows) > 64 else None
-            return tuple(self._row(i, cols) for i in rows)
+            if len(rows) <= 64:
+                return tuple(self._row(i) for i in rows)
+            a, b = min(rows[0], rows[-1]), max(rows[0], rows[-1]) + 1
+            cols = self._lists(a, b)
+            return tuple(self._row(i, cols, a) for i in rows)
         i = int(k)
         if i < 0:
             i += len(self)
@@ -129,7 +134,7 @@ class Iterations(Sequence):
         return self._row(i)
 
     def __iter__(self):
-        cols = self._all() if len(self) > 8 else None
+        cols = self._lists(0, len(self)) if len(self) > 8 else None
         return (self._row(i, cols) for i in range(len(self)))
 
     def __eq__(self, other) -> bool:

@@ -438,7 +438,8 @@ class _PassRows:
         edge = np.zeros(len(self.order) + 1, dtype=np.int32)
         np.add.at(edge, self.lo, 1)
         np.add.at(edge, self.hi, -1)
-        return self.order[np.cumsum(edge[:-1]) > 0]
+        np.cumsum(edge, out=edge)
+        return self.order[edge[:-1] > 0]
 
 
 def _find_block_node(da, paths, passes):

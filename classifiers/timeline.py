@@ -27,16 +27,17 @@ training".
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 from ..parsers.tables import A_ALLOC, A_FREE, A_FREE_COMPLETED, A_FREE_REQUESTED, A_OOM
-from .iterations import NO_TIME, PHASES, Iterations, starts_ends
+from .iterations import NO_TIME, Iterations, starts_ends
 from .results import Region
 
+MANY_RANGES = 20_000       # more disjoint ranges than this are marked at once, not one by one
 P_NONE, P_INPUTS, P_FORWARD, P_BACKWARD, P_OPTIMIZER, P_PRE = range(6)
 P_NEVER = 6
 P_UNWIND = 7        # after an out-of-memory error: the exception unwinding, tensors freed as frames go
@@ -85,15 +86,17 @@ class Timeline:
 
     def iteration_ids(self) -> np.ndarray:
         """int32 per entry: its iteration's `number - 1`, -1 outside every iteration."""
-        ids = np.full(len(self.phase), -1, dtype=np.int32)
+        n = len(self.phase)
         starts, ends = self._iteration_bounds()
-        if len(starts) > 256:      # every iteration at once: its number at its start, carried on
-            mark = np.zeros(len(self.phase) + 1, dtype=np.int32)
+        if len(starts) > MANY_RANGES:   # every iteration at once: its number at its start, carried on
+            ids = np.zeros(n + 1, dtype=np.int32)
             num = np.arange(1, len(starts) + 1, dtype=np.int32)   # (+1: 0 marks nothing)
-            mark[starts] = num              # (disjoint and in order)
-            mark[ends + 1] -= num
-            ids += np.cumsum(mark[:-1], dtype=np.int32)
-            return ids
+            ids[starts] = num               # (disjoint and in order)
+            ids[ends + 1] -= num
+            np.cumsum(ids, out=ids)         # (in place: no second array of every entry)
+            ids -= 1
+            return ids[:n]
+        ids = np.full(n, -1, dtype=np.int32)
         for k, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
             ids[a:b + 1] = k
         return ids
@@ -529,15 +532,17 @@ def _iterations(ent_start, ent_end, seg_start, seg_end, seg_phase, train_fwd, ph
     nxt_train = np.where(last_of_it, False, train_fwd[np.minimum(g + 1, nseg - 1)])
     inp = (sp == P_NONE) & nxt_train
     ia, ib = ss[inp], se[inp]
-    if len(ia) > 256:        # (disjoint ranges: marked at once where there are many)
+    if len(ia) > MANY_RANGES:        # (disjoint ranges: marked at once where there are many)
         mark = np.zeros(len(phase) + 1, dtype=np.int8)
         mark[ia] = 1
         np.subtract.at(mark, ib + 1, 1)
-        phase[np.cumsum(mark[:-1], dtype=np.int8) > 0] = P_INPUTS
+        np.cumsum(mark, out=mark)
+        phase[mark[:-1].view(bool)] = P_INPUTS
     else:
         for a, b in zip(ia.tolist(), ib.tolist()):
             phase[a:b + 1] = P_INPUTS
     tf = train_fwd[g]
+    # (in the order of iterations.PHASES: inputs, forward, backward, optimizer, eval, unwind)
     sels = (inp, (sp == P_FORWARD) & tf, sp == P_BACKWARD, sp == P_OPTIMIZER, (sp == P_FORWARD) & ~tf,
             sp == P_UNWIND)
     big = np.iinfo(np.int64).max

@@ -41,6 +41,7 @@ def test_columns_read_as_the_objects(its):
         assert col[k] == its[k] and col[k - len(its)] == its[k]
         assert tuple(col[k].phases) == tuple(its[k].phases)      # the phases' order kept
     assert col[1:-1] == its[1:-1] and col[::7] == its[::7]
+    assert col[::-1] == its[::-1] and col[5:190:2] == its[5:190:2] and col[150:10:-3] == its[150:10:-3]
     with pytest.raises(IndexError):
         col[len(its)]
     assert to_plain(col) == [_dataclass_plain(it, NAMES) for it in its]
@@ -124,3 +125,27 @@ def test_rows_written_in_parts_are_the_whole_documents_bytes(size):
     out = io.BytesIO()
     write_pretty({"its": _Rows([], size)}, out)
     assert out.getvalue() == dumps_pretty({"its": []})
+
+
+@pytest.mark.parametrize("name", ["cuda_full.pickle", "protocol2.pickle", "clean_loop.pickle", "oom_step3.pickle",
+                                  "forward_only_loop.pickle"])
+def test_ranges_marked_at_once_are_those_marked_one_by_one(name, monkeypatch):
+    """Where a run has many iterations (more than MANY_RANGES) their ids and the batches'
+    input runs are marked at once: the same phases and ids the loop over them gives."""
+    from helpers import DATA
+    from vramscope.classifiers import analyze
+    from vramscope.classifiers import timeline as tl_module
+    from vramscope.parsers import open_snapshot
+
+    def run():
+        an = analyze(open_snapshot(str(DATA / name), use_cache=False), use_cache=False)
+        return {d: (da.timeline.phase.copy(), da.timeline.iteration_ids(), to_plain(da.iterations))
+                for d, da in an.devices.items()}
+    one_by_one = run()
+    monkeypatch.setattr(tl_module, "MANY_RANGES", 0)
+    at_once = run()
+    assert any(len(its) > 1 for _, _, its in one_by_one.values())
+    for d, (phase, ids, its) in one_by_one.items():
+        assert np.array_equal(at_once[d][0], phase) and np.array_equal(at_once[d][1], ids)
+        assert at_once[d][2] == its
+        assert (phase == tl_module.P_INPUTS).any()          # (input runs to mark, in each of them)

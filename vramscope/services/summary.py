@@ -375,7 +375,6 @@ class IterationRows(Sequence):
         return self.its.peak_bytes.tolist()
 
 
-
 ITERATIONS_LISTED = 12                 # the text lists every iteration up to this many
 ITERATIONS_FIRST = 3                   # ... and past it the first ones, the highest and the last
 
