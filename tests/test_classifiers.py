@@ -235,7 +235,13 @@ def test_summary_json_keeps_the_cli_contract():
         assert key in d["peak"]
     assert d["peak"]["type"] in PEAK_TYPES
     import orjson
-    orjson.dumps(s, option=orjson.OPT_NON_STR_KEYS)     # plain JSON types only
+
+    from vramscope.common.jsonio import dumps
+    from vramscope.services.summary import plain_document
+    # plain JSON types only, the iterations' rows once made plain (they are made when read)
+    plain = orjson.dumps(plain_document(s), option=orjson.OPT_NON_STR_KEYS)
+    assert plain == dumps(s) and orjson.loads(plain)["devices"][0]["iterations"] == list(d["iterations"])
+    assert len(d["iterations"]) and all(type(it) is dict for it in d["iterations"])
 
 
 def test_cli_allocations_csv(capsys):
