@@ -31,6 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from helpers import SHARED  # noqa: E402
+from vramscope.common.jsonio import dumps  # noqa: E402
 
 CARDS = SHARED / "cards"
 
@@ -56,7 +57,7 @@ def texts(path) -> dict[str, str]:
     from vramscope.services.whatif import whatif_document, whatif_text
     an = analyze_file(str(path), True, None)
     out = {"summary": summary_text(summary_document(an))}
-    out["summary_json"] = json.dumps(summary_document(an))
+    out["summary_json"] = dumps(summary_document(an)).decode()     # (the command line's writer)
     out["whatif"] = whatif_text(whatif_document(an, {}, [], None, None))
     if an.devices:
         out["whatif_fit"] = whatif_text(whatif_document(an, {}, [], "24", None, fit="batch"))
