@@ -272,7 +272,7 @@ class FindingsPanel(QWidget):
             self._windows[id(group)] = (group, kind, fs, muted, j)
             shown = fs[j:j + self.ROWS_AT_MOST]
         else:
-            shown = fs
+            j, shown = 0, fs
         for k in shown:
             f = data.findings[k]
             it = _item(f.title)
@@ -286,8 +286,7 @@ class FindingsPanel(QWidget):
             self.items.append(it)
             it.setExpanded(kind in ("peak", "oom", "leak"))
         if len(shown) < len(fs):
-            first = fs.index(shown[0]) + 1
-            more = _item(f"Showing {first:,}–{first + len(shown) - 1:,} of {len(fs):,}: N / Shift+N step through "
+            more = _item(f"Showing {j + 1:,}–{j + len(shown):,} of {len(fs):,}: N / Shift+N step through "
                          "them all, a click on the timeline goes to any moment")
             more.setFlags(Qt.ItemFlag.ItemIsEnabled)
             more.setForeground(0, muted)
