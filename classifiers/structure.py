@@ -34,7 +34,6 @@ from __future__ import annotations
 import re
 import weakref
 from dataclasses import dataclass, field
-from itertools import chain
 
 import numpy as np
 
@@ -97,7 +96,8 @@ class Structure:
     call_of: np.ndarray     # int32 per row: index into `calls` of the call that made it (-1: none)
     inputs: np.ndarray      # int64 per call: the row of the call's input (-1 unknown)
     outputs: np.ndarray     # int64 per call: the row of the call's output (-1 none)
-    passes: tuple           # (first entry, last entry) of each forward pass
+    passes: np.ndarray      # int64 [n, 2]: (first entry, last entry) of each forward pass (a run of
+                            # short steps has a million: 185 MB as tuples)
     batch: np.ndarray       # bool per row: grows with the micro-batch
     seq2: np.ndarray        # bool per row: grows with the square of the sequence (attention scores)
     output_bytes: int | None    # a block's output (the residual stream between blocks): the median call's
@@ -176,7 +176,7 @@ def growth_structure(da, wait: bool = True) -> Structure:
     batch, note = _batch_rows(da, size, ai, alloc_phase)
     z = np.zeros(0, dtype=np.int64)
     return Structure(None, (), (), np.zeros(n, dtype=np.uint8), np.full(n, -1, dtype=np.int32), z, z,
-                     tuple(_forward_passes(da)), batch, np.zeros(n, dtype=bool), None, None, None,
+                     _forward_passes(da), batch, np.zeros(n, dtype=bool), None, None, None,
                      tuple(x for x in (note,) if x))
 
 
@@ -311,8 +311,10 @@ class _Paths:
 
 
 # -- finding the blocks ---------------------------------------------------------------------------
-def _forward_passes(da) -> list[tuple[int, int]]:
-    return da.phase_runs("forward")
+def _forward_passes(da) -> np.ndarray:
+    """int64 [n, 2]: (first entry, last entry) of each forward pass, in order."""
+    starts, ends = da.phase_run_bounds("forward")
+    return np.stack([starts, ends], axis=1).astype(np.int64, copy=False).reshape(-1, 2)
 
 
 def _calls(paths, rows_stack, depth, node_path, tiny=None, group=None) -> list:
@@ -449,8 +451,7 @@ def _find_block_node(da, paths, passes):
     size = np.asarray(a.size, dtype=np.int64)
     order = np.argsort(ai, kind="stable")
     ai_sorted = ai[order].astype(np.int64)
-    bounds = np.fromiter(chain.from_iterable(passes), dtype=np.int64, count=2 * len(passes)).reshape(-1, 2)
-    p0, p1 = bounds[:, 0], bounds[:, 1]
+    p0, p1 = passes[:, 0], passes[:, 1]
     pass_rows = _PassRows(order, np.searchsorted(ai_sorted, p0), np.searchsorted(ai_sorted, p1 + 1))
     # bytes per tree node over every forward pass (per stack first: a few thousand stacks)
     rows = pass_rows.all()
@@ -577,14 +578,14 @@ def _build(da) -> Structure:
     alloc_phase = phase_of(ai)
     passes = _forward_passes(da)
     run = getattr(da, "run", None)
-    if passes and run is not None and run.truncated_by_oom.value:
+    if len(passes) and run is not None and run.truncated_by_oom.value:
         # the trace ends in an OOM inside its last forward: what that forward made and never freed
         # was held to the end of the failed step (freed by its unwinding, or not recorded at all)
-        s0, e0 = passes[-1]
+        s0, e0 = passes[-1].tolist()
         free_phase[(fi < 0) & (ai >= s0) & (ai <= e0)] = P_UNWIND
     found, pass_rows = None, _PassRows(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
     paths = None
-    if da.facts is not None and passes:
+    if da.facts is not None and len(passes):
         paths = _Paths(da)
         found, pass_rows = _find_block_node(da, paths, passes)
     calls: list[BlockCall] = []
@@ -644,7 +645,7 @@ def _build(da) -> Structure:
             if c.block > 0 and j > 0 and calls[j - 1].forward_pass == c.forward_pass:
                 inputs[j] = outputs[j - 1]
             elif c.block == 0 and outputs[j] >= 0:
-                inputs[j] = first_input(c, int(size[outputs[j]]), passes[c.forward_pass][0])
+                inputs[j] = first_input(c, int(size[outputs[j]]), int(passes[c.forward_pass, 0]))
         for w in recomputes:
             r = w.rows
             inside = (fi[r] >= 0) & (fi[r] <= w.end)
@@ -656,15 +657,13 @@ def _build(da) -> Structure:
         notes.append("no repeated block (layer) found in the stacks" if paths is not None else
                      "no forward pass with frames: no blocks")
     # tensors outside the blocks, saved for backward: embeddings, final norm, logits, loss
-    starts = np.array([s for s, _ in passes] or [0], dtype=np.int64)
-    ends = np.array([e for _, e in passes] or [-1], dtype=np.int64)
     # the entries inside a forward pass (a mark per entry, not an int64 per row: this ran at the
-    # highest memory of a cold `summary`)
+    # highest memory of a cold `summary`). The passes are disjoint: a mark is 0 or 1
     fwd_entry = np.zeros(n_entries + 1, dtype=np.int8)
-    for s_, e_ in passes:
-        if 0 <= s_ <= e_ < n_entries:
-            fwd_entry[s_] += 1
-            fwd_entry[e_ + 1] -= 1
+    s_, e_ = passes[:, 0], passes[:, 1]
+    ok = (s_ >= 0) & (s_ <= e_) & (e_ < n_entries)
+    np.add.at(fwd_entry, s_[ok], 1)
+    np.add.at(fwd_entry, e_[ok] + 1, -1)
     np.cumsum(fwd_entry, out=fwd_entry)
     in_fwd = (ai >= 0) & (fwd_entry[np.clip(ai, 0, n_entries)] > 0)
     del fwd_entry
@@ -684,7 +683,7 @@ def _build(da) -> Structure:
         refusal = seq_note = seq_note[len("REFUSE: "):]
     notes.append(seq_note)
     function = _functions(paths, stacks) if paths is not None else None
-    return Structure(blk, tuple(calls), tuple(recomputes), role, call_of, inputs, outputs, tuple(passes), batch,
+    return Structure(blk, tuple(calls), tuple(recomputes), role, call_of, inputs, outputs, passes, batch,
                      seq2, out_bytes, tokens, hidden, tuple(notes), function, refusal)
 
 
@@ -760,7 +759,7 @@ def _recompute_windows(da, paths, block_key, ai, stacks, alloc_phase, end_of) ->
     pos, sig, line = pos[keep], sig_u[inv][keep], line_u[inv][keep]
     if not len(pos):
         return []
-    starts = np.array([s for s, _ in _forward_passes(da)], dtype=np.int64)
+    starts = _forward_passes(da)[:, 0]
     windows = [bw[p] for p in np.split(pos, _call_starts(pos, sig, line)[1:])]
     pass_of = [int(np.searchsorted(starts, ai[w[0]], side="right")) - 1 for w in windows]
     left: dict = {}

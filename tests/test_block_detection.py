@@ -40,10 +40,10 @@ def test_a_pass_that_does_not_run_the_blocks_does_not_hide_them(monkeypatch):
 
     def with_an_empty_pass(d):
         passes = real(d)
-        if d is not da or not passes:
+        if d is not da or not len(passes):
             return passes
         # the entries before the first pass: loading, no model forward in them
-        return [(0, max(0, passes[0][0] - 1))] + list(passes)
+        return np.concatenate([[[0, max(0, int(passes[0, 0]) - 1)]], passes]).astype(np.int64)
     monkeypatch.setattr(structure_module, "_forward_passes", with_an_empty_pass)
     again = structure_module._build(da)
     assert again.blocks is not None and again.blocks.count == st.blocks.count == 2
@@ -67,12 +67,12 @@ def test_one_pass_alone_is_not_taken_for_blocks(monkeypatch):
     alone, both layers are found."""
     da, _ = _structure(DATA / "multi_device_oom.pickle")[0]
     real = structure_module._forward_passes
-    first = real(da)[0]
+    first = tuple(real(da)[0].tolist())
     before = (0, first[0] - 1)
     ai = np.asarray(da.allocs.alloc_index)
     assert int(((ai >= before[0]) & (ai <= before[1])).sum()) > 0          # a pass with rows
-    monkeypatch.setattr(structure_module, "_forward_passes", lambda d: [before, first] if d is da else real(d))
+    monkeypatch.setattr(structure_module, "_forward_passes", lambda d: np.array([before, first], dtype=np.int64) if d is da else real(d))
     st = structure_module._build(da)
     assert st.blocks is None and st.notes[0] == "no repeated block (layer) found in the stacks"
-    monkeypatch.setattr(structure_module, "_forward_passes", lambda d: [first] if d is da else real(d))
+    monkeypatch.setattr(structure_module, "_forward_passes", lambda d: np.array([first], dtype=np.int64) if d is da else real(d))
     assert structure_module._build(da).blocks.count == 2

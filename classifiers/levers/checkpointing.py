@@ -83,7 +83,7 @@ def _kept(rw, st):
     ai_kept = ai[kept].astype(np.int64)
     calls = st.calls
     lasts = np.array([c.last for c in calls], dtype=np.int64)
-    pass_ends = np.array([st.passes[c.forward_pass][1] for c in calls], dtype=np.int64)
+    pass_ends = st.passes[np.array([c.forward_pass for c in calls], dtype=np.int64), 1]
     los = np.searchsorted(ai_kept, lasts + 1)
     his = np.searchsorted(ai_kept, pass_ends + 1)
     return kept, los, his

@@ -87,9 +87,8 @@ def frozen_base(rw, st: Structure, tail: bool = True) -> None:
     for j, c in enumerate(st.calls):
         first.setdefault(c.forward_pass, j)
         last[c.forward_pass] = j
-    for p, (s, e) in enumerate(st.passes):
-        if p not in first:
-            continue
+    for p in sorted(first):                 # (the passes the blocks run through, in order)
+        e = int(st.passes[p, 1])
         c0, cn = st.calls[first[p]], st.calls[last[p]]
         inp = int(st.inputs[first[p]])
         if inp >= 0 and not st.checkpointed and (rw.fk[inp] < 0 or rw.fk[inp] > (c0.end << rw.shift)):
