@@ -22,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from bench_parse import PICKLE_CHILD, run_measured  # noqa: E402
+from bench_parse import PICKLE_CHILD, compile_tree, run_measured  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -34,9 +34,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     path = os.path.abspath(args.file)
     trees = [os.path.abspath(d) for d in args.before] + [ROOT]
-    no_pyc_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     for t in trees:                        # .pyc written, as after any first run of an installed copy
-        subprocess.run([sys.executable, "-m", "vramscope", "--help"], capture_output=True, cwd=t, env=no_pyc_env)
+        compile_tree(t)
     verbs = [("summary", ["summary", path, "--json"])]
     if args.viewer:
         verbs.append(("viewer", ["view", path, "--screenshot", "SHOT"]))

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -34,7 +33,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 from _snapshots import ensure_snapshot  # noqa: E402
-from bench_parse import PICKLE_CHILD, run_measured  # noqa: E402
+from bench_parse import PICKLE_CHILD, compile_tree, run_measured  # noqa: E402
 
 # the same stages through the APIs every version has (open_snapshot, analyze, what_if, ...):
 # what `--before DIR` runs on another checkout (PYTHONPATH=DIR), and this one beside it
@@ -215,9 +214,8 @@ def main(argv=None) -> int:
         with open(path, "rb") as f:            # into the page cache: every run reads it warm
             while f.read(1 << 24):
                 pass
-        for code in filter(None, (ROOT, args.before)):           # .pyc compiled (where Python may write them)
-            subprocess.run([sys.executable, "-m", "vramscope", "--help"], capture_output=True, cwd=code,
-                           env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
+        for code in filter(None, (ROOT, args.before)):           # .pyc compiled, as an installed copy's
+            compile_tree(code)
         res = measure(path, not args.skip_viewer, args.before)
         results[n] = res
         print(table(res, n), flush=True)
