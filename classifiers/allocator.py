@@ -35,7 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..parsers.tables import A_FREE_REQUESTED, A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP
+from ..parsers.tables import (A_FREE_REQUESTED, A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP,
+                              take_released)
 
 SMALL_SEGMENT = 2 << 20        # the caching allocator's small-pool segment (kSmallBuffer)
 SMALL_ALLOC_MAX = 1 << 20      # the small pool serves requests up to 1 MiB (kSmallSize)
@@ -93,25 +94,25 @@ def small_pool(seg_addr: np.ndarray, seg_size: np.ndarray, alloc_addr: np.ndarra
     return small
 
 
-def _segment_events(ev: np.ndarray, cols, stream_col: np.ndarray, up_mask: np.ndarray, act: np.ndarray,
-                    part: int = 1 << 16):
+def _segment_events(ev: np.ndarray, fields: tuple, up_mask: np.ndarray, act: np.ndarray, part: int = 1 << 16):
     """(entry, address, size, maps or allocates, stream, a mapping) of each segment event `ev`,
-    in order, as Python values made `part` events at a time."""
+    in order, as Python values made `part` events at a time. `fields`: the events' (address,
+    size, stream) arrays."""
+    addr, size, stream = fields
     for lo in range(0, len(ev), part):
         e = ev[lo:lo + part]
-        yield from zip(e.tolist(), np.asarray(cols["addr"][e], dtype=np.int64).tolist(),
-                       np.asarray(cols["size"][e], dtype=np.int64).tolist(), up_mask[e].tolist(),
-                       stream_col[e].tolist(), np.isin(act[e], (A_SEGMENT_MAP, A_SEGMENT_UNMAP)).tolist())
+        yield from zip(e.tolist(), addr[lo:lo + part].tolist(), size[lo:lo + part].tolist(), up_mask[e].tolist(),
+                       stream[lo:lo + part].tolist(), np.isin(act[e], (A_SEGMENT_MAP, A_SEGMENT_UNMAP)).tolist())
 
 
-def _made_only(ev: np.ndarray, cols, stream_col: np.ndarray, act: np.ndarray) -> tuple[np.ndarray, ...]:
+def _made_only(ev: np.ndarray, fields: tuple, act: np.ndarray) -> tuple[np.ndarray, ...]:
     """`segment_ranges`' live ranges where every event `ev` makes a segment or maps a range (none
     is freed or unmapped: a run's warm-up, the caching allocator keeping what it reserved): each
     is live at the end; (address, end address, entry, stream, mapped) arrays in the order
     `segment_ranges` puts them, the latest made at an address in the first one's place. Arrays,
     without its search per event and without a Python value per range (847,000 segments made in
     a real trace tiled to 10^7 entries: 4.3 s, and 300 MB while the viewer opened it)."""
-    a = np.asarray(cols["addr"][ev], dtype=np.int64)
+    a, size, stream = fields
     order = np.argsort(a, kind="stable")
     by_addr = a[order]
     first = np.flatnonzero(np.r_[True, by_addr[1:] != by_addr[:-1]]) if len(a) else np.zeros(0, dtype=np.int64)
@@ -119,8 +120,7 @@ def _made_only(ev: np.ndarray, cols, stream_col: np.ndarray, act: np.ndarray) ->
     place, value = order[first], order[last]        # an address's first event, its latest
     value = value[np.argsort(place, kind="stable")]
     e = ev[value]
-    return (a[value], a[value] + np.asarray(cols["size"][e], dtype=np.int64), e.astype(np.int64),
-            np.asarray(stream_col[e], dtype=np.int64), act[e] == A_SEGMENT_MAP)
+    return (a[value], a[value] + size[value], e.astype(np.int64), stream[value], act[e] == A_SEGMENT_MAP)
 
 
 def segment_ranges(events) -> tuple[list[tuple[int, int, int, int, int, bool]], dict[int, tuple[int, int, int, bool]]]:
@@ -312,17 +312,20 @@ class AllocatorHistory:
             return
         cols = snap.trace(da.device).columns
         act = np.asarray(da.trace_action)
-        stream_col = np.asarray(cols["stream"]) if "stream" in cols else np.zeros(n, dtype=np.int64)
         up_mask = (act == A_SEGMENT_ALLOC) | (act == A_SEGMENT_MAP)
         events = np.flatnonzero(up_mask | (act == A_SEGMENT_FREE) | (act == A_SEGMENT_UNMAP))
+        # the events' fields, read a part of each column at a time and its pages handed back: the
+        # events are spread over the trace (take_released)
+        fields = tuple(np.asarray(take_released(cols[k], events), dtype=np.int64) if k in cols
+                       else np.zeros(len(events), dtype=np.int64) for k in ("addr", "size", "stream"))
         big = n + 1
         # Address ranges, not whole segments (segment_ranges); the events' fields made Python
         # values a part at a time (at once, 400,000 events' took 140 MB)
         if up_mask[events].all():
             ended = [np.zeros(0, dtype=np.int64)] * 5 + [np.zeros(0, dtype=bool)]
-            la, lb, le, lst, lm = _made_only(events, cols, stream_col, act)
+            la, lb, le, lst, lm = _made_only(events, fields, act)
         else:
-            out, live = segment_ranges(_segment_events(events, cols, stream_col, up_mask, act))
+            out, live = segment_ranges(_segment_events(events, fields, up_mask, act))
             ended = [np.asarray(c, dtype=np.int64) for c in (zip(*out) if out else [[]] * 6)]
             ended[5] = ended[5].astype(bool)
             la, lb, le, lst, lm = (np.fromiter(it, dtype=np.int64, count=len(live)) for it in (

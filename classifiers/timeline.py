@@ -33,7 +33,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..parsers.tables import A_ALLOC, A_FREE, A_FREE_COMPLETED, A_FREE_REQUESTED, A_OOM
+from ..parsers.tables import A_ALLOC, A_FREE, A_FREE_COMPLETED, A_FREE_REQUESTED, A_OOM, take_released
 from .iterations import NO_TIME, Iterations, starts_ends
 from .results import Region
 
@@ -447,7 +447,8 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
         ends = periodic_boundaries(live_after()) if live_after is not None and frameless else []
         e = np.asarray(ends, dtype=np.int64)
         s0, e0 = e[:-1] + 1, e[1:]
-        t0, t1 = tus[s0].astype(np.int64), tus[e0].astype(np.int64)
+        # (a part of the times at a time, handed back: a stamp read an iteration apart pages in all)
+        t0, t1 = (np.asarray(take_released(tus, i), dtype=np.int64) for i in (s0, e0))
         its = Iterations(s0, e0, np.where(t0 >= 0, t0, NO_TIME), np.where(t1 >= 0, t1, NO_TIME),
                          source="periodicity")
         tl.iterations = its
@@ -553,7 +554,8 @@ def _iterations(ent_start, ent_end, seg_start, seg_end, seg_phase, train_fwd, ph
         np.maximum.at(hi[j], it[sel], se[sel])
     lo[hi < 0] = -1
     micro = np.bincount(it[sels[1]], minlength=k_its)
-    t0, t1 = tus[s0].astype(np.int64), tus[e0].astype(np.int64)
+    # (a part of the times at a time, handed back: a stamp read an iteration apart pages in all)
+    t0, t1 = (np.asarray(take_released(tus, i), dtype=np.int64) for i in (s0, e0))
     its = Iterations(s0, e0, np.where(t0 >= 0, t0, NO_TIME), np.where(t1 >= 0, t1, NO_TIME), lo, hi, micro,
                      source=source)
     return its

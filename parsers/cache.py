@@ -384,6 +384,10 @@ def _load_cached(entry: str, path: str, fh, st, verify: bool = True) -> Snapshot
             frame_fx={int(f): (int(v[0]), int(v[1]), int(v[2]), int(v[3]), tuple(int(x) for x in v[4]))
                       for f, v in meta["frame_fx"].items()})
         _validate(snap)
+        for t in traces.values():
+            # _validate read these whole: their pages handed back until a stage reads them (a
+            # column no stage reads whole, compile_context, held 40 MB at 10^7 entries to the end)
+            t.release(tuple(t.columns))
         try:
             os.utime(entry)   # most recently used
         except OSError:

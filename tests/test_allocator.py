@@ -275,9 +275,9 @@ def test_segments_only_made_are_segment_ranges_answer():
         size = rng.integers(0, 4, n).astype(np.int64) * (2 << 20)
         stream = rng.integers(0, 3, n).astype(np.int64)
         ev = np.arange(n)
-        cols = {"addr": addr, "size": size}
-        want_out, want = segment_ranges(_segment_events(ev, cols, stream, np.ones(n, dtype=bool), act))
-        a, b, e, st, mapped = _made_only(ev, cols, stream, act)
+        fields = (addr, size, stream)
+        want_out, want = segment_ranges(_segment_events(ev, fields, np.ones(n, dtype=bool), act))
+        a, b, e, st, mapped = _made_only(ev, fields, act)
         got = list(zip(a.tolist(), zip(b.tolist(), e.tolist(), st.tolist(), mapped.tolist())))
         assert want_out == [] and got == list(want.items())
 

@@ -73,3 +73,70 @@ def test_the_analysis_lets_go_of_the_columns_it_is_done_with(tmp_path, monkeypat
     fresh = analyze(open_snapshot(PATH, use_cache=False), use_cache=False)
     da, db = an.devices[0], fresh.devices[0]
     assert np.array_equal(da.category, db.category) and da.peak == db.peak
+
+
+def test_columns_checked_on_loading_are_let_go(tmp_path, monkeypatch):
+    """The cache's checks read every column whole (parsers/cache.py `_validate`): their pages are
+    handed back, so a column no stage reads whole (compile_context: 40 MB at 10^7 entries) is
+    not held to the end. Its values read back the same."""
+    monkeypatch.setenv("VRAMSCOPE_CACHE_DIR", str(tmp_path))
+    open_snapshot(PATH)
+    snap = open_snapshot(PATH)
+    assert snap.from_cache
+    t = snap.trace(snap.devices[0])
+    resident = {k: _resident_pages(np.asarray(c)) for k, c in t.columns.items()}
+    if None in resident.values():
+        pytest.skip("no /proc/self/smaps here")
+    assert resident and all(v == 0 for v in resident.values()), resident
+    fresh = open_snapshot(PATH, use_cache=False).trace(snap.devices[0])
+    assert all(np.array_equal(np.asarray(t.columns[k]), np.asarray(fresh.columns[k])) for k in t.columns)
+
+
+def test_entries_taken_from_a_mapped_column_part_by_part(tmp_path):
+    """take_released gives `col[idx]` for any indices (unsorted, repeated, of a view), and holds
+    a part of the column at a time: entries spread over all of it (a trace's segment events)
+    leave few of its pages resident, where indexing it pages in nearly all."""
+    from vramscope.parsers.tables import map_column, take_released
+    n = 1 << 21                                   # 16 MB of int64
+    path = tmp_path / "col.bin"
+    (np.arange(n, dtype=np.int64) * 7).tofile(path)
+    rng = np.random.default_rng(3)
+    spread = np.arange(0, n, 509, dtype=np.int64)        # one entry every few pages
+    for idx in (rng.integers(0, n, 5000), np.r_[spread[::-1], spread[:10]], np.array([0, n - 1, 0])):
+        col = map_column(str(path), np.int64, n)
+        assert np.array_equal(take_released(col, idx), idx * 7)
+        assert np.array_equal(take_released(col[100:], idx[idx < n - 100]), (idx[idx < n - 100] + 100) * 7)
+        assert np.array_equal(take_released(col, idx, part=1000), idx * 7)
+    assert np.array_equal(take_released(np.arange(10), [3, 1]), [3, 1])      # in memory: plain indexing
+    col = map_column(str(path), np.int64, n)
+    take_released(col, spread, part=1 << 16)
+    held = _resident_pages(col)
+    if held is None:
+        pytest.skip("no /proc/self/smaps here")
+    pages = n * 8 // 1024                          # KB, as smaps counts
+    assert held < pages // 4, (held, pages)
+    col2 = map_column(str(path), np.int64, n)
+    _ = col2[spread]                               # what it replaces: nearly every page
+    assert _resident_pages(col2) > pages * 3 // 4
+
+
+def test_the_viewer_hands_back_the_columns_it_read(tmp_path, monkeypatch):
+    """The viewer's model, once made, holds no page of the trace's columns: the stages read some
+    whole, and at 10^7 entries up to 80 MB a column stayed to the end. What it shows of them
+    reads back the same."""
+    from vramscope.viewer.model.load import load
+    monkeypatch.setenv("VRAMSCOPE_CACHE_DIR", str(tmp_path))
+    res = load(PATH)
+    t = res.snapshot.trace(res.device)
+    d = res.data
+    assert d is not None
+    resident = {k: _resident_pages(np.asarray(c)) for k, c in t.columns.items()}
+    if None in resident.values():
+        pytest.skip("no /proc/self/smaps here")
+    assert all(v == 0 for v in resident.values()), resident
+    x0, x1 = d.x_range
+    env = d.envelope(x0, x1, 2000)
+    monkeypatch.setenv("VRAMSCOPE_CACHE_DIR", "")
+    plain = load(PATH, use_cache=False).data
+    again = plain.envelope(x0, x1, 2000)
+    assert np.array_equal(env.line_x, again.line_x) and np.array_equal(env.live_y, again.live_y)
