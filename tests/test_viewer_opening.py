@@ -82,13 +82,15 @@ def test_state_only_snapshot_axis_and_lifetimes(qt, window):
 def test_a_file_shown_collects_the_one_it_replaced(qt, window, monkeypatch):
     """The command line and the viewer run the cyclic collector rarely (common/memory.py
     fewer_collections): once a file is shown the window collects (the cycles of the file it
-    replaced), then hands the heap's free pages back, in that order."""
+    replaced), then hands the heap's free pages back, in that order. The first file replaced
+    none: its pages alone are handed back."""
     from vramscope.common import memory
     calls = []
     monkeypatch.setattr(memory, "collect_garbage", lambda: calls.append("collect") or 0)
     monkeypatch.setattr(memory, "give_back_freed_pages", lambda: calls.append("pages") or True)
     open_and_wait(qt, window, EXAMPLE)
-    qt.waitUntil(lambda: len(calls) >= 2, timeout=5000)
+    qt.waitUntil(lambda: len(calls) >= 1, timeout=5000)
     open_and_wait(qt, window, EXAMPLE)
-    qt.waitUntil(lambda: len(calls) >= 4, timeout=5000)
-    assert calls == ["collect", "pages"] * 2
+    qt.waitUntil(lambda: len(calls) >= 3, timeout=5000)
+    qt.wait(50)
+    assert calls == ["pages", "collect", "pages"]
