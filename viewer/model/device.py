@@ -137,10 +137,9 @@ class FindingView:
 
 # -- what the view reads of the analysis' first stages, made beside the rest -------------
 class DevicePrep:
-    """Three parts of a device's view that read nothing the analysis finds after it has
+    """Two parts of a device's view that read nothing the analysis finds after it has
     classified the device's rows, and hold little memory: the times and the x axis
-    (classifiers/timeaxis.py's rule over the iterations' bounds), the allocator's history, and
-    the timeline's min/max pyramid over the live and reserved bytes (12 MB at 10^7 entries).
+    (classifiers/timeaxis.py's rule over the iterations' bounds), and the allocator's history.
     The viewer's load starts one as soon as the analysis has classified the device (`analyze(
     ..., beside=...)`): on a big run they are made on a thread while the analysis finds its
     peaks, run facts and levers, and DeviceData takes them from here (otherwise it makes them
@@ -154,31 +153,17 @@ class DevicePrep:
         self.big = len(da.allocs) >= BACKGROUND_ROWS
         self.times: Later[tuple] = Later(lambda: _times(t, da, iterations))
         self.history: Later[AllocatorHistory] = Later(lambda: AllocatorHistory(snap, da))
-        self.curves: Later[tuple] = Later(lambda: _curves(len(t), da))
 
     @classmethod
     def beside_analysis(cls, snap, da) -> DevicePrep:
         """Started while the analysis goes on: on a thread on a big run, here on a small one."""
         prep = cls(snap, da)
         if prep.big:
-            in_order([prep.times, prep.curves, prep.history], name="vramscope-device-early")
+            in_order([prep.times, prep.history], name="vramscope-device-early")
         else:
             prep.times.run()
-            prep.curves.run()
             prep.history.run()
         return prep
-
-
-def _curves(n: int, da) -> tuple[np.ndarray, StepCurve | None, MinMaxPyramid | None]:
-    """(the live bytes after each entry, the reserved bytes as their changes (None: no allocator
-    segments), the pyramid of their extremes the timeline draws from (None: no entries))."""
-    live = np.asarray(da.live.live_after)
-    lm = da.live
-    # reserved bytes as their changes: not a value an entry
-    reserved = None if lm.reserved_start is None else \
-        StepCurve(n, lm.reserved_start, lm.reserved_change_index, lm.reserved_change_value)
-    pyramid = MinMaxPyramid([live] + ([reserved] if reserved is not None else [])) if n else None
-    return live, reserved, pyramid
 
 
 def _times(t, da, iterations) -> tuple[bool, np.ndarray, int, XAxis]:
@@ -214,10 +199,10 @@ class DeviceData:
         if prep is None or prep.da is not da:
             prep = DevicePrep(snap, da)
             if prep.big:                   # (two threads: a CPU each where there are more)
-                in_order([prep.times, prep.curves, by_size], name="vramscope-device")
+                in_order([prep.times, by_size], name="vramscope-device")
                 in_order([prep.history], name="vramscope-allocator")
             else:
-                for job in (prep.times, prep.curves, prep.history, by_size):
+                for job in (prep.times, prep.history, by_size):
                     job.run()
         elif prep.big:
             in_order([by_size], name="vramscope-device")
@@ -229,8 +214,12 @@ class DeviceData:
         self.n = n = len(t)
         self.action = np.asarray(t.columns["action"])
         self.size = np.asarray(t.columns["size"])
+        self.live = np.asarray(da.live.live_after)
         self.start_bytes = int(da.live.start_bytes)
         lm = da.live
+        # reserved bytes (None: no allocator segments), as their changes: not a value an entry
+        self.reserved = None if lm.reserved_start is None else \
+            StepCurve(n, lm.reserved_start, lm.reserved_change_index, lm.reserved_change_value)
         self.reserved_start = None if lm.reserved_start is None else int(lm.reserved_start)
         self.peak_bytes = int(da.live.peak_bytes)
         self.peak_index = int(da.live.peak_index)
@@ -242,8 +231,8 @@ class DeviceData:
         self.tkey: np.ndarray | None = self.times if self.has_time else None
         self.time_axis = self.has_time and self.x_axis.seconds
 
-        # the live and reserved bytes and their pyramid (made beside the analysis, on a big run)
-        self.live, self.reserved, self.pyramid = prep.curves.get()
+        curves = [self.live] + ([self.reserved] if self.reserved is not None else [])
+        self.pyramid = MinMaxPyramid(curves) if n else None
         self._step(progress, "timeline", 0.3)
 
         # the allocation rows and their categories (the analysis')
