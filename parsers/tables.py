@@ -325,8 +325,9 @@ def take_released(arr, idx, part: int = 1 << 20) -> np.ndarray:
     at the highest memory of the viewer's open). Any other array: `arr[idx]`."""
     idx = np.asarray(idx, dtype=np.int64)
     mm = _mapping_of(arr)
-    if mm is None or len(idx) < 2 or not isinstance(arr, np.ndarray) or arr.ndim != 1:
-        return np.asarray(arr)[idx]
+    if mm is None or len(idx) < 2 or not isinstance(arr, np.ndarray) or arr.ndim != 1 \
+            or int(idx.min()) < 0 or int(idx.max()) >= len(arr):
+        return np.asarray(arr)[idx]           # (numpy's own answer: negative indices, IndexError)
     try:
         start = np.frombuffer(mm, dtype=np.uint8).ctypes.data
     except (TypeError, ValueError):

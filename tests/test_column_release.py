@@ -109,6 +109,10 @@ def test_entries_taken_from_a_mapped_column_part_by_part(tmp_path):
         assert np.array_equal(take_released(col, idx, part=1000), idx * 7)
     assert np.array_equal(take_released(np.arange(10), [3, 1]), [3, 1])      # in memory: plain indexing
     col = map_column(str(path), np.int64, n)
+    assert np.array_equal(take_released(col, [-1, 0, 5]), [(n - 1) * 7, 0, 35])   # numpy's negative indices
+    with pytest.raises(IndexError):
+        take_released(col, [0, n])
+    col = map_column(str(path), np.int64, n)
     take_released(col, spread, part=1 << 16)
     held = _resident_pages(col)
     if held is None:

@@ -748,8 +748,9 @@ class MainWindow(QMainWindow):
         # the reading and the analysis kept the pages they freed for their next arrays (the
         # command line's common/memory.py keep_freed_pages) and put off the cyclic collector's
         # passes (fewer_collections): the window, open for hours, collects the file it replaced
-        # and hands the pages back once this one is shown (the first file replaced none: a
-        # full collection then found nothing to free, 0.1 s of the open at 10^7 entries)
+        # and hands the pages back once this one is shown (the first file replaced none: its
+        # own cycles are left to the collector's rarer passes; a full pass cost the open 0.1 s
+        # at 10^7 entries)
         QTimer.singleShot(0, self, _hand_back_memory if replaced else memory.give_back_freed_pages)
         self.loaded.emit()
 
