@@ -332,22 +332,16 @@ class DeviceAnalysis:
         starts, ends = self._phase_bounds()
         return [(int(s), int(e), PHASE_NAMES[int(ph[s])]) for s, e in zip(starts, ends)]
 
-    def phase_runs(self, name: str) -> list[tuple[int, int]]:
-        """[(start_index, end_index)] of the runs of phase `name`, in order: `phase_ranges`'
-        of that name, found without a tuple for every run of every phase (a long run has
-        tens of thousands)."""
-        starts, ends = self.phase_run_bounds(name)
-        return list(zip(starts.tolist(), ends.tolist()))
-
-    def phase_run_bounds(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        """`phase_runs(name)` as arrays (first entries, last entries): a run of short steps has
-        a million forward runs, 185 MB as a list of tuples."""
+    def phase_runs(self, name: str) -> np.ndarray:
+        """int64 [n, 2]: (start_index, end_index) of the runs of phase `name`, in order:
+        `phase_ranges`' of that name, found without a tuple for every run of every phase (a run
+        of short steps has a million forward runs, 185 MB as tuples)."""
         ph = self.timeline.phase
         if not len(ph) or name not in PHASE_NAMES:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+            return np.zeros((0, 2), dtype=np.int64)
         starts, ends = self._phase_bounds()
         mine = ph[starts] == PHASE_NAMES.index(name)
-        return starts[mine].astype(np.int64), ends[mine].astype(np.int64)
+        return np.stack([starts[mine], ends[mine]], axis=1).astype(np.int64, copy=False)
 
     def free_order(self) -> tuple[np.ndarray, np.ndarray]:
         """(rows sorted by free index, their free indices), computed once (on a big run, on

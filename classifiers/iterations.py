@@ -176,8 +176,8 @@ class Iterations(Sequence):
 
     def plain(self, a: int, b: int) -> list[dict]:
         """`to_plain` of rows a..b-1 (a part at a time: a million rows' dicts take a gigabyte)."""
-        cols = {c: getattr(self, c)[a:b].tolist() for c in _COLUMNS}
-        los, his = self.lo[:, a:b].tolist(), self.hi[:, a:b].tolist()
+        cols = self._lists(a, b)
+        los, his = cols["lo"], cols["hi"]
         out = []
         names = PHASES
         for k, (start, end, t0, t1, micro, pb, pi, src, pt) in enumerate(zip(

@@ -284,7 +284,7 @@ def _grad_mode(c: _Ctx) -> tuple[bool | None, str, str]:
     if len(at) > 1 and not bool(np.all(at[1:] >= at[:-1])):
         o = np.argsort(at, kind="stable")
         fwd, at = fwd[o], at[o]
-    runs = np.stack(c.da.phase_run_bounds("forward"), axis=1).reshape(-1, 2)
+    runs = c.da.phase_runs("forward")
     lo = np.searchsorted(at, runs[:, 0], side="left")
     hi = np.searchsorted(at, runs[:, 1], side="right")
     for k in np.flatnonzero(hi - lo >= 4)[:8].tolist():       # the first 8 runs of 4 rows or more

@@ -313,8 +313,7 @@ class _Paths:
 # -- finding the blocks ---------------------------------------------------------------------------
 def _forward_passes(da) -> np.ndarray:
     """int64 [n, 2]: (first entry, last entry) of each forward pass, in order."""
-    starts, ends = da.phase_run_bounds("forward")
-    return np.stack([starts, ends], axis=1).astype(np.int64, copy=False).reshape(-1, 2)
+    return da.phase_runs("forward")
 
 
 def _calls(paths, rows_stack, depth, node_path, tiny=None, group=None) -> list:

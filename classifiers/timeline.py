@@ -447,10 +447,7 @@ def build_timeline(snap, device, trace, allocs, stack_timeline, stack_marker, bl
         ends = periodic_boundaries(live_after()) if live_after is not None and frameless else []
         e = np.asarray(ends, dtype=np.int64)
         s0, e0 = e[:-1] + 1, e[1:]
-        # (a part of the times at a time, handed back: a stamp read an iteration apart pages in all)
-        t0, t1 = (np.asarray(take_released(tus, i), dtype=np.int64) for i in (s0, e0))
-        its = Iterations(s0, e0, np.where(t0 >= 0, t0, NO_TIME), np.where(t1 >= 0, t1, NO_TIME),
-                         source="periodicity")
+        its = Iterations(s0, e0, *_stamps(tus, s0, e0), source="periodicity")
         tl.iterations = its
         tl.first_start = its[0].start_index if its else -1
         return tl
@@ -554,8 +551,13 @@ def _iterations(ent_start, ent_end, seg_start, seg_end, seg_phase, train_fwd, ph
         np.maximum.at(hi[j], it[sel], se[sel])
     lo[hi < 0] = -1
     micro = np.bincount(it[sels[1]], minlength=k_its)
-    # (a part of the times at a time, handed back: a stamp read an iteration apart pages in all)
-    t0, t1 = (np.asarray(take_released(tus, i), dtype=np.int64) for i in (s0, e0))
-    its = Iterations(s0, e0, np.where(t0 >= 0, t0, NO_TIME), np.where(t1 >= 0, t1, NO_TIME), lo, hi, micro,
-                     source=source)
+    its = Iterations(s0, e0, *_stamps(tus, s0, e0), lo, hi, micro, source=source)
     return its
+
+
+def _stamps(tus, s0, e0) -> tuple[np.ndarray, np.ndarray]:
+    """The time stamps (µs, NO_TIME where unknown) at the iterations' first and last entries.
+    A part of the times at a time, its pages handed back (take_released): stamps read an
+    iteration apart page in the whole column."""
+    t0, t1 = (np.asarray(take_released(tus, i), dtype=np.int64) for i in (s0, e0))
+    return np.where(t0 >= 0, t0, NO_TIME), np.where(t1 >= 0, t1, NO_TIME)

@@ -186,8 +186,8 @@ def test_live_by_category_agrees_with_by_category_at_and_live_bytes():
     assert {r[2] for r in runs} >= {"forward", "backward", "optimizer"}
     from vramscope.classifiers.timeline import PHASE_NAMES
     for name in PHASE_NAMES:        # one phase's runs, found on their own, are those of all runs
-        assert da.phase_runs(name) == [(s, e) for s, e, n in runs if n == name]
-    assert da.phase_runs("forward") and da.phase_runs("no such phase") == []
+        assert [tuple(r) for r in da.phase_runs(name).tolist()] == [(s, e) for s, e, n in runs if n == name]
+    assert len(da.phase_runs("forward")) and da.phase_runs("no such phase").tolist() == []
 
 
 @pytest.mark.parametrize("name", ["annotated_210.pickle", "oom.pickle", "cuda_full.pickle", "multi_device.pickle"])
