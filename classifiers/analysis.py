@@ -567,9 +567,9 @@ def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | Non
     if big:
         da._free_order = find_free_order.get()
     da.iterations = tl.iterations                 # numbered (Iterations); each one's own peak below
-    if big and fp:
-        # the arrays the cache keeps are final here: written beside the stages that follow
-        cache.save_arrays_later(snap, fp, dev, da)
+    # the arrays the cache keeps are final here: written on a thread beside the stages that
+    # follow (on a big run after the blocks' structure, on its thread: see below)
+    save_arrays = cache.arrays_job(snap, fp, dev, da) if big and fp else None
     if beside is not None:
         beside(da)
     with stage(clock, "peaks"):
@@ -589,7 +589,13 @@ def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | Non
     find_run: Later[RunFacts] = Later(lambda: run_facts(da, facts))
     find_structure = structure_module.later(da, run=find_run)
     if find_structure is not None:
-        in_order([find_structure], name="vramscope-structure")
+        # the cache's arrays after the structure, on its thread (beside the main thread's
+        # simulation of the levers that wait for it): written beside the structure instead,
+        # they took a core from what the run's end waits for
+        in_order([find_structure] + ([save_arrays] if save_arrays is not None else []), name="vramscope-structure",
+                 daemon=save_arrays is None)
+    elif save_arrays is not None:
+        in_order([save_arrays], name="vramscope-analysis-cache-arrays", daemon=False)
     with stage(clock, "run facts"):
         find_run.run()
         da.run = find_run.get()

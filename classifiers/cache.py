@@ -165,17 +165,18 @@ _SAVING: list = []           # Later jobs of `save_later` not yet waited for
 _EARLY: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # DeviceAnalysis -> Later of its arrays
 
 
-def save_arrays_later(snap, fp: str | None, dev: int, da) -> None:
-    """Write the device's arrays on a thread of their own (one the interpreter waits for)
-    while the analysis goes on: called once its rows are classified, after which no stage
-    changes an array `save` writes. `save` then writes the rest (the manifest, last), naming
-    them: on a big run most of what a save writes is no longer written after the analysis,
-    where a `summary` waited for it before it could exit."""
+def arrays_job(snap, fp: str | None, dev: int, da) -> Later | None:
+    """The writing of the device's arrays as a job for a thread of the caller's choosing
+    (common.later: after another job there), to run while the analysis goes on, once its rows
+    are classified: after that no stage changes an array `save` writes. `save` waits for it,
+    then writes the rest (the manifest, last), naming them: on a big run most of what a save
+    writes is no longer written after the analysis, where a `summary` waited for it before it
+    could exit. None where nothing is cached."""
     if not snap.cache_entry or fp is None:
-        return
+        return None
     job: Later = Later(lambda: (fp, _write_arrays(snap, fp, dev, da)))
     _EARLY[da] = job
-    in_order([job], name="vramscope-analysis-cache-arrays", daemon=False)
+    return job
 
 
 def save_later(snap, fp: str, devices: dict, rule_names: list) -> None:
@@ -216,7 +217,7 @@ def _write_arrays(snap, fp: str, dev: int, da) -> dict | None:
 
 
 def _arrays_of(snap, fp: str, dev: int, da) -> dict | None:
-    """The device's arrays written for this save: by `save_arrays_later` where it ran (waited
+    """The device's arrays written for this save: by `arrays_job` where it ran (waited
     for), else now."""
     early = _EARLY.pop(da, None)
     if early is not None:
