@@ -33,6 +33,10 @@ def run() -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, on_ctrl_c)
+    # one BLAS thread (before numpy's import; the parse's helper processes inherit it): our
+    # matrix products are a few small ones, and OpenBLAS's pool, a thread a CPU, cost 0.1 s of
+    # CPU at every start and spun beside the analysis after each product
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         from .common.memory import fewer_collections, keep_freed_pages, one_malloc_arena
         one_malloc_arena()                   # before any thread (the reader's, the analysis's, Qt's)
