@@ -179,6 +179,18 @@ class CrcReader:
             while self._queue is not None and self._queue.qsize() > 16:
                 time.sleep(0.0005)
 
+    def peek_at(self, at: int, n: int) -> bytes | None:
+        """n bytes at file offset `at`, read by position: neither the file's position nor the
+        CRC moves (what is stepped over is read for the CRC by `skip`). None where the file
+        has no descriptor."""
+        try:
+            fd = self.fh.fileno()
+        except (AttributeError, OSError, ValueError):
+            return None
+        if not hasattr(os, "pread"):
+            return None
+        return os.pread(fd, n, at)
+
     def _hand_off(self) -> None:
         batch, self._batch, self._batch_bytes = self._batch, [], 0
         if self._queue is None:
