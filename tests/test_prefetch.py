@@ -11,6 +11,7 @@ import random
 import sys
 import zlib
 
+import numpy as np
 import pytest
 
 from helpers import DATA
@@ -170,22 +171,51 @@ def _framed(n_entries: int, seed: int) -> bytes:
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_deframed_skip_steps_over_what_read_would_hand_out(seed):
+def test_deframed_skip_steps_over_what_read_would_hand_out(seed, tmp_path):
+    # in memory (FRAME headers read through the file) and on disk (read by position, the
+    # range then stepped over at once): the same bytes, and a CrcReader's CRC of the whole
     data = _framed(3000, seed)
     whole = Deframed(io.BufferedReader(io.BytesIO(data))).read(len(data))
+    p = tmp_path / "framed.pickle"
+    p.write_bytes(data)
     rng = random.Random(seed)
-    for seekable in (True, False):
-        raw = io.BytesIO(data)
-        d = Deframed(io.BufferedReader(raw) if seekable else CrcReader(raw))
-        at = 0
-        for _ in range(12):
-            k = rng.randrange(0, 70_000)
-            d.skip(k)
-            at += k
-            m = rng.randrange(1, 40_000)
-            got = d.read(m)
-            assert got == whole[at:at + m]
-            at += len(got)
+    for kind in ("seekable", "crc", "file", "crc over file"):
+        raw = open(p, "rb") if "file" in kind else io.BytesIO(data)
+        with raw:
+            src = CrcReader(raw) if "crc" in kind else raw if "file" in kind else io.BufferedReader(raw)
+            d = Deframed(src)
+            at = 0
+            for _ in range(12):
+                k = rng.randrange(0, 70_000)
+                d.skip(k)
+                at += k
+                m = rng.randrange(1, 40_000)
+                got = d.read(m)
+                assert got == whole[at:at + m], kind
+                at += len(got)
+            if "crc" in kind:
+                assert src.drain() == (zlib.crc32(data), len(data)), kind
+
+
+def test_the_reader_reads_none_of_what_the_helper_decoded(generated, with_helper, monkeypatch):
+    """The reader steps over the helper's batches (FRAME headers read by position) instead of
+    reading them into its buffer: it reads its own part, not the file (it read ~90% of it)."""
+    read = Deframed.read_parts
+    got: list[int] = []
+
+    def counted(self, n, ahead=None):
+        parts = read(self, n, ahead)
+        got.append(sum(len(x) for x in parts))
+        return parts
+    monkeypatch.setattr(Deframed, "read_parts", counted)
+    snap = read_snapshot(str(generated))
+    read_bytes, size = sum(got), generated.stat().st_size
+    assert with_helper and with_helper[0] > 20_000
+    share = with_helper[0] / len(snap.traces[0])          # of the entries, what the helper took
+    assert read_bytes < (1 - share + 0.1) * size, (read_bytes, size, share)
+    monkeypatch.setattr(Deframed, "read_parts", read)
+    alone = _without_helper(generated, monkeypatch)
+    assert all(np.array_equal(snap.traces[0].columns[k], alone.traces[0].columns[k]) for k in alone.traces[0].columns)
 
 
 @pytest.mark.parametrize("on_disk", [True, False], ids=["file (read by position)", "stream (read here)"])
