@@ -260,6 +260,27 @@ def test_screenshot(qt, tmp_path, capsys):
     assert not (tmp_path / "no.png").exists()
 
 
+def test_a_screenshot_is_written_whole_or_not_at_all(qt, tmp_path, capsys, monkeypatch):
+    """The picture is encoded first, then written atomically: a write that fails says so (exit
+    2) and leaves the file that was there as it was, no half-written PNG, no temporary file."""
+    from vramscope.common import atomic
+    from vramscope.viewer.app import run_viewer
+    out = tmp_path / "shot.png"
+    out.write_bytes(b"the user's own picture")
+
+    def failing(fh):
+        fh.write(b"half a PNG")
+        raise OSError(28, "No space left on device")
+    real = atomic.atomic_write
+    monkeypatch.setattr(atomic, "atomic_write", lambda path, data, durable=True: real(path, failing, durable))
+    import vramscope.viewer.pngfile as pngfile
+    monkeypatch.setattr(pngfile, "atomic_write", atomic.atomic_write)
+    assert run_viewer(EXAMPLE, screenshot=str(out), use_cache=False) == 2
+    assert "cannot write" in capsys.readouterr().err
+    assert out.read_bytes() == b"the user's own picture"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shot.png"]
+
+
 def test_devices(qt, window):
     path = require(REPO / "tests" / "data" / "multi_device.pickle")
     d = open_and_wait(qt, window, str(path))

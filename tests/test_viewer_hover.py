@@ -102,10 +102,19 @@ def test_the_box_is_never_in_the_saved_image(qt, window, tmp_path, monkeypatch):
     hover(qt, w, 0.5, 0.2)
     with_box = w.grab().toImage()
     w.timeline.plot.setFocus()
+    w.statusBar().clearMessage()                 # (the save says so there, after the picture)
     qt.keyClick(w.timeline.plot, Qt.Key.Key_E, Qt.KeyboardModifier.ControlModifier)
     assert out.exists()
     saved = QImage(str(out)).convertToFormat(with_box.format())
     assert not w.timeline.hover_label.isVisible()
+    assert w.statusBar().currentMessage() == f"Saved {out}"
+    w.statusBar().clearMessage()
     after = w.grab().toImage()
     assert saved == after.convertToFormat(with_box.format())
     assert saved != with_box
+    # a folder that is not there: said in the status bar, nothing written
+    gone = tmp_path / "gone" / "window.png"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(lambda *a, **k: (str(gone), "")))
+    qt.keyClick(w.timeline.plot, Qt.Key.Key_E, Qt.KeyboardModifier.ControlModifier)
+    assert w.statusBar().currentMessage().startswith(f"Could not write {gone}: ")
+    assert not gone.parent.exists()

@@ -71,7 +71,12 @@ def render_screenshot(window, out: str) -> bool:
     window.settle()
     process_events(app)
     window.timeline.hide_hover()
-    return window.grab().save(out, "PNG")
+    from .pngfile import save_png
+    try:
+        save_png(window.grab(), out)
+    except OSError:
+        return False
+    return True
 
 
 def run_viewer(path: str | None, screenshot: str | None = None, device: int | None = None,

@@ -23,7 +23,8 @@ from .model.axis import trace_times
 from .model.compare import usable_times
 from .model.lod import envelope
 from .qt import QtCore, QtGui, QtWidgets, pg
-from .report_png import PNG_LIMIT, _grab, _png_bytes
+from .pngfile import png_bytes
+from .report_png import PNG_LIMIT, _grab
 
 A_COLOR, B_COLOR = "#4E79A7", "#E15759"
 
@@ -144,9 +145,9 @@ def render_compare(an_a, an_b, dc, path: str, width: int = 1200, height: int = 5
     img = _grab(pw, app)
     pw.close()
     pw.deleteLater()
-    data = _png_bytes(img)
+    data = png_bytes(img)
     if len(data) > PNG_LIMIT:
-        data = _png_bytes(img.convertToFormat(QtGui.QImage.Format.Format_Indexed8,
+        data = png_bytes(img.convertToFormat(QtGui.QImage.Format.Format_Indexed8,
                                               QtCore.Qt.ImageConversionFlag.ThresholdDither), 9)
     atomic_write(path, data)
     return path

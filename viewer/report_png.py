@@ -22,6 +22,7 @@ from ..present.timeaxis import axis_reason_short
 from ..present.words import peak_words
 from .model.axis import trace_times, x_values
 from .model.lod import envelope
+from .pngfile import png_bytes
 from .qt import QtCore, QtGui, QtWidgets, pg
 from .timeline.items import TimeAxis
 
@@ -198,20 +199,12 @@ def render_timeline(an, dev: int, path: str, annotations=(), width: int = 1200, 
     img = _grab(pw, app)
     pw.close()
     pw.deleteLater()
-    data = _png_bytes(img)
+    data = png_bytes(img)
     if len(data) > PNG_LIMIT:      # never expected at this size; keep the promise anyway
-        data = _png_bytes(img.convertToFormat(QtGui.QImage.Format.Format_Indexed8,
+        data = png_bytes(img.convertToFormat(QtGui.QImage.Format.Format_Indexed8,
                                               QtCore.Qt.ImageConversionFlag.ThresholdDither), 9)
     atomic_write(path, data)
     return path
-
-
-def _png_bytes(img, quality: int = -1) -> bytes:
-    buf = QtCore.QBuffer()
-    buf.open(QtCore.QIODevice.OpenModeFlag.WriteOnly)
-    if not img.save(buf, "PNG", quality):
-        raise OSError("could not encode the PNG")
-    return bytes(buf.data().data())
 
 
 def _grab(pw, app):

@@ -16,9 +16,11 @@ import numpy as np
 from PySide6.QtWidgets import QFileDialog, QInputDialog
 
 from ...classifiers.iterations import starts_ends
+from ...common.files import one_line
 from ...common.units import fmt_bytes, fmt_seconds
 from ...present.timeaxis import number_ranges
 from ...parsers import Progress
+from ..pngfile import save_png
 from ..worker import GuiThread, Worker
 from . import dialogs
 from .progress import ProgressDialog
@@ -118,7 +120,12 @@ class Exports:
                                               "PNG images (*.png)")
         if path:
             w.timeline.hide_hover()              # the hover box is the pointer's, never the image's
-            w.grab().save(path, "PNG")
+            try:
+                save_png(w.grab(), path)
+            except OSError as e:
+                w.statusBar().showMessage(f"Could not write {path}: {one_line(e)}", 10000)
+            else:
+                w.statusBar().showMessage(f"Saved {path}", 5000)
 
     def report(self):
         """report.md + timeline.png (notes drawn) + analysis.json into a folder, like `vramscope report`."""
