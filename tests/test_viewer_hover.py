@@ -107,7 +107,7 @@ def test_the_box_is_never_in_the_saved_image(qt, window, tmp_path, monkeypatch):
     assert out.exists()
     saved = QImage(str(out)).convertToFormat(with_box.format())
     assert not w.timeline.hover_label.isVisible()
-    assert w.statusBar().currentMessage() == f"Saved {out}"
+    assert w.statusBar().currentMessage() == "Saved window.png"
     w.statusBar().clearMessage()
     after = w.grab().toImage()
     assert saved == after.convertToFormat(with_box.format())
@@ -116,5 +116,5 @@ def test_the_box_is_never_in_the_saved_image(qt, window, tmp_path, monkeypatch):
     gone = tmp_path / "gone" / "window.png"
     monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(lambda *a, **k: (str(gone), "")))
     qt.keyClick(w.timeline.plot, Qt.Key.Key_E, Qt.KeyboardModifier.ControlModifier)
-    assert w.statusBar().currentMessage().startswith(f"Could not write {gone}: ")
+    assert w.statusBar().currentMessage().startswith("Could not write window.png: ")
     assert not gone.parent.exists()

@@ -120,12 +120,13 @@ class Exports:
                                               "PNG images (*.png)")
         if path:
             w.timeline.hide_hover()              # the hover box is the pointer's, never the image's
+            name = os.path.basename(path)        # (the whole path was cut off at 1024 pixels)
             try:
                 save_png(w.grab(), path)
             except OSError as e:
-                w.statusBar().showMessage(f"Could not write {path}: {one_line(e)}", 10000)
+                w.statusBar().showMessage(f"Could not write {name}: {one_line(e)}", 10000)
             else:
-                w.statusBar().showMessage(f"Saved {path}", 5000)
+                w.statusBar().showMessage(f"Saved {name}", 5000)
 
     def report(self):
         """report.md + timeline.png (notes drawn) + analysis.json into a folder, like `vramscope report`."""
