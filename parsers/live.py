@@ -83,7 +83,7 @@ def live_model(snap: Snapshot, device: int, rows: "Allocations | None" = None) -
     live_after = np.zeros(n, dtype=np.int64)
     np.copyto(live_after, size, where=action == A_ALLOC)
     ends = rows.free_index >= 0
-    live_after[rows.free_index[ends]] -= rows.size[ends]
+    np.subtract.at(live_after, rows.free_index[ends], rows.size[ends])    # (numpy 2: 4x an indexed -=)
     del ends
     start_bytes = int(rows.size[rows.alloc_index < 0].sum())
     np.cumsum(live_after, out=live_after)
