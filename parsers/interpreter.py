@@ -16,13 +16,13 @@ The file is read in chunks, so peak memory does not grow with its size.
 """
 from __future__ import annotations
 
-import os
 import struct
 import sys
 from typing import Protocol
 
 import numpy as np
 
+from ..common.files import pread_at
 from . import limits
 from .errors import (CorruptError, LimitError, NotASnapshotError, TruncatedError, UnsafePickleError,
                      UnsupportedPickleError)
@@ -727,15 +727,7 @@ class Deframed:
         """n bytes of the file at offset `at`, read by position (the file's own position, and
         a CrcReader's CRC, untouched); None where the file has no descriptor to read so."""
         peek = getattr(self.fh, "peek_at", None)
-        if peek is not None:
-            return peek(at, n)
-        try:
-            fd = self.fh.fileno()
-        except (AttributeError, OSError, ValueError):
-            return None
-        if not hasattr(os, "pread"):
-            return None
-        return os.pread(fd, n, at)
+        return peek(at, n) if peek is not None else pread_at(self.fh, at, n)
 
     def _step_over(self, n: int) -> None:
         """The file (at raw_pos - n, nothing read ahead) steps over the n bytes before raw_pos."""

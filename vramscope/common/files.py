@@ -115,6 +115,18 @@ def crc32_file(fh: BinaryIO, start: int = 0, length: int | None = None, crc: int
     return crc, total
 
 
+def pread_at(fh, at: int, n: int) -> bytes | None:
+    """n bytes (fewer at the end) of open file `fh` at offset `at`, read by position: the
+    file's own position does not move. None where it has no descriptor (or the OS no pread)."""
+    try:
+        fd = fh.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+    if not hasattr(os, "pread"):
+        return None
+    return os.pread(fd, n, at)
+
+
 def one_line(e: BaseException) -> str:
     """An OSError (or any exception) as one line without the path: 'Permission denied'."""
     text = getattr(e, "strerror", None) or str(e) or type(e).__name__
@@ -183,13 +195,7 @@ class CrcReader:
         """n bytes at file offset `at`, read by position: neither the file's position nor the
         CRC moves (what is stepped over is read for the CRC by `skip`). None where the file
         has no descriptor."""
-        try:
-            fd = self.fh.fileno()
-        except (AttributeError, OSError, ValueError):
-            return None
-        if not hasattr(os, "pread"):
-            return None
-        return os.pread(fd, n, at)
+        return pread_at(self.fh, at, n)
 
     def _hand_off(self) -> None:
         batch, self._batch, self._batch_bytes = self._batch, [], 0
@@ -249,4 +255,4 @@ class CrcReader:
 
 
 __all__ = ["NotRegularFileError", "FileTooLargeError", "open_regular", "stat_regular", "read_regular",
-           "crc32_file", "CrcReader", "kind_of", "one_line"]
+           "crc32_file", "CrcReader", "kind_of", "one_line", "pread_at"]
