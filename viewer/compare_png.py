@@ -148,7 +148,7 @@ def render_compare(an_a, an_b, dc, path: str, width: int = 1200, height: int = 5
     data = png_bytes(img)
     if len(data) > PNG_LIMIT:
         data = png_bytes(img.convertToFormat(QtGui.QImage.Format.Format_Indexed8,
-                                              QtCore.Qt.ImageConversionFlag.ThresholdDither), 9)
+                                             QtCore.Qt.ImageConversionFlag.ThresholdDither), 9)
     atomic_write(path, data)
     return path
 

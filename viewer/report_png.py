@@ -202,7 +202,7 @@ def render_timeline(an, dev: int, path: str, annotations=(), width: int = 1200, 
     data = png_bytes(img)
     if len(data) > PNG_LIMIT:      # never expected at this size; keep the promise anyway
         data = png_bytes(img.convertToFormat(QtGui.QImage.Format.Format_Indexed8,
-                                              QtCore.Qt.ImageConversionFlag.ThresholdDither), 9)
+                                             QtCore.Qt.ImageConversionFlag.ThresholdDither), 9)
     atomic_write(path, data)
     return path
 
