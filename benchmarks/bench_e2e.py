@@ -11,10 +11,8 @@ stolen time does not inflate) and the peak RSS are printed.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
@@ -22,23 +20,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from bench_parse import PICKLE_CHILD, compile_tree, run_measured  # noqa: E402
+from bench_parse import PICKLE_CHILD, checkouts_cli, run_measured, run_verb  # noqa: E402
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("file")
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--viewer", action="store_true", help="also `vramscope view FILE --screenshot`")
-    ap.add_argument("--before", nargs="*", default=[], metavar="DIR", help="other checkouts, measured beside this one")
-    args = ap.parse_args(argv)
-    path = os.path.abspath(args.file)
-    trees = [os.path.abspath(d) for d in args.before] + [ROOT]
-    for t in trees:                        # .pyc written, as after any first run of an installed copy
-        compile_tree(t)
-    verbs = [("summary", ["summary", path, "--json"])]
-    if args.viewer:
-        verbs.append(("viewer", ["view", path, "--screenshot", "SHOT"]))
+    args, path, trees, verbs = checkouts_cli(__doc__.splitlines()[0], argv)
     loads: list = []
     res: dict = {(t, v): [] for t in trees for v, _ in verbs}
     for _ in range(args.reps):
@@ -47,14 +33,7 @@ def main(argv=None) -> int:
         for t in trees:
             for v, cmd in verbs:
                 with tempfile.TemporaryDirectory() as cache:
-                    env = dict(os.environ, VRAMSCOPE_CACHE_DIR=cache, QT_QPA_PLATFORM="offscreen")
-                    if t != ROOT:
-                        env["PYTHONPATH"] = t
-                    cmd = [c.replace("SHOT", os.path.join(cache, "shot.png")) for c in cmd]
-                    y = run_measured([sys.executable, "-m", "vramscope", *cmd], env=env, cwd=t)
-                    if y["rc"] != 0:
-                        raise SystemExit(f"{t}: {v} failed: {y['stderr'][-300:]}")
-                    res[(t, v)].append((y["wall_s"], y["rss_mb"], y["user_s"] + y["sys_s"]))
+                    res[(t, v)].append(run_verb(t, v, cmd, cache))
     lw = [w for w, _, _ in loads]
     lr = max(r for _, r, _ in loads)
     lc = min(c for _, _, c in loads)

@@ -191,6 +191,40 @@ def compile_tree(root: str) -> None:
             compileall.compile_dir(os.path.join(root, pkg), quiet=1)
 
 
+def checkouts_cli(description: str, argv=None):
+    """The command line of the benchmarks that measure this checkout beside others (`bench_e2e`,
+    `bench_warm_parse`): (args, the file's absolute path, the checkouts, this one last, each
+    compiled, and the verbs [(name, vramscope argv)], "SHOT" standing for the picture's path)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("file")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--viewer", action="store_true", help="also `vramscope view FILE --screenshot`")
+    ap.add_argument("--before", nargs="*", default=[], metavar="DIR", help="other checkouts, measured beside this one")
+    args = ap.parse_args(argv)
+    path = os.path.abspath(args.file)
+    trees = [os.path.abspath(d) for d in args.before] + [ROOT]
+    for t in trees:                        # .pyc written, as after any first run of an installed copy
+        compile_tree(t)
+    verbs = [("summary", ["summary", path, "--json"])]
+    if args.viewer:
+        verbs.append(("viewer", ["view", path, "--screenshot", "SHOT"]))
+    return args, path, trees, verbs
+
+
+def run_verb(tree: str, verb: str, cmd: list, cache: str) -> tuple[float, float, float]:
+    """`vramscope CMD` of checkout `tree` with cache folder `cache` (offscreen; "SHOT" a picture
+    in it): (wall s, highest RSS MB, CPU s: user + system, helpers included). A failure ends
+    the benchmark."""
+    env = dict(os.environ, VRAMSCOPE_CACHE_DIR=cache, QT_QPA_PLATFORM="offscreen")
+    if tree != ROOT:
+        env["PYTHONPATH"] = tree
+    cmd = [c.replace("SHOT", os.path.join(cache, "shot.png")) for c in cmd]
+    y = run_measured([sys.executable, "-m", "vramscope", *cmd], env=env, cwd=tree)
+    if y["rc"] != 0:
+        raise SystemExit(f"{tree}: {verb} failed: {y['stderr'][-300:]}")
+    return y["wall_s"], y["rss_mb"], y["user_s"] + y["sys_s"]
+
+
 def warm_up(cli_argv):
     """Untimed runs so that the first measured process does not pay for cold
     interpreter/library files or for compiling vramscope's .pyc files."""

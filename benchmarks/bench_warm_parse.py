@@ -14,7 +14,6 @@ highest RSS of each checkout's runs.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
@@ -26,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from bench_parse import compile_tree, run_measured  # noqa: E402
+from bench_parse import checkouts_cli, run_verb  # noqa: E402
 
 SMALL = 1 << 20        # the entry's small files (manifest, source record) are restored byte for byte
 
@@ -55,21 +54,10 @@ def _back_to(folder: str, parsed: dict[str, bytes | None]) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("file")
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--viewer", action="store_true", help="also `vramscope view FILE --screenshot`")
-    ap.add_argument("--before", nargs="*", default=[], metavar="DIR", help="other checkouts, measured beside this one")
-    args = ap.parse_args(argv)
-    path = os.path.abspath(args.file)
-    trees = [os.path.abspath(d) for d in args.before] + [ROOT]
-    verbs = [("summary", ["summary", path, "--json"])]
-    if args.viewer:
-        verbs.append(("viewer", ["view", path, "--screenshot", "SHOT"]))
+    args, path, trees, verbs = checkouts_cli(__doc__.splitlines()[0], argv)
     caches: dict[str, tuple[str, dict]] = {}
     try:
         for t in trees:
-            compile_tree(t)
             c = tempfile.mkdtemp(prefix="vramscope-warm-")
             env = dict(os.environ, VRAMSCOPE_CACHE_DIR=c)
             if t != ROOT:
@@ -83,14 +71,7 @@ def main(argv=None) -> int:
                 c, parsed = caches[t]
                 for v, cmd in verbs:
                     _back_to(c, parsed)
-                    env = dict(os.environ, VRAMSCOPE_CACHE_DIR=c, QT_QPA_PLATFORM="offscreen")
-                    if t != ROOT:
-                        env["PYTHONPATH"] = t
-                    cmd = [x.replace("SHOT", os.path.join(c, "shot.png")) for x in cmd]
-                    y = run_measured([sys.executable, "-m", "vramscope", *cmd], env=env, cwd=t)
-                    if y["rc"] != 0:
-                        raise SystemExit(f"{t}: {v} failed: {y['stderr'][-300:]}")
-                    res[(t, v)].append((y["wall_s"], y["rss_mb"], y["user_s"] + y["sys_s"]))
+                    res[(t, v)].append(run_verb(t, v, cmd, c))
     finally:
         for c, _ in caches.values():
             shutil.rmtree(c, ignore_errors=True)
