@@ -34,7 +34,7 @@ from typing import IO
 
 import numpy as np
 
-from .fastpath import FAST_KINDS, MAX_BATCH, FastPath, Win8
+from .fastpath import FAST_KINDS, MAX_BATCH, FastPath, Win8, next_batch
 
 MIN_BYTES = 96 << 20        # what must be left to read for a helper to pay for itself
 MAX_HELPERS = 3             # one a CPU beside the reader's, up to this many
@@ -43,7 +43,7 @@ WAIT_S = 60.0               # no new batch for this long from a helper still run
 _MAGIC = b"VSHLP001"
 _HEAD = struct.Struct("<8sqqq")          # magic, start (stream offset), entries, payload bytes
 _CHUNK = 16 << 20
-_SLACK = 4 << 20            # bytes kept ahead of a batch (16,384 entries of a few hundred bytes)
+_SLACK = 4 << 20            # bytes kept ahead of a batch (a few MB: fastpath.BATCH_BYTES)
 _PAD = 16
 
 
@@ -500,7 +500,7 @@ def run_helper(file_path: str, target: int, out_path: str, spec: dict) -> None:
                         new_lists)
             p = int(end[n - 1])
             if n == len(c):
-                batch = min(batch * 4, MAX_BATCH)
+                batch = next_batch(batch, n, int(end[n - 1]) - int(c[0]))
 
 
 def main(argv: list[str]) -> int:

@@ -324,3 +324,17 @@ def test_a_batch_whose_offsets_disagree_with_its_strings_is_refused():
     body[arrays_at + 1] = 1
     with pytest.raises(ValueError):
         prefetch.read_batch(bytes(body), 0, n, shape, [])
+
+
+def test_batches_grow_to_a_count_or_a_size_whichever_comes_first():
+    """Whole batches grow fourfold, to MAX_BATCH entries of small entries, and to about
+    BATCH_BYTES of big ones (65,536 entries of 240 bytes outgrew the helper's 16 MB reads and
+    read slower than 16,384); never under 256."""
+    from vramscope.parsers.fastpath import BATCH_BYTES, MAX_BATCH, next_batch
+    assert next_batch(256, 256, 256 * 100) == 1024
+    assert next_batch(16384, 16384, 16384 * 64) == MAX_BATCH == 65536
+    assert next_batch(MAX_BATCH, MAX_BATCH, MAX_BATCH * 64) == MAX_BATCH
+    big = next_batch(16384, 16384, 16384 * 240)
+    assert big == BATCH_BYTES // 240 and big * 240 <= BATCH_BYTES < MAX_BATCH * 240
+    assert next_batch(1024, 1024, 1024 * (100 << 20)) == 256
+    assert prefetch._SLACK < BATCH_BYTES < prefetch._CHUNK
