@@ -383,3 +383,27 @@ def test_a_trimmed_export_keeps_the_new_fields(capsys, tmp_path):
         else:
             assert any(e["action"] == "annotate" and e["user_metadata"] == "kept for the eval logger"
                        for e in entries) or any(e.get("user_metadata", "").startswith('{"step"') for e in entries)
+
+
+@pytest.mark.parametrize("timeline_beside", [True, False])
+def test_skipped_actions_found_beside_the_pairing_are_those_found_alone(monkeypatch, timeline_beside):
+    """On a big run what the recording left out is found on a thread (the timeline's, after it,
+    else the live bytes'), beside the main thread's stages: the same answer as found alone."""
+    import threading
+
+    from vramscope.classifiers import analysis as analysis_module
+    from vramscope.classifiers import recording
+    from vramscope.classifiers import structure as structure_module
+    monkeypatch.setattr(analysis_module, "_TIMELINE_BESIDE_ENTRIES", 0 if timeline_beside else 1 << 40)
+    monkeypatch.setattr(structure_module, "BACKGROUND_ROWS", 0)
+    where: list[str] = []
+
+    def found(snap, dev):
+        where.append(threading.current_thread().name)
+        return recording.skipped_actions(snap, dev)
+    monkeypatch.setattr(analysis_module, "skipped_actions", found)
+    snap = open_snapshot(str(DATA / "skip_actions.pickle"))
+    an = analyze(snap, use_cache=False)
+    assert an.devices[0].skipped_actions == recording.skipped_actions(snap, 0) == \
+        ("free_requested", "segment_alloc", "segment_free")
+    assert where == ["vramscope-timeline" if timeline_beside else "vramscope-live"]
