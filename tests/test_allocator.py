@@ -282,6 +282,77 @@ def test_segments_only_made_are_segment_ranges_answer():
         assert want_out == [] and got == list(want.items())
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_segments_made_and_freed_whole_are_segment_ranges_answer(seed):
+    """A trace whose segments are made and freed whole (the caching allocator's, no mapping)
+    takes `_whole_segments`: the ranges that ended (in the order of their frees, those made
+    before the trace with start -1) and those live at the end (in the order of their making)
+    are segment_ranges', also where a segment is made inside another's range once that one is
+    freed (the driver reuses addresses). Where two segments are live at once over the same
+    addresses, a free's size is not its making's, two makings come in a row at an address, or
+    a range is mapped, it declines (None) and the search answers."""
+    from vramscope.classifiers.allocator import _segment_events, _whole_segments, segment_ranges
+    from vramscope.parsers.tables import A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP
+    rng = np.random.default_rng(seed)
+    page = 2 << 20
+    declined = answered = reused = 0
+    for trial in range(60):
+        slots = int(rng.integers(1, 40))
+        live: dict[int, int] = {}
+        before: set[int] = set()
+        acts, addrs, sizes = [], [], []
+        for _ in range(int(rng.integers(1, 400))):
+            base = int(rng.integers(0, slots)) * 64 * page       # places far enough apart
+            slot, other = base, base + 8 * page                  # ... one of whose addresses is
+            if rng.random() < 0.3:                               # made again inside the other's
+                slot, other = other, slot                        # range once that is freed
+            if other in live:
+                continue
+            if slot in live and rng.random() < 0.7:
+                acts.append(A_SEGMENT_FREE)
+                sizes.append(live.pop(slot))
+            elif slot not in live:
+                acts.append(A_SEGMENT_ALLOC)
+                live[slot] = int(rng.integers(1, 32)) * page
+                sizes.append(live[slot])
+            elif base not in before:                              # one made before the trace, freed
+                before.add(base)
+                acts.append(A_SEGMENT_FREE)
+                sizes.append(int(rng.integers(1, 20)) * page)
+                slot = base + 40 * page
+            else:
+                continue
+            addrs.append(slot)
+        n = len(acts)
+        bad = trial % 5
+        if bad == 1 and n > 1:
+            sizes[-1] += page                                   # a free (or making) of another size
+        elif bad == 2 and n > 1:
+            addrs[-1] += page // 2                              # inside another place's range
+        elif bad == 3:
+            acts[0] = A_SEGMENT_MAP
+        act = np.asarray(acts, dtype=np.uint8)
+        ev = np.sort(rng.choice(10 * n, n, replace=False)).astype(np.int64)
+        full = np.zeros(10 * n, dtype=np.uint8)
+        full[ev] = act
+        up = (full == A_SEGMENT_ALLOC) | (full == A_SEGMENT_MAP)
+        fields = (np.asarray(addrs, dtype=np.int64), np.asarray(sizes, dtype=np.int64),
+                  rng.integers(0, 3, n).astype(np.int64))
+        want_out, want = segment_ranges(_segment_events(ev, fields, up, full))
+        got = _whole_segments(ev, fields, up, full)
+        if got is None:
+            declined += 1
+            assert bad in (1, 2, 3), trial
+            continue
+        answered += 1
+        made_at = {x for x, y in zip(addrs, acts) if y == A_SEGMENT_ALLOC}
+        reused += any(x + 8 * page in made_at for x in made_at)
+        ended, (a, b, e, st, mapped) = got
+        assert list(zip(*(c.tolist() for c in ended))) == want_out
+        assert list(zip(a.tolist(), zip(b.tolist(), e.tolist(), st.tolist(), mapped.tolist()))) == list(want.items())
+    assert answered >= 20 and declined >= 10 and reused >= 10
+
+
 @pytest.mark.parametrize("path", [DATA / "oom.pickle", DATA / "expandable.pickle", DATA / "multi_device.pickle"],
                          ids=lambda p: p.name)
 def test_segments_are_counted_a_part_of_the_rows_at_a_time(path, monkeypatch):
