@@ -39,13 +39,15 @@ def tile(snap: dict, events: int) -> dict:
         raise ValueError("no trace to replay (a state-only snapshot)")
     dev = max(range(len(traces)), key=lambda i: len(traces[i]))
     trace = traces[dev]
-    if any("time_us" not in e for e in trace):
-        raise ValueError("entries without time_us: cannot be replayed later in time")
+    # a trace without times (torch before 2.1 wrote none) is replayed without them
+    timed = all("time_us" in e for e in trace)
+    if not timed and any("time_us" in e for e in trace):
+        raise ValueError("some entries without time_us: cannot be replayed later in time")
     # each replay shifted by the trace's address range (not its highest address: 10^5 replays
     # of a range near 0x7f00_0000_0000 passed 2^64)
     addrs = [e.get("addr", 0) for e in trace]
     span = max(a + e.get("size", 0) for a, e in zip(addrs, trace)) - min(addrs) + (1 << 30)
-    t_span = trace[-1]["time_us"] - trace[0]["time_us"] + 1000
+    t_span = trace[-1]["time_us"] - trace[0]["time_us"] + 1000 if timed else 0
     out: list[dict] = []
     k = 0
     while len(out) < events:
@@ -53,7 +55,8 @@ def tile(snap: dict, events: int) -> dict:
         for e in trace:
             e2 = dict(e)
             e2["addr"] = e.get("addr", 0) + k * span
-            e2["time_us"] = e["time_us"] + k * t_span
+            if timed:
+                e2["time_us"] = e["time_us"] + k * t_span
             frames = e.get("frames")
             if frames is not None:
                 e2["frames"] = lists.setdefault(id(frames), list(frames))
