@@ -10,7 +10,7 @@ import numpy as np
 from ..parsers.tables import A_OOM
 from .advice import ADVICE_LEVERS, advise
 from .evidence import EVIDENCE
-from .liveset import by_category_evidence_at
+from .liveset import by_category_evidence_at_many
 from .results import Oom
 from .timeline import PHASE_NAMES
 
@@ -44,12 +44,13 @@ def oom_reports(da, snap) -> tuple[Oom, ...]:
     live = da.live
     expandable = expandable_segments_on(snap.allocator_settings)
     out = []
-    for i in da.oom_indices.tolist():
+    at = da.oom_indices.tolist()
+    live_by = by_category_evidence_at_many(da.category, da.evidence, da.allocs, at, da.n_entries)
+    for i, by_ev in zip(at, live_by):
         extra = t.extras.get(int(i), {}) or {}
         allocated = int(live.live_after[i]) if len(live.live_after) else live.start_bytes
         reserved = live.reserved_at(i)
         frag = da.reserved_unallocated_at(i)
-        by_ev = by_category_evidence_at(da.category, da.evidence, da.allocs, i)
         byc = {c: sum(e.values()) for c, e in by_ev.items()}
         req = int(size[i])
         dev_free = extra.get("device_free")
