@@ -505,6 +505,8 @@ def run_helper(file_path: str, target: int, out_path: str, spec: dict) -> None:
 
 def main(argv: list[str]) -> int:
     file_path, target, out_path, spec = argv
+    from ..common.memory import keep_freed_pages
+    keep_freed_pages()          # (each chunk a new 16 MB block: the heap's, not pages faulted in afresh)
     try:
         run_helper(file_path, int(target), out_path, json.loads(spec))
     except KeyboardInterrupt:
