@@ -36,6 +36,7 @@ from .items import (
     StackImage,
     TimeAxis,
     TimelineViewBox,
+    VLinesItem,
     blend_over,
     column_strokes,
     cosmetic_pen,
@@ -73,6 +74,7 @@ class TimelineWidget(QWidget):
     segmentClicked = Signal(int, int)          # segment (DeviceData.segments), entry
 
     ITER_PEAK_PX = 16             # at most one iteration-peak marker per this many pixels
+    MARKERS_AT_MOST = 20          # labelled OOM lines; the rest drawn as one item, unlabelled
     OVERVIEW_HEIGHT = 52          # the overview strip's height; COMPACT_OVERVIEW in a short window
     COMPACT_OVERVIEW = 26
 
@@ -164,6 +166,9 @@ class TimelineWidget(QWidget):
         self.vb.addItem(self.iter_peaks, ignoreBounds=True)
         self.marker_lines: list[pg.InfiniteLine] = []
         self._label_texts: dict[int, str] = {}     # a peak label's whole words (label_text)
+        # the OOMs past the first MARKERS_AT_MOST, unlabelled, one item (a run that ran out of memory again and again)
+        self.more_ooms = VLinesItem()
+        self.vb.addItem(self.more_ooms, ignoreBounds=True)
         self.leak_marks = pg.ScatterPlotItem(size=8, symbol="d")
         self.leak_marks.setZValue(9)
         self.leak_marks.setToolTip("Leaked allocations: made every iteration, never freed")
@@ -338,6 +343,7 @@ class TimelineWidget(QWidget):
             self.peak_marker.setData([], [])
             self.iter_peaks.setData([], [])
             self.leak_marks.setData([], [])
+            self.more_ooms.set_lines([], QPen())
             self.peak_label.hide()
             self.spans.set_spans([], [], [], [], QPen())
             self._clear_markers()
@@ -475,10 +481,13 @@ class TimelineWidget(QWidget):
         self._iter_peak_x = d.x_of_index(np.maximum(ips.peak_index, 0)) if len(ips) else np.zeros(0)
         self._iter_peak_y = ips.peak_bytes.astype(float)
         self.iter_peaks.setData([], [])
-        leak_x, leak_y = [], []
+        leak_x, leak_y, more_ooms = [], [], []
         for f in d.findings.head:                  # (the OOMs and leaks: not the iterations' peaks)
             if f.kind == "oom":
-                self._marker(f.index, OOM_COLOR, "OOM", Qt.PenStyle.SolidLine)
+                if len(self.marker_lines) < self.MARKERS_AT_MOST:
+                    self._marker(f.index, OOM_COLOR, "OOM", Qt.PenStyle.SolidLine)
+                else:
+                    more_ooms.append(max(f.index, 0))
             elif f.kind == "leak":
                 rows = f.rows
                 if rows is not None and len(rows):
@@ -488,6 +497,8 @@ class TimelineWidget(QWidget):
                 elif f.index >= 0:
                     self._marker(f.index, LEAK_COLOR, "leak", Qt.PenStyle.DashLine)
         self.leak_marks.setData(leak_x, leak_y)
+        self.more_ooms.set_lines(d.x_of_index(np.asarray(more_ooms, dtype=np.int64)) if more_ooms else [],
+                                 pg.mkPen(OOM_COLOR, width=1.5))
         self.spans.avoid = np.array([ln.value() for ln in self.marker_lines], dtype=float)
         # iterations and phases
         starts, ends, brushes, lines, labels = [], [], [], [], []
