@@ -121,6 +121,7 @@ class DeviceAnalysis:
     _free_order: tuple | None = field(default=None, repr=False)
     _composition: Composition | None = field(default=None, repr=False)
     _guessed: Composition | bool | None = field(default=None, repr=False)
+    _reserved_adds_up: bool | None = field(default=None, repr=False)
     _alloc_order: AllocOrder | None = field(default=None, repr=False)
 
     # -- what is live ----------------------------------------------------------------------
@@ -383,11 +384,34 @@ class DeviceAnalysis:
             reserved_peak_bytes=None if self.live.reserved_peak is None or self.reserved_unknown()
             else int(self.live.reserved_peak),
             end_by_category=self.by_category_at(n - 1), iterations=self.iterations, leaks=self.leaks,
-            ooms=self.ooms, stale_gradients=self.stale_gradients, skipped_actions=self.skipped_actions)
+            ooms=self.ooms, stale_gradients=self.stale_gradients, skipped_actions=self.skipped_actions,
+            reserved_unknown=self.reserved_unknown_why())
 
     def reserved_unknown(self) -> bool:
-        """Reserved memory over the trace is unknown: its segment events were not recorded."""
-        return any(a.startswith("segment_") for a in self.skipped_actions)
+        """Reserved memory over the trace is unknown (`reserved_unknown_why`)."""
+        return self.reserved_unknown_why() is not None
+
+    def reserved_unknown_why(self) -> str | None:
+        """Why reserved memory over the trace is unknown, or None where it is known (or the
+        snapshot has no allocator segments: LiveModel.reserved_start None). It is found from the
+        segments the snapshot holds at its end, back through the trace's segment events: unknown
+        where those events were not recorded, or where they do not add up to those segments
+        (less reserved than nothing, or than the live bytes, at some moment: a trace cut from
+        another run's state, or events lost)."""
+        if any(a.startswith("segment_") for a in self.skipped_actions):
+            return "its segment events were not recorded"
+        lm = self.live
+        if lm is None or lm.reserved_start is None:
+            return None
+        if self._reserved_adds_up is None:
+            v = np.asarray(lm.reserved_change_value)
+            at = np.asarray(lm.reserved_change_index)
+            la = np.asarray(lm.live_after)
+            self._reserved_adds_up = bool(lm.reserved_start >= max(0, lm.start_bytes)
+                                          and not (len(v) and (int(v.min()) < 0 or bool((v < la[at]).any()))))
+        if not self._reserved_adds_up:
+            return "the trace's segment events do not add up to the segments the snapshot holds"
+        return None
 
 
 @dataclass(eq=False)
@@ -542,7 +566,7 @@ def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | Non
         find_free_order = Later(lambda: free_order_of(allocs))
         big = len(allocs) >= structure_module.BACKGROUND_ROWS
         if big:
-            jobs = [find_live, find_free_order]
+            jobs: list[Later] = [find_live, find_free_order]
             if find_skipped is None:
                 find_skipped = Later(lambda: skipped_actions(snap, dev))
                 jobs.append(find_skipped)

@@ -49,7 +49,7 @@ def oom_reports(da, snap) -> tuple[Oom, ...]:
     for i, by_ev in zip(at, live_by):
         extra = t.extras.get(int(i), {}) or {}
         allocated = int(live.live_after[i]) if len(live.live_after) else live.start_bytes
-        reserved = live.reserved_at(i)
+        reserved = None if da.reserved_unknown() else live.reserved_at(i)
         frag = da.reserved_unallocated_at(i)
         byc = {c: sum(e.values()) for c, e in by_ev.items()}
         req = int(size[i])

@@ -259,6 +259,7 @@ class DeviceSummary:
     ooms: tuple[Oom, ...]
     stale_gradients: StaleGradients | None = None
     skipped_actions: tuple[str, ...] = ()   # left out by the recording (skip_actions), as the trace proves
+    reserved_unknown: str | None = None     # why reserved memory is unknown (DeviceAnalysis.reserved_unknown_why)
 
 
 @dataclass(frozen=True)

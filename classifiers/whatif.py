@@ -487,13 +487,14 @@ def fits_on(da, base_bytes: int, base_index: int, scaled_bytes: int, gpu_bytes: 
     peak (a failed request on top of what was live when it failed). `floor`: the trace ends in
     an out-of-memory error, so what is needed is a lower bound: a card it exceeds is too small,
     a larger one cannot be said to fit (None)."""
-    reserved = da.live.reserved_at(base_index) if da.live is not None else None
+    why = da.reserved_unknown_why() if da.live is not None else None
+    reserved = da.live.reserved_at(base_index) if da.live is not None and why is None else None
     if remove_overhead:
         ratio = 1.0
         how = "no allocator overhead (expandable_segments)"
     elif reserved is None or base_bytes <= 0:
         ratio = None
-        how = "allocator overhead unknown (no allocator segments in this file): none counted"
+        how = f"allocator overhead unknown ({why or 'no allocator segments in this file'}): none counted"
     else:
         ratio = max(1.0, reserved / base_bytes)
         how = (f"allocator overhead {ratio:.3f}x: reserved {fmt_bytes(reserved)} over allocated "

@@ -373,3 +373,40 @@ def test_segments_are_counted_a_part_of_the_rows_at_a_time(path, monkeypatch):
                 assert np.array_equal(got.allocated, w.allocated) and np.array_equal(got.address, w.address)
         monkeypatch.undo()
     assert most > 3                             # (several parts, at 1 and 3 rows a part)
+
+
+def test_segment_events_that_do_not_add_up_leave_reserved_memory_unknown(tmp_path, capsys):
+    """Reserved memory is found from the segments the snapshot holds at its end, back through
+    the trace's segment events. A trace whose events map more than that state holds (the
+    expandable fixture's trace replayed three times over its own end state) went below zero:
+    -471 GiB reserved at an OOM, 'reserved-but-free memory (-471.3 GiB)'. Where the events do
+    not add up (less reserved than nothing, or than the live bytes, at some moment), reserved
+    memory is unknown, says why, and no OOM claims what the cache could have held."""
+    import sys
+
+    import orjson
+
+    from helpers import load_trusted
+    from vramscope.cli import main
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from tile_snapshot import tile
+    snap = load_trusted(DATA / "expandable.pickle")
+    n = max(len(t) for t in snap["device_traces"])
+    path = tmp_path / "replayed.pickle"
+    path.write_bytes(pickle.dumps(tile(snap, 3 * n), protocol=4))
+    an = analysis(path)
+    da = an.devices[0]
+    assert int(da.live.reserved_start) < 0                 # (what the events say, read back from the end)
+    why = "the trace's segment events do not add up to the segments the snapshot holds"
+    assert da.reserved_unknown_why() == why and da.reserved_unallocated_at(da.ooms[0].index) is None
+    assert len(da.ooms) == 3 and all(o.reserved is None and o.fragmentation_bytes is None for o in da.ooms)
+    assert not an.allocator(0).known
+    assert main(["summary", str(path), "--json"]) == 0
+    d = orjson.loads(capsys.readouterr().out)["devices"][0]
+    assert d["reserved_peak_bytes"] is None and d["reserved_unknown"] == why
+    assert all("unknown" in o["diagnosis"] and "could not have held" not in o["diagnosis"] for o in d["ooms"])
+    assert main(["summary", str(path)]) == 0
+    assert f"reserved peak  unknown ({why})" in capsys.readouterr().out
+    # the fixture itself adds up: its reserved memory and its OOM's cache as before
+    one = analysis(DATA / "expandable.pickle").devices[0]
+    assert one.reserved_unknown_why() is None and one.ooms[0].fragmentation_bytes == 15927296

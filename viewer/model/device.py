@@ -218,9 +218,10 @@ class DeviceData:
         self.start_bytes = int(da.live.start_bytes)
         lm = da.live
         # reserved bytes (None: no allocator segments), as their changes: not a value an entry
-        self.reserved = None if lm.reserved_start is None else \
+        known = lm.reserved_start is not None and not da.reserved_unknown()     # (the analysis' why, if not)
+        self.reserved = None if not known else \
             StepCurve(n, lm.reserved_start, lm.reserved_change_index, lm.reserved_change_value)
-        self.reserved_start = None if lm.reserved_start is None else int(lm.reserved_start)
+        self.reserved_start = None if not known else int(lm.reserved_start)
         self.peak_bytes = int(da.live.peak_bytes)
         self.peak_index = int(da.live.peak_index)
         self._step(progress, "timeline", 0.1)

@@ -233,13 +233,15 @@ def oom_diagnosis(oom: Oom, guessed: dict[str, int] | None = None) -> str:
         return text + "." + limit
     top = max(oom.by_category.items(), key=lambda kv: kv[1]) if oom.by_category else ("unknown", 0)
     share = top[1] / oom.allocated if oom.allocated else 0.0
-    held = fmt_bytes(frag) if frag is not None else "unknown"
     full = "the memory allowed" if limit else "the device"
     g = (guessed or {}).get(top[0], 0)
     sure = "" if not g else (", a guess" if g >= top[1] else f", {fmt_bytes(g)} of it a guess")
+    # reserved memory unknown (no segments, or segment events that do not add up): whether the
+    # cache could have held the request is not said
+    cache = (f"; reserved-but-free memory ({fmt_bytes(frag)}) could not have held the request" if frag is not None
+             else "; how much PyTorch had reserved but not allocated is unknown")
     return (f"Live tensors fill {full}: {fmt_bytes(oom.allocated)} allocated, the largest share "
-            f"{top[0]} ({share:.0%}{sure}); reserved-but-free memory ({held}) could not have held the request."
-            + limit)
+            f"{top[0]} ({share:.0%}{sure}){cache}." + limit)
 
 
 def autocast_copies_text(copy_bytes: int) -> str:

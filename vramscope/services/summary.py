@@ -176,6 +176,7 @@ class DeviceJSON(TypedDict):
     start_live_bytes: int
     end_live_bytes: int
     reserved_peak_bytes: int | None
+    reserved_unknown: str | None        # why reserved memory is unknown (None: known, or no allocator segments)
     end_by_category: dict[str, int]
     iterations: Sequence[dict[str, Any]]    # IterationRows: a dict per iteration, made when read
     leaks: list[LeakJSON]
@@ -252,7 +253,8 @@ def summary_document(an: Analysis, device: int | None = None, stacks: Stacks | N
             "device": s.device, "entries": s.entries, "allocations": s.allocations,
             "allocations_before_trace": s.allocations_before_trace, "peak": peak_json,
             "start_live_bytes": s.start_live_bytes, "end_live_bytes": s.end_live_bytes,
-            "reserved_peak_bytes": s.reserved_peak_bytes, "end_by_category": s.end_by_category,
+            "reserved_peak_bytes": s.reserved_peak_bytes, "reserved_unknown": s.reserved_unknown,
+            "end_by_category": s.end_by_category,
             "iterations": IterationRows(Iterations.of(s.iterations)), "leaks": leaks, "ooms": ooms,
             "stale_gradients": None if s.stale_gradients is None else {  # type: ignore[typeddict-item]
                 **to_plain(s.stale_gradients), "where": stacks.where(s.stale_gradients.free_stack),
@@ -431,8 +433,7 @@ def summary_text(doc: SummaryJSON) -> str:
         if skipped:
             out.append(f"  not recorded   {', '.join(skipped)} (skip_actions): {skipped_words(skipped)}")
         if d["reserved_peak_bytes"] is None:
-            why = "its segment events were not recorded" if any(a.startswith("segment_") for a in skipped) \
-                else "profiler-converted snapshot: no allocator segments"
+            why = d.get("reserved_unknown") or "profiler-converted snapshot: no allocator segments"
             out.append(f"  reserved peak  unknown ({why})")
         else:
             out.append(f"  reserved peak  {fmt_bytes(d['reserved_peak_bytes'])}")
