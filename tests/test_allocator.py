@@ -380,8 +380,8 @@ def test_segment_events_that_do_not_add_up_leave_reserved_memory_unknown(tmp_pat
     the trace's segment events. A trace whose events map more than that state holds (the
     expandable fixture's trace replayed three times over its own end state) went below zero:
     -471 GiB reserved at an OOM, 'reserved-but-free memory (-471.3 GiB)'. Where the events do
-    not add up (less reserved than nothing, or than the live bytes, at some moment), reserved
-    memory is unknown, says why, and no OOM claims what the cache could have held."""
+    not add up (less than nothing reserved at some moment), reserved memory is unknown, says
+    why, and no OOM claims what the cache could have held."""
     import sys
 
     import orjson
