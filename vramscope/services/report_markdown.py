@@ -175,7 +175,8 @@ def _device_section(an: Analysis, dev: int, stacks: Stacks, limits: dict, png: s
           f"| Allocations | {s.allocations:,}{before} |",
           f"| Peak live | **{fmt_bytes(pk.bytes)}** {when}, {peak_words(pk.type, state_only)} ({md_code(pk.type)}) |",
           f"| Live at start / end | {fmt_bytes(s.start_live_bytes)} / {fmt_bytes(s.end_live_bytes)} |",
-          f"| Reserved peak | {fmt_bytes(s.reserved_peak_bytes) if s.reserved_peak_bytes is not None else 'unknown'} |",
+          f"| Reserved peak | {fmt_bytes(s.reserved_peak_bytes) if s.reserved_peak_bytes is not None else 'unknown'}"
+          f"{f' ({md_text(s.reserved_unknown)})' if s.reserved_peak_bytes is None and s.reserved_unknown else ''} |",
           *([f"| Not recorded | {', '.join(s.skipped_actions)} (skip_actions): {skipped_words(s.skipped_actions)} |"]
             if s.skipped_actions else []),
           f"| Iterations | {len(s.iterations)}{iterations_note_md(s.iterations)} |",
