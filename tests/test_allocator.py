@@ -407,6 +407,10 @@ def test_segment_events_that_do_not_add_up_leave_reserved_memory_unknown(tmp_pat
     assert all("unknown" in o["diagnosis"] and "could not have held" not in o["diagnosis"] for o in d["ooms"])
     assert main(["summary", str(path)]) == 0
     assert f"reserved peak  unknown ({why})" in capsys.readouterr().out
+    # the fit counts no allocator overhead read from reserved memory that is unknown, and says why
+    assert main(["whatif", str(path), "--gpu", "80", "--json"]) == 0
+    fit = capsys.readouterr().out
+    assert f'"overhead_ratio":null' in fit.replace(" ", "") and f"allocator overhead unknown ({why})" in fit
     assert main(["report", str(path), "-o", str(tmp_path / "report")]) == 0
     assert f"| Reserved peak | unknown ({why}) |" in (tmp_path / "report" / "report.md").read_text()
     # the fixture itself adds up: its reserved memory and its OOM's cache as before
