@@ -367,8 +367,8 @@ class AllocatorHistory:
     def __init__(self, snap, da):
         self.da = da
         self.n = n = int(da.n_entries)
-        # (no segments, or their events left out by the recording: skip_actions)
-        self.known = da.live.reserved_start is not None and not da.reserved_unknown()
+        # (no segments, their events left out by the recording, or events that do not add up)
+        self.known = da.reserved_known()
         self._free_requested: np.ndarray | None = None
         self._snap = snap
         z = np.zeros(0, dtype=np.int64)

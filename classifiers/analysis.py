@@ -391,6 +391,11 @@ class DeviceAnalysis:
         """Reserved memory over the trace is unknown (`reserved_unknown_why`)."""
         return self.reserved_unknown_why() is not None
 
+    def reserved_known(self) -> bool:
+        """The allocator's segments over the trace are known: the snapshot has segments, and
+        reserved memory is not unknown (what the allocator's history and the reserved line read)."""
+        return self.live is not None and self.live.reserved_start is not None and not self.reserved_unknown()
+
     def reserved_unknown_why(self) -> str | None:
         """Why reserved memory over the trace is unknown, or None where it is known (or the
         snapshot has no allocator segments: LiveModel.reserved_start None). It is found from the

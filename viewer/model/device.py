@@ -218,7 +218,7 @@ class DeviceData:
         self.start_bytes = int(da.live.start_bytes)
         lm = da.live
         # reserved bytes (None: no allocator segments), as their changes: not a value an entry
-        known = lm.reserved_start is not None and not da.reserved_unknown()     # (the analysis' why, if not)
+        known = da.reserved_known()
         self.reserved = None if not known else \
             StepCurve(n, lm.reserved_start, lm.reserved_change_index, lm.reserved_change_value)
         self.reserved_start = None if not known else int(lm.reserved_start)
