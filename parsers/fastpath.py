@@ -252,6 +252,8 @@ class FastPath:
         self.entries = 0
         self._str_lut = np.full(256, -1, dtype=np.int64)      # memo slot -> string id (-1: not yet)
         self._action_lut = np.full(64, -1, dtype=np.int16)    # string id + 1 -> action code
+        self._name_luts: dict = {}                            # code_of -> string id + 1 -> code
+        self._pool_a = self._pool_b = np.zeros(0, dtype=np.int64)   # pool code -> its two ints
         self.helpers: list[Helper] = []     # processes decoding later parts, in file order (prefetch.py)
         self._helper_tried = False
 
@@ -647,10 +649,7 @@ class FastPath:
                 # Python loop over 10^6 entries was 1.5 s of a tiled trace's 2.6 s parse)
                 at = np.flatnonzero(present & ~inline)
                 if len(at):
-                    memo, inv = np.unique(ref[at], return_inverse=True)
-                    pairs = [r.memo_get(m) for m in memo.tolist()]   # pairs of ints: checked in _references_ok
-                    a_val[at] = np.array([numbers.opaque(t[0], "pool id") for t in pairs], dtype=a_val.dtype)[inv]
-                    b_val[at] = np.array([numbers.opaque(t[1], "pool id") for t in pairs], dtype=b_val.dtype)[inv]
+                    a_val[at], b_val[at] = self._ref_pools(ref[at])
                 out["pool_a"], out["pool_b"] = a_val, b_val
             elif kind == "str":
                 ref, is_s = v[0][:n], v[1][:n]
@@ -786,6 +785,30 @@ class FastPath:
         codes = np.asarray([r.pool_code((int(x), int(y))) for x, y in uniq], dtype=np.int64)
         r.memo_fast[memo_idx[inline]] = (POOL_BASE - codes[inv.reshape(-1)]).astype(np.int32)
 
+    def _ref_pools(self, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The two ints of the pool tuples at memo slots `m`: by the code each slot holds in
+        memo_fast (`_references_ok` put one there for every slot a batch refers to) and a
+        table of code -> ints, where a sort of the batch's references (np.unique) per batch
+        was 0.8 s of a 10^7-entry torch 2.13 trace's parse; by the memo past them."""
+        r = self.r
+        mf = r.memo_fast
+        codes = np.where(m < len(mf), mf[np.minimum(m, len(mf) - 1)], -1).astype(np.int64)
+        if len(self._pool_a) < len(r.pool_tuples):
+            new = r.pool_tuples[len(self._pool_a):]
+            self._pool_a = np.concatenate([self._pool_a, np.array([numbers.opaque(t[0], "pool id") for t in new],
+                                                                  dtype=np.int64)])
+            self._pool_b = np.concatenate([self._pool_b, np.array([numbers.opaque(t[1], "pool id") for t in new],
+                                                                  dtype=np.int64)])
+        known = codes <= POOL_BASE
+        k = np.where(known, POOL_BASE - codes, 0)
+        a, b = self._pool_a[k], self._pool_b[k]
+        if not known.all():
+            memo, inv = np.unique(m[~known], return_inverse=True)
+            pairs = [r.memo_get(x) for x in memo.tolist()]   # pairs of ints: checked in _references_ok
+            a[~known] = np.array([numbers.opaque(t[0], "pool id") for t in pairs], dtype=np.int64)[inv.reshape(-1)]
+            b[~known] = np.array([numbers.opaque(t[1], "pool id") for t in pairs], dtype=np.int64)[inv.reshape(-1)]
+        return a, b
+
     def _inline_strings(self, is_inline, sstart, slen, memo_idx, buf) -> np.ndarray:
         r = self.r
         ids = np.full(len(is_inline), -1, dtype=np.int64)
@@ -845,9 +868,20 @@ class FastPath:
         """uint8 codes of named values (profiler categories, component names): `code_of`
         once per distinct string, 0 where the entry has none."""
         strings = self.r.sink.interner.strings
-        uniq, inv = np.unique(string_ids, return_inverse=True)
-        codes = np.asarray([code_of(strings[i]) if i >= 0 else 0 for i in uniq.tolist()], dtype=np.uint8)
-        return codes[inv.reshape(-1)]
+        top = int(string_ids.max()) + 2 if len(string_ids) else 1
+        if top > _LUT_MAX:
+            uniq, inv = np.unique(string_ids, return_inverse=True)
+            codes = np.asarray([code_of(strings[i]) if i >= 0 else 0 for i in uniq.tolist()], dtype=np.uint8)
+            return codes[inv.reshape(-1)]
+        # by string id + 1 (0: none), as `_action_codes`; -1 not known yet
+        lut = self._name_luts[code_of] = _grown(self._name_luts.get(code_of, np.full(64, -1, dtype=np.int16)), top)
+        got = lut[string_ids + 1]
+        miss = got < 0
+        if miss.any():
+            for i in np.unique(string_ids[miss]).tolist():
+                lut[i + 1] = code_of(strings[i]) if i >= 0 else 0
+            got = lut[string_ids + 1]
+        return got.astype(np.uint8)
 
     def _ref_stacks(self, ref, inline, sids) -> np.ndarray:
         r = self.r
