@@ -52,9 +52,9 @@ from .errors import CorruptError, LimitError, NotASnapshotError, SnapshotError
 from .progress import Progress
 from .reader import read_pickle_stream
 from .snapshot import BLOCK_COLUMNS, SEGMENT_COLUMNS, DeviceTrace, Snapshot, build_tables, interned_arrays
-from .tables import ALL_COLUMNS, CacheWriteError, map_column
+from .tables import ALL_COLUMNS, CacheWriteError, constant_column, map_column
 
-CACHE_VERSION = 6        # 6: annotate action, host memory, component tags, internal_metadata, FX frames
+CACHE_VERSION = 7        # 7: a column of one value is no file (the manifest's "constant"); 6: annotate action, host memory, component tags, internal_metadata, FX frames
 _HASH_SPAN = 1 << 16
 MAX_ENTRIES = 24          # keep the most recently used snapshots' columns
 RACY_NS = 2_000_000_000   # a file changed this close to our last look may have changed again unseen
@@ -254,6 +254,8 @@ def _write_entry(workdir, snap: Snapshot, sink, columns, content: dict, source: 
     for d, dev in sink.devices.items():
         for k, col in dev.cols.items():
             name = f"d{d}_{k}.bin"
+            if col.is_constant:
+                continue                # no file: its one value is in the manifest
             if d in snap.traces:
                 files[name] = [col.n * col.dtype.itemsize, col.crc]
             else:           # devices whose traces were empty left column files behind
@@ -278,6 +280,8 @@ def _write_entry(workdir, snap: Snapshot, sink, columns, content: dict, source: 
         "source": content,
         "files": files,
         "devices": {str(d): {"n": len(t), "columns": sorted(t.columns),
+                             "constant": {k: c.constant.item() for k, c in sink.devices[d].cols.items()
+                                          if c.is_constant},
                              "extras": {str(i): v for i, v in t.extras.items()}}
                     for d, t in snap.traces.items()},
         "strings": snap.strings,
@@ -361,7 +365,11 @@ def _load_cached(entry: str, path: str, fh, st, verify: bool = True) -> Snapshot
         for d, info in meta["devices"].items():
             n = int(info["n"])
             cols = {}
+            constant = info["constant"]
             for k in info["columns"]:
+                if k in constant:
+                    cols[k] = constant_column(int(constant[k]), np.dtype(ALL_COLUMNS[k]), n)
+                    continue
                 if f"d{d}_{k}.bin" not in files:
                     raise CorruptError("a column without a checksum")
                 p = os.path.join(entry, f"d{d}_{k}.bin")
