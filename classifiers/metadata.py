@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..common.arrays import unique_inverse
 from ..parsers.tables import A_ANNOTATE
 from .results import MetadataGroup
 
@@ -103,7 +104,7 @@ class RowMetadata:
         """(value code per row, the values): what each row says for `key` ('' none); `key`
         None: the row's whole user_metadata text. Per distinct string, then per noted row."""
         user = self.user
-        ids, inv = np.unique(user, return_inverse=True)
+        ids, inv = unique_inverse(user)         # (string ids: a table, not np.unique's sort of every row)
         names: list[str] = [""]
         codes: dict[str, int] = {"": 0}
 
@@ -126,7 +127,8 @@ class RowMetadata:
     def keys(self) -> list[str]:
         """Every key some row's metadata states, most rows first."""
         count: dict[str, int] = {}
-        ids, n = np.unique(self.user[self.user >= 0], return_counts=True)
+        ids, inv = unique_inverse(self.user[self.user >= 0])
+        n = np.bincount(inv.reshape(-1), minlength=len(ids))
         for sid, k in zip(ids.tolist(), n.tolist()):
             for key in self._pairs_of(sid):
                 count[key] = count.get(key, 0) + k
