@@ -12,7 +12,7 @@ import re
 import zlib
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -208,7 +208,7 @@ class ColumnFile:
         self.path = path
         self.n = 0
         self.crc = 0
-        self.constant = None                 # the one value of every entry so far (None: none yet or several)
+        self.constant: Any = None            # the one value of every entry so far (a numpy scalar; None: none yet or several)
         self._uniform = True
         self._chunks: list[np.ndarray] = []
         self._pending: deque[Future] = deque()
