@@ -175,9 +175,6 @@ class Classified:
     root: np.ndarray          # int32 per row: first version of its chain
     last: np.ndarray          # int32 per row: last version of its chain
     row_phase: np.ndarray     # uint8 per row: phase at its chain's allocation (P_*; P_PRE)
-    free_phase: np.ndarray    # uint8 per row: phase where its chain is freed (P_NEVER)
-    alloc_iter: np.ndarray    # int32 per row: iteration of the chain's allocation (-1)
-    free_iter: np.ndarray     # int32 per row: iteration of the chain's free (-1; never freed: -1)
 
 
 def _freed_within_run(trace, ai, fi, pre, stack_has) -> np.ndarray:
@@ -471,6 +468,7 @@ def classify_device(snap, trace, allocs, live_after, sfacts: SnapshotFacts, rule
     traced_freed = (~pre) & (fi >= 0)
     freed[traced_freed & (seg_a == seg_f)] = F_SAME
     freed[traced_freed & (seg_a != seg_f) & (it_f > it_a) & (it_a >= 0)] = F_LATER_ITER
+    del it_a, it_f                  # (not needed past here: 31 MB at 10^7 events)
     if n_ent:
         # a trace that begins inside a phase (a ring buffer that wrapped mid-backward): a block
         # from before it, of that phase by its stack, freed before the phase ends, was made in
@@ -582,7 +580,7 @@ def classify_device(snap, trace, allocs, live_after, sfacts: SnapshotFacts, rule
         rule = rule[root]
         evidence = evidence[root]
     idx_t = np.int32 if n < 2**31 - 1 else np.int64
-    return tl, Classified(category, rule, evidence, root.astype(idx_t), last.astype(idx_t), row_phase, free_phase, it_a, it_f)
+    return tl, Classified(category, rule, evidence, root.astype(idx_t), last.astype(idx_t), row_phase)
 
 
 __all__ = ["stack_pass", "classify_device", "SnapshotFacts", "Classified", "version_chains", "quantized_sizes"]

@@ -418,15 +418,19 @@ def _alike_in_stages(b: np.ndarray) -> bool:
 class _PassRows:
     """Each forward pass's allocation rows, in allocation order: `order[lo[k]:hi[k]]` (the
     passes are disjoint and in order). Kept as bounds, not a view per pass: a run of short
-    steps has a million passes, 160 MB of views."""
+    steps has a million passes, 160 MB of views. `order` None: the rows are in allocation order
+    already, row k the k-th (no int64 per row: 31 MB at 10^7 events)."""
 
-    def __init__(self, order: np.ndarray, lo: np.ndarray, hi: np.ndarray):
+    def __init__(self, order: np.ndarray | None, lo: np.ndarray, hi: np.ndarray, n: int = 0):
         self.order, self.lo, self.hi = order, lo, hi
+        self.n = n if order is None else len(order)
 
     def __len__(self) -> int:
         return len(self.lo)
 
     def __getitem__(self, k: int) -> np.ndarray:
+        if self.order is None:
+            return np.arange(int(self.lo[k]), int(self.hi[k]))
         return self.order[self.lo[k]:self.hi[k]]
 
     def lens(self) -> np.ndarray:
@@ -435,12 +439,13 @@ class _PassRows:
     def all(self) -> np.ndarray:
         """Every pass's rows, pass after pass (what concatenating them gives)."""
         if not len(self.lo):
-            return np.zeros(0, dtype=self.order.dtype)
-        edge = np.zeros(len(self.order) + 1, dtype=np.int32)
+            return np.zeros(0, dtype=np.int64)
+        edge = np.zeros(self.n + 1, dtype=np.int32)
         np.add.at(edge, self.lo, 1)
         np.add.at(edge, self.hi, -1)
         np.cumsum(edge, out=edge)
-        return self.order[edge[:-1] > 0]
+        inside = edge[:-1] > 0
+        return np.flatnonzero(inside) if self.order is None else self.order[inside]
 
 
 def _find_block_node(da, paths, passes):
@@ -451,14 +456,15 @@ def _find_block_node(da, paths, passes):
     # the rows are in allocation order already (those from before the trace, -1, first): no
     # sort and no copies of the entries then (int64 copies of them were 92 MB at 10^7 events,
     # at the highest memory of the viewer's open)
+    order: np.ndarray | None = None
     if len(ai) > 1 and bool((ai[1:] < ai[:-1]).any()):
         order = np.argsort(ai, kind="stable")
         ai_sorted = ai[order]
     else:
-        order, ai_sorted = np.arange(len(ai)), ai
+        ai_sorted = ai
     # (searched in the entries' own dtype: other keys would make numpy cast the whole array)
     p0, p1 = passes[:, 0].astype(ai_sorted.dtype), (passes[:, 1] + 1).astype(ai_sorted.dtype)
-    pass_rows = _PassRows(order, np.searchsorted(ai_sorted, p0), np.searchsorted(ai_sorted, p1))
+    pass_rows = _PassRows(order, np.searchsorted(ai_sorted, p0), np.searchsorted(ai_sorted, p1), len(ai))
     # bytes per tree node over every forward pass (per stack first: a few thousand stacks)
     rows = pass_rows.all()
     st = np.asarray(a.stack)[rows]

@@ -132,6 +132,7 @@ def choose_x_axis(time_us, iterations=()) -> XAxis:
 # The passes over the times, a part at a time: no full-length temporaries (at 10^7 entries the
 # gaps alone were 80 MB, made while the viewer's open held its most memory).
 _PART = 1 << 20
+_GAPS_PART = 1 << 18      # ... and by `_longest_gaps_sum`, which runs beside the analysis in the viewer's open
 
 
 def _longest_gap(t: np.ndarray) -> tuple[int, int]:
@@ -156,7 +157,7 @@ def _longest_gaps_sum(t: np.ndarray, g: int) -> int:
     n = len(t) - 1
     # (a sample of a part's size at most: any sample's g-th longest is a floor for all of them;
     # 55,000 iterations at 10^7 entries made it 5 million gaps, 80 MB with its partition)
-    step = max(1, n // (64 * g), n // _PART)
+    step = max(1, n // (64 * g), n // _GAPS_PART)
     floor = 0
     if step > 1:
         m = (n - 1) // step + 1
@@ -164,10 +165,10 @@ def _longest_gaps_sum(t: np.ndarray, g: int) -> int:
         if len(sample) >= g:
             floor = int(np.partition(sample, len(sample) - g)[len(sample) - g])
     kept = np.zeros(0, dtype=np.int64)
-    for lo in range(0, n, _PART):
-        part = np.diff(t[lo:lo + _PART + 1])
+    for lo in range(0, n, _GAPS_PART):
+        part = np.diff(t[lo:lo + _GAPS_PART + 1])
         kept = np.concatenate([kept, part[part >= floor]])
-        if len(kept) > max(4 * g, _PART):       # bounded: the g longest so far, and their floor
+        if len(kept) > max(4 * g, _GAPS_PART):  # bounded: the g longest so far, and their floor
             kept = np.partition(kept, len(kept) - g)[len(kept) - g:].copy()
             floor = int(kept.min())
     if len(kept) > g:

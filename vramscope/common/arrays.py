@@ -21,6 +21,16 @@ def ragged(starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return pos, owner
 
 
+def _offset(v: np.ndarray, lo: int, span: int) -> np.ndarray:
+    """`v - lo` (each in [0, span)) as table indices: in v's own dtype where span fits it (an
+    int32 column stays int32: no int64 copy of it, 27 MB of 3.4 million stack ids)."""
+    if not lo:
+        return v
+    if span - 1 <= np.iinfo(v.dtype).max:
+        return v - v.dtype.type(lo)
+    return v.astype(np.intp) - lo
+
+
 def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`np.unique(values, return_inverse=True)` for integers of a narrow range (stack ids,
     codes): marked in a table the size of their range, numbered by one running count over it
@@ -33,7 +43,7 @@ def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     span = hi - lo + 1
     if span > max(1 << 16, 2 * len(v)) or hi > np.iinfo(np.intp).max:
         return np.unique(v, return_inverse=True)
-    k = v.astype(np.intp) - lo if lo else v
+    k = _offset(v, lo, span)
     present = np.zeros(span, dtype=bool)
     present[k] = True
     number = np.cumsum(present, dtype=np.intp)
@@ -53,7 +63,7 @@ def unique(values: npt.ArrayLike) -> np.ndarray:
     span = hi - lo + 1
     if span <= max(1 << 16, 2 * len(v)) and hi <= np.iinfo(np.intp).max:
         present = np.zeros(span, dtype=bool)
-        present[v.astype(np.intp) - lo if lo else v] = True
+        present[_offset(v, lo, span)] = True
         return (np.flatnonzero(present) + lo).astype(v.dtype)
     s = np.sort(v)
     keep = np.empty(len(s), dtype=bool)
