@@ -233,6 +233,12 @@ def _grown(lut: np.ndarray, top: int) -> np.ndarray:
     return np.concatenate([lut, np.full(max(top, 2 * len(lut)) - len(lut), -1, dtype=lut.dtype)])
 
 
+def _pool_ints(pairs: list) -> np.ndarray:
+    """(k, 2) int64: the two ints of each pool id tuple (torch's bit patterns)."""
+    return np.array([(numbers.opaque(a, "pool id"), numbers.opaque(b, "pool id")) for a, b in pairs],
+                    dtype=np.int64).reshape(-1, 2)
+
+
 class FastPath:
     """Decodes runs of same-shape trace entries with numpy, thousands at a time."""
 
@@ -251,9 +257,8 @@ class FastPath:
         self._batch = 256
         self.entries = 0
         self._str_lut = np.full(256, -1, dtype=np.int64)      # memo slot -> string id (-1: not yet)
-        self._action_lut = np.full(64, -1, dtype=np.int16)    # string id + 1 -> action code
-        self._name_luts: dict = {}                            # code_of -> string id + 1 -> code
-        self._pool_a = self._pool_b = np.zeros(0, dtype=np.int64)   # pool code -> its two ints
+        self._luts: dict = {}                                 # string id + 1 -> action, category, component code
+        self._pools = np.zeros((0, 2), dtype=np.int64)        # pool code -> its two ints
         self.helpers: list[Helper] = []     # processes decoding later parts, in file order (prefetch.py)
         self._helper_tried = False
 
@@ -793,21 +798,15 @@ class FastPath:
         r = self.r
         mf = r.memo_fast
         codes = np.where(m < len(mf), mf[np.minimum(m, len(mf) - 1)], -1).astype(np.int64)
-        if len(self._pool_a) < len(r.pool_tuples):
-            new = r.pool_tuples[len(self._pool_a):]
-            self._pool_a = np.concatenate([self._pool_a, np.array([numbers.opaque(t[0], "pool id") for t in new],
-                                                                  dtype=np.int64)])
-            self._pool_b = np.concatenate([self._pool_b, np.array([numbers.opaque(t[1], "pool id") for t in new],
-                                                                  dtype=np.int64)])
+        if len(self._pools) < len(r.pool_tuples):
+            self._pools = np.concatenate([self._pools, _pool_ints(r.pool_tuples[len(self._pools):])])
         known = codes <= POOL_BASE
-        k = np.where(known, POOL_BASE - codes, 0)
-        a, b = self._pool_a[k], self._pool_b[k]
+        out = self._pools[np.where(known, POOL_BASE - codes, 0)]
         if not known.all():
             memo, inv = np.unique(m[~known], return_inverse=True)
-            pairs = [r.memo_get(x) for x in memo.tolist()]   # pairs of ints: checked in _references_ok
-            a[~known] = np.array([numbers.opaque(t[0], "pool id") for t in pairs], dtype=np.int64)[inv.reshape(-1)]
-            b[~known] = np.array([numbers.opaque(t[1], "pool id") for t in pairs], dtype=np.int64)[inv.reshape(-1)]
-        return a, b
+            # pairs of ints: checked in _references_ok
+            out[~known] = _pool_ints([r.memo_get(x) for x in memo.tolist()])[inv.reshape(-1)]
+        return out[:, 0], out[:, 1]
 
     def _inline_strings(self, is_inline, sstart, slen, memo_idx, buf) -> np.ndarray:
         r = self.r
@@ -848,38 +847,29 @@ class FastPath:
     def _action_codes(self, string_ids: np.ndarray) -> np.ndarray:
         """uint8 action codes of string ids (-1: no action), by a table of string id -> code."""
         sink = self.r.sink
-        top = int(string_ids.max()) + 2 if len(string_ids) else 1
-        if top > _LUT_MAX:
-            uniq, inv = np.unique(string_ids, return_inverse=True)
-            codes = np.asarray([sink.action_code(sink.interner.strings[i] if i >= 0 else MISSING_ACTION)
-                                for i in uniq.tolist()], dtype=np.uint8)
-            return codes[inv]
-        # by string id + 1 (0: no action); -1 not known yet
-        lut = self._action_lut = _grown(self._action_lut, top)
-        got = lut[string_ids + 1]
-        miss = got < 0
-        if miss.any():
-            for i in np.unique(string_ids[miss]).tolist():
-                lut[i + 1] = sink.action_code(sink.interner.strings[i] if i >= 0 else MISSING_ACTION)
-            got = lut[string_ids + 1]
-        return got.astype(np.uint8)
+        return self._codes(string_ids, "action",
+                           lambda i: sink.action_code(sink.interner.strings[i] if i >= 0 else MISSING_ACTION))
 
     def _name_codes(self, string_ids: np.ndarray, code_of) -> np.ndarray:
         """uint8 codes of named values (profiler categories, component names): `code_of`
         once per distinct string, 0 where the entry has none."""
         strings = self.r.sink.interner.strings
+        return self._codes(string_ids, code_of, lambda i: code_of(strings[i]) if i >= 0 else 0)
+
+    def _codes(self, string_ids: np.ndarray, table, code) -> np.ndarray:
+        """uint8 `code(i)` of each string id i (-1: none), by a table kept across batches under
+        the name `table` (string id + 1 -> code, -1 not known yet): `code` once per distinct id,
+        where np.unique of every batch sorted it twice over; np.unique past _LUT_MAX."""
         top = int(string_ids.max()) + 2 if len(string_ids) else 1
         if top > _LUT_MAX:
             uniq, inv = np.unique(string_ids, return_inverse=True)
-            codes = np.asarray([code_of(strings[i]) if i >= 0 else 0 for i in uniq.tolist()], dtype=np.uint8)
-            return codes[inv.reshape(-1)]
-        # by string id + 1 (0: none), as `_action_codes`; -1 not known yet
-        lut = self._name_luts[code_of] = _grown(self._name_luts.get(code_of, np.full(64, -1, dtype=np.int16)), top)
+            return np.asarray([code(i) for i in uniq.tolist()], dtype=np.uint8)[inv.reshape(-1)]
+        lut = self._luts[table] = _grown(self._luts.get(table, np.full(64, -1, dtype=np.int16)), top)
         got = lut[string_ids + 1]
         miss = got < 0
         if miss.any():
             for i in np.unique(string_ids[miss]).tolist():
-                lut[i + 1] = code_of(strings[i]) if i >= 0 else 0
+                lut[i + 1] = code(i)
             got = lut[string_ids + 1]
         return got.astype(np.uint8)
 
