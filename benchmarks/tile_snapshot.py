@@ -54,7 +54,8 @@ def tile(snap: dict, events: int) -> dict:
         lists: dict[int, list] = {}
         for e in trace:
             e2 = dict(e)
-            e2["addr"] = e.get("addr", 0) + k * span
+            if "addr" in e:          # (an oom entry has device_free in its place: none added)
+                e2["addr"] = e["addr"] + k * span
             if timed:
                 e2["time_us"] = e["time_us"] + k * t_span
             frames = e.get("frames")

@@ -24,6 +24,7 @@ import numpy as np
 
 from . import numbers
 from .sink import MISSING_ACTION
+from .values import DROPPED
 from .tables import COMPONENT_KEY
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,8 +36,11 @@ FAST_KINDS = {
     "action": "str", "addr": "int", "size": "int", "stream": "int", "time_us": "int",
     "frames": "list", "forward_frames": "list", "compile_context": "str",
     "user_metadata": "str", "category": "str", "pool_id": "tuple2", "internal_metadata": "str",
-    COMPONENT_KEY: "str",
+    COMPONENT_KEY: "str", "device_free": "int",
 }
+# Int keys that are no column: kept with the entry's rare fields (`sink.extras`), as the
+# interpreter keeps them (an `oom` entry's device_free, in place of its addr)
+_EXTRA_INTS = ("device_free",)
 POOL_BASE = -(1 << 30)   # memo_fast codes at or below this name a pool tuple
 _KIND_CODES = {"str": 1, "list": 2, "tuple2": 3}
 MIN_WINDOW = 1 << 14     # bytes scanned for candidate entries after a failure
@@ -95,6 +99,16 @@ def _merge_shapes(old: tuple | None, new: tuple) -> tuple:
     if order != sorted(order):
         return new
     return tuple(merged)
+
+
+def shape_fits(old: tuple, shape: tuple) -> bool:
+    """Whether entries decoded for the shape `old` read as entries of `shape`: the same first
+    key and `old`'s keys in order, `shape` at most adding optional ones (what `_merge_shapes`
+    does when an entry with a new key, an oom's device_free, comes along)."""
+    if not old or not shape or old[0] != shape[0]:
+        return False
+    it = iter(shape)
+    return all(k in it for k in old)
 
 
 def _decode_refs(op, win8, pos):
@@ -276,8 +290,8 @@ class FastPath:
         for k in keys:
             if type(k) is not str or k not in FAST_KINDS:
                 return
-            rec = r.key_memo.get(k)
-            if rec is None or rec[0] != id(k):
+            rec = r.key_memo.get(id(k))
+            if rec is None or rec[0] is not k:
                 return
             idx = rec[1]
             refs[k] = _memo_ref_bytes(idx)
@@ -374,7 +388,7 @@ class FastPath:
                 return h.target
             if not h.done:
                 got = h.take(at)
-                if got is not None and got.shape == self.shape:
+                if got is not None and shape_fits(got.shape, self.shape):
                     n, end_at = self.consume(got, device)
                     if n:
                         h.taken += n
@@ -636,7 +650,9 @@ class FastPath:
             kind = FAST_KINDS[key]
             v = fields[key]
             present = v[-1][:n]
-            if kind == "int":
+            if kind == "int" and key in _EXTRA_INTS:
+                self._extra_ints(dev, key, v[0][:n], present)
+            elif kind == "int":
                 vals = np.where(present, v[0][:n], self._DEFAULTS.get(key, 0))
                 if key == "size":
                     vals = numbers.size_array(vals)
@@ -685,6 +701,15 @@ class FastPath:
         dev.add_arrays(out, n)
         self.entries += n
         return n
+
+    def _extra_ints(self, dev, key: str, vals: np.ndarray, present: np.ndarray) -> None:
+        """`key`'s value, where present, into the rare fields of the rows about to be appended
+        (few: one an OOM), normalized and counted as `sink.add_entry` does."""
+        sink = self.r.sink
+        for i in np.flatnonzero(present).tolist():
+            v = sink.flat.value(numbers.optional_size(int(vals[i])))
+            if v is not DROPPED:
+                dev.extras.setdefault(dev.n + i, {})[key] = v
 
     def _inline_list_sids(self, fields: dict, n: int, base: int) -> tuple[dict, int]:
         """Stack ids of the inline frames lists of the first n entries, interned by their raw

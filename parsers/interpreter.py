@@ -44,6 +44,7 @@ _UNSAFE = {
     0x82: "EXT1", 0x83: "EXT2", 0x84: "EXT4",
 }
 
+_KEY_MEMO_MAX = 4096
 KNOWN_ENTRY_KEYS = frozenset(("action", "addr", "size", "stream", "time_us", "frames", "compile_context",
                               "user_metadata", "forward_frames", "category", "device_free", "pool_id",
                               "internal_metadata", COMPONENT_KEY))
@@ -82,9 +83,10 @@ class Interpreter:
         self.blocks_at_start = sys.getallocatedblocks()
         self.items = 0
         self.memo_fast = np.full(1024, -1, dtype=np.int32)
-        # the latest memoized object of each entry key string: (id, memo index); the fast
-        # path finds the key references of a trace entry there
-        self.key_memo: dict[str, tuple[int, int]] = {}
+        # the memoized entry key strings by id: (the string, its memo index); the fast path finds
+        # the key references of a trace entry there. By object, not by text: a file may memoize
+        # another "addr" later (a hand-made oom entry), and entries go on naming the first one
+        self.key_memo: dict[int, tuple[str, int]] = {}
         self.saw_put = False       # BINPUT/LONG_BINPUT seen: the fast path's memo numbering is off
         # depth of every tuple that holds a tuple (kept alive so that ids stay unique)
         self.tuple_depth: dict[int, tuple[int, tuple]] = {}
@@ -105,6 +107,13 @@ class Interpreter:
         if self.fast is not None:
             for h in self.fast.helpers:
                 h.close()
+
+    def _key_memoized(self, key: str, idx: int) -> None:
+        """Record that memo slot `idx` holds the entry key string `key` (this object)."""
+        km = self.key_memo
+        if len(km) >= _KEY_MEMO_MAX:     # a file memoizing key strings over and over
+            km.clear()
+        km[id(key)] = (key, idx)
 
     def release(self) -> None:
         """Drop what only the reading needed (the memo, the fast path's tables, the last chunk):
@@ -318,7 +327,7 @@ class Interpreter:
                 t = type(obj)
                 if t is str:
                     if obj in KNOWN_ENTRY_KEYS:
-                        self.key_memo[obj] = (id(obj), idx)
+                        self._key_memoized(obj, idx)
                 elif t is dict:
                     self._maybe_entry(obj, stack, metastack, idx)
                 self.memo_count += 1
@@ -472,7 +481,7 @@ class Interpreter:
                 t = type(obj)
                 if t is str:
                     if obj in KNOWN_ENTRY_KEYS:
-                        self.key_memo[obj] = (id(obj), idx)
+                        self._key_memoized(obj, idx)
                 elif t is dict:
                     self._maybe_entry(obj, stack, metastack, idx)
             elif op == 0x86:                                 # TUPLE2

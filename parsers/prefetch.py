@@ -137,8 +137,14 @@ class Batch:
         n = self.n
         memo_inc = np.ones(n, dtype=np.int64)
         fields: dict = {}
+        mine = set(self.shape)
         for key in shape:
             kind = FAST_KINDS[key]
+            if key not in mine:
+                # a key the reader's shape took on after this helper started (an oom entry's
+                # device_free): the helper decoded only entries without it
+                fields[key] = _absent(kind, n, memo_inc)
+                continue
             present = a[key, "present"].astype(bool)
             if kind == "int":
                 fields[key] = (a[key, "val"], present)
@@ -155,6 +161,15 @@ class Batch:
                 fields[key] = (ref, inline, uid, uid, off, present)
             memo_inc = memo_inc + inline
         return fields, memo_inc
+
+
+def _absent(kind: str, n: int, memo_inc: np.ndarray) -> tuple:
+    """`_structure`'s fields of a key none of n entries has."""
+    zeros = np.zeros(n, dtype=np.int64)
+    no = np.zeros(n, dtype=bool)
+    if kind == "int":
+        return (zeros, no)
+    return (zeros, no, zeros, zeros, memo_inc.copy(), no)
 
 
 def write_batch(out, start: int, n: int, end, fields: dict, shape: tuple, buf: bytes, base: int,

@@ -30,6 +30,11 @@ def test_a_tiled_trace_reads_back_as_its_replays(tmp_path):
     whole = 4000 // n
     assert whole >= 2
     assert int((many.devices[dev].allocs.alloc_index >= 0).sum()) >= whole * int((one.devices[dev].allocs.alloc_index >= 0).sum())
+    # an oom entry is replayed as torch writes one: device_free, no addr added
+    with open(out, "rb") as f:
+        ooms = [e for t in pickle.load(f)["device_traces"] for e in t if e["action"] == "oom"]
+    assert len(ooms) >= whole
+    assert all("device_free" in e and "addr" not in e for e in ooms)
 
 
 def test_a_file_that_names_a_class_is_refused(tmp_path, capsys):
