@@ -363,32 +363,48 @@ def _workspace_sized(size, todo, ok, profiler_like: bool) -> np.ndarray:
     return out
 
 
-def _fours(size, addr, frameless_pre, todo, ok, traced: bool, part: str) -> np.ndarray:
+def _fours(size, addr, frameless_pre, todo, ok, traced: bool, part: str, memo: dict) -> np.ndarray:
     """For `size_match = "fours_*"`: in a state-only dump (no trace) whose frameless blocks come
     in fours of a size (a weight, its gradient and Adam's two moments, as a training step leaves
     them), a quarter of each such size read as weights, a quarter as gradients and half as
-    optimizer state, by address (which is which cannot be seen: a guess)."""
+    optimizer state, by address (which is which cannot be seen: a guess). The roles are found
+    once for the three rules (`memo`)."""
     out = np.zeros(len(todo), dtype=bool)
     if traced or not ok.any():
         return out
-    pool = np.flatnonzero(frameless_pre & (size >= 1 << 20))
-    if not len(pool):
+    if "fours" not in memo:
+        memo["fours"] = _fours_roles(size, addr, frameless_pre)
+    role = memo["fours"]
+    if role is None:
         return out
-    u, c = np.unique(size[pool], return_counts=True)
-    fours = u[c % 4 == 0]
-    if float((size[pool][np.isin(size[pool], fours)]).sum()) < FOURS_SHARE * float(size[pool].sum()):
-        return out
-    role = np.full(len(size), -1, dtype=np.int8)
-    for s in fours.tolist():
-        rows = pool[size[pool] == s]
-        rows = rows[np.argsort(addr[rows], kind="stable")]
-        q = len(rows) // 4
-        role[rows[:q]] = 0
-        role[rows[q:2 * q]] = 1
-        role[rows[2 * q:]] = 2
     want = {"fours_weights": 0, "fours_gradients": 1, "fours_moments": 2}[part]
     out[np.flatnonzero(ok)] = role[todo[ok]] == want
     return out
+
+
+def _fours_roles(size, addr, frameless_pre) -> np.ndarray | None:
+    """Per row: 0 weight, 1 gradient, 2 optimizer state, -1 none, for `_fours`; None where the
+    frameless blocks do not come in fours enough. Each size's blocks by address: the first
+    quarter, the second, the rest (one sort by size and address, not a sort per size)."""
+    pool = np.flatnonzero(frameless_pre & (size >= 1 << 20))
+    if not len(pool):
+        return None
+    ps = size[pool]
+    u, c = np.unique(ps, return_counts=True)
+    fours = u[c % 4 == 0]
+    in_fours = np.isin(ps, fours)
+    if float(ps[in_fours].sum()) < FOURS_SHARE * float(ps.sum()):
+        return None
+    rows = pool[in_fours]
+    rows = rows[np.lexsort((addr[rows], size[rows]))]      # by size, then address (stable)
+    rs = size[rows]
+    starts = np.flatnonzero(np.r_[True, rs[1:] != rs[:-1]])
+    counts = np.diff(np.r_[starts, len(rows)])
+    rank = np.arange(len(rows)) - np.repeat(starts, counts)
+    q = np.repeat(counts // 4, counts)
+    role = np.full(len(size), -1, dtype=np.int8)
+    role[rows] = np.where(rank < q, 0, np.where(rank < 2 * q, 1, 2))
+    return role
 
 
 def _one_of(codes: list) -> np.ndarray:
@@ -517,6 +533,7 @@ def classify_device(snap, trace, allocs, live_after, sfacts: SnapshotFacts, rule
     # classify chain roots, then copy to the other versions
     todo = np.flatnonzero(root == np.arange(n)) if chained else np.arange(n)
     st_todo = st0[todo]                 # kept beside todo: compressed with it, not gathered again
+    fours_memo: dict = {}
     for ri, r in enumerate(rules.rules):
         if not len(todo):
             break
@@ -563,7 +580,7 @@ def classify_device(snap, trace, allocs, live_after, sfacts: SnapshotFacts, rule
         elif r.size_match == "cublas_workspace":
             ok &= _workspace_sized(size_r, todo, ok, sfacts.profiler_like)
         elif r.size_match in ("fours_weights", "fours_gradients", "fours_moments"):
-            ok &= _fours(size_r, addr_r, frameless_pre, todo, ok, traced, r.size_match)
+            ok &= _fours(size_r, addr_r, frameless_pre, todo, ok, traced, r.size_match, fours_memo)
         if r.trace is not None:
             ok &= traced == r.trace
         hit = todo[ok]
