@@ -502,7 +502,9 @@ class FastPath:
                     single = is_inline & ((nxt == _OP_H) | (nxt == _OP_JJ))
                     single_w = np.where(nxt == _OP_H, 2, 5)
                     single_ok = single & (arr[start + single_w] == _OP_APPEND)
-                    empty = is_inline & ~multi & ~single    # `]\x94`: nothing more belongs to it
+                    # `]\x94` and anything but MARK or a reference APPENDed: nothing more belongs
+                    # to it (an empty frames list before the next key's reference, forward_frames')
+                    empty = is_inline & ~multi & ~single_ok
                     lst_end = np.zeros(k, dtype=np.int64)
                     walk = multi
                     if fi == len(self.shape) - 1:
@@ -517,11 +519,10 @@ class FastPath:
                         walk = multi & ~guessed
                     _walk_lists(arr, np.flatnonzero(walk), start + 1, data_end, lst_end, lst_ok)
                     lst_ok &= ~(multi & (lst_end == 0))
-                    lst_ok &= ~single | single_ok
                     start = np.where(multi, start + 1, start)
-                    stop = np.where(multi, lst_end, np.where(single, start + single_w, start))
+                    stop = np.where(multi, lst_end, np.where(single_ok, start + single_w, start))
                     after = np.where(multi, lst_end + 1,
-                                     np.where(single, start + single_w + 1, np.where(empty, start, after)))
+                                     np.where(single_ok, start + single_w + 1, np.where(empty, start, after)))
                 good = (is_h | is_jj | is_inline) & lst_ok
                 fields[key] = (ref, is_inline, start, stop, memo_inc.copy(), present)
                 memo_inc = memo_inc + is_inline

@@ -68,9 +68,11 @@ def test_inline_lists_read_as_the_interpreter_reads_them(tmp_path, keys, protoco
     fast, slow, taken = _read_both(tmp_path, entries, protocol)
     assert fuzzing.snapshot_signature(fast) == fuzzing.snapshot_signature(slow)
     assert len(fast.trace(0)) == 6000
-    if keys == KEYS_TORCH:
-        # the fast path took most entries (those with a new frame inside their list excepted)
-        assert taken > 4000, taken
+    # the fast path took most entries (those with a new frame inside their list excepted),
+    # an empty list before the next key's reference too (it read as a one-element list cut
+    # short: 156 of 6,000 entries were taken with frames inside; torch 2.10+ writes
+    # forward_frames after frames, and a tiled trace of it parsed at 1/50th of the speed)
+    assert taken > 4000, taken
 
 
 def test_a_list_whose_end_would_be_guessed_wrong_is_read_as_the_interpreter_reads_it(tmp_path):
