@@ -41,6 +41,24 @@ FAST_KINDS = {
 # Int keys that are no column: kept with the entry's rare fields (`sink.extras`), as the
 # interpreter keeps them (an `oom` entry's device_free, in place of its addr)
 _EXTRA_INTS = ("device_free",)
+# A key the fast path does not know (a field a newer torch adds to some entries) is of kind
+# "any": its value read where it is an int, a float, True, False, None or a memo reference to
+# something pickled before the batch, and kept with the entry's rare fields as the interpreter
+# keeps it; any other value sends the entry to the interpreter.
+_ANY_INT, _ANY_REF, _ANY_TRUE, _ANY_FALSE, _ANY_NONE, _ANY_FLOAT = 1, 2, 3, 4, 5, 6
+_OP_NEWTRUE, _OP_NEWFALSE, _OP_NONE, _OP_BINFLOAT = 0x88, 0x89, 0x4E, 0x47
+_MAX_OTHER_KEYS = 8          # keys of kind "any" in one shape, at most
+_MAX_OTHER_SCANS = 64        # key objects of kind "any" looked for in the memo, at most (each a pass over it)
+
+
+def kind_of(key: str) -> str:
+    """How the fast path decodes the value of entry key `key`: FAST_KINDS', else "any"."""
+    return FAST_KINDS.get(key, "any")
+
+
+def is_extra(key: str) -> bool:
+    """Whether `key`'s value goes with the entry's rare fields, not into a column."""
+    return key in _EXTRA_INTS or key not in FAST_KINDS
 POOL_BASE = -(1 << 30)   # memo_fast codes at or below this name a pool tuple
 _KIND_CODES = {"str": 1, "list": 2, "tuple2": 3}
 MIN_WINDOW = 1 << 14     # bytes scanned for candidate entries after a failure
@@ -253,6 +271,42 @@ def _pool_ints(pairs: list) -> np.ndarray:
                     dtype=np.int64).reshape(-1, 2)
 
 
+def _decode_any(op, arr, win8, pos):
+    """A value of kind "any" at each of `pos`: (int64 value, its form, width in bytes): an int
+    (the value), a memo reference (the slot), True, False, None, a BINFLOAT (its bits); form 0
+    where it is anything else."""
+    val, width, is_int = _decode_ints(arr, win8, pos)
+    is_h, is_jj, ref = _decode_refs(op, win8, pos)
+    is_f = op == _OP_BINFLOAT
+    tag = np.zeros(len(pos), dtype=np.int8)
+    tag[is_int] = _ANY_INT
+    tag[is_h | is_jj] = _ANY_REF
+    tag[op == _OP_NEWTRUE] = _ANY_TRUE
+    tag[op == _OP_NEWFALSE] = _ANY_FALSE
+    tag[op == _OP_NONE] = _ANY_NONE
+    val = np.where(is_h | is_jj, ref, val)
+    width = np.where(is_h, 2, np.where(is_jj, 5, np.where(is_int, width, 1)))
+    if is_f.any():
+        at = np.flatnonzero(is_f)
+        inside = pos[at] + 9 <= len(arr)
+        at = at[inside]
+        tag[at] = _ANY_FLOAT
+        val[at] = win8[pos[at] + 1].byteswap().view(np.int64)        # big-endian double
+        width[at] = 9
+    return val, tag, width
+
+
+def _any_value(r, tag: int, v: int):
+    """The object a value of kind "any" stands for, as the interpreter would have it."""
+    if tag == _ANY_INT:
+        return v
+    if tag == _ANY_REF:
+        return r.memo_get(v)
+    if tag == _ANY_FLOAT:
+        return float(np.int64(v).view(np.float64))
+    return {_ANY_TRUE: True, _ANY_FALSE: False}.get(tag)
+
+
 class FastPath:
     """Decodes runs of same-shape trace entries with numpy, thousands at a time."""
 
@@ -275,6 +329,8 @@ class FastPath:
         self._pools = np.zeros((0, 2), dtype=np.int64)        # pool code -> its two ints
         self.helpers: list[Helper] = []     # processes decoding later parts, in file order (prefetch.py)
         self._helper_tried = False
+        self._other_keys: dict[int, tuple] = {}  # id -> (key string of kind "any", its memo slot or -1)
+        self._other_scans = 0
 
     def learn(self, keys: tuple) -> None:
         """Take the key order and key reference bytes from a trace entry the
@@ -288,9 +344,9 @@ class FastPath:
         self._learned_ids = ids
         refs = {}
         for k in keys:
-            if type(k) is not str or k not in FAST_KINDS:
+            if type(k) is not str:
                 return
-            rec = r.key_memo.get(id(k))
+            rec = r.key_memo.get(id(k)) if k in FAST_KINDS else self._other_key(k)
             if rec is None or rec[0] is not k:
                 return
             idx = rec[1]
@@ -305,10 +361,27 @@ class FastPath:
             key_map = {**self.key_map, **refs}
         else:
             merged, key_map = names, refs
+        if sum(k not in FAST_KINDS for k in merged) > _MAX_OTHER_KEYS:
+            return                      # (each key costs every batch a pass)
         self.shape = merged
         self.key_map = key_map
         self.key_bytes = [key_map[k] for k in merged]
         self.prefix = b"}\x94(" + self.key_bytes[0]
+
+    def _other_key(self, k: str) -> tuple | None:
+        """(k, its memo slot) for a key string the interpreter does not keep track of (one of
+        kind "any"), found in the memo once per key object; None where it is not there."""
+        got = self._other_keys.get(id(k))
+        if got is None or got[0] is not k:
+            if self._other_scans >= _MAX_OTHER_SCANS:      # a file of ever new keys: no more looking
+                return None
+            self._other_scans += 1
+            memo = self.r.memo
+            idx = next((i for i, o in memo.items() if o is k), -1) if memo is not None else -1
+            if len(self._other_keys) >= 256:
+                self._other_keys.clear()
+            got = self._other_keys[id(k)] = (k, idx)
+        return got if got[1] >= 0 else None
 
     def _candidates(self, p0: int) -> np.ndarray:
         """Positions at or after p0 (which matches) where an entry of the current shape may
@@ -463,11 +536,16 @@ class FastPath:
                 ok &= present
             vpos = np.where(present, pos + len(kb), c)   # absent: any in-range position
             op = arr[vpos]
-            kind = FAST_KINDS[key]
+            kind = kind_of(key)
             if kind == "int":
                 val, width, good = _decode_ints(arr, win8, vpos)
                 after = vpos + width
                 fields[key] = (val, present)
+            elif kind == "any":
+                val, tag, width = _decode_any(op, arr, win8, vpos)
+                good = tag > 0
+                after = vpos + width
+                fields[key] = (val, tag, present)
             elif kind == "tuple2":
                 # inline `int int TUPLE2 MEMOIZE` (a fresh tuple per entry), or a memo ref
                 is_h, is_jj, ref = _decode_refs(op, win8, vpos)
@@ -577,10 +655,14 @@ class FastPath:
         kinds = None
         good = np.ones(k, dtype=bool)
         for key in self.shape:
-            kind = FAST_KINDS[key]
+            kind = kind_of(key)
             if kind == "int":
                 continue
             f = fields[key]
+            if kind == "any":
+                # a reference to something of this batch: the interpreter takes that entry
+                good[f[2] & ok & (f[1] == _ANY_REF) & (f[0] >= base)] = False
+                continue
             ref, inline, off, present = f[0], f[1], f[4], f[-1]
             is_ref = present & ~inline & ok
             if not is_ref.any():
@@ -594,8 +676,8 @@ class FastPath:
                 if kinds is None:
                     kinds = np.zeros(max(span, 1), dtype=np.int8)
                     for key2 in self.shape:
-                        kind2 = FAST_KINDS[key2]
-                        if kind2 != "int":
+                        kind2 = kind_of(key2)
+                        if kind2 != "int" and kind2 != "any":
                             f2 = fields[key2]
                             kinds[(starts + f2[4])[f2[1]]] = _KIND_CODES[kind2]
                 rel = ref[new] - base
@@ -630,7 +712,7 @@ class FastPath:
         # of this same batch may refer to them by memo.
         inline_ids = {}
         for key in self.shape:
-            kind = FAST_KINDS[key]
+            kind = kind_of(key)
             if kind == "str":
                 ref, is_s, sstart, slen, off, _ = (x[:n] for x in fields[key])
                 inline_ids[key] = self._inline_strings(is_s, sstart, slen, dict_idx + off,
@@ -647,12 +729,15 @@ class FastPath:
             elif kind == "tuple2":
                 ref, inline, a_val, b_val, off, _ = (x[:n] for x in fields[key])
                 self._inline_tuples(inline, a_val, b_val, dict_idx + off)
+        extra = [key for key in self.shape if is_extra(key)]
+        if extra:
+            self._extras(dev, n, fields, extra)
         for key in self.shape:
-            kind = FAST_KINDS[key]
+            kind = kind_of(key)
             v = fields[key]
             present = v[-1][:n]
-            if kind == "int" and key in _EXTRA_INTS:
-                self._extra_ints(dev, key, v[0][:n], present)
+            if is_extra(key):
+                continue
             elif kind == "int":
                 vals = np.where(present, v[0][:n], self._DEFAULTS.get(key, 0))
                 if key == "size":
@@ -703,14 +788,36 @@ class FastPath:
         self.entries += n
         return n
 
-    def _extra_ints(self, dev, key: str, vals: np.ndarray, present: np.ndarray) -> None:
-        """`key`'s value, where present, into the rare fields of the rows about to be appended
-        (few: one an OOM), normalized and counted as `sink.add_entry` does."""
-        sink = self.r.sink
-        for i in np.flatnonzero(present).tolist():
-            v = sink.flat.value(numbers.optional_size(int(vals[i])))
-            if v is not DROPPED:
-                dev.extras.setdefault(dev.n + i, {})[key] = v
+    def _extras(self, dev, n: int, fields: dict, keys: list) -> None:
+        """The values of `keys` (no column's: an oom's device_free, keys of kind "any"), where
+        present, into the rare fields of the n rows about to be appended (few have one), each
+        row's in its keys' order, normalized and counted as `sink.add_entry` does."""
+        r = self.r
+        flat = r.sink.flat
+        present = [fields[k][-1][:n] for k in keys]
+        rows = np.flatnonzero(np.logical_or.reduce(present))
+        if not len(rows):
+            return
+        cols = []
+        for k, p in zip(keys, present):
+            f = fields[k]
+            vals = f[0][:n][rows].tolist()
+            tags = f[1][:n][rows].tolist() if kind_of(k) == "any" else None
+            cols.append((k, p[rows].tolist(), vals, tags))
+        for j, i in enumerate(rows.tolist()):
+            out = {}
+            for k, p, vals, tags in cols:
+                if not p[j]:
+                    continue
+                if tags is None:
+                    v = numbers.optional_size(vals[j])
+                else:
+                    v = _any_value(r, tags[j], vals[j])
+                v = flat.value(v)
+                if v is not DROPPED:
+                    out[k] = v
+            if out:
+                dev.extras[dev.n + i] = out
 
     def _inline_list_sids(self, fields: dict, n: int, base: int) -> tuple[dict, int]:
         """Stack ids of the inline frames lists of the first n entries, interned by their raw
@@ -719,7 +826,7 @@ class FastPath:
         get = self.r.stack_by_bytes.get
         looked, out = [], {}
         for key in self.shape:
-            if FAST_KINDS[key] != "list":
+            if kind_of(key) != "list":
                 continue
             inline, start, stop = fields[key][1][:n], fields[key][2], fields[key][3]
             where = np.flatnonzero(inline)
@@ -740,7 +847,7 @@ class FastPath:
         get = self.r.stack_by_bytes.get
         looked, out = [], {}
         for key in self.shape:
-            if FAST_KINDS[key] != "list":
+            if kind_of(key) != "list":
                 continue
             inline, uid = fields[key][1][:n], fields[key][2]
             where = np.flatnonzero(inline)

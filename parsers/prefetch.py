@@ -34,7 +34,7 @@ from typing import IO
 
 import numpy as np
 
-from .fastpath import FAST_KINDS, MAX_BATCH, FastPath, Win8, next_batch
+from .fastpath import MAX_BATCH, FastPath, Win8, kind_of, next_batch
 
 MIN_BYTES = 96 << 20        # what must be left to read for a helper to pay for itself
 MAX_HELPERS = 3             # one a CPU beside the reader's, up to this many
@@ -104,7 +104,7 @@ def _layout(shape: tuple) -> list[tuple[str, str, str]]:
     and `slen` hold its inline strings only (read_batch gives back arrays of every entry)."""
     out = []
     for key in shape:
-        kind = FAST_KINDS[key]
+        kind = kind_of(key)
         if kind == "int":
             out += [(key, "val", "<i8"), (key, "present", "u1")]
         elif kind == "tuple2":
@@ -139,7 +139,7 @@ class Batch:
         fields: dict = {}
         mine = set(self.shape)
         for key in shape:
-            kind = FAST_KINDS[key]
+            kind = kind_of(key)
             if key not in mine:
                 # a key the reader's shape took on after this helper started (an oom entry's
                 # device_free): the helper decoded only entries without it
@@ -169,6 +169,8 @@ def _absent(kind: str, n: int, memo_inc: np.ndarray) -> tuple:
     no = np.zeros(n, dtype=bool)
     if kind == "int":
         return (zeros, no)
+    if kind == "any":
+        return (zeros, np.zeros(n, dtype=np.int8), no)
     return (zeros, no, zeros, zeros, memo_inc.copy(), no)
 
 
@@ -184,7 +186,7 @@ def write_batch(out, start: int, n: int, end, fields: dict, shape: tuple, buf: b
     new_lists.clear()
     for key, part, dtype in _layout(shape):
         f = fields[key]
-        kind = FAST_KINDS[key]
+        kind = kind_of(key)
         if part == "present":
             present = np.asarray(f[-1][:n], dtype=dtype)
             # every entry has the key (the usual case): nothing written, read back as all
@@ -312,7 +314,10 @@ class Helper:
         """Launch a helper on `file_path` (the file `st` describes: the helper reads nothing
         from another) from stream offset `target` (to the entries that begin before `stop`, or
         to the end) for the shape `fast` has learned; None where one cannot be started."""
-        spec = json.dumps({"keys": list(fast.shape), "key_bytes": [b.hex() for b in fast.key_bytes],
+        # keys of kind "any" left out: the helper leaves an entry with one to the reader (its
+        # value may name what the reader's memo holds), whose shape its batches still fit
+        keep = [i for i, k in enumerate(fast.shape) if kind_of(k) != "any"]
+        spec = json.dumps({"keys": [fast.shape[i] for i in keep], "key_bytes": [fast.key_bytes[i].hex() for i in keep],
                            "identity": _identity(st), "stop": stop})
         if not sys.executable:
             return None
@@ -331,7 +336,7 @@ class Helper:
         finally:
             if fd >= 0:
                 os.close(fd)            # (the helper has its own copy, or opens the file by name)
-        helper = cls(proc, path, target, tuple(fast.shape))
+        helper = cls(proc, path, target, tuple(fast.shape[i] for i in keep))
         try:
             helper.fh = open(path, "rb")
             if os.name == "posix":
