@@ -83,14 +83,12 @@ def pool_footprints(snap, da) -> tuple[PoolFootprint, ...]:
     sign = np.where(np.isin(action[ev], (A_SEGMENT_ALLOC, A_SEGMENT_MAP)), 1, -1) * np.asarray(cols["size"])[ev]
     out = []
     both = np.concatenate([np.stack([pa, pb, st], axis=1), np.stack([sa, sb, ss], axis=1)]).astype(np.int64)
-    keys = {tuple(int(v) for v in k) for k in np.unique(both, axis=0)} if len(both) else set()
     seg_pa, seg_pb, seg_st = seg["pool_a"], seg["pool_b"], seg["stream"]
-    for x, y, s in sorted(keys):
-        if x < 0 or (x, y) == (0, 0):
-            continue
-        rows = np.flatnonzero((pa == x) & (pb == y) & (st == s))
+    n_allocs = len(pa)
+    for (x, y, s), members in _private_groups(both):
+        rows = members[members < n_allocs]          # (ascending: the groups keep row order)
         active = _peak_of(a, rows, da.n_entries)
-        mine = (sa == x) & (sb == y) & (ss == s)
+        mine = members[members >= n_allocs] - n_allocs
         end = int(seg["total_size"][(seg_pa == x) & (seg_pb == y) & (seg_st == s)].sum())
         steps = np.cumsum(sign[mine])
         start = end - (int(steps[-1]) if len(steps) else 0)
@@ -100,6 +98,22 @@ def pool_footprints(snap, da) -> tuple[PoolFootprint, ...]:
                                  envelope_bytes=max(active, reserved)))
     out.sort(key=lambda p: (-p.envelope_bytes, p.pool, p.stream))
     return tuple(out)
+
+
+def _private_groups(keys: np.ndarray):
+    """((pool a, pool b, stream), the indices of its rows in ascending order) for each distinct
+    row of `keys` (k, 3) in a private pool (not (0, 0), not unknown): one sort of those rows, not
+    np.unique(axis=0) of them all (0.4 s at 10^6 events) and a pass over every row a pool."""
+    idx = np.flatnonzero((keys[:, 0] >= 0) & ~((keys[:, 0] == 0) & (keys[:, 1] == 0)))
+    if not len(idx):
+        return
+    sub = keys[idx]
+    order = np.lexsort((sub[:, 2], sub[:, 1], sub[:, 0]))        # stable: rows in order within a pool
+    ks = sub[order]
+    cuts = np.flatnonzero(np.r_[True, (ks[1:] != ks[:-1]).any(axis=1)]).tolist() + [len(order)]
+    for i in range(len(cuts) - 1):
+        x, y, s = (int(v) for v in ks[cuts[i]])
+        yield (x, y, s), idx[order[cuts[i]:cuts[i + 1]]]
 
 
 def _peak_of(a, rows: np.ndarray, n: int) -> int:
