@@ -24,8 +24,8 @@ import numpy as np
 
 from . import numbers
 from .sink import MISSING_ACTION
-from .values import DROPPED
 from .tables import COMPONENT_KEY
+from .values import DROPPED
 
 if TYPE_CHECKING:  # pragma: no cover
     from .interpreter import Interpreter
@@ -38,27 +38,6 @@ FAST_KINDS = {
     "user_metadata": "str", "category": "str", "pool_id": "tuple2", "internal_metadata": "str",
     COMPONENT_KEY: "str", "device_free": "int",
 }
-# Int keys that are no column: kept with the entry's rare fields (`sink.extras`), as the
-# interpreter keeps them (an `oom` entry's device_free, in place of its addr)
-_EXTRA_INTS = ("device_free",)
-# A key the fast path does not know (a field a newer torch adds to some entries) is of kind
-# "any": its value read where it is an int, a float, True, False, None or a memo reference to
-# something pickled before the batch, and kept with the entry's rare fields as the interpreter
-# keeps it; any other value sends the entry to the interpreter.
-_ANY_INT, _ANY_REF, _ANY_TRUE, _ANY_FALSE, _ANY_NONE, _ANY_FLOAT = 1, 2, 3, 4, 5, 6
-_OP_NEWTRUE, _OP_NEWFALSE, _OP_NONE, _OP_BINFLOAT = 0x88, 0x89, 0x4E, 0x47
-_MAX_OTHER_KEYS = 8          # keys of kind "any" in one shape, at most
-_MAX_OTHER_SCANS = 64        # key objects of kind "any" looked for in the memo, at most (each a pass over it)
-
-
-def kind_of(key: str) -> str:
-    """How the fast path decodes the value of entry key `key`: FAST_KINDS', else "any"."""
-    return FAST_KINDS.get(key, "any")
-
-
-def is_extra(key: str) -> bool:
-    """Whether `key`'s value goes with the entry's rare fields, not into a column."""
-    return key in _EXTRA_INTS or key not in FAST_KINDS
 POOL_BASE = -(1 << 30)   # memo_fast codes at or below this name a pool tuple
 _KIND_CODES = {"str": 1, "list": 2, "tuple2": 3}
 MIN_WINDOW = 1 << 14     # bytes scanned for candidate entries after a failure
@@ -71,6 +50,28 @@ _OP_H, _OP_JJ = 0x68, 0x6A          # BINGET, LONG_BINGET
 _OP_SHORTSTR, _OP_MEMOIZE = 0x8C, 0x94
 _OP_EMPTY_LIST, _OP_MARK, _OP_APPENDS, _OP_APPEND, _OP_SETITEMS = 0x5D, 0x28, 0x65, 0x61, 0x75
 _U8, _U32 = np.uint64(0xFF), np.uint64(0xFFFFFFFF)
+
+# Int keys that are no column: kept with the entry's rare fields (`sink.extras`), as the
+# interpreter keeps them (an `oom` entry's device_free, in place of its addr)
+_EXTRA_INTS = ("device_free",)
+# A key the fast path does not know (a field a newer torch adds to some entries) is of kind
+# "any": its value read where it is an int, a float, True, False, None or a memo reference to
+# something pickled before the batch, and kept with the entry's rare fields as the interpreter
+# keeps it; any other value sends the entry to the interpreter.
+_ANY_INT, _ANY_REF, _ANY_TRUE, _ANY_FALSE, _ANY_NONE, _ANY_FLOAT = 1, 2, 3, 4, 5, 6
+_OP_NEWTRUE, _OP_NEWFALSE, _OP_NONE, _OP_BINFLOAT = 0x88, 0x89, 0x4E, 0x47
+_MAX_OTHER_KEYS = 8          # keys of kind "any" in one shape, at most
+_MAX_OTHER_SCANS = 16        # key objects of kind "any" looked for in the memo, at most (each a pass over it)
+
+
+def kind_of(key: str) -> str:
+    """How the fast path decodes the value of entry key `key`: FAST_KINDS', else "any"."""
+    return FAST_KINDS.get(key, "any")
+
+
+def is_extra(key: str) -> bool:
+    """Whether `key`'s value goes with the entry's rare fields, not into a column."""
+    return key in _EXTRA_INTS or key not in FAST_KINDS
 
 
 def next_batch(batch: int, n: int, nbytes: int) -> int:

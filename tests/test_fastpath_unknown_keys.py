@@ -81,7 +81,7 @@ def test_unknown_keys_with_a_helper(tmp_path, with_helper, monkeypatch):
 
 def test_ever_new_keys_read_as_the_interpreter_reads_them(tmp_path):
     # a key of its own on every entry: the fast path stops learning them (at most 8 in a
-    # shape, 64 looked for in the memo) and the entries read as the interpreter reads them
+    # shape, 16 looked for in the memo) and the entries read as the interpreter reads them
     entries = _entries(12_000, every=10**9)
     for k, e in enumerate(entries):
         e[f"k{k}"] = k
