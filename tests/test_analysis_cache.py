@@ -439,8 +439,8 @@ def test_a_big_analysis_is_stored_on_a_thread_and_read_back_the_same(cache_dir, 
 
 def test_a_big_analysis_writes_its_arrays_while_it_goes_on(cache_dir, monkeypatch):
     """On a big run each device's arrays (final once its rows are classified) are written on
-    the thread that finds its blocks' structure, right after it, beside the simulations of the
-    levers that waited for it: the save after the analysis writes each array no more, only the
+    a thread of their own once its blocks' structure is found (or the command is leaving),
+    beside the simulations of the levers that waited for it: the save after the analysis writes each array no more, only the
     manifest; read back, the analysis is a fresh one's. Where that early writing failed, the
     save writes the arrays itself, and the analysis is stored whole."""
     import threading
@@ -465,7 +465,7 @@ def test_a_big_analysis_writes_its_arrays_while_it_goes_on(cache_dir, monkeypatc
     names = [n for n, _, _ in writes]
     assert len(names) == len(set(names)) and len(names) >= 2 * 5          # each array once, every device's
     # the rows' arrays early; the iterations' (their peaks are found last) by the save
-    assert {th for n, th, _ in writes if "-it-" not in n} == {"vramscope-structure"}
+    assert {th for n, th, _ in writes if "-it-" not in n} == {"vramscope-analysis-cache-arrays"}
     assert {th for n, th, _ in writes if "-it-" in n} == {"vramscope-analysis-cache"}
     again = analyze(open_snapshot(str(path)))
     assert again.from_cache
@@ -478,7 +478,7 @@ def test_a_big_analysis_writes_its_arrays_while_it_goes_on(cache_dir, monkeypatc
     fails = {"left": 1}
 
     def failing_once(snap, name, arr):
-        on_early = threading.current_thread().name == "vramscope-structure"
+        on_early = threading.current_thread().name == "vramscope-analysis-cache-arrays"
         if on_early and fails["left"]:
             fails["left"] -= 1
             return False

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -36,6 +37,24 @@ def test_output_exit_code_and_cache_are_whole(tmp_path):
     assert manifests and all(m.stat().st_size > 0 for m in manifests)
     again = _command(["summary", FILE, "--json"], {"VRAMSCOPE_CACHE_DIR": str(cache)})
     assert again.returncode == 0 and json.loads(again.stdout) == doc
+
+
+def test_the_exit_does_not_wait_for_a_structure_nobody_asked_for(tmp_path):
+    # the blocks' structure found on a thread (as on a big run) that would take two minutes,
+    # and the advice of this run needs no lever: the command ends once its answer and the
+    # cache are written (it waited for the structure, 0.3-0.5 s after a 10^6-entry trace)
+    cache = tmp_path / "cache"
+    prelude = ("import time\nimport vramscope.classifiers.structure as s\ns.BACKGROUND_ROWS = 0\n"
+               "build = s._build\ns._build = lambda da: (time.sleep(120), build(da))[1]\n")
+    file = str(DATA / "forward_only_loop.pickle")
+    t0 = time.monotonic()
+    p = _command(["summary", file, "--json"], {"VRAMSCOPE_CACHE_DIR": str(cache)}, prelude)
+    assert p.returncode == 0, p.stderr
+    assert time.monotonic() - t0 < 60
+    doc = json.loads(p.stdout)
+    again = _command(["summary", file, "--json"], {"VRAMSCOPE_CACHE_DIR": str(cache)})
+    assert again.returncode == 0 and json.loads(again.stdout) == doc
+    assert list(cache.rglob("manifest"))
 
 
 def test_exit_codes_and_one_line_errors_stay(tmp_path):

@@ -16,6 +16,8 @@ import re
 import signal
 import sys
 
+from .common.later import leaving
+
 EXIT_INTERRUPTED = 130
 
 
@@ -83,6 +85,7 @@ def entry() -> None:
     code: list[int] = []
     atexit.register(_end_now, code)        # first registered: run after every other handler
     rc = run()
+    leaving()                              # (what only prepared for later is not waited for)
     code.append(rc if isinstance(rc, int) else 0)
     sys.exit(rc)
 

@@ -61,6 +61,26 @@ class Later(Generic[T]):
             self._result = None
 
 
+_LEAVING = threading.Event()
+
+
+def leaving() -> None:
+    """The process is about to exit (the command has written what it answers): what waits
+    with `after_unless_leaving` stops waiting."""
+    _LEAVING.set()
+
+
+def after_unless_leaving(job: Later, poll_s: float = 0.02) -> Later:
+    """A job that waits for `job` to have run, or for the process to be `leaving()`, whichever
+    comes first: to put before work that must be done before the exit (a cache's writing) but
+    should not hold the exit for `job` (one that only prepares for later, on a daemon thread)."""
+    def wait() -> None:
+        while not job.wait(poll_s):
+            if _LEAVING.is_set():
+                return
+    return Later(wait)
+
+
 def in_order(jobs: list[Later], name: str = "vramscope-later", daemon: bool = True) -> threading.Thread:
     """Run `jobs` one after another on a new thread (`daemon=False`: one the interpreter
     waits for before it exits, for work that must not be cut short)."""
@@ -72,4 +92,4 @@ def in_order(jobs: list[Later], name: str = "vramscope-later", daemon: bool = Tr
     return th
 
 
-__all__ = ["Later", "in_order"]
+__all__ = ["Later", "after_unless_leaving", "in_order", "leaving"]
