@@ -236,18 +236,36 @@ def _end_before(arr, c_next, k) -> np.ndarray:
     return guess
 
 
+_ALL_JJ = bytes((_OP_JJ,)) * 1024
+_JJ_UNPACK: dict = {}          # k -> the unpacking of k LONG_BINGETs
+_U32_AT = struct.Struct("<I").unpack_from
+
+
 def ref_indices(b: bytes) -> list[int] | None:
     """The memo indices of `b` if it is BINGET / LONG_BINGET references and nothing else
-    (whole ones), else None."""
-    out = []
-    i, n = 0, len(b)
+    (whole ones), else None. A frames list of LONG_BINGETs only (up to 1,024 of them) by a
+    slice compare and one unpack; any other by a loop over its references."""
+    n = len(b)
+    k = n // 5
+    if not n % 5 and k <= len(_ALL_JJ) and b[0::5] == _ALL_JJ[:k]:
+        unpack = _JJ_UNPACK.get(k)
+        if unpack is None:
+            unpack = _JJ_UNPACK[k] = struct.Struct("<" + "xI" * k).unpack
+        return list(unpack(b))
+    out: list[int] = []
+    add = out.append
+    i = 0
     while i < n:
         op = b[i]
-        if op == _OP_H and i + 2 <= n:
-            out.append(b[i + 1])
+        if op == _OP_H:
+            if i + 2 > n:
+                return None
+            add(b[i + 1])
             i += 2
-        elif op == _OP_JJ and i + 5 <= n:
-            out.append(int.from_bytes(b[i + 1:i + 5], "little"))
+        elif op == _OP_JJ:
+            if i + 5 > n:
+                return None
+            add(_U32_AT(b, i + 1)[0])
             i += 5
         else:
             return None
@@ -874,13 +892,16 @@ class FastPath:
         resolves those in order); the others' new stacks interned, in that order."""
         r = self.r
         by_bytes = r.stack_by_bytes
-        for at, bytes_of, sids in looked:      # before anything is interned: where lists stop being lists
+        parsed: dict = {}                      # (list key, i) -> its memo indices (each list parsed once)
+        for li, (at, bytes_of, sids) in enumerate(looked):   # before anything is interned: where lists stop being lists
             if -1 in sids:
                 for i, sid in enumerate(sids):
-                    if sid == -1 and at[i] < n and not _only_refs(bytes_of(i)):
-                        n = int(at[i])
-                        break
-        for at, bytes_of, sids in looked:
+                    if sid == -1 and at[i] < n:
+                        idxs = parsed[li, i] = ref_indices(bytes_of(i))
+                        if idxs is None:
+                            n = int(at[i])
+                            break
+        for li, (at, bytes_of, sids) in enumerate(looked):
             if -1 not in sids:
                 continue
             for i, sid in enumerate(sids):
@@ -891,7 +912,8 @@ class FastPath:
                 key_b = bytes_of(i)
                 known = by_bytes.get(key_b)
                 if known is None:
-                    known = r.stack_from_ref_bytes(key_b, base)
+                    idxs = parsed.get((li, i))
+                    known = r.stack_from_ref_bytes(key_b, base, idxs)
                     if known is None:
                         n = int(at[i])
                         break

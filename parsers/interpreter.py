@@ -275,22 +275,26 @@ class Interpreter:
             self.memo_fast[idx] = sid
         return sid
 
-    def stack_from_ref_bytes(self, b: bytes, limit: int) -> int | None:
-        """Intern the stack an inline frames list names by memo references (its raw bytes);
-        None when one refers to memo slot `limit` or beyond (something of the same batch: the
-        interpreter takes that entry, in stream order), or when the bytes are anything else
-        than whole BINGET / LONG_BINGET references."""
-        idxs = ref_indices(b)     # every reference first: nothing is interned for bytes that are not a list
-        if idxs is None or any(idx >= limit for idx in idxs):
+    def stack_from_ref_bytes(self, b: bytes, limit: int, idxs: list | None = None) -> int | None:
+        """Intern the stack an inline frames list names by memo references (its raw bytes;
+        `idxs`: their memo indices where already read); None when one refers to memo slot
+        `limit` or beyond (something of the same batch: the interpreter takes that entry, in
+        stream order), or when the bytes are anything else than whole BINGET / LONG_BINGET
+        references."""
+        if idxs is None:
+            idxs = ref_indices(b)     # every reference first: nothing is interned for bytes that are not a list
+        if idxs is None or (idxs and max(idxs) >= limit):
             return None
         it = self.sink.interner
         fom = self._frame_of_memo
-        fids = []
-        for idx in idxs:
-            fid = fom.get(idx)
-            if fid is None:
-                fid = fom[idx] = it.frame_of_dict(self.memo_get(idx))
-            fids.append(fid)
+        fids = list(map(fom.get, idxs))
+        if None in fids:
+            for k, idx in enumerate(idxs):
+                if fids[k] is None:
+                    fid = fom.get(idx)          # (a frame twice in the list: read once)
+                    if fid is None:
+                        fid = fom[idx] = it.frame_of_dict(self.memo_get(idx))
+                    fids[k] = fid
         return it.stack(fids)
 
     # -- the opcode loop -----------------------------------------------------------

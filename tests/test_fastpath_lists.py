@@ -94,6 +94,23 @@ def test_only_whole_memo_references_count_as_a_list():
     assert not fastpath._only_refs(b"h")
 
 
+def test_memo_indices_of_one_form_or_mixed():
+    jj = b"".join(b"j" + i.to_bytes(4, "little") for i in (300, 70_000, 256, 1 << 31))
+    assert fastpath.ref_indices(jj) == [300, 70_000, 256, 1 << 31]
+    assert fastpath.ref_indices(b"h\x01h\xffh\x00") == [1, 255, 0]
+    assert fastpath.ref_indices(b"h\x05" + jj[:5] + b"h\x06") == [5, 300, 6]
+    assert fastpath.ref_indices(jj + b"h\x02h\x01") == [300, 70_000, 256, 1 << 31, 2, 1]   # torch's: outer frames last
+    assert fastpath.ref_indices(b"h\x02h\x01" + jj) == [2, 1, 300, 70_000, 256, 1 << 31]
+    assert fastpath.ref_indices(jj[:5] + b"h\x6a" + jj[5:10] + b"h\x68") == [300, 0x6A, 70_000, 0x68]
+    assert fastpath.ref_indices(jj + b"h") is None
+    assert fastpath.ref_indices(b"") == []
+    assert fastpath.ref_indices(jj[:-1]) is None                  # cut short
+    assert fastpath.ref_indices(b"jh\x01\x00\x00") == [360]         # (an index's bytes are any bytes)
+    assert fastpath.ref_indices(jj[:5] + b"}\x94") is None        # a dict pickled inside
+    long = b"".join(b"j" + i.to_bytes(4, "little") for i in range(3000))   # past the one-form table
+    assert fastpath.ref_indices(long) == list(range(3000))
+
+
 def test_entries_that_share_a_pool_tuple_read_it_once(tmp_path, monkeypatch):
     """torch 2.13+ gives every entry its pool's id, one tuple per pool that the pickle refers to
     from every entry after the first. The fast path reads each tuple it meets from the memo once
