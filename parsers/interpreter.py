@@ -287,7 +287,7 @@ class Interpreter:
             return None
         it = self.sink.interner
         fom = self._frame_of_memo
-        fids = list(map(fom.get, idxs))
+        fids: list = list(map(fom.get, idxs))
         if None in fids:
             for k, idx in enumerate(idxs):
                 if fids[k] is None:
