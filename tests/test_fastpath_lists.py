@@ -42,8 +42,10 @@ def _entries(n: int, keys: tuple, seed: int = 0) -> list[dict]:
     return out
 
 
-def _read_both(tmp_path, entries, protocol=4):
-    path = tmp_path / "lists.pickle"
+def read_fast(tmp_path, entries, protocol=4):
+    """The snapshot of `entries` written and read with the fast path: (its path, the snapshot,
+    the entries the fast path took in each of its batches)."""
+    path = tmp_path / "entries.pickle"
     path.write_bytes(pickle.dumps(hostile._snapshot_with(entries), protocol=protocol))
     taken = []
     decode = fastpath.FastPath._decode
@@ -57,6 +59,20 @@ def _read_both(tmp_path, entries, protocol=4):
         fast = read_snapshot(str(path), fast=True)
     finally:
         fastpath.FastPath._decode = decode
+    return path, fast, taken
+
+
+def read_helped(tmp_path, entries, monkeypatch):
+    """The snapshot of `entries` written, read with a helper (the `with_helper` fixture set up)
+    and without: (helped, alone)."""
+    from test_prefetch import _without_helper
+    path = tmp_path / "helped.pickle"
+    path.write_bytes(pickle.dumps(hostile._snapshot_with(entries), protocol=4))
+    return read_snapshot(str(path)), _without_helper(path, monkeypatch)
+
+
+def _read_both(tmp_path, entries, protocol=4):
+    path, fast, taken = read_fast(tmp_path, entries, protocol)
     slow = read_snapshot(str(path), fast=False)
     return fast, slow, sum(taken)
 

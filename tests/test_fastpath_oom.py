@@ -7,17 +7,17 @@ has taken the new key on, and a file that memoizes a key string again (an `addr`
 in an oom entry) does not leave the fast path stuck on that one entry's shape."""
 from __future__ import annotations
 
-import pickle
 import sys
 
 from helpers import DATA
-from test_prefetch import _without_helper, with_helper  # noqa: F401  (a fixture)
+from test_fastpath_lists import read_fast as _read
+from test_fastpath_lists import read_helped
+from test_prefetch import with_helper  # noqa: F401  (a fixture)
 from vramscope.parsers import fastpath
 from vramscope.parsers.cache import read_snapshot
 
 sys.path.insert(0, str(DATA))
 import fuzzing  # noqa: E402
-import hostile  # noqa: E402
 
 EVERY = 300
 
@@ -41,24 +41,6 @@ def _with_ooms(n: int, every: int = EVERY, odd_addr: bool = False) -> list[dict]
                 oom["".join(("ad", "dr"))] = 0          # equal to "addr", another object
             out.append(oom)
     return out
-
-
-def _read(tmp_path, entries):
-    path = tmp_path / "ooms.pickle"
-    path.write_bytes(pickle.dumps(hostile._snapshot_with(entries), protocol=4))
-    decoded = []
-    decode = fastpath.FastPath._decode
-
-    def counting(self, *a):
-        got = decode(self, *a)
-        decoded.append(got[0])
-        return got
-    fastpath.FastPath._decode = counting
-    try:
-        fast = read_snapshot(str(path), fast=True)
-    finally:
-        fastpath.FastPath._decode = decode
-    return path, fast, decoded
 
 
 def test_oom_entries_read_as_the_interpreter_reads_them_and_on_the_fast_path(tmp_path):
@@ -90,12 +72,8 @@ def test_a_key_string_memoized_again_does_not_hold_the_fast_path(tmp_path):
 def test_a_helpers_batches_fit_after_the_reader_learns_the_oom_key(tmp_path, with_helper, monkeypatch):
     # the first oom comes after the helper has started (at the first batch of 4,096): the
     # reader's shape then has device_free, the helper's has not
-    entries = _with_ooms(60_000, every=20_000)
-    path = tmp_path / "late_oom.pickle"
-    path.write_bytes(pickle.dumps(hostile._snapshot_with(entries), protocol=4))
-    helped = read_snapshot(str(path))
+    helped, alone = read_helped(tmp_path, _with_ooms(60_000, every=20_000), monkeypatch)
     assert with_helper and with_helper[0] > 10_000, with_helper
-    alone = _without_helper(path, monkeypatch)
     assert fuzzing.snapshot_signature(helped) == fuzzing.snapshot_signature(alone)
     assert len(helped.trace(0).extras) == 3
 

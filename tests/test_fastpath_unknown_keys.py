@@ -6,17 +6,16 @@ went to the interpreter and the fast path backed off around it: a fixture with o
 entries, tiled to 10^6, parsed in 30 s (35x pickle.load)."""
 from __future__ import annotations
 
-import pickle
 import sys
 
 from helpers import DATA
-from test_fastpath_oom import _read
-from test_prefetch import _without_helper, with_helper  # noqa: F401  (a fixture)
+from test_fastpath_lists import read_fast as _read
+from test_fastpath_lists import read_helped
+from test_prefetch import with_helper  # noqa: F401  (a fixture)
 from vramscope.parsers.cache import read_snapshot
 
 sys.path.insert(0, str(DATA))
 import fuzzing  # noqa: E402
-import hostile  # noqa: E402
 
 
 def _entries(n: int, every: int = 17, inline_list: bool = False) -> list[dict]:
@@ -69,12 +68,8 @@ def test_an_unknown_value_of_another_form_goes_to_the_interpreter(tmp_path):
 
 
 def test_unknown_keys_with_a_helper(tmp_path, with_helper, monkeypatch):
-    entries = _entries(60_000, every=97)
-    path = tmp_path / "future.pickle"
-    path.write_bytes(pickle.dumps(hostile._snapshot_with(entries), protocol=4))
-    helped = read_snapshot(str(path))
+    helped, alone = read_helped(tmp_path, _entries(60_000, every=97), monkeypatch)
     assert with_helper and with_helper[0] > 10_000, with_helper
-    alone = _without_helper(path, monkeypatch)
     _same(helped, alone)
     assert len(helped.trace(0).extras) == 60_000 // 97
 
