@@ -318,13 +318,25 @@ def _forward_passes(da) -> np.ndarray:
 
 def _calls(paths, rows_stack, depth, node_path, tiny=None, group=None) -> list:
     """Split the rows (in allocation order; their stacks in `rows_stack`) that run under the
-    node at `depth` (prefix `node_path`) into calls: arrays of positions into the rows. A
-    call ends where a row outside the node comes between, the call's signature changes or
-    the node frame's line goes back. Only the calls from the most common call site are the
+    node at `depth` (prefix `node_path`) into calls: arrays of positions into the rows (see
+    `_call_bounds`)."""
+    got = _call_bounds(paths, rows_stack, depth, node_path, tiny, group)
+    if got is None:
+        return []
+    pos, a, b = got
+    return [pos[x:y] for x, y in zip(a.tolist(), b.tolist())]
+
+
+def _call_bounds(paths, rows_stack, depth, node_path, tiny=None, group=None):
+    """The calls of `_calls` as (the positions into the rows of every row under the node, each
+    call's [start, end) into those), or None where there is none; slices of one array, not an
+    array a call (np.split's Python loop was 3.7 s of a 10^7-entry trace of 975,000 calls). A
+    call ends where a row outside the node comes between, the call's signature changes or the
+    node frame's line goes back. Only the calls from the most common call site are the
     blocks' (a model's embedding, final norm and head can share the blocks' frame, `forward`
     of the same file, called from other lines)."""
     if not len(rows_stack):
-        return []
+        return None
     u, inv = unique_inverse(rows_stack)
     under_u, sig_u, site_u, line_u = paths.node_arrays(u, depth, node_path)
     under = under_u[inv]
@@ -335,25 +347,24 @@ def _calls(paths, rows_stack, depth, node_path, tiny=None, group=None) -> list:
         idx = np.flatnonzero(keep)
         pos_k = np.flatnonzero(under[idx])
         if not len(pos_k):
-            return []
+            return None
         sig, site, line = sig_u[inv][idx[pos_k]], site_u[inv][idx[pos_k]], line_u[inv][idx[pos_k]]
         if group is not None:           # another forward pass is another call
             sig = sig * (int(group.max()) + 1) + group[idx[pos_k]]
         starts = _call_starts(pos_k, sig, line)
-        sites = site[starts]
-        main = np.bincount(sites).argmax()
         pos = idx[pos_k]
-        return [c for c, st in zip(np.split(pos, starts[1:]), sites.tolist()) if st == main]
-    pos = np.flatnonzero(under)
-    if not len(pos):
-        return []
-    sig, site, line = sig_u[inv][pos], site_u[inv][pos], line_u[inv][pos]
-    if group is not None:
-        sig = sig * (int(group.max()) + 1) + group[pos]
-    starts = _call_starts(pos, sig, line)
+    else:
+        pos = np.flatnonzero(under)
+        if not len(pos):
+            return None
+        sig, site, line = sig_u[inv][pos], site_u[inv][pos], line_u[inv][pos]
+        if group is not None:
+            sig = sig * (int(group.max()) + 1) + group[pos]
+        starts = _call_starts(pos, sig, line)
     sites = site[starts]
-    main = np.bincount(sites).argmax()
-    return [c for c, st in zip(np.split(pos, starts[1:]), sites.tolist()) if st == main]
+    main = np.flatnonzero(sites == np.bincount(sites).argmax())
+    bounds = np.append(starts, len(pos))            # (starts[0] is 0)
+    return pos, bounds[main], bounds[main + 1]
 
 
 LINE_SLACK = 2      # a call's line may step back this far inside one call (a multi-line call expression)
@@ -491,14 +502,16 @@ def _find_block_node(da, paths, passes):
         d = len(p) - 1
         counts, ok = [], True
         for rows in sample:
-            cl = _calls(paths, stacks[rows], d, p, size[rows] <= TINY)
-            if not cl:
+            got = _call_bounds(paths, stacks[rows], d, p, size[rows] <= TINY)
+            if got is None or not len(got[1]):
                 # a pass that never runs through this node (the model called from elsewhere: an
                 # evaluation loop's forward) says nothing of how often the node repeats
                 continue
-            counts.append(len(cl))
-            if len(cl) < 2 or np.median([len(c) for c in cl]) < 3 or \
-                    not _alike([size[rows[c]].sum() for c in cl]):
+            pos, a, b = got
+            counts.append(len(a))
+            # each call's bytes: a running sum over the rows under the node, at its bounds
+            run = np.concatenate(([0], np.cumsum(size[rows[pos]])))
+            if len(a) < 2 or np.median(b - a) < 3 or not _alike(run[b] - run[a]):
                 ok = False
                 break
         if not ok or len(counts) < min(2, len(sample)) or len(set(counts)) != 1:
@@ -627,11 +640,11 @@ def _build(da) -> Structure:
         lens = pass_rows.lens()
         all_rows = pass_rows.all()
         group = np.repeat(np.arange(len(pass_rows), dtype=np.int64), lens)
-        found_calls = _calls(paths, stacks[all_rows], depth, node_path, size[all_rows] <= TINY, group) \
-            if len(all_rows) else []
+        got = _call_bounds(paths, stacks[all_rows], depth, node_path, size[all_rows] <= TINY, group) \
+            if len(all_rows) else None
+        pos, a_, b_ = got if got is not None else (np.zeros(0, dtype=np.int64),) * 3
         # every call's pass, place in its pass, first and last entry and end at once
-        head_pos = np.array([c[0] for c in found_calls], dtype=np.int64)
-        tail_pos = np.array([c[-1] for c in found_calls], dtype=np.int64)
+        head_pos, tail_pos = pos[a_], pos[b_ - 1]
         heads, tails, p_of = all_rows[head_pos], all_rows[tail_pos], group[head_pos]
         by_p = np.argsort(p_of, kind="stable")
         place = np.empty(len(p_of), dtype=np.int64)
@@ -639,9 +652,10 @@ def _build(da) -> Structure:
         first_e = ai[heads].astype(np.int64)
         last_e = ai[tails].astype(np.int64)
         ends = ends_of(last_e)
-        for c, b, p, f, la, e in zip(found_calls, place.tolist(), p_of.tolist(), first_e.tolist(), last_e.tolist(),
-                                     ends.tolist()):
-            calls.append(BlockCall(b, p, f, la, e, all_rows[c]))
+        call_rows = all_rows[pos]           # each call's rows a slice of these (one gather, not one a call)
+        for x, y, b, p, f, la, e in zip(a_.tolist(), b_.tolist(), place.tolist(), p_of.tolist(), first_e.tolist(),
+                                        last_e.tolist(), ends.tolist()):
+            calls.append(BlockCall(b, p, f, la, e, call_rows[x:y]))
         per_pass = np.bincount(p_of, minlength=len(pass_rows)).astype(np.int64)
         counts = per_pass[per_pass > 0].tolist()      # the passes that run through the blocks
         name, frame = _block_name(paths, node_path)
@@ -653,11 +667,14 @@ def _build(da) -> Structure:
         outputs = np.full(len(calls), -1, dtype=np.int64)
         _call_roles(calls, fi, free_phase, role, call_of, outputs)
         first_input = _FirstInputs(ai, fi, size)
-        for j, c in enumerate(calls):
-            if c.block > 0 and j > 0 and calls[j - 1].forward_pass == c.forward_pass:
-                inputs[j] = outputs[j - 1]
-            elif c.block == 0 and outputs[j] >= 0:
-                inputs[j] = first_input(c, int(size[outputs[j]]), int(passes[c.forward_pass, 0]))
+        # a call's input is the output of the call before it in its pass; the first call's, looked for
+        # (one a pass: not a loop over every call)
+        after = np.zeros(len(calls), dtype=bool)
+        after[1:] = (place[1:] > 0) & (p_of[1:] == p_of[:-1])
+        inputs[1:][after[1:]] = outputs[:-1][after[1:]]
+        for j in np.flatnonzero((place == 0) & (outputs >= 0)).tolist():
+            c = calls[j]
+            inputs[j] = first_input(c, int(size[outputs[j]]), int(passes[c.forward_pass, 0]))
         for w in recomputes:
             r = w.rows
             inside = (fi[r] >= 0) & (fi[r] <= w.end)
