@@ -27,6 +27,12 @@ _MAIN = {"checkpointing": "activations", "half_batch": "activations", "lora": "g
 _SAVINGS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
+def needs_blocks(run) -> bool:
+    """Whether the advice for a run with these facts simulates a lever on the blocks' structure
+    (the half batch needs only what grows with the batch)."""
+    return any(n != "half_batch" and LEVERS[n].simulated and LEVERS[n].why_not(run) is None for n in ADVICE_LEVERS)
+
+
 def simulated_savings(da) -> dict[str, tuple[int, bool]]:
     """{lever: (bytes its simulation takes off the run's peak, applied)} for the simulated levers
     that apply to this run, computed once per device."""
@@ -114,4 +120,4 @@ def advise(da, by_category_evidence: dict, live_bytes: int, fragmentation: int |
     return tuple(tips)
 
 
-__all__ = ["advise", "simulated_savings", "ADVICE_LEVERS", "MIN_SHARE"]
+__all__ = ["advise", "needs_blocks", "simulated_savings", "ADVICE_LEVERS", "MIN_SHARE"]

@@ -100,6 +100,34 @@ def test_small_runs_find_their_structure_in_line():
     assert structure_module.later(Small()) is None
 
 
+@pytest.mark.parametrize("name, wanted", [("forward_only_loop.pickle", False), ("cuda_full.pickle", True)])
+def test_the_thread_gives_up_a_structure_no_lever_of_the_advice_needs(monkeypatch, name, wanted):
+    """Found beside the analysis only where a lever the advice simulates needs the blocks (a
+    training run's checkpointing); given up once the run's facts say none does (forward passes
+    only: the half batch needs only what grows with the batch), and then built where asked for,
+    the same as one built in line."""
+    from vramscope.classifiers import analyze
+    from vramscope.classifiers.advice import needs_blocks
+    from vramscope.parsers import open_snapshot
+    monkeypatch.setattr(structure_module, "BACKGROUND_ROWS", 0)
+    built: list = []
+    real_build = structure_module._build
+    monkeypatch.setattr(structure_module, "_build", lambda da, **kw: built.append(kw) or real_build(da, **kw))
+    an = analyze(open_snapshot(str(DATA / name), use_cache=False), use_cache=False)
+    da = an.devices[an.primary_device()]
+    assert needs_blocks(da.run) is wanted
+    job = structure_module._PENDING.get(da)
+    if job is not None:
+        assert job.wait(120)
+    assert (da in structure_module._CACHE or da in structure_module._PENDING) is wanted
+    st = structure_module.structure(da)
+    assert built[0] == {"background": True} and len(built) == (1 if wanted else 2)
+    monkeypatch.setattr(structure_module, "BACKGROUND_ROWS", 1 << 62)
+    again = analyze(open_snapshot(str(DATA / name), use_cache=False), use_cache=False)
+    inline = structure_module.structure(again.devices[again.primary_device()])
+    assert len(st.calls) == len(inline.calls) and (st.role == inline.role).all() and st.notes == inline.notes
+
+
 def test_a_job_that_raises_raises_where_its_result_is_taken():
     def broken():
         raise ValueError("no")
@@ -173,9 +201,9 @@ def test_the_analysis_begins_the_structure_before_the_run_facts(monkeypatch):
     waited: list = []
     real_build, real_facts = structure_module._build, analysis_module.run_facts
 
-    def build(da):
+    def build(da, **kw):
         begun.set()
-        return real_build(da)
+        return real_build(da, **kw)
 
     def facts(da, sf):
         waited.append(begun.wait(10))            # (the structure's thread has begun meanwhile)

@@ -45,7 +45,7 @@ def test_the_exit_does_not_wait_for_a_structure_nobody_asked_for(tmp_path):
     # cache are written (it waited for the structure, 0.3-0.5 s after a 10^6-entry trace)
     cache = tmp_path / "cache"
     prelude = ("import time\nimport vramscope.classifiers.structure as s\ns.BACKGROUND_ROWS = 0\n"
-               "build = s._build\ns._build = lambda da: (time.sleep(120), build(da))[1]\n")
+               "build = s._build\ns._build = lambda da, **kw: (time.sleep(120), build(da, **kw))[1]\n")
     file = str(DATA / "forward_only_loop.pickle")
     t0 = time.monotonic()
     p = _command(["summary", file, "--json"], {"VRAMSCOPE_CACHE_DIR": str(cache)}, prelude)
