@@ -350,22 +350,12 @@ def _forward_passes(da) -> np.ndarray:
     return da.phase_runs("forward")
 
 
-def _calls(paths, rows_stack, depth, node_path, tiny=None, group=None) -> list:
-    """Split the rows (in allocation order; their stacks in `rows_stack`) that run under the
-    node at `depth` (prefix `node_path`) into calls: arrays of positions into the rows (see
-    `_call_bounds`)."""
-    got = _call_bounds(paths, rows_stack, depth, node_path, tiny, group)
-    if got is None:
-        return []
-    pos, a, b = got
-    return [pos[x:y] for x, y in zip(a.tolist(), b.tolist())]
-
-
 def _call_bounds(paths, rows_stack, depth, node_path, tiny=None, group=None):
-    """The calls of `_calls` as (the positions into the rows of every row under the node, each
-    call's [start, end) into those), or None where there is none; slices of one array, not an
-    array a call (np.split's Python loop was 3.7 s of a 10^7-entry trace of 975,000 calls). A
-    call ends where a row outside the node comes between, the call's signature changes or the
+    """Split the rows (in allocation order; their stacks in `rows_stack`) that run under the
+    node at `depth` (prefix `node_path`) into calls: (the positions into the rows of every row
+    under the node, each call's [start, end) into those), or None where there is none. Bounds
+    into one array, not an array a call (np.split's Python loop was 3.7 s of a 10^7-entry trace
+    of 975,000 calls). A call ends where a row outside the node comes between, the call's signature changes or the
     node frame's line goes back. Only the calls from the most common call site are the
     blocks' (a model's embedding, final norm and head can share the blocks' frame, `forward`
     of the same file, called from other lines)."""
