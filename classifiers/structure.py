@@ -139,7 +139,7 @@ class _NotWanted(Exception):
 
 def _in_background(da) -> "Structure | None":
     """`_build(da)` on the thread, begun before the run's facts are known; given up once they
-    are (before the stacks' paths and the search for the blocks) where no lever the advice
+    are (after the stacks' paths, before the search for the blocks) where no lever the advice
     simulates needs the blocks (checkpointing, LoRA: the half batch reads only what grows with
     the batch): None, found nowhere, and `structure(da)` builds it where it is asked for
     (`whatif`, the viewer's What-if panel). A 10^7-entry forward-only trace's structure, found
@@ -633,11 +633,13 @@ def _build(da, background: bool = False) -> Structure:
         s0, e0 = passes[-1].tolist()
         free_phase[(fi < 0) & (ai >= s0) & (ai <= e0)] = P_UNWIND
     found, pass_rows = None, _PassRows(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
-    if background and not _wanted(da):
-        raise _NotWanted
     paths = None
     if da.facts is not None and len(passes):
         paths = _Paths(da)
+    # (the stacks' paths made beside the run's facts, which are known by now or soon)
+    if background and not _wanted(da):
+        raise _NotWanted
+    if paths is not None:
         found, pass_rows = _find_block_node(da, paths, passes)
     calls: list[BlockCall] = []
     recomputes: list[BlockCall] = []
