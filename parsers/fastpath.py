@@ -272,11 +272,6 @@ def ref_indices(b: bytes) -> list[int] | None:
     return out
 
 
-def _only_refs(b: bytes) -> bool:
-    """Whether `b` is BINGET / LONG_BINGET references and nothing else."""
-    return ref_indices(b) is not None
-
-
 def _grown(lut: np.ndarray, top: int) -> np.ndarray:
     """`lut` with room for index top - 1 at least (new slots -1: not known yet)."""
     if top <= len(lut):
@@ -323,7 +318,9 @@ def _any_value(r, tag: int, v: int):
         return r.memo_get(v)
     if tag == _ANY_FLOAT:
         return float(np.int64(v).view(np.float64))
-    return {_ANY_TRUE: True, _ANY_FALSE: False}.get(tag)
+    if tag == _ANY_NONE:
+        return None
+    return tag == _ANY_TRUE                 # True or False
 
 
 class FastPath:
@@ -810,9 +807,9 @@ class FastPath:
     def _extras(self, dev, n: int, fields: dict, keys: list) -> None:
         """The values of `keys` (no column's: an oom's device_free, keys of kind "any"), where
         present, into the rare fields of the n rows about to be appended (few have one), each
-        row's in its keys' order, normalized and counted as `sink.add_entry` does."""
+        row's in its keys' order, as `sink.add_entry` keeps them (`sink.rare_value`)."""
         r = self.r
-        flat = r.sink.flat
+        rare_value = r.sink.rare_value
         present = [fields[k][-1][:n] for k in keys]
         rows = np.flatnonzero(np.logical_or.reduce(present))
         if not len(rows):
@@ -828,11 +825,7 @@ class FastPath:
             for k, p, vals, tags in cols:
                 if not p[j]:
                     continue
-                if tags is None:
-                    v = numbers.optional_size(vals[j])
-                else:
-                    v = _any_value(r, tags[j], vals[j])
-                v = flat.value(v)
+                v = rare_value(k, vals[j] if tags is None else _any_value(r, tags[j], vals[j]))
                 if v is not DROPPED:
                     out[k] = v
             if out:

@@ -306,6 +306,14 @@ class TraceSink:
             raise LimitError(f"more than {_MAX_STRINGS:,} distinct strings")
         return i
 
+    def rare_value(self, key, v):
+        """An entry field kept with its rare fields (no column's: an oom's device_free, a key
+        nothing here knows) as it is stored: normalized, JSON-able, counted against the file's
+        total; DROPPED once that is spent. The interpreter's entries and the fast path's alike."""
+        if key == "device_free" and type(key) is str:
+            v = numbers.optional_size(v)
+        return self.flat.value(v)
+
     def add_entry(self, device: int, e) -> None:
         if type(e) is EntryRef:
             self._copy_row(e, device)
@@ -331,9 +339,7 @@ class TraceSink:
                 opt["pool_a"] = numbers.opaque(v[0], "pool id")
                 opt["pool_b"] = numbers.opaque(v[1], "pool id")
             else:
-                if k == "device_free" and type(k) is str:
-                    v = numbers.optional_size(v)
-                v = self.flat.value(v)
+                v = self.rare_value(k, v)
                 if v is not DROPPED:
                     if extra is None:
                         extra = {}

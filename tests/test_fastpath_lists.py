@@ -103,11 +103,11 @@ def test_a_list_whose_end_would_be_guessed_wrong_is_read_as_the_interpreter_read
 
 
 def test_only_whole_memo_references_count_as_a_list():
-    assert fastpath._only_refs(b"")
-    assert fastpath._only_refs(b"h\x01j\x02\x01\x00\x00h\x65")
-    assert not fastpath._only_refs(b"h\x01}\x94(h\x02")        # a frame dict pickled inside
-    assert not fastpath._only_refs(b"h\x01j\x02\x01")          # a reference cut short
-    assert not fastpath._only_refs(b"h")
+    assert fastpath.ref_indices(b"") is not None
+    assert fastpath.ref_indices(b"h\x01j\x02\x01\x00\x00h\x65") is not None
+    assert fastpath.ref_indices(b"h\x01}\x94(h\x02") is None        # a frame dict pickled inside
+    assert fastpath.ref_indices(b"h\x01j\x02\x01") is None          # a reference cut short
+    assert fastpath.ref_indices(b"h") is None
 
 
 def test_memo_indices_of_one_form_or_mixed():
