@@ -138,3 +138,21 @@ def test_call_starts_allow_a_call_written_over_lines_and_split_a_short_block_cal
     assert _call_starts(pos, sig, lines).tolist() == [0, 5]
     short = np.array([10, 11, 10, 11, 10, 11])
     assert _call_starts(np.arange(6), np.zeros(6, dtype=np.int64), short).tolist() == [0, 2, 4]
+
+
+def test_only_the_calls_from_the_blocks_call_site_are_the_blocks():
+    """A model's embedding or head can run through the blocks' frame from another line: those
+    calls are not blocks; each block call comes back as bounds into the rows under the node."""
+    import numpy as np
+    from vramscope.classifiers.structure import _call_bounds
+
+    class Paths:                        # stack 0: a block, called from line 40; 1: the head, from
+        def node_arrays(self, u, depth, node_path):     # line 60; 2: outside the node
+            table = {0: (True, 7, 0, 100), 1: (True, 7, 1, 100), 2: (False, 0, 0, 0)}
+            cols = list(zip(*(table[int(s)] for s in u)))
+            return (np.array(cols[0]), np.array(cols[1], dtype=np.int64), np.array(cols[2], dtype=np.int64),
+                    np.array(cols[3], dtype=np.int64))
+    rows_stack = np.array([1, 2, 0, 0, 2, 0, 0, 2, 0, 0, 2, 1])
+    pos, a, b = _call_bounds(Paths(), rows_stack, 0, ())
+    assert [pos[x:y].tolist() for x, y in zip(a.tolist(), b.tolist())] == [[2, 3], [5, 6], [8, 9]]
+    assert _call_bounds(Paths(), np.array([2, 2]), 0, ()) is None
