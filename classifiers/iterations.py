@@ -10,6 +10,7 @@ all). Stages that read every iteration read the columns (`start`, `end`, `peak_i
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from itertools import compress
 from typing import Any, overload
 
 import numpy as np
@@ -175,19 +176,25 @@ class Iterations(Sequence):
         return self.plain(0, len(self))
 
     def plain(self, a: int, b: int) -> list[dict]:
-        """`to_plain` of rows a..b-1 (a part at a time: a million rows' dicts take a gigabyte)."""
+        """`to_plain` of rows a..b-1 (a part at a time: a million rows' dicts take a gigabyte).
+        Each row's phases are filled a phase at a time, over the rows that have it (in PHASES
+        order, as an Iteration's): not a test of every phase in every row (114,000 rows: 0.37 s
+        -> 0.19 s)."""
         cols = self._lists(a, b)
-        los, his = cols["lo"], cols["hi"]
-        out = []
-        names = PHASES
-        for k, (start, end, t0, t1, micro, pb, pi, src, pt) in enumerate(zip(
-                cols["start"], cols["end"], cols["start_us"], cols["end_us"], cols["micro_batches"],
-                cols["peak_bytes"], cols["peak_index"], self.source[a:b], self.peak_type[a:b])):
-            out.append({"number": a + k + 1, "start_index": start, "end_index": end,
-                        "start_us": None if t0 == NO_TIME else t0, "end_us": None if t1 == NO_TIME else t1,
-                        "phases": {name: [lo[k], hi[k]] for name, lo, hi in zip(names, los, his) if hi[k] >= 0},
-                        "micro_batches": micro, "source": src, "peak_bytes": pb, "peak_index": pi, "peak_type": pt})
-        return out
+        phases: list[dict] = [{} for _ in range(b - a)]
+        for name, lo, hi, have in zip(PHASES, cols["lo"], cols["hi"], (self.hi[:, a:b] >= 0).tolist()):
+            if not any(have):
+                continue
+            for k in compress(range(b - a), have):
+                phases[k][name] = [lo[k], hi[k]]
+        return [{"number": number, "start_index": start, "end_index": end,
+                 "start_us": None if t0 == NO_TIME else t0, "end_us": None if t1 == NO_TIME else t1,
+                 "phases": ph, "micro_batches": micro, "source": src, "peak_bytes": pb, "peak_index": pi,
+                 "peak_type": pt}
+                for number, start, end, t0, t1, micro, pb, pi, src, pt, ph in zip(
+                    range(a + 1, b + 1), cols["start"], cols["end"], cols["start_us"], cols["end_us"],
+                    cols["micro_batches"], cols["peak_bytes"], cols["peak_index"], self.source[a:b],
+                    self.peak_type[a:b], phases)]
 
     # -- the analysis cache ----------------------------------------------------------------
     def to_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
