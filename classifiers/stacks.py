@@ -332,17 +332,25 @@ class StackFacts:
 
     # -- stack level -------------------------------------------------------------
     def any(self, frame_mask: np.ndarray) -> np.ndarray:
-        """bool per stack: some frame of the stack is in `frame_mask`."""
-        if not len(self.frames):
+        """bool per stack: some frame of the stack is in `frame_mask`. A mask of no frame (most
+        markers in most traces: 23-31 of 31) or of every frame is answered without a pass over
+        the stacks' frame slots (3.3 million of them in 10^6 entries of 200,000 stacks)."""
+        if not len(self.frames) or not frame_mask.any():
             return np.zeros(self.n_stacks, dtype=bool)
+        if frame_mask.all():
+            return self.lengths > 0
         cs = np.zeros(len(self.frames) + 1, dtype=np.int64)
         np.cumsum(frame_mask[self.frames], out=cs[1:])
         return cs[self.offsets[1:]] > cs[self.offsets[:-1]]
 
     def first_pos(self, frame_mask: np.ndarray) -> np.ndarray:
-        """int per stack: position (0 = innermost) of the first frame in `frame_mask`, -1 if none."""
+        """int per stack: position (0 = innermost) of the first frame in `frame_mask`, -1 if none
+        (a mask of no frame or of every frame: no pass over the slots, as in `any`)."""
         out = np.full(self.n_stacks, -1, dtype=np.int64)
-        if not len(self.frames):
+        if not len(self.frames) or not frame_mask.any():
+            return out
+        if frame_mask.all():
+            out[self.lengths > 0] = 0
             return out
         idx = np.flatnonzero(frame_mask[self.frames])
         if len(idx):
@@ -362,7 +370,7 @@ class StackFacts:
     def last_frame(self, frame_mask: np.ndarray) -> np.ndarray:
         """int per stack: frame id of the last frame (in stack order) in `frame_mask`, -1 if none."""
         out = np.full(self.n_stacks, -1, dtype=np.int64)
-        if not len(self.frames):
+        if not len(self.frames) or not frame_mask.any():
             return out
         idx = np.flatnonzero(frame_mask[self.frames])
         if len(idx):
