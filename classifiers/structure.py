@@ -681,9 +681,12 @@ def _build(da, background: bool = False) -> Structure:
         last_e = ai[tails].astype(np.int64)
         ends = ends_of(last_e)
         call_rows = all_rows[pos]           # each call's rows a slice of these (one gather, not one a call)
+        new = object.__new__
         for x, y, b, p, f, la, e in zip(a_.tolist(), b_.tolist(), place.tolist(), p_of.tolist(), first_e.tolist(),
                                         last_e.tolist(), ends.tolist()):
-            calls.append(BlockCall(b, p, f, la, e, call_rows[x:y]))
+            c = new(BlockCall)      # (a frozen dataclass's __init__ sets each field: 4x the time)
+            c.__dict__.update(block=b, forward_pass=p, first=f, last=la, end=e, rows=call_rows[x:y])
+            calls.append(c)
         per_pass = np.bincount(p_of, minlength=len(pass_rows)).astype(np.int64)
         counts = per_pass[per_pass > 0].tolist()      # the passes that run through the blocks
         name, frame = _block_name(paths, node_path)
@@ -700,9 +703,8 @@ def _build(da, background: bool = False) -> Structure:
         after = np.zeros(len(calls), dtype=bool)
         after[1:] = (place[1:] > 0) & (p_of[1:] == p_of[:-1])
         inputs[1:][after[1:]] = outputs[:-1][after[1:]]
-        for j in np.flatnonzero((place == 0) & (outputs >= 0)).tolist():
-            c = calls[j]
-            inputs[j] = first_input(c, int(size[outputs[j]]), int(passes[c.forward_pass, 0]))
+        firsts = np.flatnonzero((place == 0) & (outputs >= 0))
+        inputs[firsts] = first_input.many(first_e[firsts], size[outputs[firsts]], passes[p_of[firsts], 0])
         for w in recomputes:
             r = w.rows
             inside = (fi[r] >= 0) & (fi[r] <= w.end)
@@ -766,13 +768,41 @@ class _FirstInputs:
         self.ai, self.fi, self.size = ai, fi, size
         self._by_size: dict = {}
 
-    def __call__(self, call, out_size: int, pass_start: int) -> int:
+    def _of_size(self, out_size: int) -> tuple[np.ndarray, np.ndarray]:
         got = self._by_size.get(out_size)
         if got is None:
             rows = np.flatnonzero((self.size == out_size) & (self.ai >= 0))
             rows = rows[np.argsort(self.ai[rows], kind="stable")]
             got = self._by_size[out_size] = (rows, self.ai[rows].astype(np.int64))
-        rows, ai_rows = got
+        return got
+
+    def many(self, first: np.ndarray, out_size: np.ndarray, pass_start: np.ndarray) -> np.ndarray:
+        """`__call__` for many calls at once (int64 rows, -1 none): for each output size, every
+        call's binary searches in one, then the walks back a step at a time over the calls still
+        walking (most find their input at the first step). 55,659 passes: 0.30 -> 0.02 s."""
+        first = np.asarray(first, dtype=np.int64)
+        pass_start = np.asarray(pass_start, dtype=np.int64)
+        out_size = np.asarray(out_size, dtype=np.int64)
+        out = np.full(len(first), -1, dtype=np.int64)
+        for s in unique(out_size).tolist():
+            sel = np.flatnonzero(out_size == s)
+            rows, ai_rows = self._of_size(int(s))
+            lo = np.searchsorted(ai_rows, pass_start[sel], side="left")
+            k = np.searchsorted(ai_rows, first[sel], side="left") - 1
+            walking = np.flatnonzero(k >= lo)           # (indices into sel)
+            while len(walking):
+                r = rows[k[walking]]
+                f = self.fi[r]
+                hit = (f < 0) | (f > first[sel[walking]])
+                out[sel[walking[hit]]] = r[hit]
+                walking = walking[~hit]
+                k[walking] -= 1
+                walking = walking[k[walking] >= lo[walking]]
+        return out
+
+    def __call__(self, call, out_size: int, pass_start: int) -> int:
+        """One call's input (the reference `many` must equal)."""
+        rows, ai_rows = self._of_size(out_size)
         lo = int(np.searchsorted(ai_rows, pass_start, side="left"))
         k = int(np.searchsorted(ai_rows, call.first, side="left")) - 1
         while k >= lo:
