@@ -681,12 +681,9 @@ def _build(da, background: bool = False) -> Structure:
         last_e = ai[tails].astype(np.int64)
         ends = ends_of(last_e)
         call_rows = all_rows[pos]           # each call's rows a slice of these (one gather, not one a call)
-        new = object.__new__
         for x, y, b, p, f, la, e in zip(a_.tolist(), b_.tolist(), place.tolist(), p_of.tolist(), first_e.tolist(),
                                         last_e.tolist(), ends.tolist()):
-            c = new(BlockCall)      # (a frozen dataclass's __init__ sets each field: 4x the time)
-            c.__dict__.update(block=b, forward_pass=p, first=f, last=la, end=e, rows=call_rows[x:y])
-            calls.append(c)
+            calls.append(BlockCall(b, p, f, la, e, call_rows[x:y]))
         per_pass = np.bincount(p_of, minlength=len(pass_rows)).astype(np.int64)
         counts = per_pass[per_pass > 0].tolist()      # the passes that run through the blocks
         name, frame = _block_name(paths, node_path)
