@@ -8,11 +8,15 @@ gives), for the peak's advice and every OOM's alike. An estimate (8-bit or paged
 4-bit weights) saves its factor's share of the evidenced bytes it acts on at that moment and
 says it is an estimate. Only levers that apply to the run (levers.left_out, from its facts) and
 save at least MIN_SHARE of the live bytes are advised; expandable segments lead at an OOM the
-allocator's cache could have served.
+allocator's cache could have served. A lever that could not reach the smallest share advised
+whatever its simulation gives is not simulated for the advice (`bounded_out`: checkpointing
+where few of the forward's tensors are live at the peak), nor are the blocks found for it.
 """
 from __future__ import annotations
 
 import weakref
+
+import numpy as np
 
 from .evidence import EVIDENCE, EVIDENCED
 from .levers import LEVERS, left_out, pulled
@@ -27,10 +31,46 @@ _MAIN = {"checkpointing": "activations", "half_batch": "activations", "lora": "g
 _SAVINGS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def needs_blocks(run) -> bool:
+def needs_blocks(run, da=None) -> bool:
     """Whether the advice for a run with these facts simulates a lever on the blocks' structure
-    (the half batch needs only what grows with the batch)."""
-    return any(n != "half_batch" and LEVERS[n].simulated and LEVERS[n].why_not(run) is None for n in ADVICE_LEVERS)
+    (the half batch needs only what grows with the batch; checkpointing not where it is
+    `bounded_out` of device `da`)."""
+    return any(n != "half_batch" and LEVERS[n].simulated and LEVERS[n].why_not(run) is None
+               and not (da is not None and bounded_out(da, n)) for n in ADVICE_LEVERS)
+
+
+def checkpointing_bound(da) -> int | None:
+    """The most simulated checkpointing could take off the recorded peak, without simulating
+    it: the bytes live after the peak's entry that a forward pass made. The lever frees earlier
+    only what a block call saved (rows made inside a forward pass); everything else it does
+    (the replays it adds, the inputs it keeps until their backward) adds bytes. So the rewritten
+    run's bytes after that entry are at least the recorded ones less these. None where the peak
+    is the trace's start."""
+    live = da.live
+    p = int(live.peak_index)
+    if p < 0:
+        return None
+    a = da.allocs
+    ai, fi = np.asarray(a.alloc_index), np.asarray(a.free_index)
+    passes = da.phase_runs("forward")
+    if not len(passes):
+        return 0
+    k = np.searchsorted(passes[:, 0], ai, side="right") - 1
+    in_pass = (k >= 0) & (ai >= 0) & (ai <= passes[np.maximum(k, 0), 1])
+    held = in_pass & (ai <= p) & ((fi < 0) | (fi > p))
+    return int(np.asarray(a.size, dtype=np.int64)[held].sum())
+
+
+def bounded_out(da, name: str) -> bool:
+    """Whether lever `name` cannot be advised on this device whatever its simulation gives, so
+    it is not simulated for the advice: checkpointing, where the most it could save
+    (`checkpointing_bound`) is under the smallest share advice names (MIN_SHARE_FALLBACK of the
+    peak's live bytes) and no out-of-memory error asks for advice at a moment of fewer bytes.
+    (A run whose peak is the optimizer's step, with the forward's tensors gone.)"""
+    if name != "checkpointing" or len(getattr(da, "oom_indices", ())):
+        return False
+    bound = checkpointing_bound(da)
+    return bound is not None and bound < MIN_SHARE_FALLBACK * max(1, int(da.live.peak_bytes))
 
 
 def simulated_savings(da) -> dict[str, tuple[int, bool]]:
@@ -44,7 +84,8 @@ def simulated_savings(da) -> dict[str, tuple[int, bool]]:
     got = {}
     run = getattr(da, "run", None)
     facts = None
-    wanted = [n for n in ADVICE_LEVERS if LEVERS[n].simulated and LEVERS[n].why_not(run) is None]
+    wanted = [n for n in ADVICE_LEVERS if LEVERS[n].simulated and LEVERS[n].why_not(run) is None
+              and not bounded_out(da, n)]
     # the half batch reads only what grows with the batch: simulated first, without waiting for
     # the blocks' structure while a thread finds it (the same number either way)
     for name in sorted(wanted, key=lambda n: n != "half_batch"):
@@ -120,4 +161,5 @@ def advise(da, by_category_evidence: dict, live_bytes: int, fragmentation: int |
     return tuple(tips)
 
 
-__all__ = ["advise", "needs_blocks", "simulated_savings", "ADVICE_LEVERS", "MIN_SHARE"]
+__all__ = ["advise", "needs_blocks", "simulated_savings", "checkpointing_bound", "bounded_out", "ADVICE_LEVERS",
+           "MIN_SHARE"]

@@ -157,7 +157,7 @@ def _wanted(da) -> bool:
     job = _RUN.get(da)
     run = job.get() if job is not None else getattr(da, "run", None)
     from .advice import needs_blocks
-    return needs_blocks(run)
+    return needs_blocks(run, da)
 
 
 def _run_facts(da):
