@@ -65,11 +65,15 @@ def test_the_analysis_lets_go_of_the_columns_it_is_done_with(tmp_path, monkeypat
     monkeypatch.setenv("VRAMSCOPE_CACHE_DIR", str(tmp_path))
     open_snapshot(PATH)
     snap = open_snapshot(PATH)
-    released: list = []
+    calls: list = []
     real = DeviceTrace.release
-    monkeypatch.setattr(DeviceTrace, "release", lambda self, names: released.extend(names) or real(self, names))
+    monkeypatch.setattr(DeviceTrace, "release", lambda self, names: calls.append(tuple(names)) or real(self, names))
     an = analyze(snap, use_cache=False)
+    released = [n for names in calls for n in names]
     assert {"addr", "size", "time_us", "stream"} <= set(released)
+    # the sizes on their own as soon as the live bytes are made (beside classify), before the
+    # columns classify reads are let go after it
+    assert calls.index(("size",)) < min(k for k, names in enumerate(calls) if "stream" in names)
     fresh = analyze(open_snapshot(PATH, use_cache=False), use_cache=False)
     da, db = an.devices[0], fresh.devices[0]
     assert np.array_equal(da.category, db.category) and da.peak == db.peak
