@@ -298,33 +298,57 @@ def _autocast_copies(size, stack, category, pre, never, ai, n_pass, todo, ok, au
         return out
     halves = unique(mats[mats % 2 == 0] // 2)
     cand = todo[ok]
-    half = isin(size[cand], halves)
+    half = isin(size, halves)[cand]           # (not the candidates' sizes gathered: 8 bytes each)
     if not half.any():
         return out
-    by_marker = autocast_marked[np.maximum(stack[cand], 0)] & (stack[cand] > 0)
+    if autocast_marked.any():
+        st_c = stack[cand]
+        by_marker = autocast_marked[np.maximum(st_c, 0)] & (st_c > 0)
+        del st_c
+    else:                           # (no stack shows autocast's cast: no gather of every candidate's)
+        by_marker = np.zeros(len(cand), dtype=bool)
     # where a size is also an activation's, the copy is the one made right before an allocation of
     # the same stack and another size (the op's output follows its casts)
     # only candidates of half a weight matrix's size can be copies: what follows looks at those
     # (a size's counts are the same among them, every candidate of the size being one)
     hc = cand[half]
-    order = np.flatnonzero(ai >= 0)
-    ai_sorted = ai[order]
-    if len(order) > 1 and not bool((ai_sorted[1:] >= ai_sorted[:-1]).all()):
-        # (rows come in the order of their allocation, so only version chains' roots reorder them)
-        by_ai = np.argsort(ai_sorted, kind="stable")
-        order, ai_sorted = order[by_ai], ai_sorted[by_ai]
-    same_op = np.zeros(len(hc), dtype=bool)
-    if len(order):
-        pos = np.searchsorted(ai_sorted, ai[hc], side="right")
-        nxt = order[np.minimum(pos, len(order) - 1)]
-        same_op = (pos < len(order)) & (stack[nxt] == stack[hc]) & (stack[hc] > 0) & (size[nxt] != size[hc])
-        same_op &= ~dropout_marked[np.maximum(stack[hc], 0)]        # a dropout's mask comes before its output too
-    # per size: about one per weight of twice the size in every forward pass, of all the size's
-    # candidates or of those made right before their op's output
     n_pass = max(1, n_pass)
     w_counts = dict(zip(*[x.tolist() for x in np.unique(mats, return_counts=True)]))
     c_sizes, c_inv = np.unique(size[hc], return_inverse=True)
     c_all = np.bincount(c_inv, minlength=len(c_sizes))
+    if not by_marker.any():
+        # the most the sizes' counts can call copies (a size counted among those made right
+        # before their op is counted among all its candidates too): under the least the test
+        # below asks for, nothing is a copy, and the ops' order is not looked at
+        most = sum(k for k, c in ((w_counts.get(int(s) * 2, 0), c) for s, c in zip(c_sizes.tolist(), c_all.tolist()))
+                   if k and c >= k * n_pass)
+        if most < max(2, 0.25 * len(mats)):
+            return out
+    if len(ai) > 1 and bool((ai[1:] >= ai[:-1]).all()):
+        # the rows in the order of their allocation (those live before the trace first, at -1):
+        # the allocated ones are a slice, no index of them (35 MB at 4.4 million rows)
+        first = int(np.searchsorted(ai, 0))
+        ai_sorted = ai[first:]
+        order = None
+    else:
+        order = np.flatnonzero(ai >= 0)
+        ai_sorted = ai[order]
+        if len(order) > 1 and not bool((ai_sorted[1:] >= ai_sorted[:-1]).all()):
+            # (version chains' roots reorder them)
+            by_ai = np.argsort(ai_sorted, kind="stable")
+            order, ai_sorted = order[by_ai], ai_sorted[by_ai]
+    same_op = np.zeros(len(hc), dtype=bool)
+    if len(ai_sorted):
+        pos = np.searchsorted(ai_sorted, ai[hc], side="right")
+        nxt = np.minimum(pos, len(ai_sorted) - 1)
+        if order is None:
+            nxt += first
+        else:
+            nxt = order[nxt]
+        same_op = (pos < len(ai_sorted)) & (stack[nxt] == stack[hc]) & (stack[hc] > 0) & (size[nxt] != size[hc])
+        same_op &= ~dropout_marked[np.maximum(stack[hc], 0)]        # a dropout's mask comes before its output too
+    # per size: about one per weight of twice the size in every forward pass, of all the size's
+    # candidates or of those made right before their op's output
     c_same = np.bincount(c_inv, weights=same_op.astype(np.float64), minlength=len(c_sizes))
 
     def fits(s, c):

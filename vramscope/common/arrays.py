@@ -72,12 +72,16 @@ def unique(values: npt.ArrayLike) -> np.ndarray:
     return s[keep]
 
 
+_FEW = 8          # test values up to which `isin` compares with each, not searches
+
+
 def isin(element: npt.ArrayLike, test: npt.ArrayLike, invert: bool = False) -> np.ndarray:
     """`np.isin(element, test, invert=invert)` for integers in time that grows with the larger
     side alone: the test values' distinct set (`unique`), then a table over their range where it
     is narrow, else `searchsorted`. numpy sorts both sides together where the range is wide, and
     finds the test side's distinct values in its hash set: 18 addresses looked up among 3 million
-    took 2.8 s. np.isin itself for any other kind of value."""
+    took 2.8 s. A few test values of a wide range (up to _FEW) are compared with one at a time.
+    np.isin itself for any other kind of value."""
     e, t = np.asarray(element), np.asarray(test)
     common = np.promote_types(e.dtype, t.dtype) if e.dtype.kind in "iu" and t.dtype.kind in "iu" else None
     if common is None or common.kind not in "iu" or not e.size or not t.size:
@@ -92,6 +96,12 @@ def isin(element: npt.ArrayLike, test: npt.ArrayLike, invert: bool = False) -> n
         inside = (flat >= lo) & (flat <= hi)
         out = np.zeros(len(flat), dtype=bool)
         out[inside] = table[flat[inside].astype(np.intp) - lo]
+    elif len(tu) <= _FEW:
+        # a few values (a weight's halves among millions of sizes): one comparison each, no int64
+        # position per element (two arrays of 8 bytes an element at the highest memory of classify)
+        out = flat == tu[0]
+        for v in tu[1:]:
+            out |= flat == v
     else:
         pos = np.searchsorted(tu, flat)
         np.minimum(pos, len(tu) - 1, out=pos)
