@@ -333,8 +333,9 @@ class StackFacts:
     # -- stack level -------------------------------------------------------------
     def any(self, frame_mask: np.ndarray) -> np.ndarray:
         """bool per stack: some frame of the stack is in `frame_mask`. A mask of no frame (most
-        markers in most traces: 23-31 of the 31 asked here) or of every frame is answered without a pass over
-        the stacks' frame slots (3.3 million of them in 10^6 entries of 200,000 stacks)."""
+        markers in most traces: 23-31 of the 31 asked here) or of every frame is answered
+        without a pass over the stacks' frame slots (3.3 million of them in 10^6 entries of
+        200,000 stacks)."""
         if not len(self.frames) or not frame_mask.any():
             return np.zeros(self.n_stacks, dtype=bool)
         if frame_mask.all():
