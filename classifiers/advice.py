@@ -29,6 +29,7 @@ _MAIN = {"checkpointing": "activations", "half_batch": "activations", "lora": "g
          "adam8bit": "optimizer", "4bit": "weights"}
 
 _SAVINGS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_BOUNDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()    # device -> checkpointing_bound
 
 
 def needs_blocks(run, da=None) -> bool:
@@ -45,7 +46,14 @@ def checkpointing_bound(da) -> int | None:
     only what a block call saved (rows made inside a forward pass); everything else it does
     (the replays it adds, the inputs it keeps until their backward) adds bytes. So the rewritten
     run's bytes after that entry are at least the recorded ones less these. None where the peak
-    is the trace's start."""
+    is the trace's start. Found once per device (the structure's thread asks, then the advice)."""
+    if da in _BOUNDS:
+        return _BOUNDS[da]
+    _BOUNDS[da] = got = _checkpointing_bound(da)
+    return got
+
+
+def _checkpointing_bound(da) -> int | None:
     live = da.live
     p = int(live.peak_index)
     if p < 0:
