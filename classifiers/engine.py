@@ -114,9 +114,12 @@ def stack_pass(snap, rules: RuleSet) -> SnapshotFacts:
 def version_chains(allocs, enabled: bool):
     """(root, last) per allocation row: the first and last version of its chain."""
     n = len(allocs)
-    ar = np.arange(n, dtype=np.int64)
     if not enabled or n == 0:
-        return ar, ar
+        # every row its own chain: one identity for both, in int32 below 2^31 rows (it lives
+        # through classify and into the analysis: 35 MB as int64 at 4.4 million rows)
+        ident = np.arange(n, dtype=np.int32 if n < 2**31 - 1 else np.int64)
+        return ident, ident
+    ar = np.arange(n, dtype=np.int64)
     cand, ok = version_bumps(allocs)
     parent = np.where(ok, cand, ar)
     while True:
@@ -297,21 +300,25 @@ def _autocast_copies(size, stack, category, pre, never, ai, n_pass, todo, ok, au
     if len(mats) < 2 or not ok.any():
         return out
     halves = unique(mats[mats % 2 == 0] // 2)
-    cand = todo[ok]
-    half = isin(size, halves)[cand]           # (not the candidates' sizes gathered: 8 bytes each)
+    # per place in `todo`, not per candidate gathered out of it: a bool each, where the
+    # candidates' row numbers were 8 bytes each (35 MB at 4.4 million rows, at the highest memory
+    # of a cold `summary` of a torch 2.0 trace of 10^7 entries)
+    half = isin(size, halves)[todo]           # (not the candidates' sizes gathered: 8 bytes each)
+    half &= ok
     if not half.any():
         return out
     if autocast_marked.any():
-        st_c = stack[cand]
+        st_c = stack[todo]
         by_marker = autocast_marked[np.maximum(st_c, 0)] & (st_c > 0)
+        by_marker &= ok
         del st_c
     else:                           # (no stack shows autocast's cast: no gather of every candidate's)
-        by_marker = np.zeros(len(cand), dtype=bool)
+        by_marker = np.zeros(len(todo), dtype=bool)
     # where a size is also an activation's, the copy is the one made right before an allocation of
     # the same stack and another size (the op's output follows its casts)
     # only candidates of half a weight matrix's size can be copies: what follows looks at those
     # (a size's counts are the same among them, every candidate of the size being one)
-    hc = cand[half]
+    hc = todo[half]
     n_pass = max(1, n_pass)
     w_counts = dict(zip(*[x.tolist() for x in np.unique(mats, return_counts=True)]))
     c_sizes, c_inv = np.unique(size[hc], return_inverse=True)
@@ -366,9 +373,7 @@ def _autocast_copies(size, stack, category, pre, never, ai, n_pass, todo, ok, au
         sum(w_counts.get(int(s) * 2, 0) for s in c_sizes[counted_same].tolist())
     if not by_marker.any() and (hit < 0.75 * (len(mats) - crowded) or hit < max(2, 0.25 * len(mats))):
         return out
-    is_copy = by_marker.copy()
-    is_copy[half] |= counted[c_inv] | (counted_same[c_inv] & same_op)
-    out[np.flatnonzero(ok)] = half & is_copy
+    out[half] = by_marker[half] | counted[c_inv] | (counted_same[c_inv] & same_op)
     return out
 
 
@@ -542,19 +547,25 @@ def classify_device(snap, trace, allocs, live_after, sfacts: SnapshotFacts, rule
     own_free = not tl.frees_carry_alloc_frames and n_ent > 0
     if own_free:
         tstack = np.asarray(trace.columns["stack"])
-        fst = np.where(fi >= 0, tstack[np.clip(fi, 0, n_ent - 1)], -1).astype(np.int64)
-        free_framed = (fst >= 0) & (sfacts.stacks.lengths[np.maximum(fst, 0)] > 0)
+        own = np.where(fi >= 0, tstack[np.clip(fi, 0, n_ent - 1)], -1).astype(np.int64)
+        free_framed = (own >= 0) & (sfacts.stacks.lengths[np.maximum(own, 0)] > 0)
+        fst: np.ndarray | None = own
+        del own
     else:
-        fst = np.full(n, -1, dtype=np.int64)
+        fst = None                  # (no free of its own frames: no stack to look up per row)
         free_framed = np.zeros(n, dtype=bool)
 
     def free_has(m):
+        if fst is None:
+            return free_framed
         return free_framed & sfacts.has_marker[m][np.maximum(fst, 0)]
     within = {m: _freed_within_run(trace, ai, fi, pre, sfacts.has_marker[m])
               for m in {r.freed_within for r in rules.rules if r.freed_within}} if n_ent else {}
     category = np.full(n, UNKNOWN, dtype=np.uint8)
     rule = np.zeros(n, dtype=np.int16)
     # classify chain roots, then copy to the other versions
+    # (row numbers as numpy's own index type: an int32 index is made int64 by every gather, twice
+    # the time of each of the rules' dozens)
     todo = np.flatnonzero(root == np.arange(n)) if chained else np.arange(n)
     st_todo = st0[todo]                 # kept beside todo: compressed with it, not gathered again
     fours_memo: dict = {}
@@ -621,7 +632,9 @@ def classify_device(snap, trace, allocs, live_after, sfacts: SnapshotFacts, rule
         rule = rule[root]
         evidence = evidence[root]
     idx_t = np.int32 if n < 2**31 - 1 else np.int64
-    return tl, Classified(category, rule, evidence, root.astype(idx_t), last.astype(idx_t), row_phase)
+    root_i = root.astype(idx_t, copy=False)
+    last_i = root_i if last is root else last.astype(idx_t, copy=False)
+    return tl, Classified(category, rule, evidence, root_i, last_i, row_phase)
 
 
 __all__ = ["stack_pass", "classify_device", "SnapshotFacts", "Classified", "version_chains", "quantized_sizes"]
