@@ -541,12 +541,9 @@ def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | Non
     rows: list[Allocations] = []
 
     def live_then_release():
-        got = live_model(snap, dev, rows=rows[0])
-        # the live bytes are the sizes' last whole read (classify reads the rows' own): let go of
-        # them here, beside classify, not after it (a torch 2.0 trace at 10^7: 76 MB of its pages
-        # were in classify's highest memory)
-        t.release(("size",))
-        return got
+        # (the live bytes read the rows' sizes, and of the trace's column only the segments'
+        # events: its pages were let go after the rows were paired, below)
+        return live_model(snap, dev, rows=rows[0])
     find_live = Later(live_then_release)
 
     def live_after():
@@ -574,8 +571,10 @@ def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | Non
         rows.append(allocs)
         # each column of the trace is let go (DeviceTrace.release) once the stages that read it
         # whole are done: read again from then on only here and there (an OOM's request, a
-        # moment's time), its pages would stay in the highest memory of every stage after
-        t.release(("addr",))
+        # segment event's size, a moment's time), its pages would stay in the highest memory of
+        # every stage after (the sizes: 76 MB of a torch 2.0 trace of 10^7 entries, in the
+        # live bytes' and classify's highest, until the live bytes read the rows' own)
+        t.release(("addr", "size"))
         # ... and the rows in free order the iterations' peak types read, after the live bytes
         find_free_order = Later(lambda: free_order_of(allocs))
         big = len(allocs) >= structure_module.BACKGROUND_ROWS

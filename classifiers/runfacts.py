@@ -288,8 +288,9 @@ def _grad_mode(c: _Ctx) -> tuple[bool | None, str, str]:
         o = np.argsort(at, kind="stable")
         fwd, at = fwd[o], at[o]
     runs = c.da.phase_runs("forward")
-    lo = np.searchsorted(at, runs[:, 0], side="left")
-    hi = np.searchsorted(at, runs[:, 1], side="right")
+    # (the runs' bounds in the entries' own type: numpy casts `at` whole to a wider one)
+    lo = np.searchsorted(at, runs[:, 0].astype(at.dtype, copy=False), side="left")
+    hi = np.searchsorted(at, runs[:, 1].astype(at.dtype, copy=False), side="right")
     for k in np.flatnonzero(hi - lo >= 4)[:8].tolist():       # the first 8 runs of 4 rows or more
         f = c.fi[fwd[lo[k]:hi[k]]]
         shares.append(float(np.mean((f < 0) | (f > runs[k, 1]))))

@@ -25,7 +25,8 @@ import numpy as np
 from ..common.arrays import isin
 from .snapshot import Snapshot
 from .tables import (A_ALLOC, A_FREE, A_FREE_COMPLETED, A_FREE_REQUESTED, A_SEGMENT_ALLOC, A_SEGMENT_FREE,
-                     A_SEGMENT_MAP, A_SEGMENT_UNMAP, LIVE_BLOCK_STATES)
+                     A_SEGMENT_MAP, A_SEGMENT_UNMAP, LIVE_BLOCK_STATES, release_mapped,
+                     take_released)
 
 
 @dataclass
@@ -79,9 +80,13 @@ def live_model(snap: Snapshot, device: int, rows: "Allocations | None" = None) -
         rows = allocations(snap, device)
 
     # live_after is built in place: one int64 array, no temporaries of that size.
-    # Every alloc starts a row of its size; every free ends the one row it ends.
+    # Every alloc starts a row of its size (each `alloc` entry is one row: its size from the
+    # rows, not the trace's column, whose pages may be let go by now); every free ends the one
+    # row it ends.
     live_after = np.zeros(n, dtype=np.int64)
-    np.copyto(live_after, size, where=action == A_ALLOC)
+    made = rows.alloc_index >= 0
+    live_after[rows.alloc_index[made]] = rows.size[made]
+    del made
     ends = rows.free_index >= 0
     np.subtract.at(live_after, rows.free_index[ends], rows.size[ends])    # (numpy 2: 4x an indexed -=)
     del ends
@@ -102,7 +107,9 @@ def live_model(snap: Snapshot, device: int, rows: "Allocations | None" = None) -
     change = np.flatnonzero(up | down)
     del up, down
     a_ch = action[change]
-    signed = np.where((a_ch == A_SEGMENT_ALLOC) | (a_ch == A_SEGMENT_MAP), size[change], -size[change])
+    ch_size = take_released(size, change)      # (a part at a time: the sizes' pages were let go)
+    signed = np.where((a_ch == A_SEGMENT_ALLOC) | (a_ch == A_SEGMENT_MAP), ch_size, -ch_size)
+    del ch_size
     steps = np.cumsum(signed, dtype=np.int64)
     rtotal = int(steps[-1]) if len(steps) else 0
     reserved_start = reserved_end - rtotal
@@ -265,8 +272,13 @@ def allocations(snap: Snapshot, device: int) -> Allocations:
     is_ev[frees_at_request(snap, device)] = True
     ev = np.flatnonzero(is_ev).astype(idx_t)
     del is_ev
-    e_sorted, addr_sorted = _by_address_then_time(ev, addr[ev].astype(np.int64, copy=False))
-    del ev
+    ev_addr = addr[ev].astype(np.int64, copy=False)
+    # the column's pages let go once its events' addresses are copied out: the rows' own are
+    # read again below a part at a time (at 10^7 entries its 76 MB, and the sizes', were in the
+    # highest memory of the pairing, and of a cold `summary` of a torch 2.0 trace)
+    release_mapped(addr)
+    e_sorted, addr_sorted = _by_address_then_time(ev, ev_addr)
+    del ev, ev_addr
     a_sorted = action[e_sorted] == A_ALLOC
     same_next = np.zeros(len(e_sorted), dtype=bool)
     if len(e_sorted) > 1:
@@ -308,8 +320,8 @@ def allocations(snap: Snapshot, device: int) -> Allocations:
     # these and of every array the classifier derives from them
     a_index = cat(np.full(n_pl, -1), np.full(n_pf, -1), alloc_idx, dtype=idx_t)
     f_index = cat(np.full(n_pl, -1), pre_free, free_of_alloc, dtype=idx_t)
-    out_addr = cat(pre_live_addr, addr[pre_free], addr[alloc_idx])
-    out_size = cat(pre_live_size, size[pre_free], size[alloc_idx])
+    out_addr = cat(pre_live_addr, take_released(addr, pre_free), take_released(addr, alloc_idx))
+    out_size = cat(pre_live_size, take_released(size, pre_free), take_released(size, alloc_idx))
     out_stack = np.concatenate([pre_live_stack.astype(np.int32), stack[pre_free].astype(np.int32),
                                 stack[alloc_idx].astype(np.int32)])
     return Allocations(device, a_index, f_index, out_addr, out_size, out_stack, tus)

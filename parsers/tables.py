@@ -375,8 +375,11 @@ def take_released(arr, idx, part: int = 1 << 20) -> np.ndarray:
     of `part` entries at a time, in order, each part's pages handed back (`release_mapped`) once
     read. Entries spread over a whole column (a trace's segment events: one in a few hundred)
     otherwise page in nearly all of it, and keep it (240 MB of three columns at 10^7 entries,
-    at the highest memory of the viewer's open). Any other array: `arr[idx]`."""
-    idx = np.asarray(idx, dtype=np.int64)
+    at the highest memory of the viewer's open). Any other array: `arr[idx]`. Indices in order
+    (an allocation's entries) are read as they are: no sort of them, no copy."""
+    idx = np.asarray(idx)
+    if idx.dtype.kind not in "iu":
+        idx = idx.astype(np.int64)
     mm = _mapping_of(arr)
     if mm is None or len(idx) < 2 or not isinstance(arr, np.ndarray) or arr.ndim != 1 \
             or int(idx.min()) < 0 or int(idx.max()) >= len(arr):
@@ -389,15 +392,23 @@ def take_released(arr, idx, part: int = 1 << 20) -> np.ndarray:
     step = arr.strides[0]
     if at < 0 or step <= 0:
         return np.asarray(arr)[idx]
-    order = np.argsort(idx, kind="stable")
-    sorted_idx = idx[order]
+    if bool((idx[1:] >= idx[:-1]).all()):
+        order, sorted_idx = None, idx
+    else:
+        order = np.argsort(idx, kind="stable")
+        sorted_idx = idx[order]
     out = np.empty(len(idx), dtype=arr.dtype)
     page = mmap.PAGESIZE
-    bounds = np.searchsorted(sorted_idx, np.arange(0, len(arr) + part, part, dtype=np.int64))
+    # (the parts' bounds in the indices' own type: numpy casts the indices to a wider one whole)
+    b_t = sorted_idx.dtype if len(arr) + part < np.iinfo(sorted_idx.dtype).max else np.int64
+    bounds = np.searchsorted(sorted_idx, np.arange(0, len(arr) + part, part, dtype=b_t))
     for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         if lo == hi:
             continue
-        out[order[lo:hi]] = arr[sorted_idx[lo:hi]]
+        if order is None:
+            out[lo:hi] = arr[sorted_idx[lo:hi]]
+        else:
+            out[order[lo:hi]] = arr[sorted_idx[lo:hi]]
         b0 = at + int(sorted_idx[lo]) * step
         b1 = at + int(sorted_idx[hi - 1]) * step + arr.itemsize
         p0 = b0 - b0 % page

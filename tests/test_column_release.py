@@ -71,9 +71,11 @@ def test_the_analysis_lets_go_of_the_columns_it_is_done_with(tmp_path, monkeypat
     an = analyze(snap, use_cache=False)
     released = [n for names in calls for n in names]
     assert {"addr", "size", "time_us", "stream"} <= set(released)
-    # the sizes on their own as soon as the live bytes are made (beside classify), before the
-    # columns classify reads are let go after it
-    assert calls.index(("size",)) < min(k for k, names in enumerate(calls) if "stream" in names)
+    # the sizes with the addresses as soon as the rows are paired (the live bytes read the
+    # rows' own), before the columns classify reads are let go after it
+    first_size = min(k for k, names in enumerate(calls) if "size" in names)
+    assert "addr" in calls[first_size]
+    assert first_size < min(k for k, names in enumerate(calls) if "stream" in names)
     fresh = analyze(open_snapshot(PATH, use_cache=False), use_cache=False)
     da, db = an.devices[0], fresh.devices[0]
     assert np.array_equal(da.category, db.category) and da.peak == db.peak
@@ -100,7 +102,8 @@ def test_columns_checked_on_loading_are_let_go(tmp_path, monkeypatch):
 
 
 def test_entries_taken_from_a_mapped_column_part_by_part(tmp_path):
-    """take_released gives `col[idx]` for any indices (unsorted, repeated, of a view), and holds
+    """take_released gives `col[idx]` for any indices (unsorted, repeated, of a view, in order,
+    int32 or int64: those in order are read without a sort), and holds
     a part of the column at a time: entries spread over all of it (a trace's segment events)
     leave few of its pages resident, where indexing it pages in nearly all."""
     from vramscope.parsers.tables import map_column, take_released
@@ -109,7 +112,9 @@ def test_entries_taken_from_a_mapped_column_part_by_part(tmp_path):
     (np.arange(n, dtype=np.int64) * 7).tofile(path)
     rng = np.random.default_rng(3)
     spread = np.arange(0, n, 509, dtype=np.int64)        # one entry every few pages
-    for idx in (rng.integers(0, n, 5000), np.r_[spread[::-1], spread[:10]], np.array([0, n - 1, 0])):
+    in_order = np.sort(rng.integers(0, n, 5000))
+    for idx in (rng.integers(0, n, 5000), np.r_[spread[::-1], spread[:10]], np.array([0, n - 1, 0]),
+                in_order, in_order.astype(np.int32), spread.astype(np.int32), np.repeat(in_order[:50], 3)):
         col = map_column(str(path), np.int64, n)
         assert np.array_equal(take_released(col, idx), idx * 7)
         assert np.array_equal(take_released(col[100:], idx[idx < n - 100]), (idx[idx < n - 100] + 100) * 7)
@@ -154,3 +159,27 @@ def test_the_viewer_hands_back_the_columns_it_read(tmp_path, monkeypatch):
     plain = load(PATH, use_cache=False).data
     again = plain.envelope(x0, x1, 2000)
     assert np.array_equal(env.line_x, again.line_x) and np.array_equal(env.live_y, again.live_y)
+
+
+def test_the_live_bytes_read_the_rows_sizes_not_the_trace_column(monkeypatch):
+    """The live bytes after each entry come from the rows' sizes (and of the trace's sizes,
+    only the segment events'), so the column's pages, let go once the rows are paired, are
+    not read whole again: the same live bytes with every other entry's size in the column
+    made nonsense."""
+    from vramscope.parsers import allocations, live_model
+    from vramscope.parsers.tables import A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP
+    monkeypatch.setenv("VRAMSCOPE_CACHE_DIR", "")
+    snap = open_snapshot(PATH)
+    dev = snap.devices[0]
+    t = snap.trace(dev)
+    rows = allocations(snap, dev)
+    want = live_model(snap, dev, rows=rows)
+    action = np.asarray(t.columns["action"])
+    seg = np.isin(action, [A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP])
+    assert seg.any() and (~seg).sum() > 100
+    size = np.asarray(t.columns["size"]).copy()
+    size[~seg] = 7_777_777_777
+    monkeypatch.setitem(t.columns, "size", size)
+    got = live_model(snap, dev, rows=rows)
+    assert np.array_equal(got.live_after, want.live_after)
+    assert (got.peak_bytes, got.peak_index, got.reserved_peak) == (want.peak_bytes, want.peak_index, want.reserved_peak)
