@@ -255,7 +255,10 @@ class AllocOrder:
     def live_rows(self, index: int) -> np.ndarray:
         """Rows live right after entry `index` (-1: before the trace), in allocation order."""
         k = self.allocated_by(index)
-        rows = np.arange(k) if self.order is None else self.order[:k]
+        if self.order is None:          # the first k rows: their frees as they are, no index of them gathered
+            f = self._free[:k]
+            return np.flatnonzero((f < 0) | (f > index))
+        rows = self.order[:k]
         f = self._free[rows]
         return rows[(f < 0) | (f > index)]
 
