@@ -524,7 +524,9 @@ def classify_device(snap, trace, allocs, live_after, sfacts: SnapshotFacts, rule
         # the same run of it
         is_shown = phase_e != PHASE_CODE["none"]
         k = int(np.argmax(is_shown))                    # the first entry of a phase, if any
-        if is_shown[k]:
+        shown = bool(is_shown[k])
+        del is_shown                                    # (a bool per entry: 10 MB at 10^7)
+        if shown:
             run_phase, run_seg = int(phase_e[k]), int(tl.segment_of(k))
             freed[pre & (fi >= 0) & (seg_f == run_seg) & (stl == run_phase)] = F_SAME
     del traced_freed, seg_a, seg_f, stl
@@ -610,8 +612,10 @@ def classify_device(snap, trace, allocs, live_after, sfacts: SnapshotFacts, rule
         elif r.size_match == "gradients":
             ok &= _gradient_sized(size_r, category, pre, todo, ok, len(tl.iterations))
         elif r.size_match == "autocast_copy":
-            fwd = (phase_e == PHASE_CODE["forward"]).astype(np.int8)
-            n_pass = int(np.count_nonzero(np.diff(np.r_[0, fwd]) == 1))
+            # the forward passes: entries of the forward phase right after one that is not
+            fwd = phase_e == PHASE_CODE["forward"]
+            n_pass = int(fwd[0]) + int(np.count_nonzero(fwd[1:] > fwd[:-1])) if len(fwd) else 0
+            del fwd
             none_marked = np.zeros(sfacts.stacks.n_stacks + 1, dtype=bool)
             ok &= _autocast_copies(size_r, stk, category, pre, fi < 0, ai, n_pass, todo, ok,
                                    sfacts.has_marker.get("autocast_cast", none_marked),
