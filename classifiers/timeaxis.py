@@ -166,16 +166,14 @@ def _longest_gaps_sum(t: np.ndarray, g: int) -> int:
         sample = t[1::step][:m] - t[0::step][:m]
         if len(sample) >= g:
             floor = int(np.partition(sample, len(sample) - g)[len(sample) - g])
-    # at least g gaps are >= floor throughout: `kept` holds those above it, `ties` counts those at it
+    # at least g gaps are >= floor throughout: `kept` holds those above it, and what the g
+    # longest hold beyond those is gaps of the floor's length
     kept = np.zeros(0, dtype=np.int64)
-    ties = 0
     for lo in range(0, n, _GAPS_PART):
         part = np.diff(t[lo:lo + _GAPS_PART + 1])
-        ties += int(np.count_nonzero(part == floor))
         kept = np.concatenate([kept, part[part > floor]])
-        if len(kept) > max(4 * g, _GAPS_PART):  # bounded: the g longest so far become the floor
+        if len(kept) > max(4 * g, _GAPS_PART):  # bounded: the g longest so far set the floor
             floor = int(np.partition(kept, len(kept) - g)[len(kept) - g])
-            ties = int(np.count_nonzero(kept == floor))
             kept = kept[kept > floor]
     if len(kept) >= g:
         return int(np.partition(kept, len(kept) - g)[len(kept) - g:].sum())
