@@ -880,13 +880,13 @@ def _batch_rows(da, size, ai, alloc_phase) -> tuple[np.ndarray, str]:
     before the trace, nor autocast's 16-bit copies of weights (category weights, rule
     weights.autocast_copy)."""
     cat = np.asarray(da.category)
-    batch = np.isin(cat, _BATCH_CATEGORIES) & (ai >= 0) & np.isin(alloc_phase, (P_INPUTS, P_FORWARD, P_BACKWARD))
+    batch = isin(cat, _BATCH_CATEGORIES) & (ai >= 0) & isin(alloc_phase, (P_INPUTS, P_FORWARD, P_BACKWARD))
     names = da.rule_names
     if names:
         ws = [i for i, nm in enumerate(names) if nm in ("temporary.library_workspace", "temporary.compile_autotune",
                                                          "temporary.workspace_size")]
         if ws:
-            batch &= ~np.isin(np.asarray(da.rule), ws)
+            batch &= ~isin(np.asarray(da.rule), ws)
     note = ""
     if names and "weights.autocast_copy" in names and np.any(np.asarray(da.rule) == names.index("weights.autocast_copy")):
         note = "autocast's 16-bit copies of the weight matrices (weights) do not grow with the batch"

@@ -52,3 +52,23 @@ def test_wide_ranges_never_reach_numpys_hash_table(monkeypatch):
     assert isin(addrs[:18], addrs).all() and not isin(addrs[:18] + 1, addrs).any()
     assert isin(addrs, addrs[:100]).sum() >= 100
     assert len(unique(np.r_[addrs, addrs])) == len(set(addrs.tolist()))
+
+
+def test_a_few_values_are_compared_in_the_elements_own_type():
+    """A row's uint8 category among a few codes given as Python ints (int64): no copy of the
+    rows in int64 (8 bytes an element) and no int64 positions for a table, one bool each;
+    test values outside the elements' type match nothing, as numpy's own."""
+    import tracemalloc
+    cat = np.random.default_rng(5).integers(0, 12, 2_000_000).astype(np.uint8)
+    codes = [1, 3, 4, 7, 300, -2]
+    tracemalloc.start()
+    try:
+        got = isin(cat, codes)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert np.array_equal(got, np.isin(cat, codes))
+    assert peak < 4 * len(cat), peak               # (the answer and one comparison: 2 bytes an element)
+    assert np.array_equal(isin(cat, codes, invert=True), np.isin(cat, codes, invert=True))
+    small = np.array([-3, 0, 127, -128], dtype=np.int8)
+    assert isin(small, [127, -128, 128, -129]).tolist() == [False, False, True, True]
