@@ -154,10 +154,17 @@ def _in_background(da) -> "Structure | None":
 
 def _wanted(da) -> bool:
     """Whether the advice will simulate a lever on the blocks of `da` (waiting for its run's facts)."""
-    job = _RUN.get(da)
-    run = job.get() if job is not None else getattr(da, "run", None)
     from .advice import needs_blocks
-    return needs_blocks(run, da)
+    return needs_blocks(_run_known(da), da)
+
+
+def _run_known(da):
+    """The run's facts, waited for where they are being found beside (not taken: `_run_facts`
+    takes them), else the device's own. On the structure's thread `da.run` may not be set yet:
+    a trace that ends in an OOM read as not ending in one gave its last forward's tensors
+    another role, and the advice on checkpointing came and went from run to run."""
+    job = _RUN.get(da)
+    return job.get() if job is not None else getattr(da, "run", None)
 
 
 def _run_facts(da):
@@ -626,12 +633,6 @@ def _build(da, background: bool = False) -> Structure:
     free_phase = phase_of(fi)
     alloc_phase = phase_of(ai)
     passes = _forward_passes(da)
-    run = getattr(da, "run", None)
-    if len(passes) and run is not None and run.truncated_by_oom.value:
-        # the trace ends in an OOM inside its last forward: what that forward made and never freed
-        # was held to the end of the failed step (freed by its unwinding, or not recorded at all)
-        s0, e0 = passes[-1].tolist()
-        free_phase[(fi < 0) & (ai >= s0) & (ai <= e0)] = P_UNWIND
     found, pass_rows = None, _PassRows(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
     paths = None
     if da.facts is not None and len(passes):
@@ -639,6 +640,12 @@ def _build(da, background: bool = False) -> Structure:
     # (the stacks' paths made beside the run's facts, which are known by now or soon)
     if background and not _wanted(da):
         raise _NotWanted
+    run = _run_known(da)
+    if len(passes) and run is not None and run.truncated_by_oom.value:
+        # the trace ends in an OOM inside its last forward: what that forward made and never freed
+        # was held to the end of the failed step (freed by its unwinding, or not recorded at all)
+        s0, e0 = passes[-1].tolist()
+        free_phase[(fi < 0) & (ai >= s0) & (ai <= e0)] = P_UNWIND
     if paths is not None:
         found, pass_rows = _find_block_node(da, paths, passes)
     calls: list[BlockCall] = []

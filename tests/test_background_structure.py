@@ -213,3 +213,32 @@ def test_the_analysis_begins_the_structure_before_the_run_facts(monkeypatch):
     monkeypatch.setattr(structure_module, "BACKGROUND_ROWS", 0)
     an = analyze(open_snapshot(str(DATA / "cuda_full.pickle"), use_cache=False), use_cache=False)
     assert waited == [True] * len(an.devices) and an.devices[an.primary_device()].run.recorded.value == "trace"
+
+
+def test_a_trace_ending_in_an_oom_gets_the_same_structure_and_advice_on_the_thread(monkeypatch):
+    """A trace that ends in an OOM inside a forward: what that forward made and never freed was
+    held to the end of the failed step (saved, not carried). The structure's thread read the
+    run's facts (`da.run`) before they were found, took the trace as not ending in an OOM, and the
+    checkpointing advice came and went from run to run. With the run's facts slow to come, the
+    thread waits for them: the roles and the advice are those found in line."""
+    import time
+    from vramscope.classifiers import analysis as analysis_module
+    from vramscope.classifiers import analyze
+    from vramscope.parsers import open_snapshot
+    path = str(DATA / "oom_step3.pickle")
+    inline = analyze(open_snapshot(path, use_cache=False), use_cache=False)
+    di = inline.devices[inline.primary_device()]
+    assert di.run.truncated_by_oom.value
+    want_roles = structure_module.structure(di).role
+    real_facts = analysis_module.run_facts
+
+    def slow_facts(da, sf):
+        time.sleep(0.3)                     # (the thread reaches the facts first)
+        return real_facts(da, sf)
+    monkeypatch.setattr(analysis_module, "run_facts", slow_facts)
+    monkeypatch.setattr(structure_module, "BACKGROUND_ROWS", 0)
+    an = analyze(open_snapshot(path, use_cache=False), use_cache=False)
+    da = an.devices[an.primary_device()]
+    assert np.array_equal(structure_module.structure(da).role, want_roles)
+    assert [a.lever for a in da.peak.advice] == [a.lever for a in di.peak.advice]
+    assert "checkpointing" in [a.lever for a in di.peak.advice]
