@@ -538,13 +538,10 @@ def _analyze_device(snap, dev, facts, rules, rule_names, clock: StageClock | Non
     t = snap.trace(dev)
     # live bytes after each entry: on a thread beside classify on a big run (classify asks
     # for them only where the phases come from memory's periodicity), once the rows are paired
+    # (the live bytes read the rows' sizes, and of the trace's column only the segments' events:
+    # its pages are let go once the rows are paired, below)
     rows: list[Allocations] = []
-
-    def live_then_release():
-        # (the live bytes read the rows' sizes, and of the trace's column only the segments'
-        # events: its pages were let go after the rows were paired, below)
-        return live_model(snap, dev, rows=rows[0])
-    find_live = Later(live_then_release)
+    find_live = Later(lambda: live_model(snap, dev, rows=rows[0]))
 
     def live_after():
         return find_live.get().live_after

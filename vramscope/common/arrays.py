@@ -83,12 +83,16 @@ def isin(element: npt.ArrayLike, test: npt.ArrayLike, invert: bool = False) -> n
     took 2.8 s. A few test values (up to _FEW) are compared with one at a time, in the elements'
     own type (no wider copy of them). np.isin itself for any other kind of value."""
     e, t = np.asarray(element), np.asarray(test)
-    if e.dtype.kind in "iu" and t.dtype.kind in "iu" and e.size and 0 < t.size <= 8 * _FEW:
-        # a few test values (categories, phases, rules): compared in the elements' own type, no
-        # copy of them in a wider one (a row's uint8 category made int64: 35 MB at 4.4 million
-        # rows) and no table gathered through int64 positions; values outside that type match none
+    if e.dtype.kind not in "iu" or t.dtype.kind not in "iu" or not e.size or not t.size:
+        return np.isin(e, t, invert=invert)
+    tu = unique(t.ravel())
+    if len(tu) <= 8 * _FEW:
+        # a few test values (categories, phases, rules, a weight's halves): compared in the
+        # elements' own type, no copy of them in a wider one (a row's uint8 category made int64:
+        # 35 MB at 4.4 million rows) and no table gathered through int64 positions; values
+        # outside that type match none
         info = np.iinfo(e.dtype)
-        vals = sorted({v for v in t.ravel().tolist() if info.min <= v <= info.max})
+        vals = [v for v in tu.tolist() if info.min <= v <= info.max]
         if len(vals) <= _FEW:
             flat = e.ravel()
             out = np.zeros(len(flat), dtype=bool)
@@ -97,11 +101,11 @@ def isin(element: npt.ArrayLike, test: npt.ArrayLike, invert: bool = False) -> n
             if invert:
                 np.logical_not(out, out=out)
             return out.reshape(e.shape)
-    common = np.promote_types(e.dtype, t.dtype) if e.dtype.kind in "iu" and t.dtype.kind in "iu" else None
-    if common is None or common.kind not in "iu" or not e.size or not t.size:
+    common = np.promote_types(e.dtype, t.dtype)
+    if common.kind not in "iu":
         return np.isin(e, t, invert=invert)
     flat = e.ravel().astype(common, copy=False)
-    tu = unique(t.ravel().astype(common, copy=False))
+    tu = tu.astype(common, copy=False)         # (still sorted and distinct: a wider integer type)
     lo, hi = int(tu[0]), int(tu[-1])
     span = hi - lo + 1
     if span <= max(1 << 16, 2 * (len(flat) + len(tu))) and hi <= np.iinfo(np.intp).max:
@@ -110,12 +114,6 @@ def isin(element: npt.ArrayLike, test: npt.ArrayLike, invert: bool = False) -> n
         inside = (flat >= lo) & (flat <= hi)
         out = np.zeros(len(flat), dtype=bool)
         out[inside] = table[flat[inside].astype(np.intp) - lo]
-    elif len(tu) <= _FEW:
-        # a few values (a weight's halves among millions of sizes): one comparison each, no int64
-        # position per element (two arrays of 8 bytes an element at the highest memory of classify)
-        out = flat == tu[0]
-        for v in tu[1:]:
-            out |= flat == v
     else:
         pos = np.searchsorted(tu, flat)
         np.minimum(pos, len(tu) - 1, out=pos)
